@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs zero's build and test dependencies from Debian 12 packages. Idempotent: packages already present are
+# skipped, and apt-get runs only when something is missing. Set ZERO_DEPS_EXTRA="pkg ..." for more.
+#   --bench   also install what the benchmarks compare against (python3-torch).
+set -euo pipefail
+
+pkgs=(
+  cmake g++ make ninja-build ccache pkg-config
+  libgloo-dev          # collectives on host memory (TCP transport, Hash/File/Redis stores)
+  libabsl-dev          # absl::Status / StatusOr, strings, time, synchronization
+  nlohmann-json3-dev   # config parsing
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  libhwy-dev           # portable SIMD with runtime dispatch for the CPU optimizer
+  libopenblas-dev      # matrix products in the reference GPT trainer
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(python3-torch)
+fi
+# shellcheck disable=SC2206
+pkgs+=(${ZERO_DEPS_EXTRA:-})
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,1 @@
+// Shared test helpers; see multi_rank.h.
