@@ -1,0 +1,97 @@
+// zero/communicator.h — every collective zero performs goes through a Communicator.
+//
+//   auto store = zero::Store::Hash();
+//   ZERO_ASSIGN_OR_RETURN(auto comm, zero::Communicator::CreateGloo(store, rank, world, {}));
+//   zero::Work w = comm->AllGather(my_shard, full, shard_elems, zero::DType::kF32);
+//   ZERO_RETURN_IF_ERROR(w.Wait());
+//
+// ORDERING CONTRACT: all ranks issue the same collectives, with the same counts and dtypes, in the same order
+// (as in NCCL and torch.distributed). Each op gets a per-communicator sequence number; with
+// CommOptions::check_order (or ZERO_COMM_CHECK=1) every op also exchanges a fingerprint (op, dtype, count,
+// root) first, so a desync fails with an error naming both ranks' ops instead of hanging or corrupting data.
+//
+// Ops are asynchronous: they return a Work at once and run in issue order on a communication thread (Gloo,
+// host memory) or on a library-owned CUDA stream (NCCL, device memory). A buffer passed to an op must stay
+// alive and untouched until its Work completes. Ops are not thread-safe with respect to each other: issue
+// them from one thread per communicator.
+//
+// Failures: a peer that dies, hangs or never arrives makes every pending and later op fail with
+// kUnavailable or kDeadlineExceeded within CommOptions::timeout; after the first failure the communicator
+// is broken and every later op fails at once with the same cause.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "zero/dtype.h"
+#include "zero/status.h"
+#include "zero/store.h"
+#include "zero/work.h"
+
+struct CUstream_st;
+
+namespace zero {
+
+enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
+
+enum class Backend : uint8_t { kGloo, kNccl };
+
+struct CommOptions {
+  // Per-op timeout (config key comm_timeout_s; torch's default is 30 min).
+  absl::Duration timeout = absl::Seconds(1800);
+  // Exchange an op fingerprint before every op to detect desync (also ZERO_COMM_CHECK=1).
+  bool check_order = false;
+  // Gloo: the address to bind the TCP transport to ("" = the host's name; tests use 127.0.0.1).
+  std::string hostname = "";
+  // Prefix for store keys, so several communicators can share one store.
+  std::string prefix = "zero";
+  // NCCL: the CUDA device ordinal.
+  int device = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual Backend backend() const = 0;
+
+  // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.
+  // `send` may alias recv + rank*count (in-place).
+  virtual Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream = nullptr) = 0;
+
+  // Reduces `send` (world_size*count elements) across ranks and leaves block `rank` (count elements) of the
+  // result in `recv`. kAvg divides by world_size. 16-bit inputs are reduced in f32 and rounded once.
+  virtual Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                             CUstream_st* stream = nullptr) = 0;
+
+  // In-place all-reduce of `count` elements.
+  virtual Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream = nullptr) = 0;
+
+  // Copies `count` elements of `root`'s buffer into every rank's buffer.
+  virtual Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* stream = nullptr) = 0;
+
+  virtual Work Barrier() = 0;
+
+  // Host-memory communicator over Gloo's TCP transport. Blocks until all `world_size` ranks connected
+  // through `store` or `options.timeout` passed (kDeadlineExceeded naming the missing ranks if known).
+  static StatusOr<std::unique_ptr<Communicator>> CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
+                                                            const CommOptions& options = {});
+
+  // Device-memory communicator over NCCL (ncclUniqueId exchanged through `store`). kUnimplemented when zero
+  // was built without CUDA. `stream` arguments of ops name the stream the input was produced on: the
+  // library's communication stream waits for it by event.
+  static StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
+                                                            const CommOptions& options = {});
+
+  // Builds a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+  // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS,
+  // SLURM_LOCALID); ZERO_STORE_DIR selects a FileStore (zero-run sets it). Without any, world size 1.
+  static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
+};
+
+}  // namespace zero

@@ -1,0 +1,45 @@
+// zero/store.h — the key-value store ranks rendezvous through.
+//
+//   auto store = zero::Store::File("/tmp/zero-run-1234");          // N processes on one machine
+//   auto store = zero::Store::Hash();                               // N threads in one process (tests)
+//   auto store = zero::Store::Tcp("10.0.0.1", 29500, is_server);   // several machines (MASTER_ADDR/PORT)
+//   auto comm = zero::Communicator::CreateGloo(store, rank, world, options);
+//
+// A Store is shared (std::shared_ptr) by every communicator built on it; keys are namespaced per
+// communicator by a prefix, so one store can bootstrap several communicators. Implementations wrap Gloo's
+// stores; the Gloo types never appear in this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "zero/status.h"
+
+namespace zero {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Status Set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Blocks until `key` exists or `timeout`, then returns its value (kDeadlineExceeded naming the key).
+  virtual StatusOr<std::vector<uint8_t>> Get(const std::string& key, absl::Duration timeout) = 0;
+  // Atomically adds `delta` to the integer at `key` and returns the new value.
+  virtual StatusOr<int64_t> Add(const std::string& key, int64_t delta) = 0;
+
+  // In-process store for N ranks as N threads.
+  static std::shared_ptr<Store> Hash();
+  // A directory on a file system every rank sees (N processes on one machine, or a shared FS).
+  static std::shared_ptr<Store> File(const std::string& directory);
+  // A TCP store: rank 0 (is_server) serves on host:port, the others connect (MASTER_ADDR / MASTER_PORT).
+  static StatusOr<std::shared_ptr<Store>> Tcp(const std::string& host, int port, bool is_server,
+                                              absl::Duration timeout);
+
+  // Backend access for zero's own communicators (returns a gloo::rendezvous::Store*). Not for users.
+  virtual void* NativeHandle() = 0;
+};
+
+}  // namespace zero
