@@ -1,0 +1,121 @@
+// zero/memory.h — every byte zero allocates is tagged by category and tier, so memory is reported, not estimated.
+//
+//   zero::MemoryTracker tracker;
+//   zero::Buffer master = zero::Buffer::Host(&tracker, zero::MemTag::kMaster, n * 4);   // 64-byte aligned
+//   zero::MemoryReport r = tracker.Report();
+//   r.Get(zero::MemTier::kHost, zero::MemTag::kMaster).current;   // == n * 4
+//
+// A tracker is per rank (per Engine). Its counters are atomic: buffers may be created and destroyed from
+// several threads. Peak is the high-water mark of `current` per (tier, tag) since creation or ResetPeaks().
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "zero/status.h"
+
+namespace zero {
+
+enum class MemTag : uint8_t {
+  kParams = 0,    // parameters the trainer computes with (16-bit or fp32 working copy, or their shard)
+  kGrads,         // gradients (full or sharded, incl. the fp32 accumulator)
+  kOptimizer,     // optimizer state (Adam m/v, momentum, plug-in states)
+  kMaster,        // fp32 master weights (mixed precision)
+  kGather,        // full-unit buffers a stage-3 gather fills
+  kBuckets,       // gradient reduction buckets
+  kActivations,   // activation arena / checkpoints
+  kStaging,       // host<->device and dtype staging
+  kCount,
+};
+enum class MemTier : uint8_t { kHost = 0, kDevice = 1, kCount };
+
+// Lower-case names used in reports and JSON: "params", "grads", "optimizer", "master", "gather", "buckets",
+// "activations", "staging"; tiers "host", "device".
+const char* MemTagName(MemTag tag);
+const char* MemTierName(MemTier tier);
+
+struct MemoryUsage {
+  int64_t current = 0;
+  int64_t peak = 0;
+};
+
+struct MemoryReport {
+  std::array<std::array<MemoryUsage, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)>
+      usage{};
+  // Bytes of padding included in the figures above (unit flat buffers padded to equal, aligned shards).
+  int64_t padding_bytes = 0;
+
+  const MemoryUsage& Get(MemTier tier, MemTag tag) const {
+    return usage[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
+  }
+  // Sum of `current` over the given tags in one tier.
+  int64_t Current(MemTier tier) const;
+  // Model-state bytes (params + grads + optimizer + master) in both tiers: what the ZeRO paper's formulas count.
+  int64_t ModelStateBytes() const;
+  // A human-readable table.
+  std::string ToString() const;
+  // {"params": {"tier": "host", "current": .., "peak": ..}, ...} — one entry per tag that was ever used; a tag
+  // used in both tiers appears as "params@device" for its device part.
+  std::string ToJson() const;
+};
+
+class MemoryTracker {
+ public:
+  MemoryTracker() = default;
+  MemoryTracker(const MemoryTracker&) = delete;
+  MemoryTracker& operator=(const MemoryTracker&) = delete;
+
+  void Add(MemTier tier, MemTag tag, int64_t bytes);
+  void Sub(MemTier tier, MemTag tag, int64_t bytes);
+  void AddPadding(int64_t bytes) { padding_.fetch_add(bytes, std::memory_order_relaxed); }
+  void ResetPeaks();
+  MemoryReport Report() const;
+
+ private:
+  struct Counter {
+    std::atomic<int64_t> current{0};
+    std::atomic<int64_t> peak{0};
+  };
+  std::array<std::array<Counter, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)> c_;
+  std::atomic<int64_t> padding_{0};
+};
+
+// An owned, tagged, aligned host allocation (zero-filled). Move-only; frees and untracks on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  // 64-byte aligned host memory (cache line / AVX-512), zero-filled. Aborts on out-of-memory like operator new.
+  static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes);
+  // Pinned (page-locked) host memory when zero was built with CUDA and a device is present; otherwise the same
+  // as Host. Reported in the host tier.
+  static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes);
+
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Reset(); }
+
+  void Reset();
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return data_ == nullptr; }
+  MemTag tag() const { return tag_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  MemoryTracker* tracker_ = nullptr;
+  MemTag tag_ = MemTag::kParams;
+  bool pinned_ = false;
+};
+
+}  // namespace zero

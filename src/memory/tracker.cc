@@ -1,0 +1,182 @@
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "zero/features.h"
+#include "zero/memory.h"
+
+#if ZERO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace zero {
+
+const char* MemTagName(MemTag tag) {
+  switch (tag) {
+    case MemTag::kParams: return "params";
+    case MemTag::kGrads: return "grads";
+    case MemTag::kOptimizer: return "optimizer";
+    case MemTag::kMaster: return "master";
+    case MemTag::kGather: return "gather";
+    case MemTag::kBuckets: return "buckets";
+    case MemTag::kActivations: return "activations";
+    case MemTag::kStaging: return "staging";
+    case MemTag::kCount: break;
+  }
+  return "?";
+}
+const char* MemTierName(MemTier tier) { return tier == MemTier::kHost ? "host" : "device"; }
+
+int64_t MemoryReport::Current(MemTier tier) const {
+  int64_t sum = 0;
+  for (const auto& u : usage[static_cast<size_t>(tier)]) sum += u.current;
+  return sum;
+}
+
+int64_t MemoryReport::ModelStateBytes() const {
+  int64_t sum = 0;
+  for (size_t t = 0; t < static_cast<size_t>(MemTier::kCount); ++t) {
+    for (MemTag tag : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
+      sum += usage[t][static_cast<size_t>(tag)].current;
+    }
+  }
+  return sum;
+}
+
+std::string MemoryReport::ToString() const {
+  std::ostringstream os;
+  os << "tier    tag          current_bytes      peak_bytes\n";
+  for (size_t t = 0; t < static_cast<size_t>(MemTier::kCount); ++t) {
+    for (size_t g = 0; g < static_cast<size_t>(MemTag::kCount); ++g) {
+      const auto& u = usage[t][g];
+      if (u.peak == 0) continue;
+      char line[160];
+      std::snprintf(line, sizeof(line), "%-7s %-11s %15lld %15lld\n", MemTierName(static_cast<MemTier>(t)),
+                    MemTagName(static_cast<MemTag>(g)), static_cast<long long>(u.current),
+                    static_cast<long long>(u.peak));
+      os << line;
+    }
+  }
+  os << "padding bytes (included above): " << padding_bytes << "\n";
+  return os.str();
+}
+
+std::string MemoryReport::ToJson() const {
+  std::ostringstream os;
+  os << "{";
+  bool first = true;
+  for (size_t g = 0; g < static_cast<size_t>(MemTag::kCount); ++g) {
+    for (size_t t = 0; t < static_cast<size_t>(MemTier::kCount); ++t) {
+      const auto& u = usage[t][g];
+      if (u.peak == 0) continue;
+      std::string name = MemTagName(static_cast<MemTag>(g));
+      if (t == 1 && usage[0][g].peak != 0) name += "@device";
+      if (!first) os << ", ";
+      first = false;
+      os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t)) << "\", \"current\": "
+         << u.current << ", \"peak\": " << u.peak << "}";
+    }
+  }
+  os << "}";
+  return os.str();
+}
+
+void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
+  Counter& c = c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
+  int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  int64_t peak = c.peak.load(std::memory_order_relaxed);
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void MemoryTracker::Sub(MemTier tier, MemTag tag, int64_t bytes) {
+  c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)].current.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void MemoryTracker::ResetPeaks() {
+  for (auto& tier : c_) {
+    for (auto& c : tier) c.peak.store(c.current.load());
+  }
+}
+
+MemoryReport MemoryTracker::Report() const {
+  MemoryReport r;
+  for (size_t t = 0; t < c_.size(); ++t) {
+    for (size_t g = 0; g < c_[t].size(); ++g) {
+      r.usage[t][g].current = c_[t][g].current.load();
+      r.usage[t][g].peak = c_[t][g].peak.load();
+    }
+  }
+  r.padding_bytes = padding_.load();
+  return r;
+}
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes) {
+  Buffer b;
+  if (bytes == 0) return b;
+  b.data_ = std::aligned_alloc(kAlign, RoundUp(bytes));
+  if (b.data_ == nullptr) throw std::bad_alloc();
+  std::memset(b.data_, 0, bytes);
+  b.size_ = bytes;
+  b.tracker_ = tracker;
+  b.tag_ = tag;
+  if (tracker) tracker->Add(MemTier::kHost, tag, static_cast<int64_t>(bytes));
+  return b;
+}
+
+Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes) {
+#if ZERO_HAVE_CUDA
+  int devices = 0;
+  if (bytes > 0 && cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    Buffer b;
+    if (cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault) == cudaSuccess) {
+      std::memset(b.data_, 0, bytes);
+      b.size_ = bytes;
+      b.tracker_ = tracker;
+      b.tag_ = tag;
+      b.pinned_ = true;
+      if (tracker) tracker->Add(MemTier::kHost, tag, static_cast<int64_t>(bytes));
+      return b;
+    }
+  }
+  cudaGetLastError();
+#endif
+  return Host(tracker, tag, bytes);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    tracker_ = std::exchange(o.tracker_, nullptr);
+    tag_ = o.tag_;
+    pinned_ = std::exchange(o.pinned_, false);
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (data_ == nullptr) return;
+  if (tracker_) tracker_->Sub(MemTier::kHost, tag_, static_cast<int64_t>(size_));
+#if ZERO_HAVE_CUDA
+  if (pinned_) {
+    cudaFreeHost(data_);
+  } else {
+    std::free(data_);
+  }
+#else
+  std::free(data_);
+#endif
+  data_ = nullptr;
+  size_ = 0;
+  tracker_ = nullptr;
+}
+
+}  // namespace zero
