@@ -1,0 +1,198 @@
+// zero/engine.h — the Engine a trainer links in: units of flat parameters, sharded by ZeRO stage 0-3.
+//
+//   auto cfg = zero::Config::FromJsonFile("ds_config.json").value();
+//   auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo).value();
+//   auto engine = zero::Engine::Create(cfg, std::move(comm)).value();
+//   zero::UnitId fc = engine->AddUnit("fc", {{"w", {784, 128}}, {"b", {128}}}).value();
+//   ZERO_RETURN_IF_ERROR(engine->Finalize(init));          // partition, allocate, init, ranks agree
+//   for (...) {
+//     { auto u = engine->Forward(fc).value();  forward(u.param("w").f32(), ...); }        // released at scope end
+//     { auto u = engine->Backward(fc).value(); backward(..., u.grad("w").f32()); }         // grads reduced at end
+//     ZERO_ASSIGN_OR_RETURN(zero::StepResult r, engine->Step());                          // clip, optimizer on shards
+//   }
+//
+// The trainer never owns parameter memory: it asks the engine for views inside Forward/Backward scopes (RAII,
+// like DeepSpeed's GatheredParameters / FSDP's summon_full_params). Each unit is one flat buffer padded so every
+// rank's shard has the same size, aligned to 128 bytes; a parameter may straddle shards.
+//
+// COLLECTIVE ORDER: every rank must open and close scopes for the same units in the same order and call Step()
+// the same number of times (the engine's collectives follow the trainer's calls). Not thread-safe: one thread
+// per Engine (tests run N ranks as N threads, each with its own Engine).
+//
+// Unit states (DeepSpeed's vocabulary): NOT_AVAILABLE (only the shard is present) -> INFLIGHT (all-gather
+// issued, e.g. by prefetch) -> AVAILABLE (full parameters present). Misuse is an error naming the unit:
+// opening a second scope on a unit that is already open ("gathering twice"), reading a released unit through
+// Engine::Param, stepping while a backward scope is open or with a unit's gradient only partly accumulated,
+// adding units after Finalize.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/communicator.h"
+#include "zero/config.h"
+#include "zero/dtype.h"
+#include "zero/memory.h"
+#include "zero/optimizer.h"
+#include "zero/status.h"
+
+namespace zero {
+
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+using UnitId = int;
+
+// A view of one parameter's or gradient's full (unsharded) values inside an open scope.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t numel = 0;
+  const std::vector<int64_t>* shape = nullptr;
+  // Typed access; aborts if the view's dtype is not f32 (a bug in the caller, not input).
+  float* f32() const {
+    ZERO_CHECK(dtype == DType::kF32) << "view is " << DTypeName(dtype) << ", not f32";
+    return static_cast<float*>(data);
+  }
+  uint16_t* u16() const {
+    ZERO_CHECK(dtype != DType::kF32) << "view is f32, not a 16-bit type";
+    return static_cast<uint16_t*>(data);
+  }
+};
+
+// Fills one parameter's full initial values (fp32). It must depend only on (unit, param) — e.g. seed an RNG from
+// their names — so values are identical whatever the world size and stage. Called on every rank for every
+// parameter at Finalize; each rank keeps its shard.
+using ParamInit = std::function<void(const std::string& unit, const ParamSpec& param, float* values)>;
+
+struct StepResult {
+  bool skipped = false;      // the step was skipped (non-finite gradients); master weights untouched
+  double grad_norm = 0.0;    // global L2 norm of the averaged, unscaled gradient, before clipping
+  double lr = 0.0;           // learning rate applied (or that would have been, if skipped)
+  double loss_scale = 1.0;   // the loss scale used for this step's gradients
+  int64_t step = 0;          // number of applied steps after this call
+};
+
+struct EngineOptions {
+  // Threads for this rank's optimizer step (0 = hardware threads / ranks on this host, at least 1).
+  int cpu_threads = 0;
+  // Ranks sharing this host's cores (N thread-ranks in one process, or zero-run's LOCAL_WORLD_SIZE).
+  int local_world_size = 0;
+  // A trainer's own element-wise optimizer; when null, the config's "optimizer" section is used.
+  std::shared_ptr<const ElementwiseOptimizer> optimizer;
+};
+
+class Engine;
+
+// RAII scope over one unit's full parameters (and, in a backward scope, its full gradient). Move-only.
+// Destroying it releases the unit (stage 3) and, for a backward scope, hands the gradient to the engine for
+// reduction. Errors from that hand-off are reported by the next Engine call.
+class UnitScope {
+ public:
+  UnitScope() = default;
+  UnitScope(UnitScope&& o) noexcept;
+  UnitScope& operator=(UnitScope&& o) noexcept;
+  UnitScope(const UnitScope&) = delete;
+  UnitScope& operator=(const UnitScope&) = delete;
+  ~UnitScope();
+
+  // The full parameter (compute dtype: f32, or bf16/f16 under mixed precision). Aborts on an unknown name.
+  TensorView param(const std::string& name) const;
+  // Backward scopes only: the parameter's gradient buffer (compute dtype). The trainer ACCUMULATES into it
+  // (+=); it is zero at the first backward of each unit in each micro-step.
+  TensorView grad(const std::string& name) const;
+  // Base of the unit's flat parameter / gradient buffer (parameters packed in registration order).
+  void* param_base() const;
+  void* grad_base() const;
+  // Ends the scope now (same as destruction) and returns any error.
+  Status Close();
+
+ private:
+  friend class Engine;
+  UnitScope(Engine* engine, UnitId unit, bool backward) : engine_(engine), unit_(unit), backward_(backward) {}
+  Engine* engine_ = nullptr;
+  UnitId unit_ = -1;
+  bool backward_ = false;
+};
+
+class Engine {
+ public:
+  // Validates `config` for the communicator's world size (batch sizes, no "auto" left). The engine keeps the
+  // communicator for its lifetime.
+  static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, std::unique_ptr<Communicator> comm,
+                                                  EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Registers a unit (≈ one transformer block). Parameter names are unique within the unit; shapes positive.
+  StatusOr<UnitId> AddUnit(const std::string& name, std::vector<ParamSpec> params);
+
+  // Lays out and pads every unit, allocates this rank's state, evaluates `init`, and checks that every rank
+  // registered the same units, names, shapes and order (a hash exchange, then the first difference is named).
+  // Collective.
+  Status Finalize(const ParamInit& init);
+
+  // Copies a full parameter's values (fp32, numel elements) in after Finalize; each rank keeps its part.
+  Status CopyIn(UnitId unit, const std::string& param, const float* values);
+
+  // Opens a forward scope: gathers the unit if it is sharded (stage 3), waiting for a prefetch if one is in
+  // flight, and prefetches ahead by the recorded order. Collective (all ranks, same order).
+  StatusOr<UnitScope> Forward(UnitId unit);
+  // Opens a backward scope: like Forward, plus a gradient buffer. Closing it reduces the gradient (all-reduce at
+  // stage 0, reduce-scatter otherwise), overlapped with the trainer's next work. Collective.
+  StatusOr<UnitScope> Backward(UnitId unit);
+
+  // Waits for outstanding reductions, computes the global gradient norm, checks for non-finite gradients
+  // (agreed across ranks), clips, runs the optimizer on this rank's shards, refreshes parameters, advances the
+  // LR schedule (not on skipped steps). Collective.
+  StatusOr<StepResult> Step();
+
+  // Checked access to a parameter of an AVAILABLE unit outside a scope (kFailedPrecondition naming the unit if
+  // it is released or in flight).
+  StatusOr<TensorView> Param(UnitId unit, const std::string& name) const;
+
+  // The full fp32 values of one parameter, assembled from all shards (master weights). Collective.
+  StatusOr<std::vector<float>> GatherParam(UnitId unit, const std::string& name);
+
+  // The loss scale the trainer multiplies its loss by (1 unless fp16 is enabled).
+  double loss_scale() const;
+  int64_t steps() const;
+  int rank() const;
+  int world_size() const;
+  const Config& config() const;
+  Communicator& comm();
+  // Total registered (unpadded) parameter count Ψ.
+  int64_t num_params() const;
+  MemoryReport memory_report() const;
+  MemoryTracker& memory_tracker();
+  // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE".
+  std::string UnitState(UnitId unit) const;
+  UnitId FindUnit(const std::string& name) const;  // -1 if absent
+  const std::vector<ParamSpec>& UnitParams(UnitId unit) const;
+  // Counters for tests and reports: all-gathers issued by prefetch, and those issued on demand.
+  int64_t prefetch_gathers() const;
+  int64_t demand_gathers() const;
+  // Largest number of non-persistent parameter elements that were gathered (AVAILABLE or INFLIGHT) at once.
+  int64_t peak_live_elements() const;
+
+  class Impl;
+
+ private:
+  friend class UnitScope;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  Status CloseScope(UnitId unit, bool backward);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero

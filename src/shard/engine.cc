@@ -1,0 +1,865 @@
+// The sharding engine: units of flat parameters, ZeRO stages 0-3, gradient reduction, the sharded step.
+//
+// Buffers per unit and stage (cd = compute dtype; Ψ_u = padded unit size, S = Ψ_u / N):
+//   stage 0: params[Ψ_u] cd, grads[Ψ_u] cd, master[Ψ_u] f32 (mixed only), state[Ψ_u] f32 each
+//   stage 1: params[Ψ_u] cd, grads[Ψ_u] cd, master[S] (mixed only), state[S]
+//   stage 2: params[Ψ_u] cd, grad accumulator[S] f32, master[S] (mixed only), state[S]
+//   stage 3: params[S] cd (or [Ψ_u] when persistent), grad accumulator[S] f32, master[S] (mixed), state[S]
+// With fp32 compute the master IS the parameter shard (params + rank*S, or the stage-3 shard), which is what
+// makes the fp32 model-state formulas 16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N hold.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "shard/internal/layout.h"
+#include "zero/engine.h"
+#include "zero/logging.h"
+
+namespace zero {
+
+namespace internal {
+
+std::string DescribeRegistration(const std::vector<UnitLayout>& units) {
+  std::string out;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      absl::StrAppend(&out, "unit ", u.name, " param ", p.spec.name, " shape [", absl::StrJoin(p.spec.shape, ","),
+                      "]\n");
+    }
+    if (u.params.empty()) absl::StrAppend(&out, "unit ", u.name, " (no params)\n");
+  }
+  return out;
+}
+
+uint64_t Fnv1a64(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::ParamSlot;
+using internal::UnitLayout;
+
+enum class UnitStatus { kNotAvailable, kInflight, kAvailable };
+
+const char* StatusName(UnitStatus s) {
+  switch (s) {
+    case UnitStatus::kNotAvailable: return "NOT_AVAILABLE";
+    case UnitStatus::kInflight: return "INFLIGHT";
+    case UnitStatus::kAvailable: return "AVAILABLE";
+  }
+  return "?";
+}
+
+// A free list of same-sized host buffers under one tag; buffers stay allocated (and counted) while pooled, so
+// the steady state allocates nothing.
+class BufferPool {
+ public:
+  BufferPool(MemoryTracker* tracker, MemTag tag) : tracker_(tracker), tag_(tag) {}
+  Buffer Take(size_t bytes, bool zero) {
+    auto it = free_.find(bytes);
+    if (it != free_.end()) {
+      Buffer b = std::move(it->second);
+      free_.erase(it);
+      if (zero) std::memset(b.data(), 0, bytes);
+      return b;
+    }
+    return Buffer::Host(tracker_, tag_, bytes);  // zero-filled
+  }
+  void Give(Buffer b) {
+    if (!b.empty()) free_.emplace(b.size(), std::move(b));
+  }
+
+ private:
+  MemoryTracker* tracker_;
+  MemTag tag_;
+  std::multimap<size_t, Buffer> free_;
+};
+
+}  // namespace
+
+struct UnitRuntime {
+  UnitLayout layout;
+  std::vector<ParamSpec> specs;  // registration order
+  bool persistent = false;  // stage 3: kept gathered (small units)
+  Buffer params;            // full (stages 0-2, persistent) or shard (stage 3)
+  Buffer full_grads;        // stages 0-1 always; stages 2-3 low-communication mode during accumulation
+  Buffer grad_accum;        // stages 1-3: f32 shard accumulator (stage 1 uses full_grads' slice instead)
+  Buffer master;            // mixed precision only
+  std::vector<Buffer> state;
+  // State machine.
+  UnitStatus status = UnitStatus::kNotAvailable;
+  Buffer gather;  // stage 3: the full parameters while INFLIGHT/AVAILABLE
+  Work gather_work;
+  bool scope_open = false;
+  bool scope_backward = false;
+  Buffer bucket;  // the full gradient buffer of an open backward scope (stages 2-3, low-memory mode)
+  int backward_count = 0;
+
+  bool sharded_params(int stage) const { return stage == 3 && !persistent; }
+};
+
+class Engine::Impl {
+ public:
+  Impl(const Config& cfg, std::unique_ptr<Communicator> comm, EngineOptions opts)
+      : cfg_(cfg),
+        comm_(std::move(comm)),
+        opts_(std::move(opts)),
+        stage_(cfg.zero.stage),
+        rank_(comm_->rank()),
+        world_(comm_->world_size()),
+        gather_pool_(&tracker_, MemTag::kGather),
+        bucket_pool_(&tracker_, MemTag::kBuckets) {}
+
+  Status Init() {
+    if (cfg_.fp16.enabled) {
+      cd_ = DType::kF16;
+    } else if (cfg_.bf16.enabled) {
+      cd_ = DType::kBF16;
+    }
+    if (cd_ != DType::kF32) {
+      return absl::UnimplementedError(
+          "fp16/bf16 mixed precision: not implemented in this engine yet (see issue 5); set fp16.enabled and "
+          "bf16.enabled to false");
+    }
+    if (cfg_.zero.offload_optimizer.device != OffloadDevice::kNone || cfg_.zero.offload_param.device != OffloadDevice::kNone) {
+      return absl::UnimplementedError(
+          "zero_optimization.offload_optimizer / offload_param: not implemented in this engine yet (see issue 6); "
+          "set device to \"none\"");
+    }
+    ga_ = cfg_.accumulation_steps();
+    if (opts_.optimizer) {
+      optimizer_ = opts_.optimizer;
+    } else if (cfg_.optimizer.has_value()) {
+      ZERO_ASSIGN_OR_RETURN(auto opt, MakeOptimizer(*cfg_.optimizer));
+      optimizer_ = std::move(opt);
+    } else {
+      return absl::InvalidArgumentError(
+          "optimizer: the config has no \"optimizer\" section and EngineOptions::optimizer is null; give one");
+    }
+    const double base_lr = cfg_.optimizer.has_value() ? cfg_.optimizer->lr : 1e-3;
+    ZERO_ASSIGN_OR_RETURN(scheduler_, MakeLrScheduler(cfg_.scheduler, base_lr));
+    int local = opts_.local_world_size > 0 ? opts_.local_world_size : 1;
+    threads_ = opts_.cpu_threads > 0
+                   ? opts_.cpu_threads
+                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+    SetLogRank(rank_);
+    return absl::OkStatus();
+  }
+
+  // ---- registration ----
+
+  StatusOr<UnitId> AddUnit(const std::string& name, std::vector<ParamSpec> params) {
+    if (finalized_) {
+      return absl::FailedPreconditionError(absl::StrCat("AddUnit(\"", name, "\"): the engine is already finalized"));
+    }
+    if (name.empty()) return absl::InvalidArgumentError("AddUnit: unit name is empty");
+    if (FindUnit(name) >= 0) return absl::InvalidArgumentError(absl::StrCat("AddUnit: unit \"", name, "\" exists"));
+    UnitRuntime u;
+    u.layout.name = name;
+    int64_t offset = 0;
+    for (auto& p : params) {
+      if (p.name.empty()) return absl::InvalidArgumentError(absl::StrCat("unit ", name, ": a parameter has no name"));
+      if (u.layout.index.count(p.name)) {
+        return absl::InvalidArgumentError(absl::StrCat("unit ", name, ": parameter \"", p.name, "\" registered twice"));
+      }
+      for (int64_t d : p.shape) {
+        if (d <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat("unit ", name, " param ", p.name, ": shape [",
+                                                         absl::StrJoin(p.shape, ","), "] has a non-positive dim"));
+        }
+      }
+      ParamSlot slot{p, offset, p.numel()};
+      offset += slot.numel;
+      u.layout.index[p.name] = static_cast<int>(u.layout.params.size());
+      u.layout.params.push_back(std::move(slot));
+    }
+    u.layout.numel = offset;
+    u.specs = std::move(params);
+    units_.push_back(std::move(u));
+    return static_cast<UnitId>(units_.size() - 1);
+  }
+
+  UnitId FindUnit(const std::string& name) const {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      if (units_[i].layout.name == name) return static_cast<UnitId>(i);
+    }
+    return -1;
+  }
+
+  // AllGather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
+  StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) {
+    std::vector<float> len_send(1), len_recv(world_);
+    uint32_t len = static_cast<uint32_t>(mine.size());
+    std::memcpy(len_send.data(), &len, 4);
+    ZERO_RETURN_IF_ERROR(comm_->AllGather(len_send.data(), len_recv.data(), 1, DType::kF32).Wait());
+    uint32_t max_len = 0;
+    std::vector<uint32_t> lens(world_);
+    for (int r = 0; r < world_; ++r) {
+      std::memcpy(&lens[r], &len_recv[r], 4);
+      max_len = std::max(max_len, lens[r]);
+    }
+    const size_t slots = (max_len + 3) / 4;
+    std::vector<float> send(slots), recv(slots * world_);
+    std::memcpy(send.data(), mine.data(), mine.size());
+    if (slots > 0) ZERO_RETURN_IF_ERROR(comm_->AllGather(send.data(), recv.data(), slots, DType::kF32).Wait());
+    std::vector<std::string> out(world_);
+    for (int r = 0; r < world_; ++r) {
+      out[r].assign(reinterpret_cast<const char*>(recv.data() + r * slots), lens[r]);
+    }
+    return out;
+  }
+
+  Status CheckRegistrationAgrees() {
+    std::vector<UnitLayout> layouts;
+    for (auto& u : units_) layouts.push_back(u.layout);
+    const std::string desc = internal::DescribeRegistration(layouts);
+    const uint64_t h = internal::Fnv1a64(desc);
+    std::vector<float> send(2), recv(2 * world_);
+    std::memcpy(send.data(), &h, 8);
+    ZERO_RETURN_IF_ERROR(comm_->AllGather(send.data(), recv.data(), 2, DType::kF32).Wait());
+    bool all_same = true;
+    for (int r = 0; r < world_; ++r) {
+      uint64_t hr;
+      std::memcpy(&hr, recv.data() + 2 * r, 8);
+      all_same &= hr == h;
+    }
+    if (all_same) return absl::OkStatus();
+    // Name the first difference against rank 0's registration.
+    ZERO_ASSIGN_OR_RETURN(auto all, AllGatherStrings(desc));
+    for (int r = 1; r < world_; ++r) {
+      if (all[r] == all[0]) continue;
+      std::vector<std::string> a = absl::StrSplit(all[0], '\n'), b = absl::StrSplit(all[r], '\n');
+      size_t i = 0;
+      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+      const std::string a_line = i < a.size() && !a[i].empty() ? a[i] : "(nothing)";
+      const std::string b_line = i < b.size() && !b[i].empty() ? b[i] : "(nothing)";
+      return absl::InvalidArgumentError(absl::StrCat("Finalize: ranks registered different units: rank 0 has \"",
+                                                     a_line, "\" where rank ", r, " has \"", b_line, "\""));
+    }
+    return absl::InternalError("Finalize: registration hashes differ but descriptions agree");
+  }
+
+  Status Finalize(const ParamInit& init) {
+    if (finalized_) return absl::FailedPreconditionError("Finalize: already finalized");
+    if (units_.empty()) return absl::FailedPreconditionError("Finalize: no units registered");
+    ZERO_RETURN_IF_ERROR(CheckRegistrationAgrees());
+    const size_t cds = DTypeSize(cd_);
+    int64_t persistent_total = 0;
+    for (auto& u : units_) {
+      auto& L = u.layout;
+      L.padded = internal::PaddedNumel(L.numel, world_);
+      L.shard = L.padded / world_;
+      num_params_ += L.numel;
+      if (stage_ == 3 && L.numel < cfg_.zero.stage3_param_persistence_threshold &&
+          persistent_total + L.numel <= cfg_.zero.stage3_model_persistence_threshold) {
+        u.persistent = true;
+        persistent_total += L.numel;
+      }
+      const int64_t pad_full = L.padded - L.numel;
+      const int64_t pad_shard = L.shard - L.OwnedElems(rank_);
+      // Parameters.
+      if (u.sharded_params(stage_)) {
+        u.params = Buffer::Host(&tracker_, MemTag::kParams, L.shard * cds);
+        tracker_.AddPadding(pad_shard * cds);
+      } else {
+        u.params = Buffer::Host(&tracker_, MemTag::kParams, L.padded * cds);
+        tracker_.AddPadding(pad_full * cds);
+      }
+      // Gradients.
+      if (stage_ <= 1) {
+        u.full_grads = Buffer::Host(&tracker_, MemTag::kGrads, L.padded * cds);
+        tracker_.AddPadding(pad_full * cds);
+      } else {
+        u.grad_accum = Buffer::Host(&tracker_, MemTag::kGrads, L.shard * 4);
+        tracker_.AddPadding(pad_shard * 4);
+      }
+      // Optimizer state.
+      const int64_t state_n = stage_ == 0 ? L.padded : L.shard;
+      const int64_t state_pad = stage_ == 0 ? pad_full : pad_shard;
+      for (size_t s = 0; s < optimizer_->StateNames().size(); ++s) {
+        u.state.push_back(Buffer::Host(&tracker_, MemTag::kOptimizer, state_n * 4));
+        tracker_.AddPadding(state_pad * 4);
+      }
+      u.status = u.sharded_params(stage_) ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
+    }
+    finalized_ = true;
+    // Initial values: every rank evaluates each parameter in full and keeps its part.
+    for (size_t ui = 0; ui < units_.size(); ++ui) {
+      for (const auto& slot : units_[ui].layout.params) {
+        std::vector<float> values(slot.numel);
+        if (init) init(units_[ui].layout.name, slot.spec, values.data());
+        ZERO_RETURN_IF_ERROR(CopyIn(static_cast<UnitId>(ui), slot.spec.name, values.data()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Status CopyIn(UnitId id, const std::string& name, const float* values) {
+    ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
+    UnitRuntime& u = units_[id];
+    auto it = u.layout.index.find(name);
+    if (it == u.layout.index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.layout.name, " has no parameter \"", name, "\""));
+    }
+    const ParamSlot& slot = u.layout.params[it->second];
+    if (!u.sharded_params(stage_)) {
+      ConvertBuffer(values, DType::kF32, static_cast<char*>(u.params.data()) + slot.offset * DTypeSize(cd_), cd_,
+                    slot.numel);
+      return absl::OkStatus();
+    }
+    // Stage 3: the intersection of [offset, offset+numel) with this rank's shard.
+    const int64_t s_begin = static_cast<int64_t>(rank_) * u.layout.shard, s_end = s_begin + u.layout.shard;
+    const int64_t lo = std::max(s_begin, slot.offset), hi = std::min(s_end, slot.offset + slot.numel);
+    if (lo < hi) {
+      ConvertBuffer(values + (lo - slot.offset), DType::kF32,
+                    static_cast<char*>(u.params.data()) + (lo - s_begin) * DTypeSize(cd_), cd_, hi - lo);
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- scopes, gathers, prefetch ----
+
+  Status CheckUnit(UnitId id, const char* what) const {
+    if (!finalized_) return absl::FailedPreconditionError(absl::StrCat(what, ": call Finalize first"));
+    if (id < 0 || id >= static_cast<int>(units_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": no unit with id ", id));
+    }
+    return absl::OkStatus();
+  }
+
+  Status TakeDeferredError() {
+    Status s = deferred_;
+    deferred_ = absl::OkStatus();
+    return s;
+  }
+
+  void UpdateLive(int64_t delta) {
+    live_elems_ += delta;
+    peak_live_ = std::max(peak_live_, live_elems_);
+  }
+
+  // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT).
+  void IssueGather(UnitRuntime& u) {
+    ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.layout.name;
+    const size_t cds = DTypeSize(cd_);
+    u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
+    u.gather_work = comm_->AllGather(u.params.data(), u.gather.data(), u.layout.shard, cd_);
+    u.status = UnitStatus::kInflight;
+    UpdateLive(u.layout.padded);
+  }
+
+  Status WaitGather(UnitRuntime& u) {
+    ZERO_CHECK(u.status == UnitStatus::kInflight);
+    Status s = u.gather_work.Wait();
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("gathering unit ", u.layout.name, ": ", s.message()));
+    }
+    u.status = UnitStatus::kAvailable;
+    return absl::OkStatus();
+  }
+
+  void ReleaseGather(UnitRuntime& u) {
+    ZERO_CHECK(u.status != UnitStatus::kNotAvailable);
+    if (u.status == UnitStatus::kInflight) {
+      Status s = u.gather_work.Wait();  // never free a buffer an op is still writing
+      if (!s.ok() && deferred_.ok()) deferred_ = s;
+    }
+    gather_pool_.Give(std::move(u.gather));
+    u.status = UnitStatus::kNotAvailable;
+    UpdateLive(-u.layout.padded);
+  }
+
+  void Prefetch() {
+    int64_t inflight = 0;
+    for (const auto& u : units_) {
+      if (u.status == UnitStatus::kInflight) inflight += u.layout.padded;
+    }
+    for (size_t j = order_pos_; j < order_.size(); ++j) {
+      UnitRuntime& v = units_[order_[j]];
+      if (v.status != UnitStatus::kNotAvailable) continue;
+      if (inflight + v.layout.padded > cfg_.zero.stage3_prefetch_bucket_size) break;
+      if (live_elems_ + v.layout.padded > cfg_.zero.stage3_max_live_parameters) break;
+      IssueGather(v);
+      inflight += v.layout.padded;
+      ++prefetch_gathers_;
+    }
+  }
+
+  StatusOr<UnitScope> Open(Engine* engine, UnitId id, bool backward) {
+    ZERO_RETURN_IF_ERROR(CheckUnit(id, backward ? "Backward" : "Forward"));
+    ZERO_RETURN_IF_ERROR(TakeDeferredError());
+    UnitRuntime& u = units_[id];
+    if (u.scope_open) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          backward ? "Backward" : "Forward", "(", u.layout.name, "): unit ", u.layout.name, " is already open in a ",
+          u.scope_backward ? "backward" : "forward", " scope (gathering twice); close that scope first"));
+    }
+    if (backward && u.backward_count >= ga_) {
+      return absl::FailedPreconditionError(absl::StrCat("Backward(", u.layout.name, "): the unit already ran ",
+                                                        u.backward_count, " backward passes and gradient_accumulation_steps is ",
+                                                        ga_, "; call Step()"));
+    }
+    if (u.sharded_params(stage_)) {
+      // Recorded order: this step's sequence; prefetch only while the step follows the recorded one.
+      if (order_valid_ && !order_broken_) {
+        if (order_pos_ < order_.size() && order_[order_pos_] == id) {
+          ++order_pos_;
+        } else {
+          order_broken_ = true;
+          ZERO_LOG_ONCE(WARNING) << "unit gather order changed at step " << applied_steps_ << " (expected "
+                                 << (order_pos_ < order_.size() ? units_[order_[order_pos_]].layout.name : "<end>")
+                                 << ", got " << u.layout.name
+                                 << "); prefetch pauses and the order is re-recorded this step";
+        }
+      }
+      this_step_order_.push_back(id);
+      if (u.status == UnitStatus::kNotAvailable) {
+        IssueGather(u);
+        ++demand_gathers_;
+      }
+      ZERO_RETURN_IF_ERROR(WaitGather(u));
+      if (order_valid_ && !order_broken_) Prefetch();
+    }
+    u.scope_open = true;
+    u.scope_backward = backward;
+    if (backward) {
+      ++u.backward_count;
+      ZERO_RETURN_IF_ERROR(PrepareGradBuffer(u));
+    }
+    return UnitScope(engine, id, backward);
+  }
+
+  bool ReduceEveryMicroStep() const {
+    return stage_ >= 2 && cfg_.gradient_accumulation_mode == GradAccumulationMode::kLowMemory;
+  }
+
+  Status PrepareGradBuffer(UnitRuntime& u) {
+    const size_t bytes = u.layout.padded * DTypeSize(cd_);
+    if (stage_ <= 1) return absl::OkStatus();  // persistent full_grads, zeroed at Step
+    if (ReduceEveryMicroStep()) {
+      u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
+    } else if (u.full_grads.empty()) {
+      u.full_grads = Buffer::Host(&tracker_, MemTag::kGrads, bytes);  // low-communication: lives until reduced
+    }
+    return absl::OkStatus();
+  }
+
+  void* GradBase(const UnitRuntime& u) const {
+    if (!u.bucket.empty()) return u.bucket.data();
+    return u.full_grads.data();
+  }
+  void* ParamBase(const UnitRuntime& u) const {
+    return u.sharded_params(stage_) ? u.gather.data() : u.params.data();
+  }
+
+  Status Close(UnitId id, bool backward) {
+    UnitRuntime& u = units_[id];
+    ZERO_CHECK(u.scope_open && u.scope_backward == backward) << "unit " << u.layout.name;
+    u.scope_open = false;
+    Status s;
+    if (backward) s = ReduceUnit(u);
+    if (u.sharded_params(stage_)) ReleaseGather(u);
+    return s;
+  }
+
+  // ---- gradient reduction ----
+
+  struct PendingReduce {
+    UnitId unit;
+    Work work;
+    Buffer send;        // bucket to return to the pool when done (stages 2-3 low-memory)
+    Buffer recv;        // temporary shard to add into the accumulator / copy into place
+    enum Kind { kInPlace, kAddToAccum, kCopyToGradSlice, kIntoAccum } kind;
+    int64_t elems;
+  };
+
+  Status ReduceUnit(UnitRuntime& u) {
+    const UnitId id = static_cast<UnitId>(&u - units_.data());
+    const bool last_micro = u.backward_count == ga_;
+    const auto avg = ReduceOp::kAvg;
+    const int64_t S = u.layout.shard;
+    PendingReduce p{id, Work(), Buffer(), Buffer(), PendingReduce::kInPlace, u.layout.padded};
+    if (stage_ == 0) {
+      if (!last_micro) return absl::OkStatus();
+      p.work = comm_->AllReduce(u.full_grads.data(), u.layout.padded, cd_, avg);
+    } else if (stage_ == 1) {
+      if (!last_micro) return absl::OkStatus();
+      p.recv = bucket_pool_.Take(S * 4, false);
+      p.work = comm_->ReduceScatter(u.full_grads.data(), p.recv.data(), S, cd_, avg);
+      p.kind = PendingReduce::kCopyToGradSlice;
+    } else if (ReduceEveryMicroStep()) {
+      p.send = std::move(u.bucket);
+      if (u.backward_count == 1) {
+        p.work = comm_->ReduceScatter(p.send.data(), u.grad_accum.data(), S, cd_, avg);
+        p.kind = PendingReduce::kIntoAccum;
+      } else {
+        p.recv = bucket_pool_.Take(S * 4, false);
+        p.work = comm_->ReduceScatter(p.send.data(), p.recv.data(), S, cd_, avg);
+        p.kind = PendingReduce::kAddToAccum;
+      }
+    } else {
+      if (!last_micro) return absl::OkStatus();
+      p.work = comm_->ReduceScatter(u.full_grads.data(), u.grad_accum.data(), S, cd_, avg);
+      p.kind = PendingReduce::kIntoAccum;
+    }
+    // Bound the gradient bytes in flight by reduce_bucket_size (elements), then queue.
+    while (!pending_.empty() && pending_elems_ + p.elems > cfg_.zero.reduce_bucket_size) {
+      ZERO_RETURN_IF_ERROR(RetireOldest());
+    }
+    pending_elems_ += p.elems;
+    pending_.push_back(std::move(p));
+    if (!cfg_.zero.overlap_comm) {
+      while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+    }
+    return absl::OkStatus();
+  }
+
+  Status RetireOldest() {
+    PendingReduce p = std::move(pending_.front());
+    pending_.pop_front();
+    pending_elems_ -= p.elems;
+    UnitRuntime& u = units_[p.unit];
+    Status s = p.work.Wait();
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.layout.name, ": ", s.message()));
+    }
+    const int64_t S = u.layout.shard;
+    switch (p.kind) {
+      case PendingReduce::kInPlace:
+      case PendingReduce::kIntoAccum:
+        break;
+      case PendingReduce::kAddToAccum: {
+        float* acc = u.grad_accum.as<float>();
+        const float* r = p.recv.as<float>();
+        for (int64_t i = 0; i < S; ++i) acc[i] += r[i];
+        break;
+      }
+      case PendingReduce::kCopyToGradSlice:
+        std::memcpy(u.full_grads.as<float>() + static_cast<int64_t>(rank_) * S, p.recv.data(), S * 4);
+        break;
+    }
+    if (stage_ >= 2 && !ReduceEveryMicroStep() && p.kind == PendingReduce::kIntoAccum) {
+      u.full_grads.Reset();  // low-communication mode: the full gradient lived only until reduced
+    }
+    bucket_pool_.Give(std::move(p.send));
+    bucket_pool_.Give(std::move(p.recv));
+    return absl::OkStatus();
+  }
+
+  // ---- the step ----
+
+  // This rank's gradient shard of a unit (f32), after all reductions.
+  float* GradShard(UnitRuntime& u) {
+    if (stage_ == 0) return u.full_grads.as<float>();
+    if (stage_ == 1) return u.full_grads.as<float>() + static_cast<int64_t>(rank_) * u.layout.shard;
+    return u.grad_accum.as<float>();
+  }
+
+  StatusOr<StepResult> Step() {
+    if (!finalized_) return absl::FailedPreconditionError("Step: call Finalize first");
+    ZERO_RETURN_IF_ERROR(TakeDeferredError());
+    for (auto& u : units_) {
+      if (u.scope_open) {
+        return absl::FailedPreconditionError(absl::StrCat("Step: unit ", u.layout.name, " still has an open ",
+                                                          u.scope_backward ? "backward" : "forward",
+                                                          " scope (gradients outstanding); close it first"));
+      }
+      if (u.backward_count != 0 && u.backward_count != ga_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Step: unit ", u.layout.name, " ran ", u.backward_count, " backward passes since the last Step but "
+            "gradient_accumulation_steps is ", ga_, " (gradients outstanding)"));
+      }
+      if (u.backward_count == 0 && !cfg_.zero.ignore_unused_parameters) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Step: unit ", u.layout.name, " received no gradient and zero_optimization.ignore_unused_parameters "
+            "is false"));
+      }
+    }
+    while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+    // Stage 3: release prefetched units nobody opened; adopt this step's order for the next one.
+    if (stage_ == 3) {
+      for (auto& u : units_) {
+        if (u.sharded_params(stage_) && u.status != UnitStatus::kNotAvailable) ReleaseGather(u);
+      }
+      if (!order_valid_ || order_broken_ || this_step_order_ != order_) {
+        order_ = this_step_order_;
+      }
+      order_valid_ = !order_.empty();
+      order_broken_ = false;
+      order_pos_ = 0;
+      this_step_order_.clear();
+      ZERO_RETURN_IF_ERROR(TakeDeferredError());
+    }
+
+    // Global norm over owned elements: one all-reduce of {sum of squares, non-finite flag}.
+    double local = 0.0;
+    for (auto& u : units_) {
+      // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so
+      // the all-reduce adds every element exactly once, as at the other stages.
+      const float* g = GradShard(u) + (stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0);
+      const int64_t count = u.layout.OwnedElems(rank_);
+      double s = 0.0;
+      for (int64_t i = 0; i < count; ++i) s += static_cast<double>(g[i]) * g[i];
+      local += s;
+    }
+    float red[2] = {static_cast<float>(local), std::isfinite(local) ? 0.0f : 1.0f};
+    ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
+    const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
+    StepResult result;
+    result.loss_scale = loss_scale_;
+    const double inv = 1.0 / (static_cast<double>(ga_) * loss_scale_);
+    result.grad_norm = nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(static_cast<double>(red[0])) * inv;
+    result.lr = scheduler_->LrAt(applied_steps_);
+    if (nonfinite) {
+      ++skipped_steps_;
+      ZERO_LOG(WARNING) << "step " << applied_steps_ << ": non-finite gradients on some rank; step skipped ("
+                        << skipped_steps_ << " skipped so far)";
+      result.skipped = true;
+    } else {
+      double coef = 1.0;
+      if (cfg_.gradient_clipping > 0 && result.grad_norm > cfg_.gradient_clipping) {
+        coef = cfg_.gradient_clipping / (result.grad_norm + 1e-6);
+      }
+      ZERO_RETURN_IF_ERROR(ApplyOptimizer(static_cast<float>(coef * inv), static_cast<float>(result.lr)));
+      ++applied_steps_;
+    }
+    // Zero gradients for the next step.
+    for (auto& u : units_) {
+      if (!u.full_grads.empty()) std::memset(u.full_grads.data(), 0, u.full_grads.size());
+      if (!u.grad_accum.empty()) std::memset(u.grad_accum.data(), 0, u.grad_accum.size());
+      u.backward_count = 0;
+    }
+    result.step = applied_steps_;
+    return result;
+  }
+
+  Status ApplyOptimizer(float grad_scale, float lr) {
+    std::vector<Work> gathers;
+    for (auto& u : units_) {
+      const int64_t S = u.layout.shard;
+      ShardUpdate up;
+      std::vector<float*> states;
+      for (auto& b : u.state) states.push_back(b.as<float>());
+      up.state = states.data();
+      up.grad = GradShard(u);
+      up.grad_dtype = DType::kF32;
+      up.grad_scale = grad_scale;
+      up.step = applied_steps_ + 1;
+      up.lr = lr;
+      up.param_out = nullptr;
+      if (stage_ == 0) {
+        up.master = u.params.as<float>();
+        up.n = u.layout.padded;
+      } else if (u.sharded_params(stage_)) {
+        up.master = u.params.as<float>();
+        up.n = S;
+      } else {
+        up.master = u.params.as<float>() + static_cast<int64_t>(rank_) * S;
+        up.n = S;
+      }
+      ParallelUpdate(*optimizer_, up, threads_, static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1)));
+      if (stage_ >= 1 && !u.sharded_params(stage_)) {
+        // Refresh the full parameters from every rank's updated shard (in place).
+        gathers.push_back(comm_->AllGather(up.master, u.params.data(), S, cd_));
+      }
+    }
+    for (size_t i = 0; i < gathers.size(); ++i) {
+      Status s = gathers[i].Wait();
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("all-gather of updated parameters: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const {
+    ZERO_RETURN_IF_ERROR(CheckUnit(id, "Param"));
+    const UnitRuntime& u = units_[id];
+    auto it = u.layout.index.find(name);
+    if (it == u.layout.index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unit ", u.layout.name, " has no parameter \"", name, "\""));
+    }
+    if (u.status != UnitStatus::kAvailable) {
+      return absl::FailedPreconditionError(absl::StrCat("unit ", u.layout.name, " is ", StatusName(u.status),
+                                                        " (released or not gathered): open a Forward or Backward "
+                                                        "scope to read parameter ", name));
+    }
+    const ParamSlot& slot = u.layout.params[it->second];
+    TensorView v;
+    v.data = static_cast<char*>(ParamBase(u)) + slot.offset * DTypeSize(cd_);
+    v.dtype = cd_;
+    v.numel = slot.numel;
+    v.shape = &slot.spec.shape;
+    return v;
+  }
+
+  TensorView ScopeView(UnitId id, const std::string& name, bool grad) const {
+    const UnitRuntime& u = units_[id];
+    auto it = u.layout.index.find(name);
+    ZERO_CHECK(it != u.layout.index.end()) << "unit " << u.layout.name << " has no parameter " << name;
+    ZERO_CHECK(u.scope_open) << "unit " << u.layout.name << " scope is closed";
+    const ParamSlot& slot = u.layout.params[it->second];
+    TensorView v;
+    void* base = grad ? GradBase(u) : ParamBase(u);
+    ZERO_CHECK(base != nullptr) << "unit " << u.layout.name << (grad ? ": grad() outside a backward scope" : "");
+    v.data = static_cast<char*>(base) + slot.offset * DTypeSize(cd_);
+    v.dtype = cd_;
+    v.numel = slot.numel;
+    v.shape = &slot.spec.shape;
+    return v;
+  }
+
+  StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name) {
+    ZERO_RETURN_IF_ERROR(CheckUnit(id, "GatherParam"));
+    UnitRuntime& u = units_[id];
+    auto it = u.layout.index.find(name);
+    if (it == u.layout.index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unit ", u.layout.name, " has no parameter \"", name, "\""));
+    }
+    const ParamSlot& slot = u.layout.params[it->second];
+    std::vector<float> full(u.layout.padded);
+    if (u.sharded_params(stage_)) {
+      ZERO_RETURN_IF_ERROR(comm_->AllGather(u.params.data(), full.data(), u.layout.shard, DType::kF32).Wait());
+    } else {
+      std::memcpy(full.data(), u.params.data(), u.layout.padded * 4);
+    }
+    return std::vector<float>(full.begin() + slot.offset, full.begin() + slot.offset + slot.numel);
+  }
+
+  // ---- state ----
+  Config cfg_;
+  std::unique_ptr<Communicator> comm_;
+  EngineOptions opts_;
+  int stage_;
+  int rank_, world_;
+  DType cd_ = DType::kF32;
+  int ga_ = 1;
+  int threads_ = 1;
+  MemoryTracker tracker_;
+  BufferPool gather_pool_, bucket_pool_;
+  std::shared_ptr<const ElementwiseOptimizer> optimizer_;
+  std::unique_ptr<LrScheduler> scheduler_;
+  std::vector<UnitRuntime> units_;
+  bool finalized_ = false;
+  int64_t num_params_ = 0;
+  Status deferred_;
+  std::deque<PendingReduce> pending_;
+  int64_t pending_elems_ = 0;
+  // Prefetch by recorded order (stage 3).
+  std::vector<UnitId> order_, this_step_order_;
+  bool order_valid_ = false, order_broken_ = false;
+  size_t order_pos_ = 0;
+  int64_t live_elems_ = 0, peak_live_ = 0;
+  int64_t prefetch_gathers_ = 0, demand_gathers_ = 0;
+  int64_t applied_steps_ = 0, skipped_steps_ = 0;
+  double loss_scale_ = 1.0;
+};
+
+// ---- UnitScope ----
+
+UnitScope::UnitScope(UnitScope&& o) noexcept { *this = std::move(o); }
+UnitScope& UnitScope::operator=(UnitScope&& o) noexcept {
+  if (this != &o) {
+    (void)Close();
+    engine_ = std::exchange(o.engine_, nullptr);
+    unit_ = o.unit_;
+    backward_ = o.backward_;
+  }
+  return *this;
+}
+UnitScope::~UnitScope() { (void)Close(); }
+
+Status UnitScope::Close() {
+  if (engine_ == nullptr) return absl::OkStatus();
+  Engine* e = std::exchange(engine_, nullptr);
+  Status s = e->CloseScope(unit_, backward_);
+  if (!s.ok() && e->impl_->deferred_.ok()) e->impl_->deferred_ = s;
+  return s;
+}
+TensorView UnitScope::param(const std::string& name) const {
+  ZERO_CHECK(engine_ != nullptr) << "param() on a closed scope";
+  return engine_->impl_->ScopeView(unit_, name, false);
+}
+TensorView UnitScope::grad(const std::string& name) const {
+  ZERO_CHECK(engine_ != nullptr && backward_) << "grad() needs an open backward scope";
+  return engine_->impl_->ScopeView(unit_, name, true);
+}
+void* UnitScope::param_base() const {
+  ZERO_CHECK(engine_ != nullptr);
+  return engine_->impl_->ParamBase(engine_->impl_->units_[unit_]);
+}
+void* UnitScope::grad_base() const {
+  ZERO_CHECK(engine_ != nullptr && backward_);
+  return engine_->impl_->GradBase(engine_->impl_->units_[unit_]);
+}
+
+// ---- Engine ----
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::unique_ptr<Communicator> comm,
+                                                 EngineOptions options) {
+  if (comm == nullptr) return absl::InvalidArgumentError("Engine::Create: communicator is null");
+  Config cfg = config;
+  ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
+  auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(options));
+  ZERO_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() {
+  if (impl_) {
+    for (auto& p : impl_->pending_) (void)p.work.Wait();
+    for (auto& u : impl_->units_) {
+      if (u.status == UnitStatus::kInflight) (void)u.gather_work.Wait();
+    }
+  }
+}
+
+StatusOr<UnitId> Engine::AddUnit(const std::string& name, std::vector<ParamSpec> params) {
+  return impl_->AddUnit(name, std::move(params));
+}
+Status Engine::Finalize(const ParamInit& init) { return impl_->Finalize(init); }
+Status Engine::CopyIn(UnitId unit, const std::string& param, const float* values) {
+  return impl_->CopyIn(unit, param, values);
+}
+StatusOr<UnitScope> Engine::Forward(UnitId unit) { return impl_->Open(this, unit, false); }
+StatusOr<UnitScope> Engine::Backward(UnitId unit) { return impl_->Open(this, unit, true); }
+Status Engine::CloseScope(UnitId unit, bool backward) { return impl_->Close(unit, backward); }
+StatusOr<StepResult> Engine::Step() { return impl_->Step(); }
+StatusOr<TensorView> Engine::Param(UnitId unit, const std::string& name) const { return impl_->ParamView(unit, name); }
+StatusOr<std::vector<float>> Engine::GatherParam(UnitId unit, const std::string& name) {
+  return impl_->GatherParam(unit, name);
+}
+double Engine::loss_scale() const { return impl_->loss_scale_; }
+int64_t Engine::steps() const { return impl_->applied_steps_; }
+int Engine::rank() const { return impl_->rank_; }
+int Engine::world_size() const { return impl_->world_; }
+const Config& Engine::config() const { return impl_->cfg_; }
+Communicator& Engine::comm() { return *impl_->comm_; }
+int64_t Engine::num_params() const { return impl_->num_params_; }
+MemoryReport Engine::memory_report() const { return impl_->tracker_.Report(); }
+MemoryTracker& Engine::memory_tracker() { return impl_->tracker_; }
+std::string Engine::UnitState(UnitId unit) const { return StatusName(impl_->units_.at(unit).status); }
+UnitId Engine::FindUnit(const std::string& name) const { return impl_->FindUnit(name); }
+const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
+  return impl_->units_.at(unit).specs;
+}
+int64_t Engine::prefetch_gathers() const { return impl_->prefetch_gathers_; }
+int64_t Engine::demand_gathers() const { return impl_->demand_gathers_; }
+int64_t Engine::peak_live_elements() const { return impl_->peak_live_; }
+
+}  // namespace zero
