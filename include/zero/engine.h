@@ -129,7 +129,7 @@ class Engine {
  public:
   // Validates `config` for the communicator's world size (batch sizes, no "auto" left). The engine keeps the
   // communicator for its lifetime.
-  static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, std::unique_ptr<Communicator> comm,
+  static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, std::shared_ptr<Communicator> comm,
                                                   EngineOptions options = {});
   ~Engine();
   Engine(const Engine&) = delete;

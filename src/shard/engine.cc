@@ -116,7 +116,7 @@ struct UnitRuntime {
 
 class Engine::Impl {
  public:
-  Impl(const Config& cfg, std::unique_ptr<Communicator> comm, EngineOptions opts)
+  Impl(const Config& cfg, std::shared_ptr<Communicator> comm, EngineOptions opts)
       : cfg_(cfg),
         comm_(std::move(comm)),
         opts_(std::move(opts)),
@@ -742,7 +742,7 @@ class Engine::Impl {
 
   // ---- state ----
   Config cfg_;
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   EngineOptions opts_;
   int stage_;
   int rank_, world_;
@@ -809,7 +809,7 @@ void* UnitScope::grad_base() const {
 
 // ---- Engine ----
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::unique_ptr<Communicator> comm,
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shared_ptr<Communicator> comm,
                                                  EngineOptions options) {
   if (comm == nullptr) return absl::InvalidArgumentError("Engine::Create: communicator is null");
   Config cfg = config;

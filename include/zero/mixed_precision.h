@@ -1,0 +1,62 @@
+// zero/mixed_precision.h — the loss scaler for fp16 training, with DeepSpeed's exact semantics.
+//
+//   zero::LossScaler scaler = zero::LossScaler::FromConfig(cfg.fp16);
+//   loss *= scaler.scale();                 // the trainer scales its loss before backward
+//   ...
+//   ZERO_ASSIGN_OR_RETURN(bool skip, scaler.Update(/*overflow=*/found_inf_on_any_rank));
+//
+// Dynamic scaling (DeepSpeed deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale):
+// - start at 2^initial_scale_power;
+// - on overflow: if hysteresis is used up (delayed_shift == 1 or cur_hysteresis == 1), halve the scale, never
+//   below min_loss_scale — and if the scale is already at the minimum, fail (DeepSpeed raises "Current loss
+//   scale already at minimum"); otherwise spend one unit of hysteresis and keep the scale. Either way the step
+//   is skipped.
+// - on a clean step: with consecutive_hysteresis refill the hysteresis; after loss_scale_window clean steps
+//   since the last overflow ((iter - last_overflow_iter) % window == 0) refill the hysteresis and double the
+//   scale (no cap).
+// loss_scale > 0 in the config means a static scale: never changes, overflow steps are still skipped.
+// One deliberate difference from DeepSpeed: its defaults change (2^32, no hysteresis) when the fp16 section has
+// none of the dynamic keys; zero always applies the documented defaults (2^16, hysteresis 2).
+#pragma once
+
+#include <cstdint>
+
+#include "zero/config.h"
+#include "zero/status.h"
+
+namespace zero {
+
+class LossScaler {
+ public:
+  struct Options {
+    double initial_scale = 65536.0;
+    double min_scale = 1.0;
+    int64_t window = 1000;
+    int hysteresis = 2;
+    bool consecutive_hysteresis = false;
+    bool dynamic = true;
+  };
+
+  explicit LossScaler(const Options& o);
+  // From the "fp16" section; fp16 disabled gives a static scale of 1.
+  static LossScaler FromConfig(const Fp16Config& fp16);
+
+  double scale() const { return scale_; }
+  int hysteresis_left() const { return cur_hysteresis_; }
+  int64_t iteration() const { return iter_; }
+  bool dynamic() const { return opt_.dynamic; }
+
+  // Records one optimizer step's outcome. Returns true when the step must be skipped (overflow).
+  // kFailedPrecondition when an overflow arrives with the scale already at min_loss_scale (DeepSpeed's
+  // "cannot decrease scale anymore"): training cannot make progress.
+  StatusOr<bool> Update(bool overflow);
+
+ private:
+  Options opt_;
+  double scale_;
+  int cur_hysteresis_;
+  int64_t iter_ = 0;
+  int64_t last_overflow_iter_ = -1;
+};
+
+}  // namespace zero
