@@ -27,6 +27,7 @@ namespace zero {
 using Status = absl::Status;
 template <typename T>
 using StatusOr = absl::StatusOr<T>;
+using absl::OkStatus;
 
 namespace internal {
 

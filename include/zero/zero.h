@@ -5,7 +5,13 @@
 // See README.md for the quick start and include/zero/engine.h for the trainer's view.
 #pragma once
 
+#include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/dtype.h"
+#include "zero/engine.h"
 #include "zero/features.h"
 #include "zero/logging.h"
+#include "zero/memory.h"
+#include "zero/mixed_precision.h"
+#include "zero/optimizer.h"
 #include "zero/status.h"

@@ -1,0 +1,169 @@
+#include "train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "data.h"
+#include "model.h"
+#include "zero/engine.h"
+
+namespace zero::gpt {
+
+namespace {
+
+std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<gpt::ParamSpec>& specs) {
+  std::vector<zero::ParamSpec> out;
+  for (const auto& s : specs) out.push_back({s.name, s.shape});
+  return out;
+}
+
+// Gathers every rank's memory report (int64 counters carried bit-exactly through f32 all-gather slots).
+StatusOr<std::vector<MemoryReport>> GatherReports(Communicator& comm, const MemoryReport& mine) {
+  constexpr size_t kTiers = static_cast<size_t>(MemTier::kCount), kTags = static_cast<size_t>(MemTag::kCount);
+  constexpr size_t kWords = kTiers * kTags * 2 + 1;
+  std::vector<int64_t> flat;
+  for (size_t t = 0; t < kTiers; ++t) {
+    for (size_t g = 0; g < kTags; ++g) {
+      flat.push_back(mine.usage[t][g].current);
+      flat.push_back(mine.usage[t][g].peak);
+    }
+  }
+  flat.push_back(mine.padding_bytes);
+  std::vector<float> send(kWords * 2), recv(kWords * 2 * comm.world_size());
+  std::memcpy(send.data(), flat.data(), kWords * 8);
+  ZERO_RETURN_IF_ERROR(comm.AllGather(send.data(), recv.data(), send.size(), DType::kF32).Wait());
+  std::vector<MemoryReport> out(comm.world_size());
+  for (int r = 0; r < comm.world_size(); ++r) {
+    std::vector<int64_t> v(kWords);
+    std::memcpy(v.data(), recv.data() + r * kWords * 2, kWords * 8);
+    size_t k = 0;
+    for (size_t t = 0; t < kTiers; ++t) {
+      for (size_t g = 0; g < kTags; ++g) {
+        out[r].usage[t][g].current = v[k++];
+        out[r].usage[t][g].peak = v[k++];
+      }
+    }
+    out[r].padding_bytes = v[k];
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicator> comm, const TrainOptions& options,
+                                const std::function<void(const StepLog&)>& on_step, bool collect_final_params) {
+  ZERO_ASSIGN_OR_RETURN(GptConfig mc, GptConfig::FromName(options.model));
+  const int T = options.seq > 0 ? options.seq : mc.max_seq;
+  if (T > mc.max_seq) {
+    return absl::InvalidArgumentError(absl::StrCat("--seq ", T, " exceeds the model's max_seq ", mc.max_seq));
+  }
+  const int rank = comm->rank(), world = comm->world_size();
+  const int local = std::max(1, options.local_world_size);
+  SetBlasThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+
+  EngineOptions eopt;
+  eopt.local_world_size = local;
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, comm, eopt));
+  const Config& cfg = engine->config();
+  const int B = static_cast<int>(cfg.micro_batch());
+  const int ga = static_cast<int>(cfg.accumulation_steps());
+
+  // Units: the root (embeddings, final layernorm, tied head) and one per block.
+  ZERO_ASSIGN_OR_RETURN(UnitId root, engine->AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
+  std::vector<UnitId> blocks;
+  for (int l = 0; l < mc.layers; ++l) {
+    ZERO_ASSIGN_OR_RETURN(UnitId b, engine->AddUnit(BlockUnitName(l), ToEngineSpecs(BlockParams(mc))));
+    blocks.push_back(b);
+  }
+  Status init_status;
+  ZERO_RETURN_IF_ERROR(engine->Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* out) {
+    Status s = InitParam(options.seed, mc, unit, gpt::ParamSpec{p.name, p.shape}, out);
+    if (!s.ok() && init_status.ok()) init_status = s;
+  }));
+  ZERO_RETURN_IF_ERROR(init_status);
+
+  ByteDatasetOptions dopt;
+  dopt.seed = options.seed;
+  if (!options.data_file.empty()) dopt.files = {options.data_file};
+  ZERO_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(dopt));
+
+  // Activations live in buffers tagged "activations" so the memory report counts them.
+  MemoryTracker& tracker = engine->memory_tracker();
+  std::vector<Buffer> act_mem;
+  std::vector<BlockActs> acts(mc.layers);
+  for (int l = 0; l < mc.layers; ++l) {
+    act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, BlockActs::Bytes(mc, B, T)));
+    acts[l].Bind(mc, B, T, act_mem.back().data());
+  }
+  HeadActs head;
+  act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, HeadActs::Bytes(mc, B, T)));
+  head.Bind(mc, B, T, act_mem.back().data());
+  BlockScratch scratch;
+  act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, BlockScratch::Bytes(mc, B, T)));
+  scratch.Bind(mc, B, T, act_mem.back().data());
+  const size_t stream_bytes = static_cast<size_t>(B) * T * mc.channels * sizeof(float);
+  Buffer x_mem = Buffer::Host(&tracker, MemTag::kActivations, stream_bytes);
+  Buffer dx_mem = Buffer::Host(&tracker, MemTag::kActivations, stream_bytes);
+  float* x = x_mem.as<float>();
+  float* dx = dx_mem.as<float>();
+  std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+
+  TrainResult result;
+  result.params = engine->num_params();
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    for (int m = 0; m < ga; ++m) {
+      // Micro-step m of this step covers global sequences [(m*world + rank)*B, +B): the same sequences a
+      // world-1 run with batch B*world*ga sees, whatever the split.
+      data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
+      ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
+      const RootWeights rw = RootWeightsFromFlat(mc, static_cast<const float*>(rs.param_base()));
+      const RootGrads rg = RootGradsFromFlat(mc, static_cast<float*>(rs.grad_base()));
+      EmbeddingForward(mc, rw, tokens.data(), B, T, x);
+      for (int l = 0; l < mc.layers; ++l) {
+        ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Forward(blocks[l]));
+        BlockForward(mc, BlockWeightsFromFlat(mc, static_cast<const float*>(s.param_base())), x, x, &acts[l]);
+        ZERO_RETURN_IF_ERROR(s.Close());
+      }
+      loss_sum += HeadForward(mc, rw, x, targets.data(), &head);
+      HeadBackward(mc, rw, rg, &head, dx);
+      for (int l = mc.layers - 1; l >= 0; --l) {
+        ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Backward(blocks[l]));
+        BlockBackward(mc, BlockWeightsFromFlat(mc, static_cast<const float*>(s.param_base())),
+                      BlockGradsFromFlat(mc, static_cast<float*>(s.grad_base())), acts[l], dx, dx, &scratch);
+        ZERO_RETURN_IF_ERROR(s.Close());
+      }
+      EmbeddingBackward(mc, rg, tokens.data(), B, T, dx);
+      ZERO_RETURN_IF_ERROR(rs.Close());
+    }
+    ZERO_ASSIGN_OR_RETURN(StepResult r, engine->Step());
+    float loss = static_cast<float>(loss_sum / ga);
+    ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    StepLog log{step, loss, r.grad_norm, ms, static_cast<double>(B) * T * world * ga / (ms / 1000.0), r.skipped};
+    result.steps.push_back(log);
+    if (rank == 0 && on_step) on_step(log);
+  }
+  result.memory = engine->memory_report();
+  result.prefetch_gathers = engine->prefetch_gathers();
+  result.demand_gathers = engine->demand_gathers();
+  result.peak_live_elements = engine->peak_live_elements();
+  ZERO_ASSIGN_OR_RETURN(result.all_ranks, GatherReports(*comm, result.memory));
+  if (collect_final_params) {
+    std::vector<UnitId> order = {root};
+    order.insert(order.end(), blocks.begin(), blocks.end());
+    for (UnitId u : order) {
+      for (const auto& p : engine->UnitParams(u)) {
+        ZERO_ASSIGN_OR_RETURN(std::vector<float> v, engine->GatherParam(u, p.name));
+        result.final_params.insert(result.final_params.end(), v.begin(), v.end());
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace zero::gpt

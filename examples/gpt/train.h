@@ -1,0 +1,58 @@
+// examples/gpt/train.h — the zero-gpt training loop, one rank of it, on zero's public API only.
+//
+//   zero::gpt::TrainOptions opt{.model = "tiny", .steps = 20};
+//   ZERO_ASSIGN_OR_RETURN(zero::gpt::TrainResult r, zero::gpt::TrainRank(cfg, comm, opt));
+//
+// Used by the zero-gpt binary (N thread-ranks or one rank per process) and by the engine's end-to-end tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/communicator.h"
+#include "zero/config.h"
+#include "zero/memory.h"
+#include "zero/status.h"
+
+namespace zero::gpt {
+
+struct TrainOptions {
+  std::string model = "tiny";  // "tiny" | "small"
+  int64_t steps = 20;
+  uint64_t seed = 1234;        // model init and data order
+  int seq = 0;                 // tokens per sequence; 0 = the model's max_seq
+  int local_world_size = 1;    // ranks sharing this host's cores (BLAS and optimizer threads are divided)
+  std::string data_file;       // optional corpus file instead of the system texts
+};
+
+struct StepLog {
+  int64_t step = 0;
+  double loss = 0;  // mean over ranks and micro-steps
+  double grad_norm = 0;
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  bool skipped = false;
+};
+
+struct TrainResult {
+  std::vector<StepLog> steps;
+  int64_t params = 0;
+  MemoryReport memory;                 // this rank's
+  std::vector<MemoryReport> all_ranks; // every rank's (gathered), in rank order
+  // Final full parameters (fp32, unit by unit in registration order: root, h.0, ...), when requested.
+  std::vector<float> final_params;
+  // Stage-3 gather statistics of this rank (Engine::prefetch_gathers etc.).
+  int64_t prefetch_gathers = 0;
+  int64_t demand_gathers = 0;
+  int64_t peak_live_elements = 0;
+};
+
+// Trains one rank. `on_step` (rank 0 only, may be empty) is called after every step. Collective.
+StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicator> comm, const TrainOptions& options,
+                                const std::function<void(const StepLog&)>& on_step = {},
+                                bool collect_final_params = false);
+
+}  // namespace zero::gpt
