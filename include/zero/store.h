@@ -30,15 +30,25 @@ class Store {
   // Atomically adds `delta` to the integer at `key` and returns the new value.
   virtual StatusOr<int64_t> Add(const std::string& key, int64_t delta) = 0;
 
+  // Keys are write-once (as in Gloo's stores): Set on an existing key returns kAlreadyExists. Add counters
+  // are a namespace of their own (Get does not see them). All methods are thread-safe.
+
   // In-process store for N ranks as N threads.
   static std::shared_ptr<Store> Hash();
   // A directory on a file system every rank sees (N processes on one machine, or a shared FS).
   static std::shared_ptr<Store> File(const std::string& directory);
-  // A TCP store: rank 0 (is_server) serves on host:port, the others connect (MASTER_ADDR / MASTER_PORT).
+  // A TCP store: rank 0 (is_server) serves on all interfaces at `port` (0 picks a free one, see port()), the
+  // others connect to host:port (MASTER_ADDR / MASTER_PORT), retrying for up to `timeout`. The server lives as
+  // long as rank 0's Store (communicators keep their store alive).
   static StatusOr<std::shared_ptr<Store>> Tcp(const std::string& host, int port, bool is_server,
                                               absl::Duration timeout);
 
-  // Backend access for zero's own communicators (returns a gloo::rendezvous::Store*). Not for users.
+  // The TCP port a TCP store serves or connects to (useful after Tcp(host, 0, /*is_server=*/true) picked a
+  // free port); 0 for other stores.
+  virtual int port() const { return 0; }
+
+  // Backend access for zero's own communicators (returns a gloo::rendezvous::Store*, or nullptr for a store
+  // that failed to open, whose every call returns the error). Not for users.
   virtual void* NativeHandle() = 0;
 };
 

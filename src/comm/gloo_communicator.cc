@@ -1,0 +1,452 @@
+// The Gloo communicator: host-memory collectives over Gloo's TCP transport, run in issue order on one
+// communication thread per communicator.
+//
+// Two Gloo contexts per communicator, on one TCP device:
+//   fn_ctx_  the UnboundBuffer function API: allgather, allreduce (RING), broadcast, barrier, and the
+//            fingerprint exchange of check mode;
+//   rs_ctx_  the legacy Algorithm class ReduceScatterHalvingDoubling, the only reduce-scatter in this Gloo.
+// They are kept apart because mixing the two API families on one context stalled 64 MiB all-gathers for
+// seconds (research/performance.md §4). ReduceScatterHalvingDoubling registers its buffers with the pairs
+// when constructed, so constructed instances are cached per size (see RsCacheEntry).
+//
+// All Gloo exceptions are caught here (and in store.cc) and converted by GlooExceptionToStatus.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/internal/env.h"
+#include "comm/internal/gloo_status.h"
+#include "comm/internal/gloo_testing.h"
+#include "comm/internal/op.h"
+#include "comm/internal/work_state.h"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/math.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "zero/communicator.h"
+#include "zero/logging.h"
+
+namespace zero {
+namespace internal {
+namespace {
+constexpr size_t kDefaultRsChunkLimit = static_cast<size_t>(INT_MAX) / sizeof(float);
+std::atomic<size_t> g_rs_chunk_limit{kDefaultRsChunkLimit};
+}  // namespace
+
+void SetGlooReduceScatterChunkLimitForTesting(size_t max_total_elements) {
+  g_rs_chunk_limit.store(max_total_elements == 0 ? kDefaultRsChunkLimit : max_total_elements);
+}
+size_t GlooReduceScatterChunkLimit() { return g_rs_chunk_limit.load(); }
+
+}  // namespace internal
+
+namespace {
+
+using internal::OpDesc;
+using internal::OpKind;
+
+// Uninitialized float storage that grows and never shrinks: staging buffers are reused op after op, so their
+// pages are touched once, not once per op.
+class FloatScratch {
+ public:
+  float* Get(size_t n) {
+    if (n > capacity_) {
+      data_.reset(new float[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  size_t capacity_ = 0;
+};
+
+// One constructed ReduceScatterHalvingDoubling over its own input buffer. Construction allocates Gloo's
+// internal receive buffers (about 2x the input) and registers slots with every pair, and every rank must
+// construct the same instances in the same order (slots are numbered from a per-context counter). Since all
+// ranks issue the same ops, the cache hits and evictions below are identical on every rank.
+struct RsCacheEntry {
+  size_t total = 0;  // elements of all ranks' blocks together
+  ReduceOp reduce = ReduceOp::kSum;
+  std::unique_ptr<float[]> buffer;
+  std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> algorithm;
+  uint64_t last_use = 0;
+};
+constexpr size_t kRsCacheEntries = 4;
+
+void DivideInPlace(float* p, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) p[i] /= divisor;
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<Store> store, int rank, int world_size, CommOptions options)
+      : store_(std::move(store)),
+        rank_(rank),
+        world_(world_size),
+        options_(std::move(options)),
+        progress_(std::make_shared<internal::CommProgress>()) {}
+
+  ~GlooCommunicator() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    rs_cache_.clear();  // the algorithms hold rs_ctx_'s pairs
+    fn_ctx_.reset();
+    rs_ctx_.reset();
+    device_.reset();
+  }
+
+  // Connects both contexts through `native` (a gloo::rendezvous::Store), then starts the thread.
+  Status Connect(gloo::rendezvous::Store& native, const std::string& key_prefix) {
+    if (world_ > 1) {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = options_.hostname;
+      if (attr.hostname.empty()) {
+        if (auto iface = internal::ProcessEnv()("GLOO_SOCKET_IFNAME")) attr.iface = *iface;
+      }
+      const std::string what = absl::StrCat("Gloo rendezvous of rank ", rank_, " of ", world_, " (store prefix '",
+                                            key_prefix, "', timeout ", absl::FormatDuration(options_.timeout), ")");
+      try {
+        device_ = gloo::transport::tcp::CreateDevice(attr);
+        fn_ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
+        fn_ctx_->setTimeout(internal::ToGlooTimeout(options_.timeout));
+        gloo::rendezvous::PrefixStore fn_store(key_prefix + "/fn", native);
+        fn_ctx_->connectFullMesh(fn_store, device_);
+        rs_ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
+        rs_ctx_->setTimeout(internal::ToGlooTimeout(options_.timeout));
+        gloo::rendezvous::PrefixStore rs_store(key_prefix + "/rs", native);
+        rs_ctx_->connectFullMesh(rs_store, device_);
+      } catch (...) {
+        Status s = internal::GlooExceptionToStatus(std::current_exception(), what);
+        if (absl::IsDeadlineExceeded(s)) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              s.message(), " [a rank never arrived: Gloo's store keys are '<prefix>/<rank>', so the key named above "
+                           "ends with the missing rank]"));
+        }
+        return s;
+      }
+    }
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  Backend backend() const override { return Backend::kGloo; }
+
+  Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    return Enqueue(d, check, [this, send, recv, count, dtype](const OpDesc& op) -> Status {
+      const size_t bytes = count * DTypeSize(dtype);
+      auto* out = static_cast<uint8_t*>(recv);
+      const auto* in = static_cast<const uint8_t*>(send);
+      if (world_ == 1) {
+        if (in != out) std::memmove(out, in, bytes);
+        return absl::OkStatus();
+      }
+      gloo::AllgatherOptions o(fn_ctx_);
+      if (in != out + rank_ * bytes) o.setInput(const_cast<uint8_t*>(in), bytes);
+      o.setOutput(out, bytes * world_);
+      o.setTag(OpTag(op));
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::allgather(o);
+      return absl::OkStatus();
+    });
+  }
+
+  Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                     CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kReduceScatter, .dtype = dtype, .reduce = op, .count = count};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc&) -> Status {
+      RunReduceScatter(send, recv, count, dtype, op);
+      return absl::OkStatus();
+    });
+  }
+
+  Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kAllReduce, .dtype = dtype, .reduce = op, .count = count};
+    Status check = ValidateBuffers(count, {buf}, 1);
+    return Enqueue(d, check, [this, buf, count, dtype, op](const OpDesc& desc) -> Status {
+      if (world_ == 1) return absl::OkStatus();  // sum, avg and max of one rank are the identity
+      float* data = dtype == DType::kF32 ? static_cast<float*>(buf) : stage_.Get(count);
+      if (dtype != DType::kF32) ConvertBuffer(buf, dtype, data, DType::kF32, count);
+      gloo::AllreduceOptions o(fn_ctx_);
+      o.setOutput(data, count);
+      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      // gloo::sum and gloo::max are overloaded; name the 4-argument form explicitly.
+      using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+      o.setReduceFunction(op == ReduceOp::kMax ? static_cast<ReduceFn>(&gloo::max<float>)
+                                               : static_cast<ReduceFn>(&gloo::sum<float>));
+      o.setTag(OpTag(desc));
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::allreduce(o);
+      if (op == ReduceOp::kAvg) DivideInPlace(data, count, static_cast<float>(world_));
+      if (dtype != DType::kF32) ConvertBuffer(data, DType::kF32, buf, dtype, count);
+      return absl::OkStatus();
+    });
+  }
+
+  Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kBroadcast, .dtype = dtype, .root = root, .count = count};
+    Status check = ValidateBuffers(count, {buf}, 1);
+    if (check.ok() && (root < 0 || root >= world_)) {
+      check = absl::InvalidArgumentError(absl::StrCat("root ", root, " is not a rank of a world of ", world_));
+    }
+    return Enqueue(d, check, [this, buf, count, dtype, root](const OpDesc& desc) -> Status {
+      if (world_ == 1) return absl::OkStatus();
+      gloo::BroadcastOptions o(fn_ctx_);
+      o.setOutput(static_cast<uint8_t*>(buf), count * DTypeSize(dtype));
+      o.setRoot(root);
+      o.setTag(OpTag(desc));
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::broadcast(o);
+      return absl::OkStatus();
+    });
+  }
+
+  Work Barrier() override {
+    OpDesc d{.kind = OpKind::kBarrier};
+    return Enqueue(d, absl::OkStatus(), [this](const OpDesc& desc) -> Status {
+      if (world_ == 1) return absl::OkStatus();
+      gloo::BarrierOptions o(fn_ctx_);
+      o.setTag(OpTag(desc));
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::barrier(o);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  using Body = std::function<Status(const OpDesc&)>;
+  struct Task {
+    OpDesc desc;
+    Status precheck;  // an argument error found at issue time; the op is not run
+    Body body;
+    std::shared_ptr<internal::HostWorkState> state;
+  };
+
+  // Tags keep ops apart on the wire: if two ranks ever disagree on the op sequence, messages of different
+  // ops do not match each other (the op times out instead of mixing data). The fingerprint exchange uses the
+  // other half of the tag space.
+  static uint32_t OpTag(const OpDesc& op) { return static_cast<uint32_t>(op.seq) & 0x7fffffffu; }
+  static uint32_t FingerprintTag(const OpDesc& op) { return OpTag(op) | 0x80000000u; }
+
+  static Status ValidateBuffers(size_t count, std::initializer_list<const void*> ptrs, int blocks) {
+    if (count == 0) return absl::OkStatus();
+    for (const void* p : ptrs) {
+      if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("null buffer with count ", count));
+    }
+    if (count > SIZE_MAX / 4 / static_cast<size_t>(blocks)) {
+      return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows the buffer size"));
+    }
+    return absl::OkStatus();
+  }
+
+  Work Enqueue(OpDesc desc, Status precheck, Body body) {
+    desc.seq = next_seq_++;
+    auto state = std::make_shared<internal::HostWorkState>(desc, options_.timeout, progress_);
+    if (!precheck.ok()) {
+      precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_,
+                                                            " of ", world_, ": ", precheck.message()));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      queue_.push_back(Task{desc, std::move(precheck), std::move(body), state});
+    }
+    return Work(std::move(state));
+  }
+
+  void Loop() {
+    SetLogRank(rank_);
+    for (;;) {
+      Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GlooCommunicator* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+              return self->stop_ || !self->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;  // stop_ and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status s = RunTask(task);
+      if (!s.ok() && broken_.ok()) {
+        broken_ = s;
+        ZERO_LOG(ERROR) << s.message();
+      }
+      task.state->Complete(std::move(s));
+    }
+  }
+
+  Status RunTask(Task& task) {
+    const std::string what = absl::StrCat(internal::DescribeOp(task.desc), " on rank ", rank_, " of ", world_);
+    if (!broken_.ok()) {
+      return absl::Status(broken_.code(),
+                          absl::StrCat(what, " was not run: the communicator failed earlier: ", broken_.message()));
+    }
+    if (!task.precheck.ok()) return task.precheck;
+    progress_->Start(task.desc);
+    Status s;
+    try {
+      if (options_.check_order && world_ > 1) s = ExchangeFingerprint(task.desc);
+      if (s.ok() && !(task.desc.count == 0 && task.desc.kind != OpKind::kBarrier)) s = task.body(task.desc);
+    } catch (...) {
+      s = internal::GlooExceptionToStatus(std::current_exception(), what);
+    }
+    progress_->Stop();
+    if (!s.ok() && absl::IsFailedPrecondition(s)) {
+      s = absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
+    }
+    return s;
+  }
+
+  // Check mode: all ranks allgather a fingerprint of the op before running it.
+  Status ExchangeFingerprint(const OpDesc& op) {
+    internal::Fingerprint mine = internal::EncodeFingerprint(op);
+    std::vector<uint8_t> all(internal::kFingerprintBytes * world_);
+    gloo::AllgatherOptions o(fn_ctx_);
+    o.setInput(mine.data(), mine.size());
+    o.setOutput(all.data(), all.size());
+    o.setTag(FingerprintTag(op));
+    o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+    gloo::allgather(o);
+    return internal::CompareFingerprints(all.data(), world_);
+  }
+
+  RsCacheEntry& GetReduceScatter(size_t total, ReduceOp op) {
+    const ReduceOp reduce = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+    ++rs_clock_;
+    for (auto& e : rs_cache_) {
+      if (e.total == total && e.reduce == reduce) {
+        e.last_use = rs_clock_;
+        return e;
+      }
+    }
+    if (rs_cache_.size() >= kRsCacheEntries) {
+      auto lru = std::min_element(rs_cache_.begin(), rs_cache_.end(),
+                                  [](const RsCacheEntry& a, const RsCacheEntry& b) { return a.last_use < b.last_use; });
+      rs_cache_.erase(lru);
+    }
+    RsCacheEntry e;
+    e.total = total;
+    e.reduce = reduce;
+    e.last_use = rs_clock_;
+    e.buffer.reset(new float[total]);
+    const size_t block = total / world_;
+    e.algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+        rs_ctx_, std::vector<float*>{e.buffer.get()}, static_cast<int>(total),
+        std::vector<int>(world_, static_cast<int>(block)),
+        reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum);
+    rs_cache_.push_back(std::move(e));
+    return rs_cache_.back();
+  }
+
+  // Reduce-scatter of `count` elements per rank. Gloo's algorithm works in place on a float buffer of all
+  // ranks' blocks and leaves this rank's reduced block at the buffer's start; our `send` is const, so the
+  // input is staged (copied, or converted from 16 bit) into the algorithm's own buffer. Inputs above the
+  // int-sized limit run as several reduce-scatters over column chunks of every rank's block.
+  void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    const size_t esize = DTypeSize(dtype);
+    const auto* in = static_cast<const uint8_t*>(send);
+    auto* out = static_cast<uint8_t*>(recv);
+    if (world_ == 1) {
+      if (in != out) std::memmove(out, in, count * esize);
+      return;
+    }
+    const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
+    const float divisor = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
+    for (size_t off = 0; off < count; off += chunk) {
+      const size_t c = std::min(chunk, count - off);
+      RsCacheEntry& e = GetReduceScatter(c * world_, op);
+      float* buf = e.buffer.get();
+      if (c == count) {
+        ConvertBuffer(in, dtype, buf, DType::kF32, count * world_);
+      } else {
+        for (int r = 0; r < world_; ++r) {
+          ConvertBuffer(in + (r * count + off) * esize, dtype, buf + r * c, DType::kF32, c);
+        }
+      }
+      e.algorithm->run();
+      if (divisor != 1.0f) DivideInPlace(buf, c, divisor);
+      ConvertBuffer(buf, DType::kF32, out + off * esize, dtype, c);
+    }
+  }
+
+  const std::shared_ptr<Store> store_;  // kept alive: a TCP store's server runs in rank 0's store
+  const int rank_;
+  const int world_;
+  const CommOptions options_;
+  const std::shared_ptr<internal::CommProgress> progress_;
+
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> fn_ctx_;
+  std::shared_ptr<gloo::rendezvous::Context> rs_ctx_;
+
+  int64_t next_seq_ = 0;  // issuing thread only
+
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+
+  // Communication-thread state.
+  Status broken_;
+  FloatScratch stage_;
+  std::vector<RsCacheEntry> rs_cache_;
+  uint64_t rs_clock_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank,
+                                                                 int world_size, const CommOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("CreateGloo: store is null");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateGloo: rank ", rank, " is not in [0, world_size ", world_size, ")"));
+  }
+  ZERO_ASSIGN_OR_RETURN(CommOptions opts, internal::ApplyCommEnvOverrides(options, internal::ProcessEnv()));
+  if (opts.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm_timeout_s must be positive, got ", absl::FormatDuration(opts.timeout)));
+  }
+  // Each rank counts the communicators it built on this store and prefix, so the k-th communicator of every
+  // rank meets the others under the same fresh keys (Gloo's store keys are write-once).
+  ZERO_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat(opts.prefix, "/generation/", rank), 1));
+  const std::string key_prefix = absl::StrCat(opts.prefix, "/", generation - 1);
+  auto* native = static_cast<gloo::rendezvous::Store*>(store->NativeHandle());
+  if (native == nullptr) return absl::FailedPreconditionError("CreateGloo: the store has no Gloo handle");
+  // A peer that dies closes its sockets; writing to one must be an error Gloo reports, not a SIGPIPE that
+  // kills this process. Only the default disposition is replaced.
+  struct sigaction old_action {};
+  if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+
+  auto comm = std::make_unique<GlooCommunicator>(std::move(store), rank, world_size, opts);
+  ZERO_RETURN_IF_ERROR(comm->Connect(*native, key_prefix));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace zero

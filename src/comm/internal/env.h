@@ -1,0 +1,44 @@
+// Internal: launcher variables and environment overrides for communicators.
+//
+// Options are plain structs; environment variables only override them (STYLE point 13). The variables read
+// here are listed in docs/comm.md.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "zero/communicator.h"
+#include "zero/status.h"
+
+namespace zero::internal {
+
+// Returns the value of an environment variable or nullopt; injectable for tests.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup ProcessEnv();
+
+// Applies ZERO_COMM_CHECK (1/true/on -> check_order) and ZERO_COMM_TIMEOUT_S (seconds, > 0) to `options`.
+// kInvalidArgument naming the variable when a value does not parse.
+StatusOr<CommOptions> ApplyCommEnvOverrides(CommOptions options, const EnvLookup& env);
+
+// Where and how this process was launched, from torchrun, OpenMPI, Slurm or zero-run variables.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string source = "default";  // "torchrun", "openmpi", "slurm" or "default" (no launcher found)
+  std::string store_dir;           // ZERO_STORE_DIR (zero-run), "" if unset
+  std::string master_addr;         // MASTER_ADDR, "" if unset
+  int master_port = 0;             // MASTER_PORT, 0 if unset
+};
+
+// Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (torchrun, zero-run),
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (OpenMPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (Slurm); plus
+// ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT. kInvalidArgument naming the variable for unparsable or
+// inconsistent values (e.g. RANK >= WORLD_SIZE, or RANK without WORLD_SIZE).
+StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
+
+// "localhost", "::1" or 127.x.y.z.
+bool IsLoopbackHost(const std::string& host);
+
+}  // namespace zero::internal
