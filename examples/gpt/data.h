@@ -1,0 +1,73 @@
+// examples/gpt/data.h — a byte-level text corpus and deterministic, rank-sliced training batches.
+//
+//   ZERO_ASSIGN_OR_RETURN(zero::gpt::ByteDataset data, zero::gpt::ByteDataset::Load({.seed = 7}));
+//   std::vector<int32_t> tokens(B * T), targets(B * T);
+//   data.Batch(step, rank, world, B, T, tokens.data(), targets.data());
+//
+// Tokens are the bytes of the text (vocab 256), so no tokenizer and no download is needed. By default the
+// corpus is the license texts every Debian system ships in /usr/share/common-licenses (package base-files,
+// which is essential; symlinks such as GPL -> GPL-3 are read once), about 240 KB; where that folder is absent
+// or empty, a small text shipped in examples/gpt/data/ is used instead.
+//
+// Batches: the sequence at GLOBAL index g of a step starts at a position hashed from (seed, step, g), and
+// rank r of a world of N ranks with per-rank batch B takes the global indices [r*B, (r+1)*B) of its step. So
+// the N ranks together see exactly the B*N sequences a world-1 run with batch B*N sees, in the same order —
+// which makes losses at different world sizes comparable (the mean over ranks of the per-rank mean losses is
+// the world-1 mean loss).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zero/status.h"
+
+namespace zero::gpt {
+
+// Where the corpus comes from. Designated initializers keep call sites short: Load({.seed = 3}).
+struct ByteDatasetOptions {
+  // Read exactly these files, concatenated in this order; any unreadable file is an error. When empty, the
+  // system folder below (then the fallback file) is used.
+  std::vector<std::string> files;
+  // Every regular file in this folder (after following symlinks, each distinct file once, by name order).
+  std::string system_dir = "/usr/share/common-licenses";
+  // Used when system_dir yields no file; empty means the text shipped with the example (DefaultFallbackCorpus).
+  std::string fallback_file;
+  // Seeds the choice of sequence positions.
+  uint64_t seed = 0;
+};
+
+// An in-memory byte corpus. Immutable after Load; Batch is const and thread-safe.
+class ByteDataset {
+ public:
+  // Reads the corpus described by `options`. kNotFound names a file that cannot be read (or, without explicit
+  // files, the system folder and the fallback file when neither yields text); kInvalidArgument when the
+  // corpus has fewer than 2 bytes.
+  static absl::StatusOr<ByteDataset> Load(const ByteDatasetOptions& options = {});
+
+  // Path of the small text shipped in examples/gpt/data/ (fixed at build time).
+  static std::string DefaultFallbackCorpus();
+
+  // Fills tokens[B, T] and targets[B, T] (row-major) for rank `rank` of `world` at training step `step`:
+  // row i is the global sequence g = rank*B + i of the step, tokens = corpus[s, s+T), targets =
+  // corpus[s+1, s+T+1) with s = SequenceStart(step, g, T). Preconditions (ZERO_CHECK): step >= 0,
+  // 0 <= rank < world, B >= 1, 1 <= T <= size() - 1.
+  void Batch(int64_t step, int rank, int world, int B, int T, int32_t* tokens, int32_t* targets) const;
+
+  // Start offset in [0, size() - T - 1] of global sequence `global_index` at `step`: a hash of
+  // (seed, step, global_index), independent of world size and per-rank batch size.
+  int64_t SequenceStart(int64_t step, int64_t global_index, int T) const;
+
+  int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  const std::string& bytes() const { return bytes_; }
+  // The files the corpus was read from, in order.
+  const std::vector<std::string>& sources() const { return sources_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  std::string bytes_;
+  std::vector<std::string> sources_;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace zero::gpt

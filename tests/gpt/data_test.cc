@@ -1,0 +1,116 @@
+// The byte corpus: where it comes from, and the batch property that makes losses comparable across world sizes.
+#include "gpt/data.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace zero::gpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TempPath(const std::string& name) {
+  return (fs::temp_directory_path() / ("zero_gpt_data_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+TEST(ByteDatasetTest, DefaultCorpusReadsEachSystemLicenseOnceOrFallsBack) {
+  auto data = ByteDataset::Load();
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_GT(data->size(), 4000);
+  ASSERT_FALSE(data->sources().empty());
+  std::set<std::string> targets;
+  for (const auto& s : data->sources()) {
+    EXPECT_TRUE(targets.insert(fs::canonical(s).string()).second) << s << " read twice (symlink not deduplicated)";
+  }
+  if (fs::exists("/usr/share/common-licenses/GPL-3")) {
+    EXPECT_EQ(data->sources().front().rfind("/usr/share/common-licenses/", 0), 0u);
+    EXPECT_GT(data->size(), 100'000) << "the Debian licenses are ~240 KB";
+  } else {
+    EXPECT_EQ(data->sources(), std::vector<std::string>{ByteDataset::DefaultFallbackCorpus()});
+  }
+}
+
+TEST(ByteDatasetTest, FallsBackToShippedTextWhenTheSystemFolderIsMissing) {
+  auto data = ByteDataset::Load({.system_dir = "/nonexistent/zero-gpt-licenses"});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->sources(), std::vector<std::string>{ByteDataset::DefaultFallbackCorpus()});
+  EXPECT_EQ(data->size(), static_cast<int64_t>(fs::file_size(ByteDataset::DefaultFallbackCorpus())));
+  EXPECT_LT(data->size(), 300'000) << "the shipped text is meant to be small";
+}
+
+TEST(ByteDatasetTest, ExplicitFilesAreConcatenatedInOrderAndErrorsNameTheFile) {
+  const std::string a = TempPath("a.txt"), b = TempPath("b.txt");
+  WriteFile(a, "hello");
+  WriteFile(b, "world");
+  auto data = ByteDataset::Load({.files = {b, a}});
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->bytes(), "world\nhello");
+  EXPECT_EQ(data->sources(), (std::vector<std::string>{b, a}));
+
+  const auto missing = ByteDataset::Load({.files = {a, "/nonexistent/corpus.txt"}}).status();
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("/nonexistent/corpus.txt"), absl::string_view::npos) << missing;
+
+  WriteFile(a, "x");
+  EXPECT_EQ(ByteDataset::Load({.files = {a}}).status().code(), absl::StatusCode::kInvalidArgument);
+  fs::remove(a);
+  fs::remove(b);
+}
+
+TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
+  auto data = ByteDataset::Load({.seed = 3});
+  ASSERT_TRUE(data.ok());
+  const int B = 4, T = 24;
+  std::vector<int32_t> tok(B * T), tgt(B * T), tok2(B * T), tgt2(B * T);
+  data->Batch(5, 0, 1, B, T, tok.data(), tgt.data());
+  for (int i = 0; i < B; ++i) {
+    const int64_t s = data->SequenceStart(5, i, T);
+    ASSERT_GE(s, 0);
+    ASSERT_LE(s + T, data->size() - 1);
+    for (int t = 0; t < T; ++t) {
+      ASSERT_EQ(tok[i * T + t], static_cast<unsigned char>(data->bytes()[s + t]));
+      ASSERT_EQ(tgt[i * T + t], static_cast<unsigned char>(data->bytes()[s + t + 1]));
+      if (t + 1 < T) ASSERT_EQ(tgt[i * T + t], tok[i * T + t + 1]);
+    }
+  }
+  data->Batch(5, 0, 1, B, T, tok2.data(), tgt2.data());
+  EXPECT_EQ(tok, tok2) << "same (seed, step) must give the same batch";
+  data->Batch(6, 0, 1, B, T, tok2.data(), tgt2.data());
+  EXPECT_NE(tok, tok2) << "another step must give another batch";
+  auto other = ByteDataset::Load({.seed = 4});
+  other->Batch(5, 0, 1, B, T, tok2.data(), tgt2.data());
+  EXPECT_NE(tok, tok2) << "another seed must give another batch";
+}
+
+// Rank r of world N with per-rank batch B sees exactly rows [r*B, (r+1)*B) of the world-1 batch of B*N.
+TEST(ByteDatasetTest, WorldOneBatchIsTheConcatenationOfRankBatches) {
+  auto data = ByteDataset::Load({.seed = 9});
+  ASSERT_TRUE(data.ok());
+  const int B = 3, T = 16;
+  for (int world = 1; world <= 4; ++world) {
+    for (int64_t step : {0, 1, 7, 1000}) {
+      std::vector<int32_t> tok1(B * world * T), tgt1(B * world * T);
+      data->Batch(step, 0, 1, B * world, T, tok1.data(), tgt1.data());
+      std::vector<int32_t> tok_cat, tgt_cat;
+      for (int rank = 0; rank < world; ++rank) {
+        std::vector<int32_t> tok(B * T), tgt(B * T);
+        data->Batch(step, rank, world, B, T, tok.data(), tgt.data());
+        tok_cat.insert(tok_cat.end(), tok.begin(), tok.end());
+        tgt_cat.insert(tgt_cat.end(), tgt.begin(), tgt.end());
+      }
+      EXPECT_EQ(tok_cat, tok1) << "world " << world << " step " << step;
+      EXPECT_EQ(tgt_cat, tgt1) << "world " << world << " step " << step;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zero::gpt
