@@ -158,7 +158,8 @@ int main(int argc, char** argv) {
     opt.local_world_size = lws ? std::max(1, std::atoi(lws)) : 1;
     std::shared_ptr<zero::Communicator> shared = std::move(*comm);
     const int rank = shared->rank();
-    results.push_back(zero::gpt::TrainRank(cfg, shared, opt, rank == 0 ? on_step : nullptr));
+    results.push_back(zero::gpt::TrainRank(
+        cfg, shared, opt, rank == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr));
     if (rank != 0) {
       if (!results[0].ok()) std::fprintf(stderr, "zero-gpt: %s\n", results[0].status().ToString().c_str());
       return results[0].ok() ? 0 : 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
@@ -62,7 +63,8 @@ TEST_P(MemoryFormulaTest, ModelStateBytesMatchFormula) {
     psi_pad += (n + q - 1) / q * q;
   }
   std::vector<MemoryReport> reports(world);
-  testing::RunRanks(world, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage, 1), comm));
     for (size_t i = 0; i < units.size(); ++i) {
       ASSERT_TRUE(engine->AddUnit(absl::StrCat("u", i), units[i]).ok());
@@ -102,7 +104,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, MemoryFormulaTest,
 // ---- misuse ----
 
 TEST(EngineMisuseTest, ErrorsNameTheUnit) {
-  testing::RunRanks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(2, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(3, 1), comm));
     ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("block.0", {{"w", {8, 8}}}));
     // Before Finalize.
@@ -141,7 +144,8 @@ TEST(EngineMisuseTest, ErrorsNameTheUnit) {
 }
 
 TEST(EngineMisuseTest, PartialAccumulationIsAnError) {
-  testing::RunRanks(2, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(2, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(2, 1, /*ga=*/2), comm));
     ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("fc", {{"w", {4, 4}}}));
     ASSERT_TRUE(engine->Finalize(FillInit).ok());
@@ -156,7 +160,8 @@ TEST(EngineMisuseTest, PartialAccumulationIsAnError) {
 }
 
 TEST(EngineMisuseTest, MismatchedRegistrationNamesFirstDifference) {
-  testing::RunRanks(3, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(3, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(1, 1), comm));
     ASSERT_TRUE(engine->AddUnit("h.0", {{"w", {4, 4}}}).ok());
     ASSERT_TRUE(engine->AddUnit("h.1", {{"w", {4, rank == 2 ? 5 : 4}}}).ok());
@@ -178,7 +183,8 @@ class AnalyticGradTest : public ::testing::TestWithParam<MemCase> {};
 TEST_P(AnalyticGradTest, SgdStepAppliesTheMeanGradient) {
   const auto [world, stage] = GetParam();
   const int64_t n = 331;  // prime
-  testing::RunRanks(world, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     Config c = MakeConfig(stage, 1);
     OptimizerConfig sgd;
     sgd.type = "SGD";

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpt/train.h"
+#include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "zero/config.h"
 #include "zero/logging.h"
@@ -38,7 +39,7 @@ Config GptConfigFor(int stage, int micro, int ga, GradAccumulationMode mode = Gr
   return c;
 }
 
-gpt::TrainResult Run(int world, const Config& cfg) {
+gpt::TrainResult TrainGpt(int world, const Config& cfg) {
   std::vector<gpt::TrainResult> results(world);
   gpt::TrainOptions opt;
   opt.model = "tiny";
@@ -46,7 +47,8 @@ gpt::TrainResult Run(int world, const Config& cfg) {
   opt.seed = 42;
   opt.seq = 16;
   opt.local_world_size = world;
-  testing::RunRanks(world, [&](std::shared_ptr<Communicator> comm, int rank) {
+  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
     auto r = gpt::TrainRank(cfg, comm, opt, {}, /*collect_final_params=*/true);
     ASSERT_TRUE(r.ok()) << "rank " << rank << ": " << r.status();
     results[rank] = std::move(*r);
@@ -59,7 +61,7 @@ const gpt::TrainResult& Reference(int world) {
   static std::map<int, gpt::TrainResult> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(world);
-  if (it == cache.end()) it = cache.emplace(world, Run(1, GptConfigFor(0, kMicro * world, 1))).first;
+  if (it == cache.end()) it = cache.emplace(world, TrainGpt(1, GptConfigFor(0, kMicro * world, 1))).first;
   return it->second;
 }
 
@@ -88,7 +90,7 @@ class GptParityTest : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(GptParityTest, MatchesStage0WorldSize1) {
   const auto [world, stage] = GetParam();
-  gpt::TrainResult got = Run(world, GptConfigFor(stage, kMicro, 1));
+  gpt::TrainResult got = TrainGpt(world, GptConfigFor(stage, kMicro, 1));
   const gpt::TrainResult& want = Reference(world);
   EXPECT_LT(got.steps.back().loss, got.steps.front().loss) << "loss must fall";
   ExpectClose(got, want, 1e-5, absl::StrCat("world ", world, " stage ", stage));
@@ -108,8 +110,8 @@ INSTANTIATE_TEST_SUITE_P(WorldsAndStages, GptParityTest, ::testing::ValuesIn(All
 
 TEST(GptDeterminismTest, SameRunTwiceIsBitIdentical) {
   for (int stage : {0, 3}) {
-    gpt::TrainResult a = Run(3, GptConfigFor(stage, kMicro, 1));
-    gpt::TrainResult b = Run(3, GptConfigFor(stage, kMicro, 1));
+    gpt::TrainResult a = TrainGpt(3, GptConfigFor(stage, kMicro, 1));
+    gpt::TrainResult b = TrainGpt(3, GptConfigFor(stage, kMicro, 1));
     for (size_t s = 0; s < a.steps.size(); ++s) {
       EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "stage " << stage << " step " << s;
       EXPECT_EQ(a.steps[s].grad_norm, b.steps[s].grad_norm) << "stage " << stage << " step " << s;
@@ -122,7 +124,7 @@ TEST(GptDeterminismTest, SameRunTwiceIsBitIdentical) {
 TEST(GptAccumulationTest, BothModesMatchALargerMicroBatch) {
   for (auto mode : {GradAccumulationMode::kLowMemory, GradAccumulationMode::kLowCommunication}) {
     for (int stage : {0, 1, 2, 3}) {
-      gpt::TrainResult got = Run(2, GptConfigFor(stage, kMicro, 2, mode));
+      gpt::TrainResult got = TrainGpt(2, GptConfigFor(stage, kMicro, 2, mode));
       ExpectClose(got, Reference(4), 1e-5,
                   absl::StrCat("stage ", stage, " mode ", mode == GradAccumulationMode::kLowMemory ? "low_memory" : "low_communication"));
     }
@@ -135,7 +137,7 @@ TEST(GptPrefetchTest, PrefetchRespectsLiveLimit) {
   // Tiny GPT: root unit 8320 + 2 blocks of ~50k elements; allow the root and two blocks at once.
   c.zero.stage3_max_live_parameters = 120'000;
   c.zero.stage3_prefetch_bucket_size = 60'000;
-  gpt::TrainResult got = Run(2, c);
+  gpt::TrainResult got = TrainGpt(2, c);
   ExpectClose(got, Reference(2), 1e-5, "prefetch");
   // Step 1 records the order (all gathers on demand); later steps prefetch most of them.
   EXPECT_GT(got.prefetch_gathers, got.demand_gathers);
