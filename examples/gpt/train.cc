@@ -1,5 +1,7 @@
 #include "train.h"
 
+#include "support_threads.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -164,6 +166,36 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     }
   }
   return result;
+}
+
+StatusOr<std::vector<TrainResult>> RunThreadRanks(int world, const Config& cfg, const TrainOptions& options,
+                                                  const std::function<void(const StepLog&)>& on_step) {
+  auto store = Store::Hash();
+  std::vector<StatusOr<TrainResult>> results(world, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions copt;
+      copt.timeout = absl::Seconds(cfg.comm_timeout_s);
+      copt.hostname = "127.0.0.1";
+      auto comm = Communicator::CreateGloo(store, r, world, copt);
+      if (!comm.ok()) {
+        results[r] = comm.status();
+        return;
+      }
+      results[r] = TrainRank(cfg, std::shared_ptr<Communicator>(std::move(*comm)), options,
+                             r == 0 ? on_step : std::function<void(const StepLog&)>());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<TrainResult> out;
+  for (int r = 0; r < world; ++r) {
+    if (!results[r].ok()) {
+      return absl::Status(results[r].status().code(), absl::StrCat("rank ", r, ": ", results[r].status().message()));
+    }
+    out.push_back(std::move(*results[r]));
+  }
+  return out;
 }
 
 }  // namespace zero::gpt
