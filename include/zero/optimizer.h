@@ -37,9 +37,14 @@ struct ShardUpdate {
   DType param_out_dtype = DType::kBF16;
   size_t n = 0;
   int64_t step = 1;                           // 1-based count of applied (not skipped) steps
-  float lr = 0.0f;
+  // Double, like a Python float in torch.optim: the step's scalars (lr / (1 - beta1^step), 1 - lr * wd, ...)
+  // are formed in double and rounded to f32 once, exactly as torch forms them.
+  double lr = 0.0;
 };
 
+// An optimizer whose update of element i reads and writes only element i of the master, the gradient, the
+// state buffers and param_out. Implementations must be thread-safe for concurrent Update calls on disjoint
+// tiles (ParallelUpdate makes them).
 class ElementwiseOptimizer {
  public:
   virtual ~ElementwiseOptimizer() = default;
@@ -51,33 +56,58 @@ class ElementwiseOptimizer {
   virtual void Update(const ShardUpdate& u) const = 0;
 };
 
+// Hyperparameters are double for the same reason as ShardUpdate::lr (torch computes 1 - beta1 etc. in double).
+// They are not validated here; MakeOptimizer validates config values the way torch.optim does.
 struct AdamParams {
-  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   bool decoupled_weight_decay = true;  // true: AdamW; false: Adam with L2 (decay added to the gradient)
   bool bias_correction = true;
 };
 struct SgdParams {
-  float momentum = 0.0f, dampening = 0.0f, weight_decay = 0.0f;
+  double momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
 };
 
+// The built-in optimizers (CPU). Update follows torch.optim's single-tensor CPU formulas operation by
+// operation in f32 (AdamW: param.mul_(1 - lr*wd); exp_avg.lerp_(grad, 1 - beta1); exp_avg_sq.mul_(beta2)
+// .addcmul_(grad, grad, 1 - beta2); denom = exp_avg_sq.sqrt() / sqrt(1 - beta2^step) + eps;
+// param.addcdiv_(exp_avg, denom, -lr / (1 - beta1^step)); SGD as torch.optim.SGD, whose first step sets the
+// momentum buffer to the gradient), never fusing a multiply-add, so results are bitwise identical on every CPU
+// and SIMD target. (torch's own vectorized add/lerp use FMA on AVX2 builds: expect ulp-level differences from
+// torch, not from one machine to the next.) The gradient is multiplied by grad_scale before anything else.
+// Adam's state: {"exp_avg", "exp_avg_sq"}; SGD's: {"momentum_buffer"} when momentum != 0, else none.
+// Update aborts (a bug in the caller) on step < 1 or null master/grad/state with n > 0.
 std::unique_ptr<ElementwiseOptimizer> MakeAdam(const AdamParams& p);
 std::unique_ptr<ElementwiseOptimizer> MakeSgd(const SgdParams& p);
-// From the config's "optimizer" section; kInvalidArgument naming optimizer.type for unknown types.
+// From the config's "optimizer" section, with DeepSpeed's naming: "Adam" is AdamW unless adam_w_mode is false,
+// "AdamW" is always decoupled, "SGD" (case-insensitive). kInvalidArgument naming optimizer.type for unknown
+// types and optimizer.params.* for values torch.optim rejects (lr, eps, weight_decay < 0, betas outside
+// [0, 1), nesterov without momentum or with dampening).
 StatusOr<std::unique_ptr<ElementwiseOptimizer>> MakeOptimizer(const OptimizerConfig& cfg);
 
 // Runs opt.Update over `u` split into tiles of at most `tile_elems` elements on `threads` threads (the
 // calling thread included). Results are independent of `threads` and `tile_elems` (element-wise math).
+// threads < 1 means 1; tile_elems 0 means no limit. Tiles are also capped at n / threads (rounded to 64
+// elements) so every thread gets work, and small shards (< 32K elements per thread) use fewer threads. The
+// helper threads come from a process-wide pool that grows to the largest `threads` requested; concurrent
+// calls from several threads (thread ranks) are safe and share it. Blocks until the whole shard is updated.
 void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile_elems);
 
 // Learning-rate schedules as DeepSpeed defines them (deepspeed/runtime/lr_schedules.py).
 class LrScheduler {
  public:
   virtual ~LrScheduler() = default;
-  // The learning rate for the given 0-based count of applied steps.
+  // The learning rate for the given 0-based count of applied steps: the lr DeepSpeed's engine uses for step
+  // number `step` + 1, i.e. get_lr() at last_batch_iteration = scheduler.params.last_batch_iteration + step
+  // (DeepSpeed steps the scheduler after the optimizer, and its constructor already applies get_lr() at -1, so
+  // a fresh run's first step uses warmup_min_lr, or 0 for WarmupCosineLR). Thread-safe (const, no state).
   virtual double LrAt(int64_t step) const = 0;
 };
-// type "" gives a constant `base_lr`. kInvalidArgument naming scheduler.type / scheduler.params.* otherwise.
+// type "" gives a constant `base_lr`; "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" follow DeepSpeed's formulas
+// (WarmupCosineLR scales `base_lr`, the optimizer's lr; the others use warmup_min_lr/warmup_max_lr).
+// kInvalidArgument naming scheduler.type / scheduler.params.* for unknown types, warmup_num_steps <= 0, a
+// warmup_type other than "log"/"linear" (DeepSpeed would warn and use "log"), last_batch_iteration < -1, or a
+// missing (<= 0) total_num_steps for the decaying schedules.
 StatusOr<std::unique_ptr<LrScheduler>> MakeLrScheduler(const SchedulerConfig& cfg, double base_lr);
 
 }  // namespace zero

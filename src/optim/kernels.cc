@@ -1,0 +1,319 @@
+// optim/kernels.cc — the SIMD fast path of the element-wise optimizers (see internal/kernels.h).
+//
+// Highway compiles this file once per target (foreach_target.h re-includes it) and HWY_DYNAMIC_DISPATCH picks
+// the best one the CPU supports at the first call: one binary runs AVX-512 on a server and SSE4 on an old
+// laptop. Each kernel is templated on the gradient type and on the parameter-copy type, so the loops contain
+// no dtype branch; the flags that vary per step (decoupled decay, L2, lerp form, nesterov, first step) are
+// uniform masks (all lanes on or all off) applied with IfThenElse, so the loops contain no branch at all.
+//
+// The operations and their order are those of the scalar reference (reference.cc) and of torch.optim; the TU
+// is compiled with -ffp-contract=off (see CMakeLists.txt) because GCC would otherwise fuse the intrinsics'
+// a*b+c into FMAs on AVX2/AVX-512 and the targets would disagree in the last bit.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optim/kernels.cc"
+// SSSE3 would only duplicate SSE4 here; skipping it saves compile time. Machines without SSE4 run EMU128.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS HWY_SSSE3
+#endif
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// defines: the per-target ops (must follow foreach_target.h)
+#include "hwy/highway.h"
+#include "optim/internal/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace zero {
+namespace optim_internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// What a kernel writes into param_out.
+enum class Out { kNone, kF32, kF16, kBF16 };
+
+// ------------------------------------------------------------------------------------------------------------
+// dtype conversions, bit-for-bit the same as zero/dtype.h (tests compare them on every 16-bit pattern)
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadBF16(DF df, const uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF16(DF df, const uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  const auto h = hn::PromoteTo(du, hn::LoadU(d16, p));
+  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+  const auto exp = hn::And(hn::ShiftRight<10>(h), hn::Set(du, 0x1Fu));
+  const auto mant = hn::And(h, hn::Set(du, 0x3FFu));
+  const auto mant13 = hn::ShiftLeft<13>(mant);
+  const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(exp, hn::Set(du, 112u))), mant13);
+  const auto inf_nan = hn::Or(hn::Set(du, 0x7F800000u), mant13);
+  // Subnormal or zero: mant * 2^-24 is exact in f32.
+  const auto sub = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mant)), hn::Set(df, 5.9604644775390625e-8f)));
+  auto mag = hn::IfThenElse(exp == hn::Set(du, 0x1Fu), inf_nan, normal);
+  mag = hn::IfThenElse(exp == hn::Zero(du), sub, mag);
+  return hn::BitCast(df, hn::Or(sign, mag));
+}
+
+// Narrows 32-bit lanes holding values <= 0xFFFF to u16 and stores them.
+template <class DF, class VU>
+HWY_INLINE void StoreLow16(DF, VU h, uint16_t* p) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, p);
+}
+
+template <class DF>
+HWY_INLINE void StoreBF16(DF df, hn::Vec<DF> f, uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(du, f);
+  const auto mag = hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7FFFFFFFu)));  // >= 0: signed compares are exact
+  const auto is_nan = hn::RebindMask(du, mag > hn::Set(di, 0x7F800000));
+  const auto rounded = hn::ShiftRight<16>(
+      hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+  StoreLow16(df, hn::IfThenElse(is_nan, quiet_nan, rounded), p);
+}
+
+template <class DF>
+HWY_INLINE void StoreF16(DF df, hn::Vec<DF> f, uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(du, f);
+  const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
+  const auto x = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+  const auto xi = hn::BitCast(di, x);  // >= 0: signed compares are exact
+  // Normal half: rebias the exponent and round to nearest even at bit 13 (x + (15-127)<<23 + 0xFFF + odd).
+  const auto odd = hn::And(hn::ShiftRight<13>(x), hn::Set(du, 1u));
+  const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(x, hn::Set(du, 0xC8000FFFu)), odd));
+  // Below 2^-14: adding 0.5f makes the FPU round at the half-subnormal ulp (as dtype.h does).
+  const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, x), hn::Set(df, 0.5f))), hn::Set(du, 0x3F000000u));
+  const auto nan_bits = hn::Or(hn::Set(du, 0x0200u), hn::And(hn::ShiftRight<13>(x), hn::Set(du, 0x3FFu)));
+  const auto inf_nan =
+      hn::Or(hn::Set(du, 0x7C00u), hn::IfThenElseZero(hn::RebindMask(du, xi > hn::Set(di, 0x7F800000)), nan_bits));
+  auto mag = hn::IfThenElse(hn::RebindMask(du, xi < hn::Set(di, 0x38800000)), sub, normal);
+  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x477FEFFF)), hn::Set(du, 0x7C00u), mag);  // >= 65520
+  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x7F7FFFFF)), inf_nan, mag);                // inf, NaN
+  StoreLow16(df, hn::Or(sign, mag), p);
+}
+
+template <DType kG, class D>
+HWY_INLINE hn::Vec<D> LoadGrad(D d, const void* grad, size_t i) {
+  if constexpr (kG == DType::kF32) {
+    return hn::LoadU(d, static_cast<const float*>(grad) + i);
+  } else if constexpr (kG == DType::kBF16) {
+    return LoadBF16(d, static_cast<const uint16_t*>(grad) + i);
+  } else {
+    return LoadF16(d, static_cast<const uint16_t*>(grad) + i);
+  }
+}
+
+template <Out kO, class D>
+HWY_INLINE void StoreOut(D d, hn::Vec<D> p, void* out, size_t i) {
+  if constexpr (kO == Out::kF32) {
+    hn::StoreU(p, d, static_cast<float*>(out) + i);
+  } else if constexpr (kO == Out::kBF16) {
+    StoreBF16(d, p, static_cast<uint16_t*>(out) + i);
+  } else if constexpr (kO == Out::kF16) {
+    StoreF16(d, p, static_cast<uint16_t*>(out) + i);
+  }
+}
+
+// All lanes set when `on`, none otherwise: a flag applied without a branch.
+template <class D>
+HWY_INLINE hn::Mask<D> Uniform(D d, bool on) {
+  return hn::FirstN(d, on ? hn::Lanes(d) : 0);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Adam / AdamW
+
+// The step's scalars as vectors and masks, built once per loop so the loop body only loads and computes (the
+// compiler cannot hoist loads through the caller's references: a store to the tile might alias them).
+template <class D>
+struct AdamVecs {
+  AdamVecs(D d, const AdamScalars& s)
+      : grad_scale(hn::Set(d, s.grad_scale)),
+        decay(hn::Set(d, s.decay)),
+        l2(hn::Set(d, s.l2)),
+        lerp_coeff(hn::Set(d, s.lerp_coeff)),
+        beta2(hn::Set(d, s.beta2)),
+        one_minus_beta2(hn::Set(d, s.one_minus_beta2)),
+        bc2_sqrt(hn::Set(d, s.bc2_sqrt)),
+        eps(hn::Set(d, s.eps)),
+        neg_step_size(hn::Set(d, s.neg_step_size)),
+        decay_on(Uniform(d, s.apply_decay)),
+        l2_on(Uniform(d, s.apply_l2)),
+        lerp_small(Uniform(d, s.lerp_small)) {}
+  hn::Vec<D> grad_scale, decay, l2, lerp_coeff, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+  hn::Mask<D> decay_on, l2_on, lerp_small;
+};
+
+template <DType kG, Out kO, class D>
+HWY_INLINE void AdamElements(D d, const AdamVecs<D>& c, const TileArgs& t, size_t i) {
+  auto g = hn::Mul(LoadGrad<kG>(d, t.grad, i), c.grad_scale);
+  auto p = hn::LoadU(d, t.master + i);
+  p = hn::IfThenElse(c.decay_on, hn::Mul(p, c.decay), p);
+  g = hn::IfThenElse(c.l2_on, hn::Add(g, hn::Mul(c.l2, p)), g);
+  auto m = hn::LoadU(d, t.state0 + i);
+  m = hn::Add(hn::IfThenElse(c.lerp_small, m, g), hn::Mul(c.lerp_coeff, hn::Sub(g, m)));
+  auto v = hn::LoadU(d, t.state1 + i);
+  v = hn::Mul(v, c.beta2);
+  v = hn::Add(v, hn::Mul(hn::Mul(c.one_minus_beta2, g), g));
+  const auto denom = hn::Add(hn::Div(hn::Sqrt(v), c.bc2_sqrt), c.eps);
+  p = hn::Add(p, hn::Div(hn::Mul(c.neg_step_size, m), denom));
+  hn::StoreU(m, d, t.state0 + i);
+  hn::StoreU(v, d, t.state1 + i);
+  hn::StoreU(p, d, t.master + i);
+  StoreOut<kO>(d, p, t.param_out, i);
+}
+
+template <DType kG, Out kO>
+HWY_NOINLINE void AdamLoop(const AdamScalars& s_in, const TileArgs& t_in) {
+  const AdamScalars s = s_in;  // locals: provably not aliased by the tile's stores
+  const TileArgs t = t_in;
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  const AdamVecs<hn::ScalableTag<float>> c(d, s);
+  for (; i + lanes <= t.n; i += lanes) AdamElements<kG, kO>(d, c, t, i);
+  // The tail runs the same code on one-lane vectors, so it rounds exactly as the body does.
+  const hn::CappedTag<float, 1> d1;
+  const AdamVecs<hn::CappedTag<float, 1>> c1(d1, s);
+  for (; i < t.n; ++i) AdamElements<kG, kO>(d1, c1, t, i);
+}
+
+template <DType kG>
+HWY_INLINE void AdamByOut(const AdamScalars& s, const TileArgs& t) {
+  if (t.param_out == nullptr) return AdamLoop<kG, Out::kNone>(s, t);
+  switch (t.param_out_dtype) {
+    case DType::kF32: return AdamLoop<kG, Out::kF32>(s, t);
+    case DType::kF16: return AdamLoop<kG, Out::kF16>(s, t);
+    case DType::kBF16: return AdamLoop<kG, Out::kBF16>(s, t);
+  }
+}
+
+void AdamTileImpl(const AdamScalars& s, const TileArgs& t) {
+  switch (t.grad_dtype) {
+    case DType::kF32: return AdamByOut<DType::kF32>(s, t);
+    case DType::kF16: return AdamByOut<DType::kF16>(s, t);
+    case DType::kBF16: return AdamByOut<DType::kBF16>(s, t);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// SGD
+
+template <class D>
+struct SgdVecs {
+  SgdVecs(D d, const SgdScalars& s)
+      : grad_scale(hn::Set(d, s.grad_scale)),
+        l2(hn::Set(d, s.l2)),
+        momentum(hn::Set(d, s.momentum)),
+        one_minus_dampening(hn::Set(d, s.one_minus_dampening)),
+        neg_lr(hn::Set(d, s.neg_lr)),
+        l2_on(Uniform(d, s.apply_l2)),
+        first_step(Uniform(d, s.first_step)),
+        nesterov(Uniform(d, s.nesterov)) {}
+  hn::Vec<D> grad_scale, l2, momentum, one_minus_dampening, neg_lr;
+  hn::Mask<D> l2_on, first_step, nesterov;
+};
+
+template <DType kG, Out kO, bool kMomentum, class D>
+HWY_INLINE void SgdElements(D d, const SgdVecs<D>& c, const TileArgs& t, size_t i) {
+  auto g = hn::Mul(LoadGrad<kG>(d, t.grad, i), c.grad_scale);
+  auto p = hn::LoadU(d, t.master + i);
+  g = hn::IfThenElse(c.l2_on, hn::Add(g, hn::Mul(c.l2, p)), g);
+  if constexpr (kMomentum) {
+    auto b = hn::LoadU(d, t.state0 + i);
+    b = hn::IfThenElse(c.first_step, g, hn::Add(hn::Mul(b, c.momentum), hn::Mul(c.one_minus_dampening, g)));
+    hn::StoreU(b, d, t.state0 + i);
+    g = hn::IfThenElse(c.nesterov, hn::Add(g, hn::Mul(c.momentum, b)), b);
+  }
+  p = hn::Add(p, hn::Mul(c.neg_lr, g));
+  hn::StoreU(p, d, t.master + i);
+  StoreOut<kO>(d, p, t.param_out, i);
+}
+
+template <DType kG, Out kO, bool kMomentum>
+HWY_NOINLINE void SgdLoop(const SgdScalars& s_in, const TileArgs& t_in) {
+  const SgdScalars s = s_in;
+  const TileArgs t = t_in;
+  const hn::ScalableTag<float> d;
+  const size_t lanes = hn::Lanes(d);
+  size_t i = 0;
+  const SgdVecs<hn::ScalableTag<float>> c(d, s);
+  for (; i + lanes <= t.n; i += lanes) SgdElements<kG, kO, kMomentum>(d, c, t, i);
+  const hn::CappedTag<float, 1> d1;
+  const SgdVecs<hn::CappedTag<float, 1>> c1(d1, s);
+  for (; i < t.n; ++i) SgdElements<kG, kO, kMomentum>(d1, c1, t, i);
+}
+
+template <DType kG, bool kMomentum>
+HWY_INLINE void SgdByOut(const SgdScalars& s, const TileArgs& t) {
+  if (t.param_out == nullptr) return SgdLoop<kG, Out::kNone, kMomentum>(s, t);
+  switch (t.param_out_dtype) {
+    case DType::kF32: return SgdLoop<kG, Out::kF32, kMomentum>(s, t);
+    case DType::kF16: return SgdLoop<kG, Out::kF16, kMomentum>(s, t);
+    case DType::kBF16: return SgdLoop<kG, Out::kBF16, kMomentum>(s, t);
+  }
+}
+
+template <bool kMomentum>
+HWY_INLINE void SgdByGrad(const SgdScalars& s, const TileArgs& t) {
+  switch (t.grad_dtype) {
+    case DType::kF32: return SgdByOut<DType::kF32, kMomentum>(s, t);
+    case DType::kF16: return SgdByOut<DType::kF16, kMomentum>(s, t);
+    case DType::kBF16: return SgdByOut<DType::kBF16, kMomentum>(s, t);
+  }
+}
+
+void SgdTileImpl(const SgdScalars& s, const TileArgs& t) {
+  if (s.use_momentum) return SgdByGrad<true>(s, t);
+  return SgdByGrad<false>(s, t);
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace optim_internal
+}  // namespace zero
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace zero {
+namespace optim_internal {
+
+HWY_EXPORT(AdamTileImpl);
+HWY_EXPORT(SgdTileImpl);
+HWY_EXPORT(TargetNameImpl);
+
+void AdamTile(const AdamScalars& s, const TileArgs& t) { HWY_DYNAMIC_DISPATCH(AdamTileImpl)(s, t); }
+void SgdTile(const SgdScalars& s, const TileArgs& t) { HWY_DYNAMIC_DISPATCH(SgdTileImpl)(s, t); }
+
+std::vector<KernelTarget> AvailableKernelTargets() {
+  std::vector<KernelTarget> out;
+  for (int64_t bits : hwy::SupportedAndGeneratedTargets()) out.push_back({bits, hwy::TargetName(bits)});
+  return out;
+}
+
+std::string ActiveKernelTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+void ForceKernelTargetForTest(int64_t bits) {
+  hwy::SetSupportedTargetsForTest(bits);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+}  // namespace optim_internal
+}  // namespace zero
+#endif  // HWY_ONCE
