@@ -178,8 +178,8 @@ class GlooCommunicator final : public Communicator {
                      CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kReduceScatter, .dtype = dtype, .reduce = op, .count = count};
     Status check = ValidateBuffers(count, {send, recv}, world_);
-    return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc&) -> Status {
-      RunReduceScatter(send, recv, count, dtype, op);
+    return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc& desc) -> Status {
+      RunReduceScatter(send, recv, count, dtype, op, OpTag(desc));
       return absl::OkStatus();
     });
   }
@@ -368,7 +368,13 @@ class GlooCommunicator final : public Communicator {
   // ranks' blocks and leaves this rank's reduced block at the buffer's start; our `send` is const, so the
   // input is staged (copied, or converted from 16 bit) into the algorithm's own buffer. Inputs above the
   // int-sized limit run as several reduce-scatters over column chunks of every rank's block.
-  void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  //
+  // On worlds that are not powers of two, run() can return while this rank still has data in flight to (or
+  // not yet consumed by) a rank of the next larger binary block: those transfers, unlike the others, are not
+  // acknowledged by Gloo's notification messages. Restaging the buffer for the next run would then corrupt
+  // the transfer (measured: wrong sums with back-to-back runs at world 3). A barrier after run() on those
+  // worlds proves every rank finished (and so consumed everything) before any buffer is touched again.
+  void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, uint32_t tag) {
     const size_t esize = DTypeSize(dtype);
     const auto* in = static_cast<const uint8_t*>(send);
     auto* out = static_cast<uint8_t*>(recv);
@@ -390,6 +396,12 @@ class GlooCommunicator final : public Communicator {
         }
       }
       e.algorithm->run();
+      if ((world_ & (world_ - 1)) != 0) {
+        gloo::BarrierOptions o(fn_ctx_);
+        o.setTag(tag);
+        o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+        gloo::barrier(o);
+      }
       if (divisor != 1.0f) DivideInPlace(buf, c, divisor);
       ConvertBuffer(buf, DType::kF32, out + off * esize, dtype, c);
     }

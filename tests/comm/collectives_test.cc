@@ -1,0 +1,245 @@
+// Gloo collectives on N thread-ranks against closed-form expected values, for world sizes 1-8 (powers of two
+// and not: ReduceScatterHalvingDoubling has a separate code path for non-power-of-two worlds), element counts
+// {0, 1, 7, 1000} everywhere and (1 << 20) + 3 on worlds 3 and 4 (for reductions: one op per dtype, to keep the
+// test fast on two cores), dtypes f32/f16/bf16, and every reduce op.
+//
+// Inputs are small integers so every sum, average and maximum is exact in all three dtypes; the expected
+// values are formulas of (rank, index), not a second implementation.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/internal/gloo_testing.h"
+#include "support/multi_rank.h"
+#include "zero/communicator.h"
+
+namespace zero {
+namespace {
+
+using testing::RunRanks;
+
+constexpr size_t kBig = (size_t{1} << 20) + 3;
+
+// Element i of rank r for sum/avg: (r + 1) * g(i). g stays small enough that the sum over 8 ranks (36 g) is
+// exact in bf16's 8 significant bits for 16-bit types (g <= 7), and varies over a longer period for f32.
+float G(size_t i, DType t) { return static_cast<float>(i % (t == DType::kF32 ? 1021 : 7) + 1); }
+float SumInput(int r, size_t i, DType t) { return static_cast<float>(r + 1) * G(i, t); }
+float SumExpected(int world, size_t i, DType t) { return G(i, t) * static_cast<float>(world * (world + 1) / 2); }
+float AvgExpected(int world, size_t i, DType t) { return G(i, t) * static_cast<float>(world + 1) / 2.0f; }
+// For max the largest value moves between ranks with the index.
+float MaxInput(int r, size_t i, int world) { return static_cast<float>((r + i) % world + i % 3); }
+float MaxExpected(int world, size_t i) { return static_cast<float>(world - 1 + i % 3); }
+
+float Input(ReduceOp op, int r, size_t i, int world, DType t) {
+  return op == ReduceOp::kMax ? MaxInput(r, i, world) : SumInput(r, i, t);
+}
+float Expected(ReduceOp op, size_t i, int world, DType t) {
+  switch (op) {
+    case ReduceOp::kSum: return SumExpected(world, i, t);
+    case ReduceOp::kAvg: return AvgExpected(world, i, t);
+    case ReduceOp::kMax: return MaxExpected(world, i);
+  }
+  return 0;
+}
+
+// A typed buffer filled through f32.
+std::vector<uint8_t> Make(size_t n, DType t) { return std::vector<uint8_t>(n * DTypeSize(t), 0xAB); }
+
+// Raw bit pattern of element j of rank r for copy-only ops (any bits, NaNs included, must survive).
+uint32_t Pattern(int r, size_t j) { return static_cast<uint32_t>((r + 1) * 2654435761u) ^ static_cast<uint32_t>(j * 40503u); }
+void FillPattern(std::vector<uint8_t>& buf, size_t n, DType t, int r) {
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t p = Pattern(r, j);
+    std::memcpy(buf.data() + j * DTypeSize(t), &p, DTypeSize(t));
+  }
+}
+bool SamePattern(const uint8_t* got, size_t n, DType t, int r) {
+  for (size_t j = 0; j < n; ++j) {
+    const uint32_t p = Pattern(r, j);
+    if (std::memcmp(got + j * DTypeSize(t), &p, DTypeSize(t)) != 0) return false;
+  }
+  return true;
+}
+
+// Returns "" or the first mismatch, so a failure prints one line instead of a million.
+std::string CheckReduced(const std::vector<uint8_t>& got, DType t, size_t n, ReduceOp op, int world,
+                         size_t index_offset) {
+  for (size_t j = 0; j < n; ++j) {
+    const float want = Expected(op, index_offset + j, world, t);
+    const float have = LoadAsF32(got.data(), t, j);
+    if (have != want) return absl::StrCat("element ", j, ": got ", have, ", want ", want);
+  }
+  return "";
+}
+
+std::vector<size_t> CountsFor(int world) {
+  std::vector<size_t> counts = {0, 1, 7, 1000};
+  if (world == 3 || world == 4) counts.push_back(kBig);
+  return counts;
+}
+
+// The big count runs one reduce op per dtype: sum for f32, avg for f16, max for bf16.
+bool RunReduction(size_t n, DType t, ReduceOp op) {
+  if (n != kBig) return true;
+  return (t == DType::kF32 && op == ReduceOp::kSum) || (t == DType::kF16 && op == ReduceOp::kAvg) ||
+         (t == DType::kBF16 && op == ReduceOp::kMax);
+}
+
+constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+
+class CollectivesTest : public ::testing::TestWithParam<int> {};
+
+// The matrix runs without the per-op fingerprint exchange (it triples small-op latency on two cores); check
+// mode has its own tests, and ZERO_COMM_CHECK=1 turns it back on here.
+testing::RunRanksOptions MatrixOptions() {
+  testing::RunRanksOptions o;
+  o.comm.check_order = false;
+  return o;
+}
+
+TEST_P(CollectivesTest, AllGather) {
+  const int world = GetParam();
+  RunRanks(world, [world](Communicator& comm, int rank) {
+    for (size_t n : CountsFor(world)) {
+      for (DType t : kDTypes) {
+        SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t))));
+        auto send = Make(n, t);
+        FillPattern(send, n, t, rank);
+        auto recv = Make(n * world, t);
+        ASSERT_TRUE(comm.AllGather(send.data(), recv.data(), n, t).Wait().ok());
+        for (int r = 0; r < world; ++r) {
+          ASSERT_TRUE(SamePattern(recv.data() + r * n * DTypeSize(t), n, t, r)) << "block of rank " << r;
+        }
+        // In place: this rank's block already sits in the output.
+        auto inplace = Make(n * world, t);
+        std::memcpy(inplace.data() + rank * n * DTypeSize(t), send.data(), n * DTypeSize(t));
+        ASSERT_TRUE(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait().ok());
+        ASSERT_EQ(inplace, recv);
+      }
+    }
+  }, MatrixOptions());
+}
+
+TEST_P(CollectivesTest, ReduceScatter) {
+  const int world = GetParam();
+  RunRanks(world, [world](Communicator& comm, int rank) {
+    for (size_t n : CountsFor(world)) {
+      for (DType t : kDTypes) {
+        for (ReduceOp op : kOps) {
+          if (!RunReduction(n, t, op)) continue;
+          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
+          auto send = Make(n * world, t);
+          for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
+          const auto send_before = send;
+          auto recv = Make(n, t);
+          Status s = comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait();
+          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "");
+          ASSERT_EQ(send, send_before) << "ReduceScatter must not modify its input";
+        }
+      }
+    }
+  }, MatrixOptions());
+}
+
+TEST_P(CollectivesTest, AllReduce) {
+  const int world = GetParam();
+  RunRanks(world, [world](Communicator& comm, int rank) {
+    for (size_t n : CountsFor(world)) {
+      for (DType t : kDTypes) {
+        for (ReduceOp op : kOps) {
+          if (!RunReduction(n, t, op)) continue;
+          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
+          auto buf = Make(n, t);
+          for (size_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, Input(op, rank, i, world, t));
+          Status s = comm.AllReduce(buf.data(), n, t, op).Wait();
+          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_EQ(CheckReduced(buf, t, n, op, world, 0), "");
+        }
+      }
+    }
+  }, MatrixOptions());
+}
+
+TEST_P(CollectivesTest, BroadcastAndBarrier) {
+  const int world = GetParam();
+  RunRanks(world, [world](Communicator& comm, int rank) {
+    for (size_t n : CountsFor(world)) {
+      for (DType t : kDTypes) {
+        for (int root : {0, world - 1}) {
+          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " root ", root));
+          auto buf = Make(n, t);
+          if (rank == root) FillPattern(buf, n, t, root);
+          ASSERT_TRUE(comm.Broadcast(buf.data(), n, t, root).Wait().ok());
+          ASSERT_TRUE(SamePattern(buf.data(), n, t, root));
+          ASSERT_TRUE(comm.Barrier().Wait().ok());
+        }
+      }
+    }
+  }, MatrixOptions());
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest, ::testing::Range(1, 9),
+                         [](const ::testing::TestParamInfo<int>& info) { return absl::StrCat("world", info.param); });
+
+// Works complete in issue order with consecutive sequence numbers, and many ops may be in flight at once.
+TEST(Collectives, PipelinedOpsCompleteInOrder) {
+  RunRanks(3, [](Communicator& comm, int rank) {
+    constexpr int kOpsInFlight = 24;
+    std::vector<std::vector<float>> bufs(kOpsInFlight, std::vector<float>(513));
+    std::vector<Work> works;
+    for (int k = 0; k < kOpsInFlight; ++k) {
+      for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = static_cast<float>(rank + k + i % 5);
+      works.push_back(comm.AllReduce(bufs[k].data(), bufs[k].size(), DType::kF32, ReduceOp::kMax));
+    }
+    for (int k = 0; k < kOpsInFlight; ++k) {
+      EXPECT_EQ(works[k].sequence(), k);
+      EXPECT_EQ(works[k].Describe(), absl::StrCat("AllReduce#", k, "(f32, 513 elements, max)"));
+      ASSERT_TRUE(works[k].Wait().ok());
+      EXPECT_TRUE(works[k].IsCompleted());
+      EXPECT_TRUE(works[k].status().ok());
+      for (size_t i = 0; i < bufs[k].size(); ++i) ASSERT_EQ(bufs[k][i], static_cast<float>(2 + k + i % 5));
+    }
+  });
+}
+
+// Reduce-scatters larger than Gloo's int-sized limit run in column chunks; lower the limit to exercise that
+// path (including a last chunk shorter than the others) on powers of two and not.
+TEST(Collectives, ChunkedReduceScatter) {
+  internal::SetGlooReduceScatterChunkLimitForTesting(100);
+  for (int world : {3, 4}) {
+    RunRanks(world, [world](Communicator& comm, int rank) {
+      for (size_t n : {size_t{7}, size_t{1000}}) {
+        for (DType t : {DType::kF32, DType::kBF16}) {
+          for (ReduceOp op : kOps) {
+            auto send = Make(n * world, t);
+            for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
+            auto recv = Make(n, t);
+            ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait().ok());
+            ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "") << "n " << n;
+          }
+        }
+      }
+    });
+  }
+  internal::SetGlooReduceScatterChunkLimitForTesting(0);
+}
+
+// 16-bit reductions accumulate in f32 and round once (bf16's ulp at 1.0 is 2^-7).
+TEST(Collectives, SixteenBitSumsAccumulateInF32) {
+  RunRanks(8, [](Communicator& comm, int rank) {
+    // Rank 0 holds 1.0, the others 2^-10 each: the exact sum 1 + 7 * 2^-10 rounds (bf16, 8 bits) to
+    // 1 + 8 * 2^-10 = 1.0078125. Summing in bf16 starting from rank 0's 1.0 would round each step back to 1.0.
+    std::vector<uint16_t> buf(4, F32ToBF16(rank == 0 ? 1.0f : 0.0009765625f));
+    ASSERT_TRUE(comm.AllReduce(buf.data(), buf.size(), DType::kBF16, ReduceOp::kSum).Wait().ok());
+    for (uint16_t v : buf) EXPECT_EQ(BF16ToF32(v), 1.0078125f);
+  });
+}
+
+}  // namespace
+}  // namespace zero

@@ -1,0 +1,184 @@
+// Work semantics and failures on thread-ranks: desync detection, timeouts of ranks that hang or never
+// arrive, invalid arguments, and a broken communicator failing later ops at once. Timeouts are 1 s.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "support/multi_rank.h"
+#include "zero/communicator.h"
+
+namespace zero {
+namespace {
+
+using testing::RunRanks;
+using testing::RunRanksOptions;
+using testing::RunThreads;
+
+RunRanksOptions ShortTimeout(bool check_order) {
+  RunRanksOptions o;
+  o.comm.timeout = absl::Seconds(1);
+  o.comm.check_order = check_order;
+  return o;
+}
+
+TEST(Work, DefaultIsCompleteAndOk) {
+  Work w;
+  EXPECT_TRUE(w.IsCompleted());
+  EXPECT_TRUE(w.Wait().ok());
+  EXPECT_TRUE(w.status().ok());
+  EXPECT_EQ(w.sequence(), -1);
+}
+
+TEST(Work, MovedFromWorkIsEmpty) {
+  RunRanks(1, [](Communicator& comm, int) {
+    Work a = comm.Barrier();
+    Work b = std::move(a);
+    EXPECT_TRUE(b.Wait().ok());
+    EXPECT_EQ(b.sequence(), 0);
+    EXPECT_EQ(b.Describe(), "Barrier#0");
+  });
+}
+
+// Check mode: the first op on which ranks disagree fails on every rank with a message naming both ops.
+TEST(Desync, CheckModeNamesBothOps) {
+  RunRanks(
+      2,
+      [](Communicator& comm, int rank) {
+        std::vector<float> a(1000), b(2000), c(250);
+        ASSERT_TRUE(comm.Barrier().Wait().ok());  // Barrier#0 agrees
+        Status s = rank == 0 ? comm.AllGather(a.data(), b.data(), 1000, DType::kF32).Wait()
+                             : comm.ReduceScatter(a.data(), c.data(), 250, DType::kF32, ReduceOp::kSum).Wait();
+        EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+        EXPECT_TRUE(absl::StrContains(s.message(), "rank 0 issued AllGather#1(f32, 1000 elements) but rank 1 issued "
+                                                   "ReduceScatter#1(f32, 250 elements, sum)"))
+            << s;
+        // The communicator is broken: later ops fail at once with the cause.
+        Status later = comm.Barrier().Wait();
+        EXPECT_TRUE(absl::IsFailedPrecondition(later)) << later;
+        EXPECT_TRUE(absl::StrContains(later.message(), "Barrier#2")) << later;
+        EXPECT_TRUE(absl::StrContains(later.message(), "failed earlier")) << later;
+      },
+      ShortTimeout(/*check_order=*/true));
+}
+
+TEST(Desync, CountMismatchIsCaught) {
+  RunRanks(
+      3,
+      [](Communicator& comm, int rank) {
+        std::vector<float> buf(100);
+        Status s = comm.AllReduce(buf.data(), rank == 2 ? 99 : 100, DType::kF32, ReduceOp::kSum).Wait();
+        EXPECT_TRUE(absl::StrContains(s.message(), "rank 0 issued AllReduce#0(f32, 100 elements, sum) but rank 2 "
+                                                   "issued AllReduce#0(f32, 99 elements, sum)"))
+            << s;
+      },
+      ShortTimeout(true));
+}
+
+// Without check mode a desync is not diagnosed, but it still cannot hang: the op times out naming itself.
+TEST(Desync, WithoutCheckModeTimesOut) {
+  RunRanks(
+      2,
+      [](Communicator& comm, int rank) {
+        std::vector<float> a(64), b(128);
+        const absl::Time start = absl::Now();
+        Status s = rank == 0 ? comm.AllGather(a.data(), b.data(), 64, DType::kF32).Wait()
+                             : comm.AllReduce(a.data(), 64, DType::kF32, ReduceOp::kSum).Wait();
+        EXPECT_FALSE(s.ok());
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) << s;
+        EXPECT_TRUE(absl::StrContains(s.message(), rank == 0 ? "AllGather#0" : "AllReduce#0")) << s;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
+      },
+      ShortTimeout(false));
+}
+
+// A rank that is alive but never issues the op: the others fail with kDeadlineExceeded naming op and sequence.
+TEST(Timeout, RankThatHangs) {
+  absl::Notification others_done;
+  std::atomic<int> finished{0};
+  RunRanks(
+      3,
+      [&](Communicator& comm, int rank) {
+        if (rank == 2) {
+          others_done.WaitForNotification();
+          return;
+        }
+        std::vector<float> v(1000, 1.0f);
+        const absl::Time start = absl::Now();
+        Status s = comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait();
+        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+        EXPECT_TRUE(absl::StrContains(s.message(), "AllReduce#0(f32, 1000 elements, sum) on rank")) << s;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
+        if (++finished == 2) others_done.Notify();
+      },
+      ShortTimeout(false));
+}
+
+// A rank that never arrives at the rendezvous: the others' CreateGloo fails within the timeout.
+TEST(Timeout, RankThatNeverArrives) {
+  auto store = Store::Hash();
+  CommOptions options = testing::TestCommOptions();
+  options.timeout = absl::Seconds(1);
+  RunThreads(2, [&](int rank) {
+    const absl::Time start = absl::Now();
+    auto comm = Communicator::CreateGloo(store, rank, /*world_size=*/3, options);
+    ASSERT_FALSE(comm.ok());
+    EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
+    EXPECT_TRUE(absl::StrContains(comm.status().message(), "never arrived")) << comm.status();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
+  });
+}
+
+TEST(Work, WaitWithShortTimeoutLeavesOpPending) {
+  absl::Notification go;
+  RunRanks(2, [&](Communicator& comm, int rank) {
+    std::vector<float> v(10, 1.0f);
+    if (rank == 1) {
+      go.WaitForNotification();
+    }
+    Work w = comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum);
+    if (rank == 0) {
+      Status early = w.Wait(absl::Milliseconds(20));
+      EXPECT_TRUE(absl::IsDeadlineExceeded(early)) << early;
+      EXPECT_TRUE(absl::StrContains(early.message(), "still pending")) << early;
+      EXPECT_FALSE(w.IsCompleted());
+      EXPECT_TRUE(absl::IsUnavailable(w.status())) << w.status();
+      go.Notify();
+    }
+    EXPECT_TRUE(w.Wait().ok());
+    EXPECT_EQ(v[0], 2.0f);
+  });
+}
+
+TEST(Args, InvalidArgumentsFailTheOpAndBreakTheCommunicator) {
+  RunRanks(1, [](Communicator& comm, int) {
+    std::vector<float> v(4);
+    Status bad_root = comm.Broadcast(v.data(), 4, DType::kF32, /*root=*/3).Wait();
+    EXPECT_TRUE(absl::IsInvalidArgument(bad_root)) << bad_root;
+    EXPECT_TRUE(absl::StrContains(bad_root.message(), "Broadcast#0(f32, 4 elements, root 3)")) << bad_root;
+    Status later = comm.Barrier().Wait();
+    EXPECT_TRUE(absl::IsInvalidArgument(later)) << later;
+  });
+  RunRanks(1, [](Communicator& comm, int) {
+    Status null_buf = comm.AllReduce(nullptr, 4, DType::kF32, ReduceOp::kSum).Wait();
+    EXPECT_TRUE(absl::IsInvalidArgument(null_buf)) << null_buf;
+    // Zero elements with a null pointer is fine.
+  });
+  RunRanks(1, [](Communicator& comm, int) {
+    EXPECT_TRUE(comm.AllReduce(nullptr, 0, DType::kF32, ReduceOp::kSum).Wait().ok());
+  });
+}
+
+TEST(Args, CreateGlooRejectsBadRankAndStore) {
+  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(Store::Hash(), 2, 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(nullptr, 0, 1).status()));
+  CommOptions zero_timeout;
+  zero_timeout.timeout = absl::ZeroDuration();
+  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(Store::Hash(), 0, 1, zero_timeout).status()));
+}
+
+}  // namespace
+}  // namespace zero

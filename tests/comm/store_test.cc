@@ -1,0 +1,173 @@
+// Stores: Hash (threads), File (processes: the flock'd Add is tested across fork), TCP (a real server and
+// clients), and Gloo rendezvous over each.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "support/multi_rank.h"
+#include "zero/communicator.h"
+#include "zero/store.h"
+
+namespace zero {
+namespace {
+
+std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+std::string TempDir(const std::string& name) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  char* dir = ::mkdtemp(tmpl.data());
+  EXPECT_NE(dir, nullptr);
+  return tmpl;
+}
+
+void ExerciseStore(Store& store) {
+  ASSERT_TRUE(store.Set("a", Bytes("hello")).ok());
+  auto v = store.Get("a", absl::Seconds(1));
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, Bytes("hello"));
+  // Write-once keys.
+  Status again = store.Set("a", Bytes("other"));
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  // A missing key times out naming the key.
+  auto missing = store.Get("never", absl::Milliseconds(50));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(missing.status())) << missing.status();
+  EXPECT_NE(missing.status().message().find("never"), std::string::npos) << missing.status();
+  // Counters.
+  EXPECT_EQ(*store.Add("c", 5), 5);
+  EXPECT_EQ(*store.Add("c", -2), 3);
+  EXPECT_EQ(*store.Add("d", 1), 1);
+  // Empty values round-trip.
+  ASSERT_TRUE(store.Set("empty", {}).ok());
+}
+
+TEST(Store, Hash) { ExerciseStore(*Store::Hash()); }
+
+TEST(Store, File) {
+  const std::string dir = TempDir("zero-store");
+  ExerciseStore(*Store::File(dir));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Store, FileInUncreatableDirectoryFailsEveryCall) {
+  auto store = Store::File("/proc/zero-cannot-create-this");
+  Status s = store->Set("k", Bytes("v"));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/proc/zero-cannot-create-this"), std::string::npos) << s;
+  EXPECT_FALSE(store->Add("k", 1).ok());
+  EXPECT_FALSE(Communicator::CreateGloo(store, 0, 2, testing::TestCommOptions()).ok());
+}
+
+TEST(Store, FileAddIsAtomicAcrossProcesses) {
+  const std::string dir = TempDir("zero-store-add");
+  constexpr int kProcs = 4;
+  constexpr int kAdds = 200;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto store = Store::File(dir);
+      for (int i = 0; i < kAdds; ++i) {
+        if (!store->Add("counter", 1).ok()) ::_exit(2);
+      }
+      ::_exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(*Store::File(dir)->Add("counter", 0), kProcs * kAdds);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Store, Tcp) {
+  auto server = Store::Tcp("127.0.0.1", 0, /*is_server=*/true, absl::Seconds(5));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  ASSERT_GT(port, 0);
+  ExerciseStore(**server);
+  auto client = Store::Tcp("127.0.0.1", port, /*is_server=*/false, absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // The client sees the server's keys and shares its counters.
+  EXPECT_EQ(*(*client)->Get("a", absl::Seconds(1)), Bytes("hello"));
+  EXPECT_EQ(*(*client)->Add("c", 10), 13);
+  // A Get blocks until another client sets the key.
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    EXPECT_TRUE((*server)->Set("late", Bytes("x")).ok());
+  });
+  auto late = (*client)->Get("late", absl::Seconds(10));
+  setter.join();
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, Bytes("x"));
+}
+
+TEST(Store, TcpClientWithoutServerTimesOut) {
+  // Bind-and-release a port so nothing listens there.
+  auto probe = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(1));
+  ASSERT_TRUE(probe.ok());
+  const int port = (*probe)->port();
+  probe->reset();
+  auto client = Store::Tcp("127.0.0.1", port, false, absl::Milliseconds(300));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(client.status())) << client.status();
+  EXPECT_NE(client.status().message().find(absl::StrCat(port)), std::string::npos) << client.status();
+}
+
+TEST(Store, TcpClientSeesServerLoss) {
+  auto server = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(5));
+  ASSERT_TRUE(server.ok());
+  auto client = Store::Tcp("127.0.0.1", (*server)->port(), false, absl::Seconds(5));
+  ASSERT_TRUE(client.ok());
+  server->reset();
+  auto v = (*client)->Get("k", absl::Seconds(5));
+  EXPECT_TRUE(absl::IsUnavailable(v.status())) << v.status();
+}
+
+// Rendezvous over each kind of store, then one collective to prove the contexts are connected.
+void RendezvousOver(const std::vector<std::shared_ptr<Store>>& stores) {
+  const int world = static_cast<int>(stores.size());
+  testing::RunThreads(world, [&](int rank) {
+    auto comm = Communicator::CreateGloo(stores[rank], rank, world, testing::TestCommOptions());
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    std::vector<float> v(10, static_cast<float>(rank));
+    ASSERT_TRUE((*comm)->AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait().ok());
+    EXPECT_EQ(v[0], static_cast<float>(world * (world - 1) / 2));
+  });
+}
+
+TEST(Store, GlooRendezvousOverFileStore) {
+  const std::string dir = TempDir("zero-store-gloo");
+  RendezvousOver({Store::File(dir), Store::File(dir), Store::File(dir)});
+  // A second generation of communicators on the same directory gets fresh keys.
+  RendezvousOver({Store::File(dir), Store::File(dir), Store::File(dir)});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Store, GlooRendezvousOverTcpStore) {
+  auto server = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(5));
+  ASSERT_TRUE(server.ok());
+  std::vector<std::shared_ptr<Store>> stores = {*server};
+  for (int r = 1; r < 3; ++r) {
+    auto c = Store::Tcp("127.0.0.1", (*server)->port(), false, absl::Seconds(5));
+    ASSERT_TRUE(c.ok());
+    stores.push_back(*c);
+  }
+  RendezvousOver(stores);
+}
+
+TEST(Store, SeveralCommunicatorsOnOneHashStore) {
+  auto store = Store::Hash();
+  for (int round = 0; round < 3; ++round) RendezvousOver({store, store});
+}
+
+}  // namespace
+}  // namespace zero
