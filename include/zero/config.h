@@ -6,15 +6,17 @@
 //   int stage = cfg.zero.stage;
 //
 // The accepted keys, their types, defaults (DeepSpeed's, from its source) and rules live in ONE table in
-// src/core/config_schema.cc; the parser, the validator, `zero-config --reference` and the README's config
-// reference all come from it. Unknown keys are errors with the JSON path and a "did you mean"; keys DeepSpeed
-// knows that zero does not implement are accepted only at their "off"/default value; sections of other
+// src/core/config_schema.cc; the parser, the validator, ToJson, `zero-config --reference` and docs/config.md
+// (the reference, checked by a test) all come from it. Unknown keys are errors with the JSON path and a "did
+// you mean"; keys DeepSpeed knows that zero does not implement are accepted only at their "off"/default value
+// (and are otherwise "not implemented in zero" errors); sections of other
 // DeepSpeed subsystems (tensorboard, wandb, flops_profiler, ...) are accepted with a warning that zero
 // ignores them. Deprecated aliases map to current keys with a warning. Nothing is silently ignored.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,6 +25,10 @@
 #include "zero/status.h"
 
 namespace zero {
+
+namespace internal {
+class ConfigParser;  // src/core/config.cc: the schema-driven parser, the only writer of Config's private state
+}  // namespace internal
 
 enum class OffloadDevice : uint8_t { kNone, kCpu, kNvme };
 
@@ -35,6 +41,8 @@ struct OffloadOptimizerConfig {
   double ratio = 1.0;  // fraction of each shard updated on the host (Twin-Flow, stage 3 only when < 1)
   bool pipeline_read = false;
   bool pipeline_write = false;
+
+  bool operator==(const OffloadOptimizerConfig&) const = default;
 };
 
 struct OffloadParamConfig {
@@ -44,6 +52,8 @@ struct OffloadParamConfig {
   int64_t buffer_count = 5;
   int64_t buffer_size = 100'000'000;
   int64_t max_in_cpu = 1'000'000'000;
+
+  bool operator==(const OffloadParamConfig&) const = default;
 };
 
 struct ZeroOptimizationConfig {
@@ -69,6 +79,8 @@ struct ZeroOptimizationConfig {
   bool zero_quantized_gradients = false;
   bool ignore_unused_parameters = true;
   bool elastic_checkpoint = false;
+
+  bool operator==(const ZeroOptimizationConfig&) const = default;
 };
 
 struct Fp16Config {
@@ -80,6 +92,8 @@ struct Fp16Config {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1;
+
+  bool operator==(const Fp16Config&) const = default;
 };
 
 enum class NonFinitePolicy : uint8_t { kSkip, kError };
@@ -90,10 +104,15 @@ struct Bf16Config {
   NonFinitePolicy nonfinite_grads = NonFinitePolicy::kSkip;
   // Ours: stochastic rounding of the bf16 parameter write-back (seeded by `seed`, reproducible).
   bool stochastic_rounding = false;
+
+  bool operator==(const Bf16Config&) const = default;
 };
 
 struct OptimizerConfig {
-  std::string type = "AdamW";  // "Adam" (AdamW unless adam_w_mode is false, as in DeepSpeed), "AdamW", "SGD"
+  // "Adam", "AdamW" or "SGD", spelled this way whatever the JSON's case (DeepSpeed matches case-insensitively).
+  // As in DeepSpeed, "Adam" runs AdamW (decoupled weight decay) unless params.adam_w_mode is false; the parser
+  // sets adam_w_mode accordingly (true for AdamW; false with AdamW is an error), so read adam_w_mode, not type.
+  std::string type = "AdamW";
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
@@ -104,6 +123,8 @@ struct OptimizerConfig {
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct SchedulerConfig {
@@ -116,6 +137,8 @@ struct SchedulerConfig {
   double warmup_min_ratio = 0.0;    // WarmupCosineLR
   double cos_min_ratio = 0.0001;    // WarmupCosineLR
   int64_t last_batch_iteration = -1;
+
+  bool operator==(const SchedulerConfig&) const = default;
 };
 
 struct ActivationCheckpointingConfig {
@@ -125,6 +148,22 @@ struct ActivationCheckpointingConfig {
   std::optional<int64_t> number_checkpoints;
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
+
+  bool operator==(const ActivationCheckpointingConfig&) const = default;
+};
+
+// Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py). Parsed and
+// validated so DeepSpeed configs load; zero has no NVMe tier yet, so nothing reads them (docs/config.md).
+struct AioConfig {
+  std::string io_backend = "async_io";  // "async_io" or "posix"
+  int64_t block_size = 1'048'576;       // bytes, a power of 2
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;     // DeepSpeed's older name: thread_count
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+
+  bool operator==(const AioConfig&) const = default;
 };
 
 enum class GradAccumulationMode : uint8_t {
@@ -151,6 +190,7 @@ class Config {
   SchedulerConfig scheduler;
   ActivationCheckpointingConfig activation_checkpointing;
   ZeroOptimizationConfig zero;
+  AioConfig aio;
 
   // Parses and validates everything that needs no world size. Errors: kInvalidArgument with the JSON path,
   // the value and the rule (malformed JSON: line and column).
@@ -159,17 +199,29 @@ class Config {
   // The built-in default config (stage 0, fp32, AdamW) used by demos.
   static Config Default();
 
-  // Fills a key that was "auto" (dotted path, e.g. "zero_optimization.reduce_bucket_size"). kNotFound if the
-  // key was not "auto"; kInvalidArgument if the value breaks the key's rule.
-  Status Resolve(const std::string& path, double value);
-  Status Resolve(const std::string& path, const std::string& value);
-  Status Resolve(const std::string& path, bool value);
+  // Fills a key that was "auto" (dotted path, e.g. "zero_optimization.reduce_bucket_size"; DeepSpeed's alias
+  // spellings such as "zero_optimization.prefetch_bucket_size" are accepted too). kNotFound if the key was not
+  // "auto"; kInvalidArgument if the value breaks the key's rule or a cross-key rule (then nothing changes).
+  // An integer key accepts a double only when it is integral (8.0 yes, 3.5 no), as in the JSON.
+  [[nodiscard]] Status Resolve(const std::string& path, double value);
+  [[nodiscard]] Status Resolve(const std::string& path, const std::string& value);
+  [[nodiscard]] Status Resolve(const std::string& path, bool value);
+  // Overloads so that Resolve(path, 8) and Resolve(path, "WarmupLR") pick the obvious meaning (without them an
+  // int literal is ambiguous between double and bool, and a string literal would convert to bool).
+  [[nodiscard]] Status Resolve(const std::string& path, int value);
+  [[nodiscard]] Status Resolve(const std::string& path, int64_t value);
+  [[nodiscard]] Status Resolve(const std::string& path, const char* value);
+  // For list-valued keys: optimizer.params.betas.
+  [[nodiscard]] Status Resolve(const std::string& path, const std::vector<double>& values);
+  // Any value as JSON text ("8", "[0.9, 0.95]", "\"cpu\"", "true"); the other overloads funnel into this one.
+  [[nodiscard]] Status ResolveJson(const std::string& path, const std::string& json_value);
   // Dotted paths still "auto".
   const std::vector<std::string>& unresolved() const { return unresolved_; }
 
   // Cross-key rules that need the world size: batch sizes multiply out (train = micro * accumulation *
-  // world; missing ones derived), no "auto" left. Called by the Engine; may be called earlier.
-  Status Validate(int world_size);
+  // world; missing ones derived), no "auto" left. Called by the Engine; may be called earlier, and again with
+  // another world size (keys it derived are derived afresh). On error the config is unchanged.
+  [[nodiscard]] Status Validate(int world_size);
 
   // Warnings produced at parse time (deprecated aliases, ignored sections); also logged.
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -181,9 +233,23 @@ class Config {
   int64_t micro_batch() const { return train_micro_batch_size_per_gpu.value_or(1); }
   int64_t accumulation_steps() const { return gradient_accumulation_steps.value_or(1); }
 
+  // Equal effective configs: every public field, the unresolved "auto" keys and the values of accepted
+  // DeepSpeed keys that have no field here. Warnings and which keys were spelled out are not compared.
+  bool operator==(const Config& other) const;
+
  private:
+  friend class internal::ConfigParser;
+
   std::vector<std::string> unresolved_;
   std::vector<std::string> warnings_;
+  // Canonical dotted path -> JSON text, for accepted keys without a field above (DeepSpeed keys that zero
+  // accepts only at their "off" value or that have no effect in zero), so ToJson prints what was given.
+  std::map<std::string, std::string> extras_;
+  // Canonical dotted path -> the spelling the user gave (alias or canonical) for every key and section set in
+  // the JSON or through Resolve: dynamic defaults (overlap_comm) and alias conflicts need to know.
+  std::map<std::string, std::string> given_;
+  // Batch keys Validate derived (bit 0 train_batch_size, 1 micro, 2 accumulation), cleared on the next call.
+  uint8_t batch_derived_ = 0;
 };
 
 // Markdown table of every key (path, type, default, rule, status), generated from the schema table.

@@ -1,0 +1,861 @@
+// Tests of zero::Config: the DeepSpeed-style JSON parser, validator, Resolve, ToJson, the generated reference
+// (docs/config.md) and the zero-config tool. Every rejection asserts that the message names the key.
+#include "zero/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "zero/logging.h"
+
+namespace zero {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Fixture(const std::string& name) { return std::string(ZERO_CONFIG_TEST_DIR) + "/" + name; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool HasWarning(const Config& c, const std::string& part) {
+  for (const std::string& w : c.warnings()) {
+    if (w.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Silences the warnings the parser logs (they are checked through Config::warnings()).
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogSink([](LogLevel, std::string_view) {});
+  }
+  void TearDown() override { SetLogSink(nullptr); }
+
+  static Config MustParse(const std::string& json) {
+    StatusOr<Config> c = Config::FromJsonString(json);
+    EXPECT_TRUE(c.ok()) << c.status() << "\n" << json;
+    return c.ok() ? *std::move(c) : Config();
+  }
+
+  // The config must be rejected with kInvalidArgument and a message containing every part (the key path
+  // first, then the value and/or the rule).
+  static std::string ExpectRejected(const std::string& json, const std::vector<std::string>& parts) {
+    StatusOr<Config> c = Config::FromJsonString(json);
+    EXPECT_FALSE(c.ok()) << "accepted: " << json;
+    if (c.ok()) return "";
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    std::string msg(c.status().message());
+    for (const std::string& p : parts) EXPECT_THAT(msg, HasSubstr(p)) << json;
+    return msg;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Accepted configs
+
+TEST_F(ConfigTest, HuggingFaceZero2AutoConfigParses) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("hf_zero2_auto.json"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->zero.stage, 2);
+  EXPECT_EQ(c->zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c->zero.offload_optimizer.pin_memory);
+  EXPECT_EQ(c->zero.allgather_bucket_size, 200'000'000);  // 2e8
+  EXPECT_TRUE(c->zero.overlap_comm);
+  ASSERT_TRUE(c->optimizer.has_value());
+  EXPECT_EQ(c->optimizer->type, "AdamW");
+  EXPECT_EQ(c->scheduler.type, "WarmupLR");
+  EXPECT_EQ(c->steps_per_print, 2000);
+  const std::vector<std::string> expected = {
+      "fp16.enabled", "bf16.enabled", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+      "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr",
+      "scheduler.params.warmup_num_steps", "zero_optimization.reduce_bucket_size", "gradient_accumulation_steps",
+      "gradient_clipping", "train_batch_size", "train_micro_batch_size_per_gpu"};
+  EXPECT_THAT(c->unresolved(), ::testing::UnorderedElementsAreArray(expected));
+  EXPECT_TRUE(c->warnings().empty()) << c->warnings().front();
+}
+
+TEST_F(ConfigTest, HuggingFaceZero2AutoResolvesLikeTheTrainerAndValidates) {
+  StatusOr<Config> parsed = Config::FromJsonFile(Fixture("hf_zero2_auto.json"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Config c = *parsed;
+  const int world = 4, micro = 8, gas = 2, hidden = 1024;
+  ASSERT_TRUE(c.Resolve("train_micro_batch_size_per_gpu", micro).ok());
+  ASSERT_TRUE(c.Resolve("gradient_accumulation_steps", gas).ok());
+  ASSERT_TRUE(c.Resolve("train_batch_size", world * micro * gas).ok());
+  ASSERT_TRUE(c.Resolve("gradient_clipping", 1.0).ok());
+  ASSERT_TRUE(c.Resolve("optimizer.params.lr", 3e-4).ok());
+  ASSERT_TRUE(c.Resolve("optimizer.params.betas", std::vector<double>{0.9, 0.95}).ok());
+  ASSERT_TRUE(c.Resolve("optimizer.params.eps", 1e-8).ok());
+  ASSERT_TRUE(c.Resolve("optimizer.params.weight_decay", 0.01).ok());
+  ASSERT_TRUE(c.Resolve("scheduler.params.warmup_min_lr", 0).ok());
+  ASSERT_TRUE(c.Resolve("scheduler.params.warmup_max_lr", 3e-4).ok());
+  ASSERT_TRUE(c.Resolve("scheduler.params.warmup_num_steps", 100).ok());
+  ASSERT_TRUE(c.Resolve("fp16.enabled", false).ok());
+  ASSERT_TRUE(c.Resolve("bf16.enabled", true).ok());
+  ASSERT_TRUE(c.Resolve("zero_optimization.reduce_bucket_size", static_cast<int64_t>(hidden) * hidden).ok());
+  EXPECT_TRUE(c.unresolved().empty());
+  ASSERT_TRUE(c.Validate(world).ok());
+  EXPECT_EQ(c.train_batch_size, 64);
+  EXPECT_EQ(c.micro_batch(), 8);
+  EXPECT_EQ(c.accumulation_steps(), 2);
+  EXPECT_DOUBLE_EQ(c.optimizer->beta2, 0.95);
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 100);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 1024 * 1024);
+  EXPECT_TRUE(c.bf16.enabled);
+}
+
+TEST_F(ConfigTest, Zero3WithCpuOffloadOfOptimizerAndParams) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("zero3_cpu_offload.json"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->zero.stage, 3);
+  EXPECT_EQ(c->zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c->zero.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c->zero.offload_param.pin_memory);
+  EXPECT_EQ(c->zero.sub_group_size, 1'000'000'000);
+  EXPECT_EQ(c->zero.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_EQ(c->zero.stage3_param_persistence_threshold, 100'000);
+  EXPECT_TRUE(c->zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(c->bf16.enabled);
+  EXPECT_EQ(c->scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(c->scheduler.warmup_type, "linear");
+  EXPECT_DOUBLE_EQ(c->scheduler.cos_min_ratio, 0.1);
+  EXPECT_TRUE(c->activation_checkpointing.cpu_checkpointing);
+  EXPECT_TRUE(c->unresolved().empty());
+  Config v = *c;
+  ASSERT_TRUE(v.Validate(8).ok());
+  EXPECT_EQ(v.train_batch_size, 4 * 2 * 8);
+}
+
+TEST_F(ConfigTest, DefaultConfigIsStage0Fp32AdamW) {
+  Config c = Config::Default();
+  EXPECT_EQ(c.zero.stage, 0);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.bf16.enabled);
+  ASSERT_TRUE(c.optimizer.has_value());
+  EXPECT_EQ(c.optimizer->type, "AdamW");
+  EXPECT_TRUE(c.optimizer->adam_w_mode);
+  ASSERT_TRUE(c.Validate(2).ok());
+  EXPECT_EQ(c.train_batch_size, 2);
+}
+
+// The table, not the C++ initializers, is the source of truth; they must agree so that a default-constructed
+// Config means what the reference says.
+TEST_F(ConfigTest, StructDefaultsMatchTheSchemaTable) {
+  EXPECT_TRUE(MustParse("{}") == Config());
+  Config with_opt = MustParse(R"({"optimizer": {"type": "AdamW"}})");
+  ASSERT_TRUE(with_opt.optimizer.has_value());
+  EXPECT_TRUE(*with_opt.optimizer == OptimizerConfig());
+}
+
+TEST_F(ConfigTest, DeepSpeedSourceDefaults) {
+  Config c = MustParse(R"({"zero_optimization": {"stage": 2}})");
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.allgather_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 50'000'000);  // code says 5e7; DeepSpeed's docs say 5e8
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 100'000);
+  EXPECT_EQ(c.zero.sub_group_size, 1'000'000'000);
+  EXPECT_EQ(c.zero.stage3_model_persistence_threshold, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);  // docs say cpu; code says none
+  EXPECT_EQ(c.zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.aio.block_size, 1'048'576);
+  EXPECT_EQ(c.comm_timeout_s, 1800.0);
+  EXPECT_EQ(c.gradient_accumulation_mode, GradAccumulationMode::kLowMemory);
+}
+
+TEST_F(ConfigTest, OverlapCommDefaultsToTrueOnlyForStage3) {
+  EXPECT_FALSE(MustParse(R"({"zero_optimization": {"stage": 1}})").zero.overlap_comm);
+  EXPECT_FALSE(MustParse(R"({"zero_optimization": {"stage": 2}})").zero.overlap_comm);
+  EXPECT_TRUE(MustParse(R"({"zero_optimization": {"stage": 3}})").zero.overlap_comm);
+  EXPECT_FALSE(MustParse(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})").zero.overlap_comm);
+  EXPECT_TRUE(MustParse(R"({"zero_optimization": {"stage": 3, "overlap_comm": null}})").zero.overlap_comm);
+  EXPECT_TRUE(MustParse(R"({"zero_optimization": {"stage": 1, "overlap_comm": true}})").zero.overlap_comm);
+}
+
+TEST_F(ConfigTest, ScientificNotationAndIntegralFloatsForIntegerKeys) {
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3.0, "reduce_bucket_size": 5e8,
+      "stage3_max_live_parameters": 1E9, "stage3_prefetch_bucket_size": 5.0e7}, "gradient_clipping": 1})");
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 500'000'000);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 1'000'000'000);
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 50'000'000);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+}
+
+TEST_F(ConfigTest, FractionForAnIntegerKeyIsRejected) {
+  ExpectRejected(R"({"zero_optimization": {"reduce_bucket_size": 3.5}})",
+                 {"zero_optimization.reduce_bucket_size", "3.5", "an integer"});
+  ExpectRejected(R"({"train_micro_batch_size_per_gpu": 2.5e0})", {"train_micro_batch_size_per_gpu", "2.5"});
+}
+
+TEST_F(ConfigTest, CommentsAreAllowedLikeDeepSpeedsHjson) {
+  Config c = MustParse("{\n  // ZeRO-1\n  \"zero_optimization\": {\"stage\": 1 /* inline */}\n}");
+  EXPECT_EQ(c.zero.stage, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Optimizer and scheduler
+
+TEST_F(ConfigTest, AdamMeansAdamWUnlessAdamWModeIsFalse) {
+  Config a = MustParse(R"({"optimizer": {"type": "adam", "params": {"lr": 0.01}}})");
+  EXPECT_EQ(a.optimizer->type, "Adam");  // DeepSpeed matches case-insensitively; stored canonically
+  EXPECT_TRUE(a.optimizer->adam_w_mode);
+  Config b = MustParse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
+  EXPECT_FALSE(b.optimizer->adam_w_mode);
+  Config w = MustParse(R"({"optimizer": {"type": "ADAMW"}})");
+  EXPECT_EQ(w.optimizer->type, "AdamW");
+  EXPECT_TRUE(w.optimizer->adam_w_mode);
+}
+
+TEST_F(ConfigTest, AdamWWithAdamWModeFalseIsRejected) {
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})",
+                 {"optimizer.params.adam_w_mode", "AdamW"});
+}
+
+TEST_F(ConfigTest, OptimizerTypeRules) {
+  EXPECT_EQ(MustParse(R"({"optimizer": {"type": "sgd", "params": {"momentum": 0.9}}})").optimizer->type, "SGD");
+  ExpectRejected(R"({"optimizer": {"type": "Lamb"}})", {"optimizer.type", "not implemented in zero", "\"Lamb\""});
+  ExpectRejected(R"({"optimizer": {"type": "AdamX"}})", {"optimizer.type", "\"AdamX\"", "did you mean"});
+  ExpectRejected(R"({"optimizer": {"params": {"lr": 0.1}}})", {"optimizer.type", "required"});
+}
+
+TEST_F(ConfigTest, MaxGradNormInOptimizerParamsIsRejectedWithDeepSpeedsMessage) {
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})",
+                 {"optimizer.params.max_grad_norm", "gradient_clipping", "not supported as an optimizer parameter"});
+}
+
+TEST_F(ConfigTest, TorchAdamIsAcceptedAndIgnoredWithAWarning) {
+  Config c = MustParse(R"({"optimizer": {"type": "Adam", "params": {"torch_adam": true}}})");
+  EXPECT_TRUE(HasWarning(c, "optimizer.params.torch_adam"));
+  EXPECT_TRUE(MustParse(R"({"optimizer": {"type": "Adam", "params": {"torch_adam": false}}})").warnings().empty());
+}
+
+TEST_F(ConfigTest, OptimizerParamsMustBelongToTheType) {
+  ExpectRejected(R"({"optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}}})",
+                 {"optimizer.params.betas", "not a parameter of SGD"});
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"momentum": 0.9}}})",
+                 {"optimizer.params.momentum", "not a parameter of AdamW"});
+  ExpectRejected(R"({"optimizer": {"type": "SGD", "params": {"nesterov": true}}})",
+                 {"optimizer.params.nesterov", "momentum"});
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}})",
+                 {"optimizer.params.betas", "[0.9,1.0]", "[0, 1)"});
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})", {"optimizer.params.betas"});
+}
+
+TEST_F(ConfigTest, SchedulerParamsPerTypeAsInDeepSpeedsLrSchedules) {
+  Config warm = MustParse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}},
+                              "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
+  EXPECT_DOUBLE_EQ(warm.scheduler.warmup_max_lr, 0.02);  // WarmupLR takes the optimizer's lr by default
+  Config decay = MustParse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100,
+                               "warmup_max_lr": 0.1, "warmup_type": "linear"}}})");
+  EXPECT_EQ(decay.scheduler.total_num_steps, 100);
+  ExpectRejected(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
+                     "warmup_max_lr": 0.1}}})",
+                 {"scheduler.params.warmup_max_lr", "not a parameter of WarmupCosineLR"});
+  ExpectRejected(R"({"scheduler": {"type": "WarmupLR", "params": {"cos_min_ratio": 0.1}}})",
+                 {"scheduler.params.cos_min_ratio", "not a parameter of WarmupLR"});
+  ExpectRejected(R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})",
+                 {"scheduler.params.total_num_steps", "required"});
+  ExpectRejected(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})",
+                 {"scheduler.params.warmup_num_steps", ">= 1", "got 0"});
+  ExpectRejected(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
+                 {"scheduler.params.warmup_type", "\"cosine\"", "`log`"});
+  ExpectRejected(R"({"scheduler": {"type": "WarmupLr"}})", {"scheduler.type", "did you mean \"WarmupLR\""});
+  ExpectRejected(R"({"scheduler": {"type": "OneCycle"}})", {"scheduler.type", "not implemented in zero"});
+  Config warn = MustParse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10,
+                              "warmup_num_steps": 100}}})");
+  EXPECT_TRUE(HasWarning(warn, "scheduler.params.total_num_steps"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Unknown keys
+
+TEST_F(ConfigTest, UnknownTopLevelKeySuggestsTheClosest) {
+  ExpectRejected(R"({"train_micro_batch_size_per_gpus": 4})",
+                 {"train_micro_batch_size_per_gpus: unknown key", "did you mean \"train_micro_batch_size_per_gpu\""});
+  ExpectRejected(R"({"tensorbord": {}})", {"tensorbord: unknown key", "did you mean \"tensorboard\""});
+}
+
+TEST_F(ConfigTest, UnknownNestedKeyNamesTheFullPath) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memroy": true}}})",
+                 {"zero_optimization.offload_optimizer.pin_memroy: unknown key",
+                  "did you mean \"zero_optimization.offload_optimizer.pin_memory\""});
+  ExpectRejected(R"({"zero_optimization": {"stage3_prefetch_bucket": 1}})",
+                 {"zero_optimization.stage3_prefetch_bucket: unknown key",
+                  "did you mean \"zero_optimization.stage3_prefetch_bucket_size\""});
+}
+
+TEST_F(ConfigTest, MisplacedKeySuggestsWhereItBelongs) {
+  ExpectRejected(R"({"stage3_param_persistence_threshold": 1000})",
+                 {"stage3_param_persistence_threshold: unknown key",
+                  "did you mean \"zero_optimization.stage3_param_persistence_threshold\""});
+}
+
+TEST_F(ConfigTest, EveryErrorIsReportedAtOnce) {
+  std::string msg = ExpectRejected(R"({"zero_optimization": {"stage": 7, "reduce_bucket_size": -1}, "fooo": 1})",
+                                   {"zero_optimization.stage", "zero_optimization.reduce_bucket_size", "fooo"});
+  EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 2) << msg;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Invalid values: key, value and rule
+
+TEST_F(ConfigTest, StageOutsideZeroToThree) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 4}})", {"zero_optimization.stage", "got 4", "[0, 3]"});
+  ExpectRejected(R"({"zero_optimization": {"stage": -1}})", {"zero_optimization.stage", "got -1"});
+}
+
+TEST_F(ConfigTest, NegativeSizesAreRejected) {
+  ExpectRejected(R"({"zero_optimization": {"reduce_bucket_size": -5}})",
+                 {"zero_optimization.reduce_bucket_size", "got -5", ">= 0"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": -1e7}})",
+                 {"zero_optimization.stage3_prefetch_bucket_size", ">= 0"});
+  ExpectRejected(R"({"zero_optimization": {"sub_group_size": -1}})", {"zero_optimization.sub_group_size"});
+  ExpectRejected(R"({"gradient_clipping": -1.0})", {"gradient_clipping", "got -1.0", ">= 0"});
+  ExpectRejected(R"({"train_batch_size": 0})", {"train_batch_size", "got 0", ">= 1"});
+}
+
+TEST_F(ConfigTest, Fp16AndBf16BothEnabledIsRejected) {
+  ExpectRejected(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
+                 {"fp16.enabled", "bf16.enabled", "cannot both be true"});
+}
+
+TEST_F(ConfigTest, BatchKeysThatCannotMultiplyOutAreRejectedAtParse) {
+  ExpectRejected(R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})",
+                 {"train_batch_size", "30", "not a multiple"});
+}
+
+TEST_F(ConfigTest, ValidateDerivesBatchKeysLikeDeepSpeed) {
+  struct Case {
+    const char* json;
+    int world;
+    int64_t train, micro, gas;
+  };
+  const Case cases[] = {
+      {R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 4, 32, 4,
+       2},
+      {R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})", 2, 32, 4, 4},
+      {R"({"train_batch_size": 32, "gradient_accumulation_steps": 4})", 4, 32, 2, 4},
+      {R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5})", 2, 30, 3, 5},
+      {R"({"train_batch_size": 16})", 4, 16, 4, 1},
+      {R"({"train_micro_batch_size_per_gpu": 6})", 3, 18, 6, 1},
+  };
+  for (const Case& tc : cases) {
+    Config c = MustParse(tc.json);
+    ASSERT_TRUE(c.Validate(tc.world).ok()) << tc.json;
+    EXPECT_EQ(c.train_batch_size, tc.train) << tc.json;
+    EXPECT_EQ(c.train_micro_batch_size_per_gpu, tc.micro) << tc.json;
+    EXPECT_EQ(c.gradient_accumulation_steps, tc.gas) << tc.json;
+  }
+  // Derived keys are derived afresh for another world size.
+  Config c = MustParse(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 3})");
+  ASSERT_TRUE(c.Validate(2).ok());
+  EXPECT_EQ(c.train_batch_size, 12);
+  ASSERT_TRUE(c.Validate(4).ok());
+  EXPECT_EQ(c.train_batch_size, 24);
+}
+
+TEST_F(ConfigTest, ValidateRejectsBatchKeysThatDoNotMultiplyOut) {
+  StatusOr<Config> parsed = Config::FromJsonFile(Fixture("batch_32_4_2.json"));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Config c = *parsed;
+  Status s = c.Validate(2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("train_batch_size"), HasSubstr("32"), HasSubstr("world_size 2")));
+  EXPECT_TRUE(c == *parsed);  // unchanged on error
+  ASSERT_TRUE(c.Validate(4).ok());
+
+  Config small = MustParse(R"({"train_batch_size": 2})");
+  s = small.Validate(4);  // micro = 2 / 4 = 0
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("train_micro_batch_size_per_gpu"));
+
+  Config none = MustParse(R"({"gradient_accumulation_steps": 2})");
+  s = none.Validate(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("train_batch_size"), HasSubstr("train_micro_batch_size_per_gpu")));
+  EXPECT_FALSE(Config::Default().Validate(0).ok());
+}
+
+TEST_F(ConfigTest, OffloadParamNeedsStage3) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("invalid_offload_param_stage2.json"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr("invalid_offload_param_stage2.json: zero_optimization.offload_param.device"),
+                    HasSubstr("\"cpu\""), HasSubstr("stage 3")));
+  // device none at stage 2 is fine (DeepSpeed's default section).
+  MustParse(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "none"}}})");
+}
+
+TEST_F(ConfigTest, OffloadOptimizerNeedsAShardingStage) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})",
+                 {"zero_optimization.offload_optimizer.device", "stage 0"});
+  MustParse(R"({"zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})");
+}
+
+TEST_F(ConfigTest, OffloadRatioRules) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})",
+                 {"zero_optimization.offload_optimizer.ratio", "1.5", "[0, 1]"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": -0.1}}})",
+                 {"zero_optimization.offload_optimizer.ratio", "-0.1"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}})",
+                 {"zero_optimization.offload_optimizer.ratio", "0.5", "stage 3"});
+  EXPECT_DOUBLE_EQ(
+      MustParse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})")
+          .zero.offload_optimizer.ratio,
+      0.3);
+}
+
+TEST_F(ConfigTest, PowerOfTwoAndEvenRules) {
+  ExpectRejected(R"({"aio": {"block_size": 1000000}})", {"aio.block_size", "1000000", "a power of 2"});
+  EXPECT_EQ(MustParse(R"({"aio": {"block_size": 262144}})").aio.block_size, 262144);
+  ExpectRejected(R"({"zero_optimization": {"allgather_bucket_size": 5}})",
+                 {"zero_optimization.allgather_bucket_size", "got 5", "a multiple of 2"});
+}
+
+TEST_F(ConfigTest, OffloadDeviceMustBeNoneCpuOrNvme) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})",
+                 {"zero_optimization.offload_param.device", "\"gpu\"", "`none`, `cpu`"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}})",
+                 {"zero_optimization.offload_param.device", "not implemented in zero", "\"nvme\""});
+}
+
+TEST_F(ConfigTest, WrongTypesAreRejected) {
+  ExpectRejected(R"({"zero_optimization": {"stage": "two"}})", {"zero_optimization.stage", "\"two\"", "an integer"});
+  ExpectRejected(R"({"fp16": {"enabled": "yes"}})", {"fp16.enabled", "\"yes\"", "true or false"});
+  ExpectRejected(R"({"fp16": {"enabled": 1}})", {"fp16.enabled", "got 1"});
+  ExpectRejected(R"({"fp16": true})", {"fp16", "must be an object"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 1, "contiguous_gradients": null}})",
+                 {"zero_optimization.contiguous_gradients", "got null"});
+  ExpectRejected(R"({"communication_data_type": "int8"})", {"communication_data_type", "\"int8\""});
+  ExpectRejected(R"({"seed": -3})", {"seed", "got -3"});
+  ExpectRejected(R"({"comm_timeout_s": 0})", {"comm_timeout_s", "> 0"});
+  ExpectRejected(R"({"fp16": {"min_loss_scale": 0}})", {"fp16.min_loss_scale", "> 0"});
+  ExpectRejected(R"({"fp16": {"hysteresis": 3000000000}})", {"fp16.hysteresis", "out of range"});
+  ExpectRejected("[1, 2]", {"JSON object"});
+}
+
+TEST_F(ConfigTest, OursKeysParse) {
+  Config c = MustParse(R"({"seed": 42, "comm_timeout_s": 30, "gradient_accumulation_mode": "low_communication",
+                           "communication_data_type": "BF16",
+                           "bf16": {"enabled": true, "nonfinite_grads": "error", "stochastic_rounding": true}})");
+  EXPECT_EQ(c.seed, 42u);
+  EXPECT_DOUBLE_EQ(c.comm_timeout_s, 30.0);
+  EXPECT_EQ(c.gradient_accumulation_mode, GradAccumulationMode::kLowCommunication);
+  EXPECT_EQ(c.communication_data_type, "bf16");
+  EXPECT_EQ(c.bf16.nonfinite_grads, NonFinitePolicy::kError);
+  EXPECT_TRUE(c.bf16.stochastic_rounding);
+  ExpectRejected(R"({"gradient_accumulation_mode": "low_mem"})",
+                 {"gradient_accumulation_mode", "\"low_mem\"", "did you mean \"low_memory\""});
+  EXPECT_TRUE(HasWarning(MustParse(R"({"bf16": {"stochastic_rounding": true}})"), "bf16.stochastic_rounding"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Keys DeepSpeed knows that zero does not implement
+
+TEST_F(ConfigTest, UnimplementedKeysAreAcceptedAtTheirOffValue) {
+  Config c = MustParse(R"({
+    "fp16": {"auto_cast": false, "fp16_master_weights_and_grads": false},
+    "bf16": {"immediate_grad_update": false},
+    "activation_checkpointing": {"partition_activations": false},
+    "data_types": {"grad_accum_dtype": "fp32"},
+    "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1, "zero_quantized_weights": false,
+      "zero_quantized_gradients": false, "zero_quantized_nontrainable_weights": false, "mics_shard_size": -1,
+      "mics_hierarchical_params_gather": false, "elastic_checkpoint": false, "legacy_stage1": false,
+      "zeropp_loco_param": null, "zenflow": null, "leaf_module": {}, "stage3_module_granularity_threshold": 0,
+      "load_from_fp32_weights": true, "offload_param": {"device": "none"}}})");
+  EXPECT_TRUE(c.warnings().empty()) << c.warnings().front();
+  EXPECT_EQ(c.zero.zero_hpz_partition_size, 1);
+}
+
+TEST_F(ConfigTest, UnimplementedKeysAreErrorsWhenTurnedOn) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
+       "zero_optimization.zero_quantized_weights"},
+      {R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
+       "zero_optimization.zero_quantized_gradients"},
+      {R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})",
+       "zero_optimization.zero_hpz_partition_size"},
+      {R"({"zero_optimization": {"stage": 3, "mics_shard_size": 4}})", "zero_optimization.mics_shard_size"},
+      {R"({"zero_optimization": {"stage": 2, "elastic_checkpoint": true}})", "zero_optimization.elastic_checkpoint"},
+      {R"({"zero_optimization": {"stage": 3, "zenflow": {"topk_ratio": 0.1}}})", "zero_optimization.zenflow"},
+      {R"({"zero_optimization": {"stage": 3, "load_from_fp32_weights": false}})",
+       "zero_optimization.load_from_fp32_weights"},
+      {R"({"fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast"},
+      {R"({"bf16": {"enabled": true, "immediate_grad_update": true}})", "bf16.immediate_grad_update"},
+      {R"({"activation_checkpointing": {"partition_activations": true}})",
+       "activation_checkpointing.partition_activations"},
+      {R"({"data_types": {"grad_accum_dtype": "bf16"}})", "data_types.grad_accum_dtype"},
+      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})",
+       "zero_optimization.offload_optimizer.device"},
+  };
+  for (const auto& [json, path] : cases) {
+    ExpectRejected(json, {std::string(path) + ": not implemented in zero"});
+  }
+}
+
+TEST_F(ConfigTest, KeysWithoutEffectWarnOnlyWhenNotDefault) {
+  Config quiet = MustParse(R"({"zero_optimization": {"use_multi_rank_bucket_allreduce": true,
+                               "memory_efficient_linear": true}})");
+  EXPECT_TRUE(quiet.warnings().empty());
+  Config loud = MustParse(R"({"zero_optimization": {"use_multi_rank_bucket_allreduce": false,
+                              "override_module_apply": false}, "aio": {"queue_depth": 32}})");
+  EXPECT_TRUE(HasWarning(loud, "zero_optimization.use_multi_rank_bucket_allreduce"));
+  EXPECT_TRUE(HasWarning(loud, "zero_optimization.override_module_apply"));
+  EXPECT_TRUE(HasWarning(loud, "aio.queue_depth"));
+  EXPECT_EQ(loud.aio.queue_depth, 32);
+}
+
+TEST_F(ConfigTest, OtherDeepSpeedSubsystemsAreIgnoredWithAOneLineWarning) {
+  Config c = MustParse(R"({"tensorboard": {"enabled": true, "output_path": "/tmp/tb"},
+      "wandb": {"enabled": true}, "flops_profiler": {"enabled": false}, "comms_logger": {"enabled": true},
+      "zero_allow_untested_optimizer": true, "prescale_gradients": false, "checkpoint": {"tag_validation": "Warn"},
+      "zero_optimization": {"stage": 1}})");
+  for (const char* key : {"tensorboard", "wandb", "flops_profiler", "comms_logger", "zero_allow_untested_optimizer",
+                          "prescale_gradients", "checkpoint"}) {
+    EXPECT_TRUE(HasWarning(c, std::string(key) + ": ")) << key;
+  }
+  EXPECT_EQ(c.warnings().size(), 7u);
+  for (const std::string& w : c.warnings()) {
+    EXPECT_THAT(w, HasSubstr("zero ignores it"));
+    EXPECT_EQ(w.find('\n'), std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Aliases and deprecated keys
+
+TEST_F(ConfigTest, PydanticFieldNamesAreSynonymsWithoutWarning) {
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1e6,
+      "param_persistence_threshold": 10, "max_live_parameters": 7, "max_reuse_distance": 8,
+      "gather_16bit_weights_on_model_save": true, "model_persistence_threshold": 99}})");
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 1'000'000);
+  EXPECT_EQ(c.zero.stage3_param_persistence_threshold, 10);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 7);
+  EXPECT_EQ(c.zero.stage3_max_reuse_distance, 8);
+  EXPECT_EQ(c.zero.stage3_model_persistence_threshold, 99);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(c.warnings().empty());
+}
+
+TEST_F(ConfigTest, DeprecatedAliasesMapWithAWarning) {
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true,
+      "cpu_offload": true, "cpu_offload_param": true, "cpu_offload_use_pin_memory": true},
+      "bfloat16": {"enabled": true}, "aio": {"thread_count": 4}})");
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kCpu);
+  EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_TRUE(c.zero.offload_param.pin_memory);
+  EXPECT_TRUE(c.bf16.enabled);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 4);
+  for (const char* key : {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
+                          "zero_optimization.cpu_offload:",
+                          "zero_optimization.cpu_offload_param", "zero_optimization.cpu_offload_use_pin_memory",
+                          "bfloat16", "aio.thread_count"}) {
+    EXPECT_TRUE(HasWarning(c, key)) << key;
+  }
+}
+
+TEST_F(ConfigTest, ZeroOptimizationAsABoolIsDeepSpeedsOldestFormat) {
+  Config c = MustParse(R"({"zero_optimization": true})");
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_TRUE(HasWarning(c, "zero_optimization"));
+  EXPECT_EQ(MustParse(R"({"zero_optimization": false})").zero.stage, 0);
+}
+
+TEST_F(ConfigTest, AKeyAndItsAliasTogetherAreRejected) {
+  ExpectRejected(R"({"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})",
+                 {"zero_optimization.stage3_prefetch_bucket_size", "given twice",
+                  "zero_optimization.prefetch_bucket_size"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
+                 {"zero_optimization.offload_optimizer", "given twice", "zero_optimization.cpu_offload"});
+  ExpectRejected(R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": false}})", {"bfloat16", "given twice"});
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// JSON-level errors
+
+TEST_F(ConfigTest, DuplicateKeysAreErrorsNamingThePath) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("invalid_duplicate.json"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr("zero_optimization.reduce_bucket_size: duplicate key"), Not(HasSubstr("[config.cc"))));
+  ExpectRejected(R"({"stage": 1, "stage": 1})", {"stage: duplicate key"});
+  ExpectRejected(R"({"tensorboard": {"jobs": [{"a": 1}, {"b": 1, "b": 2}]}})",
+                 {"tensorboard.jobs[1].b: duplicate key"});
+}
+
+TEST_F(ConfigTest, MalformedJsonReportsLineAndColumn) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("invalid_malformed.json"));
+  ASSERT_FALSE(c.ok());
+  // Line 5 is `    "overlap_comm": tru`; the parser gives up at the newline right after "tru" (column 24).
+  EXPECT_THAT(std::string(c.status().message()),
+              AllOf(HasSubstr("invalid_malformed.json: malformed JSON at line 5, column 24"), HasSubstr("tru")));
+  ExpectRejected("{\n  \"a\": 1,\n  \"b\": 2,,\n}", {"line 3, column 10"});
+  ExpectRejected("{\"zero_optimization\": {\"stage\": 1}", {"line 1, column 35"});  // missing closing brace
+  ExpectRejected("", {"line 1, column 1"});
+}
+
+TEST_F(ConfigTest, MissingFileIsNotFound) {
+  StatusOr<Config> c = Config::FromJsonFile(Fixture("no_such_config.json"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("no_such_config.json"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// "auto" and Resolve
+
+TEST_F(ConfigTest, AutoIsAcceptedOnlyWhereHuggingFaceUsesIt) {
+  ExpectRejected(R"({"zero_optimization": {"sub_group_size": "auto"}})",
+                 {"zero_optimization.sub_group_size", "\"auto\" is not accepted here"});
+  ExpectRejected(R"({"fp16": {"loss_scale": "auto"}})", {"fp16.loss_scale", "\"auto\""});
+  Config c = MustParse(R"({"zero_optimization": {"stage": "auto", "stage3_prefetch_bucket_size": "auto",
+      "stage3_param_persistence_threshold": "auto", "offload_optimizer": {"device": "auto"},
+      "stage3_gather_16bit_weights_on_model_save": "auto"}, "scheduler": {"type": "WarmupDecayLR",
+      "params": {"total_num_steps": "auto"}}})");
+  EXPECT_EQ(c.unresolved().size(), 6u);
+}
+
+TEST_F(ConfigTest, ResolveFillsAutoAndChecksTheRule) {
+  Config c = MustParse(R"({"train_micro_batch_size_per_gpu": "auto",
+                           "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto"}})");
+  ASSERT_EQ(c.unresolved().size(), 2u);
+  Config before = c;
+  Status bad = c.Resolve("train_micro_batch_size_per_gpu", 2.5);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), AllOf(HasSubstr("train_micro_batch_size_per_gpu"), HasSubstr("2.5")));
+  EXPECT_TRUE(c == before);  // unchanged
+  EXPECT_EQ(c.Resolve("train_micro_batch_size_per_gpu", 0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.Resolve("train_micro_batch_size_per_gpu", 8.0).ok());  // integral double is fine
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 8);
+  // The pydantic spelling resolves the same key.
+  ASSERT_TRUE(c.Resolve("zero_optimization.prefetch_bucket_size", static_cast<int64_t>(0.9 * 1024 * 1024)).ok());
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 943718);
+  EXPECT_TRUE(c.unresolved().empty());
+  // Keys that are not "auto" cannot be resolved.
+  EXPECT_EQ(c.Resolve("zero_optimization.stage", 2).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.Resolve("train_micro_batch_size_per_gpu", 4).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.Resolve("no.such.key", 4).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ConfigTest, ResolveChecksCrossKeyRules) {
+  Config c = MustParse(R"({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})");
+  ASSERT_TRUE(c.Resolve("bf16.enabled", true).ok());
+  Status s = c.Resolve("fp16.enabled", true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("fp16.enabled"), HasSubstr("bf16.enabled")));
+  EXPECT_FALSE(c.fp16.enabled);
+  ASSERT_TRUE(c.Resolve("fp16.enabled", false).ok());
+
+  // Resolving the stage settles overlap_comm's dynamic default and the stage rules.
+  Config z = MustParse(R"({"zero_optimization": {"stage": "auto", "offload_param": {"device": "cpu"}}})");
+  nlohmann::json j = nlohmann::json::parse(z.ToJson());
+  EXPECT_TRUE(j["zero_optimization"]["overlap_comm"].is_null());
+  EXPECT_FALSE(z.Resolve("zero_optimization.stage", 2).ok());  // offload_param needs stage 3
+  ASSERT_TRUE(z.Resolve("zero_optimization.stage", 3).ok());
+  EXPECT_TRUE(z.zero.overlap_comm);
+}
+
+TEST_F(ConfigTest, ResolveTakesEveryValueKind) {
+  Config c = MustParse(R"({"optimizer": {"type": "AdamW", "params": {"betas": "auto", "lr": "auto"}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": "auto"}},
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "auto", "nvme_path": "auto"}}})");
+  ASSERT_TRUE(c.Resolve("optimizer.params.betas", std::vector<double>{0.8, 0.9}).ok());
+  EXPECT_FALSE(c.Resolve("optimizer.params.lr", "fast").ok());
+  ASSERT_TRUE(c.ResolveJson("optimizer.params.lr", "1e-4").ok());
+  ASSERT_TRUE(c.Resolve("scheduler.params.warmup_max_lr", 1e-4).ok());
+  ASSERT_TRUE(c.Resolve("zero_optimization.offload_optimizer.device", "cpu").ok());
+  ASSERT_TRUE(c.Resolve("zero_optimization.offload_optimizer.nvme_path", std::string("/local_nvme")).ok());
+  EXPECT_DOUBLE_EQ(c.optimizer->beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optimizer->lr, 1e-4);
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/local_nvme");
+  EXPECT_TRUE(c.unresolved().empty());
+}
+
+TEST_F(ConfigTest, ValidateNamesEveryUnresolvedKey) {
+  Config c = MustParse(R"({"train_micro_batch_size_per_gpu": 2, "gradient_clipping": "auto",
+                           "zero_optimization": {"reduce_bucket_size": "auto"}})");
+  Status s = c.Validate(2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()),
+              AllOf(HasSubstr("gradient_clipping: still \"auto\""),
+                    HasSubstr("zero_optimization.reduce_bucket_size: still \"auto\""), HasSubstr("Config::Resolve")));
+  ASSERT_TRUE(c.Resolve("gradient_clipping", 1.0).ok());
+  ASSERT_TRUE(c.Resolve("zero_optimization.reduce_bucket_size", 1 << 20).ok());
+  EXPECT_TRUE(c.Validate(2).ok());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// ToJson
+
+TEST_F(ConfigTest, ToJsonShowsEveryKeyWithDefaultsAndAuto) {
+  Config c = MustParse(R"({"train_batch_size": "auto", "zero_optimization": {"stage": 2}})");
+  nlohmann::json j = nlohmann::json::parse(c.ToJson());
+  EXPECT_EQ(j["train_batch_size"], "auto");
+  EXPECT_EQ(j["zero_optimization"]["reduce_bucket_size"], 500000000);
+  EXPECT_EQ(j["zero_optimization"]["overlap_comm"], false);
+  EXPECT_EQ(j["zero_optimization"]["offload_optimizer"]["device"], "none");
+  EXPECT_EQ(j["zero_optimization"]["zero_hpz_partition_size"], 1);
+  EXPECT_TRUE(j["optimizer"].is_null());
+  EXPECT_TRUE(j["scheduler"].is_null());
+  EXPECT_EQ(j["aio"]["block_size"], 1048576);
+  EXPECT_FALSE(j.contains("tensorboard"));
+}
+
+TEST_F(ConfigTest, ToJsonRoundTripsToTheSameEffectiveConfig) {
+  std::vector<Config> configs = {Config(), Config::Default()};
+  for (const char* f : {"hf_zero2_auto.json", "zero3_cpu_offload.json", "batch_32_4_2.json"}) {
+    StatusOr<Config> c = Config::FromJsonFile(Fixture(f));
+    ASSERT_TRUE(c.ok()) << f << ": " << c.status();
+    configs.push_back(*c);
+  }
+  configs.push_back(MustParse(R"({"optimizer": {"type": "SGD", "params": {"momentum": 0.9, "nesterov": true}},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 50, "warmup_type": "linear"}},
+      "zero_optimization": {"stage": "auto", "use_multi_rank_bucket_allreduce": false, "mics_shard_size": 0},
+      "data_types": {"grad_accum_dtype": "fp32"}, "communication_data_type": "fp16", "seed": 7})"));
+  Config validated = Config::Default();
+  ASSERT_TRUE(validated.Validate(3).ok());
+  configs.push_back(validated);
+  for (const Config& c : configs) {
+    const std::string text = c.ToJson();
+    StatusOr<Config> back = Config::FromJsonString(text);
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+    EXPECT_TRUE(*back == c) << text;
+    EXPECT_EQ(back->ToJson(), text);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The reference
+
+TEST_F(ConfigTest, DocsConfigMdIsTheGeneratedReference) {
+  const std::string docs = ReadFile(ZERO_CONFIG_DOCS);
+  ASSERT_FALSE(docs.empty()) << ZERO_CONFIG_DOCS << " is missing";
+  EXPECT_TRUE(docs == ConfigReferenceMarkdown())
+      << "docs/config.md is stale: regenerate it with `build/bin/zero-config --reference > docs/config.md`";
+}
+
+TEST_F(ConfigTest, ReferenceListsEveryKeyAliasAndIgnoredSection) {
+  const std::string md = ConfigReferenceMarkdown();
+  nlohmann::json j = nlohmann::json::parse(Config::Default().ToJson());
+  // Every key ToJson prints appears in the reference (as a section heading or a `leaf` in a table).
+  std::vector<std::pair<std::string, nlohmann::json>> stack = {{"", j}};
+  size_t keys = 0;
+  while (!stack.empty()) {
+    auto [prefix, node] = stack.back();
+    stack.pop_back();
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
+      // A leaf is `key` in its section's table; a nested section is the heading `parent.key`.
+      const bool listed = md.find("`" + it.key() + "`") != std::string::npos ||
+                          md.find("`" + path + "`") != std::string::npos;
+      EXPECT_TRUE(listed) << path << " is missing from the reference";
+      ++keys;
+      if (it.value().is_object() && !it.value().empty()) stack.push_back({path, it.value()});
+    }
+  }
+  EXPECT_GT(keys, 100u);
+  for (const char* s : {"`prefetch_bucket_size`", "`bfloat16`", "`zero_optimization.cpu_offload`", "`tensorboard`",
+                        "`flops_profiler`", "not implemented", "## Cross-key rules", "## Config"}) {
+    EXPECT_NE(md.find(s), std::string::npos) << s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The zero-config tool
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+RunResult RunZeroConfig(const std::string& args) {
+#ifdef ZERO_CONFIG_BIN
+  const std::string base = ::testing::TempDir() + "/zero_config_" + std::to_string(::getpid());
+  const std::string cmd = std::string(ZERO_CONFIG_BIN) + " " + args + " >" + base + ".out 2>" + base + ".err";
+  int rc = std::system(cmd.c_str());
+  RunResult r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = ReadFile(base + ".out");
+  r.err = ReadFile(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+#else
+  return RunResult{};
+#endif
+}
+
+TEST_F(ConfigTest, ZeroConfigToolExitCodes) {
+#ifndef ZERO_CONFIG_BIN
+  GTEST_SKIP() << "zero-config is not built (ZERO_BUILD_TOOLS=OFF)";
+#endif
+  RunResult ok = RunZeroConfig(Fixture("hf_zero2_auto.json"));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  nlohmann::json j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j["train_batch_size"], "auto");
+  EXPECT_EQ(j["zero_optimization"]["allgather_bucket_size"], 200000000);
+
+  RunResult unresolved = RunZeroConfig(Fixture("hf_zero2_auto.json") + " --world 2");
+  EXPECT_EQ(unresolved.code, 1);
+  EXPECT_THAT(unresolved.err, HasSubstr("train_micro_batch_size_per_gpu: still \"auto\""));
+
+  RunResult world4 = RunZeroConfig(Fixture("batch_32_4_2.json") + " --world 4");
+  EXPECT_EQ(world4.code, 0) << world4.err;
+  EXPECT_EQ(nlohmann::json::parse(world4.out)["train_batch_size"], 32);
+  RunResult world2 = RunZeroConfig(Fixture("batch_32_4_2.json") + " --world 2");
+  EXPECT_EQ(world2.code, 1);
+  EXPECT_THAT(world2.err, HasSubstr("train_batch_size"));
+  EXPECT_TRUE(world2.out.empty());
+
+  RunResult derived = RunZeroConfig(Fixture("zero3_cpu_offload.json") + " --world 8");
+  EXPECT_EQ(derived.code, 0) << derived.err;
+  EXPECT_EQ(nlohmann::json::parse(derived.out)["train_batch_size"], 64);
+
+  RunResult malformed = RunZeroConfig(Fixture("invalid_malformed.json"));
+  EXPECT_EQ(malformed.code, 1);
+  EXPECT_THAT(malformed.err, HasSubstr("line 5, column 24"));
+  RunResult stage2 = RunZeroConfig(Fixture("invalid_offload_param_stage2.json"));
+  EXPECT_EQ(stage2.code, 1);
+  EXPECT_THAT(stage2.err, HasSubstr("zero_optimization.offload_param.device"));
+  RunResult dup = RunZeroConfig(Fixture("invalid_duplicate.json"));
+  EXPECT_EQ(dup.code, 1);
+  EXPECT_THAT(dup.err, HasSubstr("zero_optimization.reduce_bucket_size"));
+
+  RunResult ref = RunZeroConfig("--reference");
+  EXPECT_EQ(ref.code, 0);
+  EXPECT_EQ(ref.out, ConfigReferenceMarkdown());
+  RunResult def = RunZeroConfig("--default");
+  EXPECT_EQ(def.code, 0);
+  EXPECT_EQ(def.out, Config::Default().ToJson(2) + "\n");
+  EXPECT_EQ(RunZeroConfig("").code, 2);
+  EXPECT_EQ(RunZeroConfig("--world x " + Fixture("batch_32_4_2.json")).code, 2);
+  EXPECT_EQ(RunZeroConfig(Fixture("no_such_config.json")).code, 1);
+}
+
+}  // namespace
+}  // namespace zero
