@@ -59,4 +59,10 @@ class LossScaler {
   int64_t last_overflow_iter_ = -1;
 };
 
+// Rounds n fp32 values to bf16 stochastically: a finite value goes to the upper of its two bf16 neighbours
+// with probability equal to its distance from the lower one (in bf16 ulps), so the rounding is unbiased in
+// expectation. The randomness is a counter-based hash of (key, first_index + i): reproducible, and independent
+// of how an array is split into shards or tiles. Non-finite values round to nearest even (NaN stays NaN).
+void StochasticRoundToBF16(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index);
+
 }  // namespace zero

@@ -22,6 +22,7 @@
 #include "shard/internal/layout.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
+#include "zero/mixed_precision.h"
 
 namespace zero {
 
@@ -97,10 +98,12 @@ struct UnitRuntime {
   UnitLayout layout;
   std::vector<ParamSpec> specs;  // registration order
   bool persistent = false;  // stage 3: kept gathered (small units)
-  Buffer params;            // full (stages 0-2, persistent) or shard (stage 3)
-  Buffer full_grads;        // stages 0-1 always; stages 2-3 low-communication mode during accumulation
-  Buffer grad_accum;        // stages 1-3: f32 shard accumulator (stage 1 uses full_grads' slice instead)
-  Buffer master;            // mixed precision only
+  Buffer params;            // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
+  Buffer full_grads;        // compute dtype, full: stages 0-1 always; stages 2-3 low-communication mode
+  Buffer grad_shard;        // stages 2-3 (and stage 1 when accumulating 16-bit grads): the reduced shard
+  DType grad_shard_dtype = DType::kF32;
+  Buffer accum_full;        // f32, full: 16-bit grads accumulated over micro-steps before one reduction
+  Buffer master;            // f32 master weights, mixed precision only (full at stage 0, else the shard)
   std::vector<Buffer> state;
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
@@ -124,7 +127,8 @@ class Engine::Impl {
         rank_(comm_->rank()),
         world_(comm_->world_size()),
         gather_pool_(&tracker_, MemTag::kGather),
-        bucket_pool_(&tracker_, MemTag::kBuckets) {}
+        bucket_pool_(&tracker_, MemTag::kBuckets),
+        staging_pool_(&tracker_, MemTag::kStaging) {}
 
   Status Init() {
     if (cfg_.fp16.enabled) {
@@ -132,15 +136,23 @@ class Engine::Impl {
     } else if (cfg_.bf16.enabled) {
       cd_ = DType::kBF16;
     }
-    if (cd_ != DType::kF32) {
-      return absl::UnimplementedError(
-          "fp16/bf16 mixed precision: not implemented in this engine yet (see issue 5); set fp16.enabled and "
-          "bf16.enabled to false");
+    comm_dtype_ = DType::kF32;
+    if (cfg_.communication_data_type.has_value()) {
+      ZERO_ASSIGN_OR_RETURN(comm_dtype_, ParseDType(*cfg_.communication_data_type));
+      if (comm_dtype_ != DType::kF32 && comm_dtype_ != cd_) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "communication_data_type: \"", *cfg_.communication_data_type, "\" must be fp32 or the compute dtype (",
+            std::string(DTypeName(cd_)), ")"));
+      }
     }
-    if (cfg_.zero.offload_optimizer.device != OffloadDevice::kNone || cfg_.zero.offload_param.device != OffloadDevice::kNone) {
-      return absl::UnimplementedError(
-          "zero_optimization.offload_optimizer / offload_param: not implemented in this engine yet (see issue 6); "
-          "set device to \"none\"");
+    scaler_ = LossScaler::FromConfig(cfg_.fp16);
+    if (cfg_.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+        cfg_.zero.offload_param.device == OffloadDevice::kNvme) {
+      return absl::UnimplementedError("zero_optimization.offload_*.device \"nvme\": not implemented in zero");
+    }
+    if (cfg_.zero.offload_optimizer.device == OffloadDevice::kCpu || cfg_.zero.offload_param.device == OffloadDevice::kCpu) {
+      // The host engine keeps every buffer in host memory already: CPU offload is the same code path here.
+      ZERO_LOG_ONCE(INFO) << "offload to cpu on the host (Gloo) engine: all state already lives in host memory";
     }
     ga_ = cfg_.accumulation_steps();
     if (opts_.optimizer) {
@@ -281,13 +293,26 @@ class Engine::Impl {
         u.params = Buffer::Host(&tracker_, MemTag::kParams, L.padded * cds);
         tracker_.AddPadding(pad_full * cds);
       }
-      // Gradients.
+      // Gradients (see the file comment): the trainer-visible buffer and, where needed, the reduced shard.
       if (stage_ <= 1) {
         u.full_grads = Buffer::Host(&tracker_, MemTag::kGrads, L.padded * cds);
         tracker_.AddPadding(pad_full * cds);
-      } else {
-        u.grad_accum = Buffer::Host(&tracker_, MemTag::kGrads, L.shard * 4);
-        tracker_.AddPadding(pad_shard * 4);
+      }
+      if (Accumulate16()) {
+        if (stage_ == 0) {
+          u.accum_full = Buffer::Host(&tracker_, MemTag::kGrads, L.padded * 4);
+          tracker_.AddPadding(pad_full * 4);
+        }
+      }
+      if (stage_ >= 2 || (stage_ == 1 && Accumulate16())) {
+        u.grad_shard_dtype = (cd_ == DType::kF32 || ga_ > 1) ? DType::kF32 : cd_;
+        u.grad_shard = Buffer::Host(&tracker_, MemTag::kGrads, L.shard * DTypeSize(u.grad_shard_dtype));
+        tracker_.AddPadding(pad_shard * DTypeSize(u.grad_shard_dtype));
+      }
+      if (mixed()) {
+        const int64_t n = stage_ == 0 ? L.padded : L.shard;
+        u.master = Buffer::Host(&tracker_, MemTag::kMaster, n * 4);
+        tracker_.AddPadding((stage_ == 0 ? pad_full : pad_shard) * 4);
       }
       // Optimizer state.
       const int64_t state_n = stage_ == 0 ? L.padded : L.shard;
@@ -318,17 +343,24 @@ class Engine::Impl {
       return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.layout.name, " has no parameter \"", name, "\""));
     }
     const ParamSlot& slot = u.layout.params[it->second];
+    const size_t cds = DTypeSize(cd_);
     if (!u.sharded_params(stage_)) {
-      ConvertBuffer(values, DType::kF32, static_cast<char*>(u.params.data()) + slot.offset * DTypeSize(cd_), cd_,
-                    slot.numel);
-      return absl::OkStatus();
+      ConvertBuffer(values, DType::kF32, static_cast<char*>(u.params.data()) + slot.offset * cds, cd_, slot.numel);
     }
-    // Stage 3: the intersection of [offset, offset+numel) with this rank's shard.
+    // The part of [offset, offset+numel) in this rank's shard: the stage-3 parameter shard and the master shard.
     const int64_t s_begin = static_cast<int64_t>(rank_) * u.layout.shard, s_end = s_begin + u.layout.shard;
     const int64_t lo = std::max(s_begin, slot.offset), hi = std::min(s_end, slot.offset + slot.numel);
-    if (lo < hi) {
-      ConvertBuffer(values + (lo - slot.offset), DType::kF32,
-                    static_cast<char*>(u.params.data()) + (lo - s_begin) * DTypeSize(cd_), cd_, hi - lo);
+    if (u.sharded_params(stage_) && lo < hi) {
+      ConvertBuffer(values + (lo - slot.offset), DType::kF32, static_cast<char*>(u.params.data()) + (lo - s_begin) * cds,
+                    cd_, hi - lo);
+    }
+    if (mixed()) {
+      // The master keeps the exact fp32 values, not the rounded 16-bit copy.
+      if (stage_ == 0) {
+        std::memcpy(u.master.as<float>() + slot.offset, values, slot.numel * 4);
+      } else if (lo < hi) {
+        std::memcpy(u.master.as<float>() + (lo - s_begin), values + (lo - slot.offset), (hi - lo) * 4);
+      }
     }
     return absl::OkStatus();
   }
@@ -439,14 +471,26 @@ class Engine::Impl {
     u.scope_open = true;
     u.scope_backward = backward;
     if (backward) {
+      // A reduction of this unit's previous micro-step may still read its gradient buffer.
+      ZERO_RETURN_IF_ERROR(RetireUnit(id));
       ++u.backward_count;
       ZERO_RETURN_IF_ERROR(PrepareGradBuffer(u));
     }
     return UnitScope(engine, id, backward);
   }
 
+  bool mixed() const { return cd_ != DType::kF32; }
+  // 16-bit gradients accumulated over several micro-steps go through an fp32 accumulator, never a 16-bit sum.
+  bool Accumulate16() const { return mixed() && ga_ > 1; }
+
+  // Whether a unit's gradient is reduce-scattered after every micro-step into the sharded accumulator (low
+  // memory) rather than accumulated in full locally and reduced once after the last micro-step (low
+  // communication, FSDP's no_sync). Stage 0 always accumulates locally; stage 1 does too unless it accumulates
+  // 16-bit gradients (then an fp32 shard accumulator beats an fp32 copy of the full gradient).
   bool ReduceEveryMicroStep() const {
-    return stage_ >= 2 && cfg_.gradient_accumulation_mode == GradAccumulationMode::kLowMemory;
+    if (stage_ == 0) return false;
+    if (stage_ == 1) return Accumulate16();
+    return cfg_.gradient_accumulation_mode == GradAccumulationMode::kLowMemory;
   }
 
   Status PrepareGradBuffer(UnitRuntime& u) {
@@ -480,44 +524,65 @@ class Engine::Impl {
 
   // ---- gradient reduction ----
 
-  struct PendingReduce {
-    UnitId unit;
-    Work work;
-    Buffer send;        // bucket to return to the pool when done (stages 2-3 low-memory)
-    Buffer recv;        // temporary shard to add into the accumulator / copy into place
-    enum Kind { kInPlace, kAddToAccum, kCopyToGradSlice, kIntoAccum } kind;
-    int64_t elems;
+  // Where a reduced gradient lands: stored (converted to `dtype`) or added to what is there.
+  struct Deposit {
+    void* ptr = nullptr;
+    DType dtype = DType::kF32;
+    bool add = false;
   };
 
-  Status ReduceUnit(UnitRuntime& u) {
-    const UnitId id = static_cast<UnitId>(&u - units_.data());
-    const bool last_micro = u.backward_count == ga_;
-    const auto avg = ReduceOp::kAvg;
-    const int64_t S = u.layout.shard;
-    PendingReduce p{id, Work(), Buffer(), Buffer(), PendingReduce::kInPlace, u.layout.padded};
-    if (stage_ == 0) {
-      if (!last_micro) return absl::OkStatus();
-      p.work = comm_->AllReduce(u.full_grads.data(), u.layout.padded, cd_, avg);
-    } else if (stage_ == 1) {
-      if (!last_micro) return absl::OkStatus();
-      p.recv = bucket_pool_.Take(S * 4, false);
-      p.work = comm_->ReduceScatter(u.full_grads.data(), p.recv.data(), S, cd_, avg);
-      p.kind = PendingReduce::kCopyToGradSlice;
-    } else if (ReduceEveryMicroStep()) {
-      p.send = std::move(u.bucket);
-      if (u.backward_count == 1) {
-        p.work = comm_->ReduceScatter(p.send.data(), u.grad_accum.data(), S, cd_, avg);
-        p.kind = PendingReduce::kIntoAccum;
-      } else {
-        p.recv = bucket_pool_.Take(S * 4, false);
-        p.work = comm_->ReduceScatter(p.send.data(), p.recv.data(), S, cd_, avg);
-        p.kind = PendingReduce::kAddToAccum;
+  struct PendingReduce {
+    UnitId unit = -1;
+    Work work;
+    Buffer bucket;        // the trainer's gradient bucket (stages 2-3), returned to the pool when done
+    Buffer staging;       // the input converted to the wire dtype
+    Buffer recv;          // reduce-scatter output before it is deposited
+    const void* result = nullptr;  // what to deposit (nullptr: the op wrote the deposit directly)
+    DType result_dtype = DType::kF32;
+    int64_t result_elems = 0;
+    Deposit dep;
+    void* zero_after = nullptr;  // a buffer the op reads that must be zeroed once it is done
+    size_t zero_bytes = 0;
+    bool free_full_after = false;  // low-communication mode: the full gradient lived only until reduced
+    int64_t elems = 0;
+  };
+
+  // Issues the reduction of `src` (the unit's full padded gradient, `src_dtype`): an average all-reduce whose
+  // result is deposited in full, or an average reduce-scatter whose shard is deposited. The wire dtype is
+  // communication_data_type (fp32 unless set), so 16-bit gradients are widened once before the reduction.
+  Status IssueReduce(UnitRuntime& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
+    const int64_t n = u.layout.padded, S = u.layout.shard;
+    p.unit = static_cast<UnitId>(&u - units_.data());
+    p.dep = dep;
+    p.elems = n;
+    void* send = src;
+    if (src_dtype != comm_dtype_) {
+      p.staging = staging_pool_.Take(n * DTypeSize(comm_dtype_), false);
+      ConvertBuffer(src, src_dtype, p.staging.data(), comm_dtype_, n);
+      send = p.staging.data();
+      if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
+        std::memset(p.zero_after, 0, p.zero_bytes);
+        p.zero_after = nullptr;
       }
-    } else {
-      if (!last_micro) return absl::OkStatus();
-      p.work = comm_->ReduceScatter(u.full_grads.data(), u.grad_accum.data(), S, cd_, avg);
-      p.kind = PendingReduce::kIntoAccum;
     }
+    if (allreduce) {
+      p.work = comm_->AllReduce(send, n, comm_dtype_, ReduceOp::kAvg);
+      p.result = send == dep.ptr ? nullptr : send;
+      p.result_elems = n;
+    } else {
+      void* recv;
+      if (dep.dtype == comm_dtype_ && !dep.add) {
+        recv = dep.ptr;
+        p.result = nullptr;
+      } else {
+        p.recv = bucket_pool_.Take(S * DTypeSize(comm_dtype_), false);
+        recv = p.recv.data();
+        p.result = recv;
+      }
+      p.result_elems = S;
+      p.work = comm_->ReduceScatter(send, recv, S, comm_dtype_, ReduceOp::kAvg);
+    }
+    p.result_dtype = comm_dtype_;
     // Bound the gradient bytes in flight by reduce_bucket_size (elements), then queue.
     while (!pending_.empty() && pending_elems_ + p.elems > cfg_.zero.reduce_bucket_size) {
       ZERO_RETURN_IF_ERROR(RetireOldest());
@@ -530,6 +595,45 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
+  Status ReduceUnit(UnitRuntime& u) {
+    const bool last_micro = u.backward_count == ga_;
+    const int64_t S = u.layout.shard;
+    const size_t cds = DTypeSize(cd_);
+    void* G = GradBase(u);
+    PendingReduce p;
+    if (ReduceEveryMicroStep()) {
+      Deposit dep{u.grad_shard.data(), u.grad_shard_dtype, /*add=*/u.backward_count > 1};
+      if (stage_ == 1) {  // the persistent full gradient is read by the op, then zeroed for the next micro-step
+        p.zero_after = G;
+        p.zero_bytes = u.layout.padded * cds;
+      } else {
+        p.bucket = std::move(u.bucket);
+      }
+      return IssueReduce(u, G, cd_, /*allreduce=*/false, dep, std::move(p));
+    }
+    // Accumulate locally; reduce once after the last micro-step.
+    void* src = G;
+    DType src_dtype = cd_;
+    if (Accumulate16()) {
+      if (u.accum_full.empty()) u.accum_full = Buffer::Host(&tracker_, MemTag::kGrads, u.layout.padded * 4);
+      float* acc = u.accum_full.as<float>();
+      for (int64_t i = 0; i < u.layout.padded; ++i) acc[i] += LoadAsF32(G, cd_, i);
+      std::memset(G, 0, u.layout.padded * cds);
+      src = acc;
+      src_dtype = DType::kF32;
+    }
+    if (!last_micro) return absl::OkStatus();
+    if (stage_ == 0) {
+      return IssueReduce(u, src, src_dtype, /*allreduce=*/true, Deposit{src, src_dtype, false}, std::move(p));
+    }
+    if (stage_ == 1) {
+      Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(rank_) * S * cds, cd_, false};
+      return IssueReduce(u, src, src_dtype, false, dep, std::move(p));
+    }
+    p.free_full_after = true;
+    return IssueReduce(u, src, src_dtype, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype, false}, std::move(p));
+  }
+
   Status RetireOldest() {
     PendingReduce p = std::move(pending_.front());
     pending_.pop_front();
@@ -539,36 +643,68 @@ class Engine::Impl {
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.layout.name, ": ", s.message()));
     }
-    const int64_t S = u.layout.shard;
-    switch (p.kind) {
-      case PendingReduce::kInPlace:
-      case PendingReduce::kIntoAccum:
-        break;
-      case PendingReduce::kAddToAccum: {
-        float* acc = u.grad_accum.as<float>();
-        const float* r = p.recv.as<float>();
-        for (int64_t i = 0; i < S; ++i) acc[i] += r[i];
-        break;
+    if (p.result != nullptr) {
+      if (!p.dep.add) {
+        ConvertBuffer(p.result, p.result_dtype, p.dep.ptr, p.dep.dtype, p.result_elems);
+      } else if (p.dep.dtype == DType::kF32 && p.result_dtype == DType::kF32) {
+        float* d = static_cast<float*>(p.dep.ptr);
+        const float* r = static_cast<const float*>(p.result);
+        for (int64_t i = 0; i < p.result_elems; ++i) d[i] += r[i];
+      } else {
+        for (int64_t i = 0; i < p.result_elems; ++i) {
+          StoreFromF32(p.dep.ptr, p.dep.dtype, i,
+                       LoadAsF32(p.dep.ptr, p.dep.dtype, i) + LoadAsF32(p.result, p.result_dtype, i));
+        }
       }
-      case PendingReduce::kCopyToGradSlice:
-        std::memcpy(u.full_grads.as<float>() + static_cast<int64_t>(rank_) * S, p.recv.data(), S * 4);
-        break;
     }
-    if (stage_ >= 2 && !ReduceEveryMicroStep() && p.kind == PendingReduce::kIntoAccum) {
-      u.full_grads.Reset();  // low-communication mode: the full gradient lived only until reduced
+    if (p.zero_after != nullptr) std::memset(p.zero_after, 0, p.zero_bytes);
+    if (p.free_full_after) {
+      u.full_grads.Reset();
+      u.accum_full.Reset();
     }
-    bucket_pool_.Give(std::move(p.send));
+    bucket_pool_.Give(std::move(p.bucket));
     bucket_pool_.Give(std::move(p.recv));
+    staging_pool_.Give(std::move(p.staging));
     return absl::OkStatus();
+  }
+
+  // Retires queued reductions up to and including the last one of `unit` (FIFO order is kept).
+  Status RetireUnit(UnitId unit) {
+    size_t last = pending_.size();
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].unit == unit) last = i;
+    }
+    if (last == pending_.size()) return absl::OkStatus();
+    for (size_t i = 0; i <= last; ++i) ZERO_RETURN_IF_ERROR(RetireOldest());
+    return absl::OkStatus();
+  }
+
+  // The gradient the optimizer reads for this rank (the whole unit at stage 0), and its dtype.
+  std::pair<void*, DType> OptGrad(UnitRuntime& u) {
+    const size_t cds = DTypeSize(cd_);
+    if (stage_ == 0) {
+      return Accumulate16() ? std::make_pair(u.accum_full.data(), DType::kF32) : std::make_pair(u.full_grads.data(), cd_);
+    }
+    if (stage_ == 1 && !Accumulate16()) {
+      return {static_cast<char*>(u.full_grads.data()) + static_cast<int64_t>(rank_) * u.layout.shard * cds, cd_};
+    }
+    return {u.grad_shard.data(), u.grad_shard_dtype};
   }
 
   // ---- the step ----
 
-  // This rank's gradient shard of a unit (f32), after all reductions.
-  float* GradShard(UnitRuntime& u) {
-    if (stage_ == 0) return u.full_grads.as<float>();
-    if (stage_ == 1) return u.full_grads.as<float>() + static_cast<int64_t>(rank_) * u.layout.shard;
-    return u.grad_accum.as<float>();
+  static double SumSquares(const void* g, DType t, int64_t begin, int64_t count) {
+    double sum = 0.0;
+    if (t == DType::kF32) {
+      const float* f = static_cast<const float*>(g) + begin;
+      for (int64_t i = 0; i < count; ++i) sum += static_cast<double>(f[i]) * f[i];
+    } else {
+      for (int64_t i = 0; i < count; ++i) {
+        const double v = LoadAsF32(g, t, begin + i);
+        sum += v * v;
+      }
+    }
+    return sum;
   }
 
   StatusOr<StepResult> Step() {
@@ -612,24 +748,32 @@ class Engine::Impl {
     for (auto& u : units_) {
       // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so
       // the all-reduce adds every element exactly once, as at the other stages.
-      const float* g = GradShard(u) + (stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0);
-      const int64_t count = u.layout.OwnedElems(rank_);
-      double s = 0.0;
-      for (int64_t i = 0; i < count; ++i) s += static_cast<double>(g[i]) * g[i];
-      local += s;
+      auto [g, gt] = OptGrad(u);
+      const int64_t begin = stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0;
+      local += SumSquares(g, gt, begin, u.layout.OwnedElems(rank_));
     }
     float red[2] = {static_cast<float>(local), std::isfinite(local) ? 0.0f : 1.0f};
     ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
     const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
     StepResult result;
-    result.loss_scale = loss_scale_;
-    const double inv = 1.0 / (static_cast<double>(ga_) * loss_scale_);
+    const double scale = scaler_.scale();
+    result.loss_scale = scale;
+    const double inv = 1.0 / (static_cast<double>(ga_) * scale);
     result.grad_norm = nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(static_cast<double>(red[0])) * inv;
     result.lr = scheduler_->LrAt(applied_steps_);
+    if (cfg_.fp16.enabled) {
+      // Every rank saw the same all-reduced flag, so every rank's scaler takes the same decision.
+      ZERO_RETURN_IF_ERROR(scaler_.Update(nonfinite).status());
+    } else if (nonfinite && cfg_.bf16.enabled && cfg_.bf16.nonfinite_grads == NonFinitePolicy::kError) {
+      return absl::DataLossError(absl::StrCat("step ", applied_steps_,
+                                              ": non-finite gradients on some rank (bf16.nonfinite_grads is \"error\")"));
+    }
     if (nonfinite) {
       ++skipped_steps_;
       ZERO_LOG(WARNING) << "step " << applied_steps_ << ": non-finite gradients on some rank; step skipped ("
-                        << skipped_steps_ << " skipped so far)";
+                        << skipped_steps_ << " skipped so far"
+                        << (cfg_.fp16.enabled ? absl::StrCat(", loss scale now ", scaler_.scale()) : std::string())
+                        << ")";
       result.skipped = true;
     } else {
       double coef = 1.0;
@@ -642,7 +786,8 @@ class Engine::Impl {
     // Zero gradients for the next step.
     for (auto& u : units_) {
       if (!u.full_grads.empty()) std::memset(u.full_grads.data(), 0, u.full_grads.size());
-      if (!u.grad_accum.empty()) std::memset(u.grad_accum.data(), 0, u.grad_accum.size());
+      if (!u.grad_shard.empty()) std::memset(u.grad_shard.data(), 0, u.grad_shard.size());
+      if (!u.accum_full.empty()) std::memset(u.accum_full.data(), 0, u.accum_full.size());
       u.backward_count = 0;
     }
     result.step = applied_steps_;
@@ -651,32 +796,39 @@ class Engine::Impl {
 
   Status ApplyOptimizer(float grad_scale, float lr) {
     std::vector<Work> gathers;
-    for (auto& u : units_) {
+    const size_t cds = DTypeSize(cd_);
+    const bool stochastic = cd_ == DType::kBF16 && cfg_.bf16.stochastic_rounding;
+    for (size_t ui = 0; ui < units_.size(); ++ui) {
+      UnitRuntime& u = units_[ui];
       const int64_t S = u.layout.shard;
+      const int64_t offset = stage_ == 0 || u.sharded_params(stage_) ? 0 : static_cast<int64_t>(rank_) * S;
+      char* param_here = static_cast<char*>(u.params.data()) + offset * cds;  // this rank's part, compute dtype
       ShardUpdate up;
       std::vector<float*> states;
       for (auto& b : u.state) states.push_back(b.as<float>());
       up.state = states.data();
-      up.grad = GradShard(u);
-      up.grad_dtype = DType::kF32;
+      std::tie(up.grad, up.grad_dtype) = OptGrad(u);
       up.grad_scale = grad_scale;
       up.step = applied_steps_ + 1;
       up.lr = lr;
-      up.param_out = nullptr;
-      if (stage_ == 0) {
-        up.master = u.params.as<float>();
-        up.n = u.layout.padded;
-      } else if (u.sharded_params(stage_)) {
-        up.master = u.params.as<float>();
-        up.n = S;
+      up.n = stage_ == 0 ? u.layout.padded : S;
+      if (mixed()) {
+        up.master = u.master.as<float>();
+        up.param_out = stochastic ? nullptr : param_here;  // fused 16-bit write-back (round to nearest even)
+        up.param_out_dtype = cd_;
       } else {
-        up.master = u.params.as<float>() + static_cast<int64_t>(rank_) * S;
-        up.n = S;
+        up.master = reinterpret_cast<float*>(param_here);  // fp32: the parameters are the master
       }
       ParallelUpdate(*optimizer_, up, threads_, static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1)));
+      if (stochastic) {
+        // Counter-based randomness keyed by (seed, step, unit, global element): reproducible at any world size.
+        const uint64_t key = cfg_.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
+                             (static_cast<uint64_t>(ui) << 40);
+        StochasticRoundToBF16(up.master, reinterpret_cast<uint16_t*>(param_here), up.n, key, offset);
+      }
       if (stage_ >= 1 && !u.sharded_params(stage_)) {
         // Refresh the full parameters from every rank's updated shard (in place).
-        gathers.push_back(comm_->AllGather(up.master, u.params.data(), S, cd_));
+        gathers.push_back(comm_->AllGather(param_here, u.params.data(), S, cd_));
       }
     }
     for (size_t i = 0; i < gathers.size(); ++i) {
@@ -731,11 +883,15 @@ class Engine::Impl {
       return absl::InvalidArgumentError(absl::StrCat("unit ", u.layout.name, " has no parameter \"", name, "\""));
     }
     const ParamSlot& slot = u.layout.params[it->second];
+    // The fp32 master: the master buffer under mixed precision, else the parameters themselves.
     std::vector<float> full(u.layout.padded);
-    if (u.sharded_params(stage_)) {
-      ZERO_RETURN_IF_ERROR(comm_->AllGather(u.params.data(), full.data(), u.layout.shard, DType::kF32).Wait());
+    const bool full_here = stage_ == 0 || (!mixed() && !u.sharded_params(stage_));
+    const void* mine = mixed() ? u.master.data() : u.params.data();
+    if (full_here) {
+      std::memcpy(full.data(), mine, u.layout.padded * 4);
     } else {
-      std::memcpy(full.data(), u.params.data(), u.layout.padded * 4);
+      const void* shard = mixed() ? mine : static_cast<const float*>(mine) + (u.sharded_params(stage_) ? 0 : static_cast<int64_t>(rank_) * u.layout.shard);
+      ZERO_RETURN_IF_ERROR(comm_->AllGather(shard, full.data(), u.layout.shard, DType::kF32).Wait());
     }
     return std::vector<float>(full.begin() + slot.offset, full.begin() + slot.offset + slot.numel);
   }
@@ -747,10 +903,12 @@ class Engine::Impl {
   int stage_;
   int rank_, world_;
   DType cd_ = DType::kF32;
+  DType comm_dtype_ = DType::kF32;
+  LossScaler scaler_{LossScaler::Options{}};
   int ga_ = 1;
   int threads_ = 1;
   MemoryTracker tracker_;
-  BufferPool gather_pool_, bucket_pool_;
+  BufferPool gather_pool_, bucket_pool_, staging_pool_;
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   std::vector<UnitRuntime> units_;
@@ -766,7 +924,6 @@ class Engine::Impl {
   int64_t live_elems_ = 0, peak_live_ = 0;
   int64_t prefetch_gathers_ = 0, demand_gathers_ = 0;
   int64_t applied_steps_ = 0, skipped_steps_ = 0;
-  double loss_scale_ = 1.0;
 };
 
 // ---- UnitScope ----
@@ -844,7 +1001,7 @@ StatusOr<TensorView> Engine::Param(UnitId unit, const std::string& name) const {
 StatusOr<std::vector<float>> Engine::GatherParam(UnitId unit, const std::string& name) {
   return impl_->GatherParam(unit, name);
 }
-double Engine::loss_scale() const { return impl_->loss_scale_; }
+double Engine::loss_scale() const { return impl_->scaler_.scale(); }
 int64_t Engine::steps() const { return impl_->applied_steps_; }
 int Engine::rank() const { return impl_->rank_; }
 int Engine::world_size() const { return impl_->world_; }
