@@ -1,0 +1,106 @@
+// zero_comm_worker: a small multi-process test program. It builds a Gloo communicator with
+// Communicator::FromEnv (so it runs under zero-run, torchrun-style variables, or a test that forks it), loops
+// over checked collectives, and can be told to fail on one rank to exercise failure detection.
+//
+//   zero-run -n 4 -- zero_comm_worker --timeout-s 2 --fail-rank 2 --fail-at 5 --fail-mode kill
+//
+// Output (one line each, parsed by the tests):
+//   "rank R: running"                      after the first successful iteration
+//   "rank R: ok after N iterations"        on success (exit 0)
+//   "rank R: error after S s in OP: MSG"   on a failed op; S is the time since OP was issued (exit 1)
+// --fail-mode kill: SIGKILL itself; hang: stop issuing ops and sleep; exit: exit with code 3.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "zero/communicator.h"
+
+namespace {
+
+struct Args {
+  long iters = 20;
+  double timeout_s = 2;
+  int fail_rank = -1;
+  long fail_at = 0;
+  std::string fail_mode = "kill";
+  size_t count = 4096;
+  int sleep_ms = 0;
+};
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--iters") a.iters = std::atol(v);
+    else if (k == "--timeout-s") a.timeout_s = std::atof(v);
+    else if (k == "--fail-rank") a.fail_rank = std::atoi(v);
+    else if (k == "--fail-at") a.fail_at = std::atol(v);
+    else if (k == "--fail-mode") a.fail_mode = v;
+    else if (k == "--count") a.count = static_cast<size_t>(std::atol(v));
+    else if (k == "--sleep-ms") a.sleep_ms = std::atoi(v);
+    else {
+      std::fprintf(stderr, "zero_comm_worker: unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = Parse(argc, argv);
+  zero::CommOptions options;
+  options.timeout = absl::Seconds(args.timeout_s);
+  auto comm_or = zero::Communicator::FromEnv(zero::Backend::kGloo, options);
+  if (!comm_or.ok()) {
+    std::printf("rank ?: error after 0 s in FromEnv: %s\n", std::string(comm_or.status().message()).c_str());
+    return 1;
+  }
+  zero::Communicator& comm = **comm_or;
+  const int rank = comm.rank();
+  const int world = comm.world_size();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+  auto run = [&](zero::Work w) -> bool {
+    const absl::Time issued = absl::Now();
+    const std::string what = w.Describe();
+    zero::Status s = w.Wait();
+    if (s.ok()) return true;
+    std::printf("rank %d: error after %.3f s in %s: %s\n", rank, absl::ToDoubleSeconds(absl::Now() - issued),
+                what.c_str(), std::string(s.message()).c_str());
+    return false;
+  };
+
+  const size_t n = args.count;
+  std::vector<float> buf(n), shard(n), full(n * world);
+  for (long it = 0; it < args.iters; ++it) {
+    if (rank == args.fail_rank && it == args.fail_at) {
+      if (args.fail_mode == "kill") ::raise(SIGKILL);
+      if (args.fail_mode == "exit") std::_Exit(3);
+      for (;;) ::pause();  // hang: alive, never issues another op
+    }
+    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(rank + 1);
+    if (!run(comm.AllReduce(buf.data(), n, zero::DType::kF32, zero::ReduceOp::kSum))) return 1;
+    if (buf[0] != static_cast<float>(world * (world + 1) / 2)) {
+      std::printf("rank %d: error after 0 s in AllReduce: wrong value %g\n", rank, buf[0]);
+      return 1;
+    }
+    for (size_t i = 0; i < n; ++i) shard[i] = static_cast<float>(rank);
+    if (!run(comm.AllGather(shard.data(), full.data(), n, zero::DType::kF32))) return 1;
+    if (!run(comm.ReduceScatter(full.data(), shard.data(), n / world, zero::DType::kF32, zero::ReduceOp::kAvg))) {
+      return 1;
+    }
+    if (it == 0) std::printf("rank %d: running\n", rank);
+    if (args.sleep_ms > 0) ::usleep(static_cast<useconds_t>(args.sleep_ms) * 1000);
+  }
+  if (!run(comm.Barrier())) return 1;
+  std::printf("rank %d: ok after %ld iterations\n", rank, args.iters);
+  return 0;
+}

@@ -1,0 +1,278 @@
+// Multi-process tests with real processes: ranks rendezvous through a FileStore or the TCP store, a rank is
+// killed (fork + SIGKILL from the test, and SIGKILL of itself under zero-run), hangs, or exits; the survivors
+// must fail with an error naming the op within 2x the configured timeout, and zero-run must exit non-zero.
+//
+// The ranks are zero_comm_worker processes (comm_worker.cc), whose output lines are parsed here.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr double kTimeoutS = 2;  // the communicators' op timeout in these tests
+
+std::string TempDir(const std::string& name) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+  return tmpl;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `argv` with the current environment minus launcher variables, plus `env`; stdout and stderr go to
+// `out_path`.
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& out_path) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    if (env.count(key) != 0 || key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" ||
+        key == "ZERO_STORE_DIR" || key == "MASTER_ADDR" || key == "MASTER_PORT") {
+      continue;
+    }
+    env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> args, envp;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` until `deadline`; returns its wait status, or nullopt (and kills it) on timeout.
+std::optional<int> WaitExit(pid_t pid, absl::Time deadline) {
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (absl::Now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return std::nullopt;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+bool WaitForText(const std::string& path, const std::string& text, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    if (ReadFile(path).find(text) != std::string::npos) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// Parses "rank R: error after S s in OP: MSG" lines; returns {S, OP + ": " + MSG}.
+std::optional<std::pair<double, std::string>> ErrorLine(const std::string& output, int rank) {
+  std::smatch m;
+  const std::regex re(absl::StrCat("rank ", rank, R"(: error after ([0-9.]+) s in (.*))"));
+  if (!std::regex_search(output, m, re)) return std::nullopt;
+  return std::make_pair(std::stod(m[1].str()), m[2].str());
+}
+
+std::vector<std::string> WorkerArgs(std::vector<std::string> extra) {
+  std::vector<std::string> a = {ZERO_COMM_WORKER, "--timeout-s", absl::StrCat(kTimeoutS)};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::map<std::string, std::string> RankEnv(int rank, int world, const std::map<std::string, std::string>& more) {
+  std::map<std::string, std::string> env = {{"RANK", std::to_string(rank)},
+                                            {"WORLD_SIZE", std::to_string(world)},
+                                            {"LOCAL_RANK", std::to_string(rank)},
+                                            {"MASTER_ADDR", "127.0.0.1"}};
+  env.insert(more.begin(), more.end());
+  return env;
+}
+
+// The survivors' errors name an op with its sequence number and arrive within 2x the timeout of the op.
+void ExpectSurvivorError(const std::string& output, int rank) {
+  auto err = ErrorLine(output, rank);
+  ASSERT_TRUE(err.has_value()) << "rank " << rank << " printed no error line:\n" << output;
+  EXPECT_LT(err->first, 2 * kTimeoutS) << err->second;
+  EXPECT_TRUE(std::regex_search(err->second, std::regex(R"((AllReduce|AllGather|ReduceScatter|Barrier)#[0-9]+)")))
+      << err->second;
+}
+
+TEST(Processes, FourRanksOverFileStore) {
+  const std::string dir = TempDir("zero-proc");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) {
+    pids.push_back(Spawn(WorkerArgs({"--iters", "5"}), RankEnv(r, 4, {{"ZERO_STORE_DIR", dir + "/store"}}),
+                         absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    auto status = WaitExit(pids[r], absl::Now() + absl::Seconds(60));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    const std::string out = ReadFile(absl::StrCat(dir, "/out.", r));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+    EXPECT_NE(out.find(absl::StrCat("rank ", r, ": ok after 5 iterations")), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Processes, ThreeRanksOverTcpStore) {
+  const std::string dir = TempDir("zero-proc-tcp");
+  // A free port: let the kernel pick one, then release it for rank 0's store server.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  ::close(fd);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(Spawn(WorkerArgs({"--iters", "3"}), RankEnv(r, 3, {{"MASTER_PORT", port}}),
+                         absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto status = WaitExit(pids[r], absl::Now() + absl::Seconds(60));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    const std::string out = ReadFile(absl::StrCat(dir, "/out.", r));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// fork + kill: the test kills rank 2 while all four loop over collectives.
+TEST(Processes, KilledRankMakesTheOthersFail) {
+  const std::string dir = TempDir("zero-proc-kill");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) {
+    pids.push_back(Spawn(WorkerArgs({"--iters", "100000000", "--sleep-ms", "1"}),
+                         RankEnv(r, 4, {{"ZERO_STORE_DIR", dir + "/store"}}), absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(WaitForText(absl::StrCat(dir, "/out.", r), "running", absl::Now() + absl::Seconds(60)))
+        << ReadFile(absl::StrCat(dir, "/out.", r));
+  }
+  ASSERT_EQ(::kill(pids[2], SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  for (int r : {0, 1, 3}) {
+    auto status = WaitExit(pids[r], killed + absl::Seconds(30));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " did not exit after its peer was killed";
+    const std::string out = ReadFile(absl::StrCat(dir, "/out.", r));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << out;
+    ExpectSurvivorError(out, r);
+  }
+  // Every survivor exited within 2x the timeout of the kill (measured after the last one exited).
+  EXPECT_LT(absl::ToDoubleSeconds(absl::Now() - killed), 2 * kTimeoutS + 1.0);
+  int status = 0;
+  ::waitpid(pids[2], &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  std::filesystem::remove_all(dir);
+}
+
+#ifdef ZERO_RUN_PATH
+struct RunResult {
+  int status = -1;
+  std::string output;
+};
+
+RunResult RunZeroRun(const std::vector<std::string>& zero_run_args, const std::vector<std::string>& worker_extra) {
+  const std::string dir = TempDir("zero-run-test");
+  std::vector<std::string> argv = {ZERO_RUN_PATH};
+  argv.insert(argv.end(), zero_run_args.begin(), zero_run_args.end());
+  argv.push_back("--");
+  for (auto& a : WorkerArgs(worker_extra)) argv.push_back(a);
+  pid_t pid = Spawn(argv, {}, dir + "/out");
+  auto status = WaitExit(pid, absl::Now() + absl::Seconds(60));
+  RunResult r;
+  r.output = ReadFile(dir + "/out");
+  EXPECT_TRUE(status.has_value()) << "zero-run hung:\n" << r.output;
+  r.status = status.value_or(-1);
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+// Lines of rank r as zero-run prefixed them.
+std::string RankOutput(const std::string& output, int rank) {
+  std::stringstream in(output), out;
+  std::string line;
+  const std::string prefix = absl::StrCat("[r", rank, "] ");
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) out << line.substr(prefix.size()) << "\n";
+  }
+  return out.str();
+}
+
+TEST(ZeroRun, AllRanksSucceed) {
+  RunResult r = RunZeroRun({"-n", "4"}, {"--iters", "5"});
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(RankOutput(r.output, rank).find(absl::StrCat("rank ", rank, ": ok after 5 iterations")),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// The Done-when check: one of 4 ranks under zero-run is killed; the other three exit with an error naming the
+// op within 2x the timeout, and zero-run exits non-zero.
+TEST(ZeroRun, KilledRank) {
+  RunResult r = RunZeroRun({"-n", "4", "--grace", "10"},
+                           {"--iters", "1000", "--fail-rank", "2", "--fail-at", "5", "--fail-mode", "kill"});
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0) << r.output;
+  EXPECT_NE(r.output.find("zero-run: rank 2 was killed by signal 9"), std::string::npos) << r.output;
+  for (int rank : {0, 1, 3}) ExpectSurvivorError(RankOutput(r.output, rank), rank);
+}
+
+// A rank that stays alive but stops issuing ops: the others time out (kDeadlineExceeded), and zero-run
+// terminates the hung rank after the grace period.
+TEST(ZeroRun, HungRank) {
+  RunResult r = RunZeroRun({"-n", "3", "--grace", "1"},
+                           {"--iters", "1000", "--fail-rank", "1", "--fail-at", "3", "--fail-mode", "hang"});
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0) << r.output;
+  for (int rank : {0, 2}) {
+    const std::string out = RankOutput(r.output, rank);
+    ExpectSurvivorError(out, rank);
+    EXPECT_NE(out.find("timed out"), std::string::npos) << out;
+  }
+  EXPECT_NE(r.output.find("[r1 was killed by signal 15"), std::string::npos) << r.output;
+}
+
+TEST(ZeroRun, RankThatExitsEarly) {
+  RunResult r = RunZeroRun({"-n", "2", "--grace", "10"},
+                           {"--iters", "1000", "--fail-rank", "0", "--fail-at", "2", "--fail-mode", "exit"});
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 3) << r.output;
+  ExpectSurvivorError(RankOutput(r.output, 1), 1);
+}
+#endif  // ZERO_RUN_PATH
+
+}  // namespace
