@@ -138,6 +138,19 @@ StatusOr<Json> ParseJsonText(const std::string& text) {
     if (colon != std::string::npos) detail = detail.substr(colon + 2);
     return absl::InvalidArgumentError("malformed JSON at line " + std::to_string(line) + ", column " +
                                       std::to_string(column) + ": " + detail);
+  } catch (const Json::out_of_range& e) {
+    // A number too large for a double (1e400): nlohmann gives no position, but quotes the literal.
+    std::string what = e.what();
+    size_t q1 = what.find('\''), q2 = q1 == std::string::npos ? q1 : what.find('\'', q1 + 1);
+    std::string where;
+    if (q2 != std::string::npos) {
+      size_t at = text.find(what.substr(q1 + 1, q2 - q1 - 1));
+      if (at != std::string::npos) {
+        auto [line, column] = LineColumn(text, at);
+        where = " at line " + std::to_string(line) + ", column " + std::to_string(column);
+      }
+    }
+    return absl::InvalidArgumentError("number out of range" + where + ": " + what);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(std::string("malformed JSON: ") + e.what());
   }
@@ -539,16 +552,17 @@ class ConfigParser {
       case KeyType::kInt: {
         int64_t i = 0;
         if (v.is_number_unsigned()) {
-          if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return fail();
+          if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+            return fail(" (out of range)");
+          }
           i = static_cast<int64_t>(v.get<uint64_t>());
         } else if (v.is_number_integer()) {
           i = v.get<int64_t>();
         } else if (v.is_number_float()) {
           // pydantic accepts an integral float for an int field (5e8); a fraction is an error.
           double d = v.get<double>();
-          if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) >= 9.2e18) {
-            return fail(" (not an integer)");
-          }
+          if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) return fail(" (out of range)");
+          if (d != std::floor(d)) return fail(" (not an integer)");
           i = static_cast<int64_t>(d);
         } else {
           return fail();

@@ -616,6 +616,8 @@ TEST_F(ConfigTest, MalformedJsonReportsLineAndColumn) {
   ExpectRejected("{\n  \"a\": 1,\n  \"b\": 2,,\n}", {"line 3, column 10"});
   ExpectRejected("{\"zero_optimization\": {\"stage\": 1}", {"line 1, column 35"});  // missing closing brace
   ExpectRejected("", {"line 1, column 1"});
+  ExpectRejected("{\n \"gradient_clipping\": 1e400}", {"number out of range at line 2, column 23", "1e400"});
+  ExpectRejected(R"({"seed": 18446744073709551615})", {"seed", "out of range"});
 }
 
 TEST_F(ConfigTest, MissingFileIsNotFound) {
