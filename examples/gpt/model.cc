@@ -516,6 +516,11 @@ void SetBlasThreads(int n) {
 
 int BlasThreads() { return openblas_get_num_threads(); }
 
+std::string BlasCoreName() {
+  const char* name = openblas_get_corename();
+  return name == nullptr ? std::string() : std::string(name);
+}
+
 // ---- GptModel --------------------------------------------------------------------------------------------
 
 absl::StatusOr<GptModel> GptModel::Create(const GptConfig& cfg, uint64_t seed) {

@@ -298,6 +298,11 @@ void EmbeddingBackward(const GptConfig& cfg, const RootGrads& g, const int32_t* 
 void SetBlasThreads(int n);
 // OpenBLAS's current thread count.
 int BlasThreads();
+// The CPU kernel set OpenBLAS picked at load time (e.g. "SkylakeX", "Haswell"). OpenBLAS 0.3.21 (Debian 12)
+// does not recognize recent CPUs (e.g. Intel family 6 model 207) and falls back to "Prescott", SSE3 kernels
+// 3-5x slower; the only remedy is the environment variable OPENBLAS_CORETYPE (e.g. Haswell or SkylakeX, which
+// the CPU must support), read when the library loads, so it must be set before the process starts.
+std::string BlasCoreName();
 
 // ---- the whole model in one process ----------------------------------------------------------------------
 

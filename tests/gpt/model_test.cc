@@ -487,6 +487,11 @@ TEST(GptModelTest, RejectsBadShapesAndIds) {
   EXPECT_EQ(*model->Param("h.1", "ln1_w"), model->params(2));
 }
 
+TEST(GptModelTest, ReportsBlasSettings) {
+  EXPECT_EQ(BlasThreads(), 1);  // set by the test environment
+  EXPECT_FALSE(BlasCoreName().empty());
+}
+
 // ---- training --------------------------------------------------------------------------------------------
 
 struct RunResult {
@@ -546,8 +551,10 @@ TEST(GptTimingTest, DISABLED_SmallTiming) {
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
-  std::printf("Small (%lld params) B=%d T=%d blas_threads=%d: forward+backward min %.1f ms, median %.1f ms\n",
-              static_cast<long long>(model->num_params()), B, T, BlasThreads(), ms.front(), ms[reps / 2]);
+  std::printf(
+      "Small (%lld params) B=%d T=%d blas_threads=%d blas_core=%s: forward+backward min %.1f ms, median %.1f ms\n",
+      static_cast<long long>(model->num_params()), B, T, BlasThreads(), BlasCoreName().c_str(), ms.front(),
+      ms[reps / 2]);
 }
 
 }  // namespace
