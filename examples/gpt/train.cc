@@ -53,6 +53,42 @@ StatusOr<std::vector<MemoryReport>> GatherReports(Communicator& comm, const Memo
   return out;
 }
 
+// The model's math is fp32. Under fp16/bf16 the engine hands out 16-bit parameters and gradient buffers: the
+// trainer computes on an fp32 copy of the (rounded) 16-bit weights and adds its fp32 gradients, times the
+// loss scale, into the 16-bit gradient buffer — the 16-bit tensors are exactly what a 16-bit trainer would
+// see and produce.
+class UnitWork {
+ public:
+  UnitWork(MemoryTracker* tracker, int64_t numel, DType dtype) : numel_(numel), dtype_(dtype) {
+    if (dtype_ != DType::kF32) {
+      w_ = Buffer::Host(tracker, MemTag::kStaging, numel * 4);
+      g_ = Buffer::Host(tracker, MemTag::kStaging, numel * 4);
+    }
+  }
+  const float* Weights(const UnitScope& s) {
+    if (dtype_ == DType::kF32) return static_cast<const float*>(s.param_base());
+    ConvertBuffer(s.param_base(), dtype_, w_.data(), DType::kF32, numel_);
+    return w_.as<float>();
+  }
+  float* Grads(const UnitScope& s) {
+    if (dtype_ == DType::kF32) return static_cast<float*>(s.grad_base());
+    std::memset(g_.data(), 0, numel_ * 4);
+    return g_.as<float>();
+  }
+  void Flush(const UnitScope& s, double loss_scale) {
+    if (dtype_ == DType::kF32) return;
+    void* g16 = s.grad_base();
+    const float* g = g_.as<float>();
+    const float scale = static_cast<float>(loss_scale);
+    for (int64_t i = 0; i < numel_; ++i) StoreFromF32(g16, dtype_, i, LoadAsF32(g16, dtype_, i) + scale * g[i]);
+  }
+
+ private:
+  int64_t numel_;
+  DType dtype_;
+  Buffer w_, g_;
+};
+
 }  // namespace
 
 StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicator> comm, const TrainOptions& options,
@@ -72,6 +108,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   const Config& cfg = engine->config();
   const int B = static_cast<int>(cfg.micro_batch());
   const int ga = static_cast<int>(cfg.accumulation_steps());
+  const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
 
   // Units: the root (embeddings, final layernorm, tied head) and one per block.
   ZERO_ASSIGN_OR_RETURN(UnitId root, engine->AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
@@ -112,6 +149,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   float* x = x_mem.as<float>();
   float* dx = dx_mem.as<float>();
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  UnitWork root_work(&tracker, UnitNumel(RootParams(mc)), dtype);
+  UnitWork block_work(&tracker, UnitNumel(BlockParams(mc)), dtype);
 
   TrainResult result;
   result.params = engine->num_params();
@@ -123,23 +162,25 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
       // world-1 run with batch B*world*ga sees, whatever the split.
       data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
       ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
-      const RootWeights rw = RootWeightsFromFlat(mc, static_cast<const float*>(rs.param_base()));
-      const RootGrads rg = RootGradsFromFlat(mc, static_cast<float*>(rs.grad_base()));
+      const RootWeights rw = RootWeightsFromFlat(mc, root_work.Weights(rs));
+      const RootGrads rg = RootGradsFromFlat(mc, root_work.Grads(rs));
       EmbeddingForward(mc, rw, tokens.data(), B, T, x);
       for (int l = 0; l < mc.layers; ++l) {
         ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Forward(blocks[l]));
-        BlockForward(mc, BlockWeightsFromFlat(mc, static_cast<const float*>(s.param_base())), x, x, &acts[l]);
+        BlockForward(mc, BlockWeightsFromFlat(mc, block_work.Weights(s)), x, x, &acts[l]);
         ZERO_RETURN_IF_ERROR(s.Close());
       }
       loss_sum += HeadForward(mc, rw, x, targets.data(), &head);
       HeadBackward(mc, rw, rg, &head, dx);
       for (int l = mc.layers - 1; l >= 0; --l) {
         ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Backward(blocks[l]));
-        BlockBackward(mc, BlockWeightsFromFlat(mc, static_cast<const float*>(s.param_base())),
-                      BlockGradsFromFlat(mc, static_cast<float*>(s.grad_base())), acts[l], dx, dx, &scratch);
+        BlockBackward(mc, BlockWeightsFromFlat(mc, block_work.Weights(s)), BlockGradsFromFlat(mc, block_work.Grads(s)),
+                      acts[l], dx, dx, &scratch);
+        block_work.Flush(s, engine->loss_scale());
         ZERO_RETURN_IF_ERROR(s.Close());
       }
       EmbeddingBackward(mc, rg, tokens.data(), B, T, dx);
+      root_work.Flush(rs, engine->loss_scale());
       ZERO_RETURN_IF_ERROR(rs.Close());
     }
     ZERO_ASSIGN_OR_RETURN(StepResult r, engine->Step());
