@@ -1,0 +1,6 @@
+file(READ ${README} readme)
+file(READ ${EXAMPLE} example)
+string(FIND "${readme}" "```cpp\n${example}```" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "README.md does not quote ${EXAMPLE} verbatim in a ```cpp block; paste the current file")
+endif()
