@@ -75,12 +75,24 @@ struct TensorView {
 // parameter at Finalize; each rank keeps its shard.
 using ParamInit = std::function<void(const std::string& unit, const ParamSpec& param, float* values)>;
 
+// Where the wall time between two Step() returns went, in milliseconds (wall_clock_breakdown logs it).
+struct StepTimes {
+  double total_ms = 0;         // since the previous Step() returned (or Finalize)
+  double compute_ms = 0;       // the trainer's own work: total minus every engine wait and the step below
+  double gather_wait_ms = 0;   // blocked on parameter all-gathers (stage 3; less with prefetch)
+  double reduce_wait_ms = 0;   // blocked on gradient reductions
+  double norm_ms = 0;          // gradient norm and non-finite check, including its all-reduce
+  double optimizer_ms = 0;     // the optimizer on this rank's shards
+  double allgather_ms = 0;     // refreshing full parameters after the update (stages 1-2)
+};
+
 struct StepResult {
   bool skipped = false;      // the step was skipped (non-finite gradients); master weights untouched
   double grad_norm = 0.0;    // global L2 norm of the averaged, unscaled gradient, before clipping
   double lr = 0.0;           // learning rate applied (or that would have been, if skipped)
   double loss_scale = 1.0;   // the loss scale used for this step's gradients
   int64_t step = 0;          // number of applied steps after this call
+  StepTimes times;
 };
 
 struct EngineOptions {

@@ -8,6 +8,7 @@
 // With fp32 compute the master IS the parameter shard (params + rank*S, or the stage-3 shard), which is what
 // makes the fp32 model-state formulas 16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N hold.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -54,6 +55,8 @@ uint64_t Fnv1a64(const std::string& s) {
 namespace {
 
 using internal::ParamSlot;
+using Clock = std::chrono::steady_clock;
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 using internal::UnitLayout;
 
 enum class UnitStatus { kNotAvailable, kInflight, kAvailable };
@@ -324,6 +327,7 @@ class Engine::Impl {
       u.status = u.sharded_params(stage_) ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
     }
     finalized_ = true;
+    last_step_end_ = Clock::now();
     // Initial values: every rank evaluates each parameter in full and keeps its part.
     for (size_t ui = 0; ui < units_.size(); ++ui) {
       for (const auto& slot : units_[ui].layout.params) {
@@ -398,7 +402,9 @@ class Engine::Impl {
 
   Status WaitGather(UnitRuntime& u) {
     ZERO_CHECK(u.status == UnitStatus::kInflight);
+    const auto t0 = Clock::now();
     Status s = u.gather_work.Wait();
+    times_.gather_wait_ms += MsSince(t0);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("gathering unit ", u.layout.name, ": ", s.message()));
     }
@@ -639,7 +645,9 @@ class Engine::Impl {
     pending_.pop_front();
     pending_elems_ -= p.elems;
     UnitRuntime& u = units_[p.unit];
+    const auto t0 = Clock::now();
     Status s = p.work.Wait();
+    times_.reduce_wait_ms += MsSince(t0);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.layout.name, ": ", s.message()));
     }
@@ -693,6 +701,22 @@ class Engine::Impl {
 
   // ---- the step ----
 
+  // steps_per_print: a progress line from rank 0; with wall_clock_breakdown, where the time went.
+  void MaybeLog(const StepResult& r) {
+    const int64_t every = cfg_.steps_per_print.value_or(0);
+    const int64_t n = applied_steps_ + skipped_steps_;
+    if (rank_ != 0 || every <= 0 || n % every != 0) return;
+    std::string line = absl::StrCat("step ", n, ": lr ", r.lr, ", grad_norm ", r.grad_norm, ", loss_scale ",
+                                    r.loss_scale, ", skipped ", skipped_steps_);
+    if (cfg_.wall_clock_breakdown) {
+      const StepTimes& t = r.times;
+      absl::StrAppend(&line, " | ms: total ", t.total_ms, ", compute ", t.compute_ms, ", gather_wait ",
+                      t.gather_wait_ms, ", reduce_wait ", t.reduce_wait_ms, ", norm ", t.norm_ms, ", optimizer ",
+                      t.optimizer_ms, ", allgather ", t.allgather_ms);
+    }
+    ZERO_LOG(INFO) << line;
+  }
+
   static double SumSquares(const void* g, DType t, int64_t begin, int64_t count) {
     double sum = 0.0;
     if (t == DType::kF32) {
@@ -744,6 +768,7 @@ class Engine::Impl {
     }
 
     // Global norm over owned elements: one all-reduce of {sum of squares, non-finite flag}.
+    const auto t_norm = Clock::now();
     double local = 0.0;
     for (auto& u : units_) {
       // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so
@@ -755,6 +780,7 @@ class Engine::Impl {
     float red[2] = {static_cast<float>(local), std::isfinite(local) ? 0.0f : 1.0f};
     ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
     const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
+    times_.norm_ms += MsSince(t_norm);
     StepResult result;
     const double scale = scaler_.scale();
     result.loss_scale = scale;
@@ -791,6 +817,13 @@ class Engine::Impl {
       u.backward_count = 0;
     }
     result.step = applied_steps_;
+    times_.total_ms = MsSince(last_step_end_);
+    times_.compute_ms = std::max(0.0, times_.total_ms - times_.gather_wait_ms - times_.reduce_wait_ms - times_.norm_ms -
+                                          times_.optimizer_ms - times_.allgather_ms);
+    result.times = times_;
+    MaybeLog(result);
+    times_ = StepTimes{};
+    last_step_end_ = Clock::now();
     return result;
   }
 
@@ -819,7 +852,9 @@ class Engine::Impl {
       } else {
         up.master = reinterpret_cast<float*>(param_here);  // fp32: the parameters are the master
       }
+      const auto t_opt = Clock::now();
       ParallelUpdate(*optimizer_, up, threads_, static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1)));
+      times_.optimizer_ms += MsSince(t_opt);
       if (stochastic) {
         // Counter-based randomness keyed by (seed, step, unit, global element): reproducible at any world size.
         const uint64_t key = cfg_.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
@@ -831,10 +866,12 @@ class Engine::Impl {
         gathers.push_back(comm_->AllGather(param_here, u.params.data(), S, cd_));
       }
     }
+    const auto t_ag = Clock::now();
     for (size_t i = 0; i < gathers.size(); ++i) {
       Status s = gathers[i].Wait();
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat("all-gather of updated parameters: ", s.message()));
     }
+    times_.allgather_ms += MsSince(t_ag);
     return absl::OkStatus();
   }
 
@@ -924,6 +961,8 @@ class Engine::Impl {
   int64_t live_elems_ = 0, peak_live_ = 0;
   int64_t prefetch_gathers_ = 0, demand_gathers_ = 0;
   int64_t applied_steps_ = 0, skipped_steps_ = 0;
+  StepTimes times_;
+  Clock::time_point last_step_end_ = Clock::now();
 };
 
 // ---- UnitScope ----
