@@ -1,16 +1,29 @@
 // zero/cuda_kernels.h — device kernels the engine and trainers call on the CUDA path (ZERO_HAVE_CUDA only).
 //
-//   zero::cuda::Convert(d_src, zero::DType::kF32, d_dst, zero::DType::kBF16, n, stream);
+//   // One fused AdamW step on a device shard: bf16 gradient in, fp32 master/m/v updated, bf16 params out.
+//   zero::ShardUpdate u{.master = d_master, .grad = d_grad16, .grad_dtype = zero::DType::kBF16,
+//                       .grad_scale = 1.f / loss_scale, .state = states /* host array {d_m, d_v} */,
+//                       .param_out = d_param16, .param_out_dtype = zero::DType::kBF16, .n = n, .step = t, .lr = lr};
+//   ZERO_RETURN_IF_ERROR(zero::cuda::AdamStep(u, adam_params, stream));
 //
-// All functions are stream-ordered: they enqueue work on `stream` and return at once (no host
-// synchronization). Pointers are device pointers (d_ prefix). Errors from the launch are returned as
-// kInternal with the CUDA error string.
+//   // Overflow check and global-norm input in one read of the gradient.
+//   ZERO_RETURN_IF_ERROR(zero::cuda::GradStats(d_grad16, zero::DType::kBF16, n, 1.f / loss_scale, d_stats,
+//                                               /*accumulate=*/false, d_workspace, stream));
+//
+// Conventions (NCCL/CUB): device pointers carry a d_ prefix, the stream comes last, and every function here is
+// stream-ordered: it enqueues work on `stream` and returns at once, without synchronizing the host or the
+// device (nothing here has Sync or Wait in its name). Arguments are checked on the host (kInvalidArgument);
+// a failed launch returns kInternal with the CUDA error string. Results are valid once the stream reaches
+// the enqueued work: join it with an event before reading them on another stream or on the host.
+// Tolerances of every kernel against the host reference are listed in docs/cuda.md.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "zero/dtype.h"
 #include "zero/features.h"
+#include "zero/optimizer.h"
 #include "zero/status.h"
 
 struct CUstream_st;  // cudaStream_t without including CUDA headers.
@@ -24,8 +37,74 @@ using Stream = CUstream_st*;
 int DeviceCount();
 
 // Element-wise conversion between f32, f16 and bf16 (round to nearest even), identical bit for bit to the
-// host ConvertBuffer in zero/dtype.h.
+// host ConvertBuffer in zero/dtype.h. Same types: a device-to-device copy.
 [[nodiscard]] Status Convert(const void* d_src, DType src_type, void* d_dst, DType dst_type, size_t n,
                              Stream stream);
+
+// ---- fused optimizer steps -------------------------------------------------------------------------------
+//
+// One pass over the shard `u`: g = grad[i] * u.grad_scale (grad in f32, f16 or bf16), then the update of
+// torch.optim.AdamW / Adam / SGD on the fp32 master u.master[i] and the fp32 state, in place, and (when
+// u.param_out is not null) the new parameter written to u.param_out as u.param_out_dtype (f32, f16 or bf16,
+// rounded to nearest even). All buffers are device memory of u.n elements; u.state is a HOST array of device
+// pointers (the engine's state buffers, zeroed before the first step). u.step is the 1-based count of applied
+// steps; u.lr the learning rate for this step. Buffers may have any alignment (16-byte-aligned buffers take
+// the vectorized path; see docs/cuda.md), must not overlap, and param_out must not be master.
+
+// Adam/AdamW (p.decoupled_weight_decay): u.state = {exp_avg, exp_avg_sq}.
+[[nodiscard]] Status AdamStep(const ShardUpdate& u, const AdamParams& p, Stream stream);
+
+// SGD with optional momentum, dampening, Nesterov and L2 weight decay: u.state = {momentum_buffer} when
+// p.momentum != 0 (on step 1 the buffer is set to the gradient, as torch does), unused otherwise.
+[[nodiscard]] Status SgdStep(const ShardUpdate& u, const SgdParams& p, Stream stream);
+
+// ---- gradient statistics ---------------------------------------------------------------------------------
+
+// What GradStats leaves in device memory.
+struct GradStatsResult {
+  double sumsq = 0.0;         // sum over i of (scale * grad[i])^2; meaningful only when nonfinite == 0
+  uint64_t nonfinite = 0;     // number of i with scale * grad[i] inf or NaN
+};
+
+// Bytes of device scratch GradStats needs (independent of n), 8-byte aligned.
+inline constexpr size_t kGradStatsWorkspaceBytes = 16 * 1024;
+
+// Reads d_grad (n elements of `dtype`) once and writes, or with `accumulate` adds to, *d_out: the sum of
+// squares of scale * grad (squares in f32 per group of 8, summed in double) and the count of non-finite
+// scaled values: the loss scaler's overflow check and the global-norm clip's input in one pass. Several
+// buffers (a rank's shards of all units) accumulate into one result by calling this in sequence on one
+// stream. Deterministic: the same buffer gives the same bits on every run (the reduction order depends only on
+// n and the buffer's alignment, never on the device or timing; two launches on `stream`). d_workspace (kGradStatsWorkspaceBytes) may be reused once the call's
+// work has run on `stream`; concurrent calls need distinct workspaces and results.
+[[nodiscard]] Status GradStats(const void* d_grad, DType dtype, size_t n, float scale, GradStatsResult* d_out,
+                               bool accumulate, void* d_workspace, Stream stream);
+
+// ---- batched copies --------------------------------------------------------------------------------------
+
+// One device-to-device copy of `bytes` bytes.
+struct CopySegment {
+  const void* d_src = nullptr;
+  void* d_dst = nullptr;
+  size_t bytes = 0;
+};
+
+// A piece of device memory (one tensor of a unit).
+struct DeviceSpan {
+  void* d_ptr = nullptr;
+  size_t bytes = 0;
+};
+
+// Segments copied per kernel launch; longer lists take ceil(count / kCopySegmentsPerLaunch) launches.
+inline constexpr size_t kCopySegmentsPerLaunch = 256;
+
+// Copies every segment (any alignment, any size, zero allowed) with one kernel launch per
+// kCopySegmentsPerLaunch segments. Segments must not overlap each other's destinations or their own source.
+[[nodiscard]] Status BatchCopy(const CopySegment* segments, size_t count, Stream stream);
+
+// Gathers parts[0..count) into d_flat back to back (part i at the sum of the bytes of parts before it).
+[[nodiscard]] Status Flatten(const DeviceSpan* parts, size_t count, void* d_flat, Stream stream);
+
+// The inverse of Flatten: scatters d_flat back into parts[0..count).
+[[nodiscard]] Status Unflatten(const void* d_flat, const DeviceSpan* parts, size_t count, Stream stream);
 
 }  // namespace zero::cuda

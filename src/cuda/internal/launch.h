@@ -1,0 +1,63 @@
+// Host-side launchers of zero's CUDA kernels, returning cudaError_t (absl-free).
+//
+// The public, Status-returning API is zero/cuda_kernels.h (implemented in src/cuda/kernels.cc on top of
+// these). This layer exists so the kernels build and link with nothing but the CUDA toolkit: the GPU
+// benchmark compiles standalone on a machine without zero's other dependencies (bench/gpu/check.sh).
+// Every launcher is stream-ordered (enqueues on `stream`, never blocks the host) and returns the launch
+// error, if any (cudaGetLastError right after the launch).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/internal/batch_copy.cuh"
+#include "cuda/internal/device_math.cuh"
+#include "cuda/internal/fused_optim.cuh"
+#include "cuda/internal/grad_stats.cuh"
+
+namespace zero::cuda::internal {
+
+// Parameter write-back type: the element types plus "none".
+enum class OutDt : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kNone = 3 };
+
+// Threads per block of the element-wise kernels.
+constexpr int kThreads = 256;
+
+// The vector plan for a fused step over `a`'s buffers (master, grad, states, param_out) of n elements.
+VecPlan MakeFusedPlan(const FusedArgs& a, Dt grad_dt, OutDt out_dt, int states, size_t n);
+
+// One fused optimizer step over a.plan.n elements. a.plan must come from MakeFusedPlan.
+cudaError_t LaunchAdam(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const AdamOp& op, cudaStream_t stream);
+cudaError_t LaunchSgd(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const SgdOp<0>& op, cudaStream_t stream);
+cudaError_t LaunchSgd(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const SgdOp<1>& op, cudaStream_t stream);
+
+// GradStats: the result written (or added, when `accumulate`) to *d_out on the device.
+struct StatsResult {
+  double sumsq;
+  unsigned long long nonfinite;
+};
+// At most this many blocks in the first pass; the grid depends only on n and the buffer's alignment, never on
+// the device or on timing, so the reduction order (and the result's bits) is fixed.
+constexpr int kStatsMaxBlocks = 1024;
+constexpr size_t kStatsWorkspaceBytes = kStatsMaxBlocks * (sizeof(double) + sizeof(unsigned long long));
+cudaError_t LaunchGradStats(const void* d_grad, Dt dt, size_t n, float scale, StatsResult* d_out, bool accumulate,
+                            void* d_workspace, cudaStream_t stream);
+
+// Copies up to kCopySegmentsPerLaunch segments in one launch (empty segments allowed).
+struct CopySeg {
+  const void* src;
+  void* dst;
+  size_t bytes;
+};
+cudaError_t LaunchBatchCopy(const CopySeg* segs, int count, cudaStream_t stream);
+
+// Element-wise conversion between f32, f16 and bf16 (src and dst types differ).
+cudaError_t LaunchConvert(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream);
+
+// Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
+// its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.
+cudaError_t FullWaveBlocks(const void* kernel, int threads, int* blocks);
+
+}  // namespace zero::cuda::internal

@@ -1,0 +1,109 @@
+// Fused optimizer kernels (AdamW / Adam-L2 / SGD) on flat fp32 shards. The per-element work is
+// FusedStepThread (cuda/internal/fused_optim.cuh); this file instantiates it for every gradient type x
+// write-back type and launches one full wave of blocks that grid-stride over the shard.
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "cuda/internal/launch.h"
+
+namespace zero::cuda::internal {
+
+namespace {
+
+template <class G, class P, class Op>
+__global__ void __launch_bounds__(kThreads) FusedStepKernel(FusedArgs a, Op op) {
+  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
+  FusedStepThread<G, P, Op>(a, op, tid, nthreads);
+}
+
+template <class G, class P, class Op>
+cudaError_t LaunchTyped(const FusedArgs& a, const Op& op, cudaStream_t stream) {
+  const size_t work = a.plan.nvec > a.plan.ScalarCount() ? a.plan.nvec : a.plan.ScalarCount();
+  if (work == 0) return cudaSuccess;
+  const void* kernel = reinterpret_cast<const void*>(&FusedStepKernel<G, P, Op>);
+  size_t blocks = (work + kThreads - 1) / kThreads;
+  int wave = 0;
+  if (cudaError_t e = FullWaveBlocks(kernel, kThreads, &wave); e != cudaSuccess) return e;
+  if (blocks > static_cast<size_t>(wave)) blocks = static_cast<size_t>(wave);
+  FusedStepKernel<G, P, Op><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, op);
+  return cudaGetLastError();
+}
+
+template <class G, class Op>
+cudaError_t DispatchOut(const FusedArgs& a, OutDt out_dt, const Op& op, cudaStream_t stream) {
+  switch (out_dt) {
+    case OutDt::kF32: return LaunchTyped<G, F32>(a, op, stream);
+    case OutDt::kF16: return LaunchTyped<G, F16>(a, op, stream);
+    case OutDt::kBF16: return LaunchTyped<G, BF16>(a, op, stream);
+    case OutDt::kNone: return LaunchTyped<G, NoOut>(a, op, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <class Op>
+cudaError_t Dispatch(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const Op& op, cudaStream_t stream) {
+  switch (grad_dt) {
+    case Dt::kF32: return DispatchOut<F32>(a, out_dt, op, stream);
+    case Dt::kF16: return DispatchOut<F16>(a, out_dt, op, stream);
+    case Dt::kBF16: return DispatchOut<BF16>(a, out_dt, op, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t FullWaveBlocks(const void* kernel, int threads, int* blocks) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;  // (kernel, device) -> blocks
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({kernel, device});
+    if (it != cache.end()) {
+      *blocks = it->second;
+      return cudaSuccess;
+    }
+  }
+  int sms = 0;
+  int per_sm = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) {
+    return e;
+  }
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0); e != cudaSuccess) {
+    return e;
+  }
+  *blocks = sms * (per_sm > 0 ? per_sm : 1);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[{kernel, device}] = *blocks;
+  return cudaSuccess;
+}
+
+VecPlan MakeFusedPlan(const FusedArgs& a, Dt grad_dt, OutDt out_dt, int states, size_t n) {
+  const PlanBuffer bufs[5] = {
+      {a.master, 4},
+      {a.grad, DtSize(grad_dt)},
+      {states >= 1 ? a.state[0] : nullptr, 4},
+      {states >= 2 ? a.state[1] : nullptr, 4},
+      {out_dt == OutDt::kNone ? nullptr : a.param_out, out_dt == OutDt::kF32 ? size_t{4} : size_t{2}},
+  };
+  return MakeVecPlan(bufs, 5, n);
+}
+
+cudaError_t LaunchAdam(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const AdamOp& op, cudaStream_t stream) {
+  return Dispatch(a, grad_dt, out_dt, op, stream);
+}
+
+cudaError_t LaunchSgd(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const SgdOp<0>& op, cudaStream_t stream) {
+  return Dispatch(a, grad_dt, out_dt, op, stream);
+}
+
+cudaError_t LaunchSgd(const FusedArgs& a, Dt grad_dt, OutDt out_dt, const SgdOp<1>& op, cudaStream_t stream) {
+  return Dispatch(a, grad_dt, out_dt, op, stream);
+}
+
+}  // namespace zero::cuda::internal

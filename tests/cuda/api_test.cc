@@ -1,0 +1,112 @@
+// The CUDA API's host-side contract, checked without a GPU: bad arguments are kInvalidArgument before any CUDA
+// call, and on a machine without a device the calls fail with a Status instead of crashing.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "zero/cuda_kernels.h"
+#include "zero/device_memory.h"
+
+namespace zero {
+namespace {
+
+// Fake device addresses: the checks under test never dereference them.
+float* Fake(uintptr_t a) { return reinterpret_cast<float*>(a); }
+
+ShardUpdate ValidShard(float** states) {
+  ShardUpdate u;
+  u.master = Fake(0x10000);
+  u.grad = Fake(0x20000);
+  u.grad_dtype = DType::kBF16;
+  states[0] = Fake(0x30000);
+  states[1] = Fake(0x40000);
+  u.state = states;
+  u.param_out = Fake(0x50000);
+  u.param_out_dtype = DType::kBF16;
+  u.n = 1024;
+  u.step = 1;
+  u.lr = 1e-3;
+  return u;
+}
+
+TEST(CudaApiTest, OptimizerArgumentsAreChecked) {
+  float* states[2];
+  const AdamParams adam;
+  auto expect_invalid = [&](ShardUpdate u, const char* what) {
+    const Status s = cuda::AdamStep(u, adam, nullptr);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+  };
+  ShardUpdate u = ValidShard(states);
+  u.master = nullptr;
+  expect_invalid(u, "null master");
+  u = ValidShard(states);
+  u.grad = nullptr;
+  expect_invalid(u, "null grad");
+  u = ValidShard(states);
+  u.state = nullptr;
+  expect_invalid(u, "null state array");
+  u = ValidShard(states);
+  states[1] = nullptr;
+  expect_invalid(u, "null state[1]");
+  u = ValidShard(states);
+  u.step = 0;
+  expect_invalid(u, "step 0");
+  u = ValidShard(states);
+  u.lr = -1;
+  expect_invalid(u, "negative lr");
+  u = ValidShard(states);
+  u.param_out = u.master;
+  expect_invalid(u, "param_out == master");
+  u = ValidShard(states);
+  u.grad = Fake(0x10000 + 1024);  // inside master's 4 KiB
+  expect_invalid(u, "overlap");
+  u = ValidShard(states);
+  u.grad_dtype = static_cast<DType>(7);
+  expect_invalid(u, "bad dtype");
+
+  AdamParams bad = adam;
+  bad.beta1 = 1.0;
+  EXPECT_EQ(cuda::AdamStep(ValidShard(states), bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  SgdParams nesterov;
+  nesterov.nesterov = true;  // needs momentum > 0
+  EXPECT_EQ(cuda::SgdStep(ValidShard(states), nesterov, nullptr).code(), absl::StatusCode::kInvalidArgument);
+
+  // n == 0 is a no-op, whatever the pointers.
+  ShardUpdate empty;
+  empty.n = 0;
+  EXPECT_TRUE(cuda::AdamStep(empty, adam, nullptr).ok());
+  EXPECT_TRUE(cuda::SgdStep(empty, SgdParams{}, nullptr).ok());
+}
+
+TEST(CudaApiTest, OtherArgumentsAreChecked) {
+  auto* out = reinterpret_cast<cuda::GradStatsResult*>(0x1000);
+  EXPECT_EQ(cuda::GradStats(nullptr, DType::kF32, 4, 1.0f, out, false, Fake(0x2000), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::GradStats(Fake(0x3000), DType::kF32, 4, 1.0f, out, false, Fake(0x2000 + 4), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  cuda::CopySegment seg{nullptr, Fake(0x1000), 8};
+  EXPECT_EQ(cuda::BatchCopy(&seg, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cuda::BatchCopy(nullptr, 0, nullptr).ok());
+  cuda::DeviceSpan part{Fake(0x1000), 8};
+  EXPECT_EQ(cuda::Flatten(&part, 1, nullptr, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::Unflatten(nullptr, &part, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::Convert(nullptr, DType::kF32, Fake(0x1000), DType::kBF16, 4, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  DevicePoolOptions bad;
+  bad.max_fit_ratio = 0.5;
+  EXPECT_EQ(DevicePool::Create(nullptr, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Without a device, well-formed calls fail with a Status (the launch cannot happen) instead of crashing.
+TEST(CudaApiTest, WithoutDeviceCallsFailCleanly) {
+  if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a device is present (the fake pointers would be used)";
+  float* states[2];
+  const Status s = cuda::AdamStep(ValidShard(states), AdamParams{}, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_FALSE(s.message().empty());
+  auto pool = DevicePool::Create(nullptr);
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kFailedPrecondition) << pool.status();
+}
+
+}  // namespace
+}  // namespace zero
