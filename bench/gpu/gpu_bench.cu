@@ -1,0 +1,524 @@
+// zero-bench-gpu: device bandwidth ceilings and zero's memory-bound kernels against them.
+//
+//   zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--md results.md]
+//
+// Measures, with CUDA events around each launch, the median (and min/max) of I timed runs after W warm-ups:
+//   * device-to-device copy (cudaMemcpyAsync of M MiB; bytes counted = read + written = 2M);
+//   * a plain streaming kernel with the fused AdamW's access pattern (read 4 fp32 arrays, write 3): the
+//     ceiling the optimizer can reach;
+//   * zero's fused AdamW on N parameters: fp32 p/g/m/v (28 B/param: read p,g,m,v + write p,m,v), bf16 grad +
+//     bf16 param write-back (28 B/param), fp32 grad + bf16 write-back (30 B/param); ratio to the copy;
+//   * GradStats on the gradient (f32 and bf16; bytes = elements x element size), Convert f32->bf16, and a
+//     Flatten of 64 segments.
+// Each AdamW variant is also checked on its first and last 2^20 elements against the same element code run on
+// the host (bit for bit: "#wrong" must be 0). Inputs are random (a hash of the index), never zeros.
+//
+// Built two ways: by CMake (target zero-bench-gpu) and standalone, with nothing but the CUDA toolkit, by
+// bench/gpu/check.sh: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I src src/cuda/*.cu
+// bench/gpu/gpu_bench.cu. It therefore uses zero's absl-free launchers (src/cuda/internal/launch.h), which are
+// what the public zero::cuda functions call after checking their arguments.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/internal/launch.h"
+
+namespace in = ::zero::cuda::internal;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors: a failed CUDA call aborts the current measurement (exception), not the whole run.
+
+struct CudaFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void Check(cudaError_t e, const char* what, int line) {
+  if (e != cudaSuccess) {
+    throw CudaFailure(std::string(what) + " (line " + std::to_string(line) + "): " + cudaGetErrorName(e) + ": " +
+                      cudaGetErrorString(e));
+  }
+}
+#define CK(expr) Check((expr), #expr, __LINE__)
+
+// A device allocation freed on scope exit.
+struct DevMem {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevMem(size_t b) : bytes(b) { CK(cudaMalloc(&p, b)); }
+  ~DevMem() {
+    if (p) cudaFree(p);
+  }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Inputs: a hash of (index, seed) mapped to a normal-ish value of the given scale, computed on the device.
+
+__host__ __device__ inline uint32_t Hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+// Sum of two uniforms in [-1, 1): triangular, zero mean, never exactly zero in practice.
+__host__ __device__ inline float RandomValue(size_t i, uint32_t seed, float scale, bool positive) {
+  const float a = static_cast<float>(Hash(i * 2 + (static_cast<uint64_t>(seed) << 40))) * (1.0f / 4294967296.0f);
+  const float b = static_cast<float>(Hash(i * 2 + 1 + (static_cast<uint64_t>(seed) << 40))) * (1.0f / 4294967296.0f);
+  const float v = (a + b - 1.0f) * scale;
+  return positive ? fabsf(v) + 1e-6f * scale : v;
+}
+
+__global__ void FillKernel(float* out, size_t n, uint32_t seed, float scale, bool positive) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = RandomValue(i, seed, scale, positive);
+  }
+}
+
+__global__ void FillBF16Kernel(uint16_t* out, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = in::F32ToBF16(RandomValue(i, seed, scale, false));
+  }
+}
+
+void Fill(float* d, size_t n, uint32_t seed, float scale, bool positive = false) {
+  FillKernel<<<2048, 256>>>(d, n, seed, scale, positive);
+  CK(cudaGetLastError());
+}
+void FillBF16(uint16_t* d, size_t n, uint32_t seed, float scale) {
+  FillBF16Kernel<<<2048, 256>>>(d, n, seed, scale);
+  CK(cudaGetLastError());
+}
+
+// The fused AdamW's access pattern without its arithmetic: read p, g, m, v; write p, m, v (16-byte accesses,
+// one full wave, grid-stride). What the optimizer could reach if its math were free.
+__global__ void __launch_bounds__(256) Stream4R3WKernel(float* p, const float* g, float* m, float* v, size_t nvec) {
+  const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t k = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; k < nvec; k += nthreads) {
+    float a[8], b[8], c[8], d[8];
+    in::Load8<in::F32>(p, 8 * k, a);
+    in::Load8<in::F32>(g, 8 * k, b);
+    in::Load8<in::F32>(m, 8 * k, c);
+    in::Load8<in::F32>(v, 8 * k, d);
+    for (int j = 0; j < 8; ++j) {
+      a[j] += b[j];
+      c[j] += b[j];
+      d[j] += b[j];
+    }
+    in::Store8<in::F32>(p, 8 * k, a);
+    in::Store8<in::F32>(m, 8 * k, c);
+    in::Store8<in::F32>(v, 8 * k, d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Timing.
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+Timing TimeIt(int warmup, int iters, const std::function<void()>& launch) {
+  cudaEvent_t start, stop;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) launch();
+  CK(cudaDeviceSynchronize());
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(start));
+    launch();
+    CK(cudaEventRecord(stop));
+    CK(cudaEventSynchronize(stop));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  CK(cudaGetLastError());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  Timing r;
+  r.min_ms = ms.front();
+  r.max_ms = ms.back();
+  r.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Results table.
+
+struct Row {
+  std::string name;
+  std::string size;
+  Timing t;
+  double bytes = 0;
+  std::string wrong = "-";  // "#wrong" of the correctness spot check, or "-"
+  std::string error;        // non-empty when the measurement failed
+  double GBps() const { return t.median_ms > 0 ? bytes / (t.median_ms * 1e-3) / 1e9 : 0; }
+};
+
+std::vector<Row> g_rows;
+double g_copy_gbps = 0;  // the D2D copy ceiling measured in this run
+
+std::string HumanCount(double n) {
+  char buf[64];
+  if (n >= 1e9) {
+    std::snprintf(buf, sizeof(buf), "%.2f G", n / 1e9);
+  } else if (n >= 1e6) {
+    std::snprintf(buf, sizeof(buf), "%.1f M", n / 1e6);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.0f", n);
+  }
+  return buf;
+}
+
+void PrintRow(const Row& r) {
+  if (!r.error.empty()) {
+    std::printf("%-44s %-16s ERROR: %s\n", r.name.c_str(), r.size.c_str(), r.error.c_str());
+  } else {
+    std::printf("%-44s %-16s median %9.3f ms (min %.3f, max %.3f)  %8.1f GB/s  ratio %.3f  #wrong %s\n",
+                r.name.c_str(), r.size.c_str(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.GBps(),
+                g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0, r.wrong.c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Runs one measurement; a CUDA failure is recorded in the table and the next measurement still runs.
+void Measure(const std::string& name, const std::string& size, const std::function<void(Row&)>& body) {
+  Row r;
+  r.name = name;
+  r.size = size;
+  try {
+    body(r);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    cudaGetLastError();  // clear a non-sticky error so the next measurement can run
+  }
+  PrintRow(r);
+  g_rows.push_back(r);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// AdamW spot check: one device step over the whole shard; its first and last 2^20 elements recomputed on the
+// host with the same element code (FusedStepThread, all-scalar path, one host "thread") and compared bit for
+// bit. Returns the number of elements where any output differs.
+
+template <class G, class P>
+size_t SpotCheck(const in::FusedArgs& dev, size_t n, in::OutDt odt, const in::AdamOp& op, cudaStream_t stream) {
+  const size_t gsize = sizeof(typename G::Elem);
+  size_t osize = 0;
+  if constexpr (!std::is_same_v<P, in::NoOut>) osize = sizeof(typename P::Elem);
+  const size_t window = std::min<size_t>(n / 2, size_t{1} << 20);
+  const size_t begins[2] = {0, n - window};
+  struct Snap {
+    std::vector<float> p, m, v;
+    std::vector<unsigned char> g, out;
+  } snap[2];
+  for (int w = 0; w < 2; ++w) {
+    Snap& s = snap[w];
+    s.p.resize(window);
+    s.m.resize(window);
+    s.v.resize(window);
+    s.g.resize(window * gsize);
+    s.out.assign(window * (osize ? osize : 1), 0);
+    CK(cudaMemcpy(s.p.data(), dev.master + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s.m.data(), dev.state[0] + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s.v.data(), dev.state[1] + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(s.g.data(), static_cast<const unsigned char*>(dev.grad) + begins[w] * gsize, window * gsize,
+                  cudaMemcpyDeviceToHost));
+  }
+  CK(in::LaunchAdam(dev, G::kDt, odt, op, stream));
+  CK(cudaStreamSynchronize(stream));
+  size_t wrong = 0;
+  for (int w = 0; w < 2; ++w) {
+    Snap& s = snap[w];
+    in::FusedArgs h;
+    h.master = s.p.data();
+    h.grad = s.g.data();
+    h.grad_scale = dev.grad_scale;
+    h.state[0] = s.m.data();
+    h.state[1] = s.v.data();
+    h.param_out = osize ? s.out.data() : nullptr;
+    h.plan.n = window;
+    h.plan.head = window;  // all scalar on the host: another code path for the same function
+    h.plan.nvec = 0;
+    in::FusedStepThread<G, P, in::AdamOp>(h, op, 0, 1);
+    std::vector<float> dp(window), dm(window), dv(window);
+    std::vector<unsigned char> dout(window * (osize ? osize : 1));
+    CK(cudaMemcpy(dp.data(), dev.master + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(dm.data(), dev.state[0] + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(dv.data(), dev.state[1] + begins[w], window * 4, cudaMemcpyDeviceToHost));
+    if (osize) {
+      CK(cudaMemcpy(dout.data(), static_cast<unsigned char*>(dev.param_out) + begins[w] * osize, window * osize,
+                    cudaMemcpyDeviceToHost));
+    }
+    for (size_t i = 0; i < window; ++i) {
+      bool ok = std::memcmp(&dp[i], &s.p[i], 4) == 0 && std::memcmp(&dm[i], &s.m[i], 4) == 0 &&
+                std::memcmp(&dv[i], &s.v[i], 4) == 0;
+      if (osize) ok = ok && std::memcmp(&dout[i * osize], &s.out[i * osize], osize) == 0;
+      wrong += ok ? 0 : 1;
+    }
+  }
+  return wrong;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+struct Options {
+  size_t params = size_t{256} << 20;  // 268,435,456 parameters
+  size_t copy_mib = 2048;
+  int iters = 10;
+  int warmup = 3;
+  std::string md_path;
+};
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "missing value after %s\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--params") {
+      o.params = std::strtoull(next(), nullptr, 10);
+    } else if (a == "--copy-mib") {
+      o.copy_mib = std::strtoull(next(), nullptr, 10);
+    } else if (a == "--iters") {
+      o.iters = std::atoi(next());
+    } else if (a == "--warmup") {
+      o.warmup = std::atoi(next());
+    } else if (a == "--md") {
+      o.md_path = next();
+    } else {
+      std::fprintf(stderr,
+                   "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--md file]\n");
+      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+    }
+  }
+  o.params = std::max<size_t>(o.params / 8 * 8, 1 << 21);
+  o.iters = std::max(o.iters, 1);
+  return o;
+}
+
+void WriteMarkdown(const Options& o, const std::string& device_line) {
+  if (o.md_path.empty()) return;
+  FILE* f = std::fopen(o.md_path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", o.md_path.c_str());
+    return;
+  }
+  std::fprintf(f, "%s\n\n", device_line.c_str());
+  std::fprintf(f, "Median of %d timed runs after %d warm-ups (CUDA events around each launch); GB/s = bytes "
+                  "counted / median time; ratio = GB/s / the D2D copy's GB/s measured in the same run.\n\n",
+               o.iters, o.warmup);
+  std::fprintf(f, "| measurement | size | median ms | min ms | max ms | bytes counted | GB/s | ratio to copy | "
+                  "#wrong |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : g_rows) {
+    if (!r.error.empty()) {
+      std::fprintf(f, "| %s | %s | ERROR: %s | | | | | | |\n", r.name.c_str(), r.size.c_str(), r.error.c_str());
+      continue;
+    }
+    std::fprintf(f, "| %s | %s | %.3f | %.3f | %.3f | %s B | %.1f | %.3f | %s |\n", r.name.c_str(), r.size.c_str(),
+                 r.t.median_ms, r.t.min_ms, r.t.max_ms, HumanCount(r.bytes).c_str(), r.GBps(),
+                 g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0, r.wrong.c_str());
+  }
+  std::fclose(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("zero-bench-gpu: no CUDA device (%s); nothing measured\n",
+                cudaGetErrorString(cudaGetLastError()));
+    return 3;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  int mem_khz = 0, bus_bits = 0, l2 = 0;
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
+  cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  char device_line[512];
+  std::snprintf(device_line, sizeof(device_line),
+                "Device: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB, memory clock %d MHz x %d-bit bus (theoretical "
+                "%.0f GB/s, DDR), driver %d, runtime %d",
+                prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                static_cast<double>(prop.totalGlobalMem) / (1 << 30), l2 >> 20, mem_khz / 1000, bus_bits,
+                2.0 * mem_khz * 1e3 * bus_bits / 8 / 1e9, driver, runtime);
+  std::printf("%s\n", device_line);
+  std::printf("params=%zu copy=%zu MiB iters=%d warmup=%d\n\n", o.params, o.copy_mib, o.iters, o.warmup);
+  cudaStream_t stream = nullptr;  // the legacy default stream: events below are recorded on it too
+
+  // ---- ceiling: device-to-device copy ----
+  Measure("D2D copy (cudaMemcpyAsync)", std::to_string(o.copy_mib) + " MiB", [&](Row& r) {
+    const size_t bytes = o.copy_mib << 20;
+    DevMem a(bytes), b(bytes);
+    Fill(a.as<float>(), bytes / 4, 1, 1.0f);
+    r.t = TimeIt(o.warmup, o.iters, [&] { CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream)); });
+    r.bytes = 2.0 * bytes;
+    g_copy_gbps = r.GBps();
+  });
+  Measure("BatchCopy kernel, 1 segment", std::to_string(o.copy_mib) + " MiB", [&](Row& r) {
+    const size_t bytes = o.copy_mib << 20;
+    DevMem a(bytes), b(bytes);
+    Fill(a.as<float>(), bytes / 4, 2, 1.0f);
+    const in::CopySeg seg{a.p, b.p, bytes};
+    r.t = TimeIt(o.warmup, o.iters, [&] { CK(in::LaunchBatchCopy(&seg, 1, stream)); });
+    r.bytes = 2.0 * bytes;
+    std::vector<unsigned char> x(1 << 20), y(1 << 20);
+    CK(cudaMemcpy(x.data(), static_cast<char*>(a.p) + bytes - x.size(), x.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y.data(), static_cast<char*>(b.p) + bytes - y.size(), y.size(), cudaMemcpyDeviceToHost));
+    r.wrong = std::to_string(x == y ? 0 : 1);
+  });
+
+  // ---- the optimizer ----
+  const size_t n = o.params;
+  const std::string nstr = HumanCount(static_cast<double>(n)) + " params";
+  {
+    std::unique_ptr<DevMem> p, g32, m, v, g16, out16;
+    try {
+      p = std::make_unique<DevMem>(n * 4);
+      g32 = std::make_unique<DevMem>(n * 4);
+      m = std::make_unique<DevMem>(n * 4);
+      v = std::make_unique<DevMem>(n * 4);
+      g16 = std::make_unique<DevMem>(n * 2);
+      out16 = std::make_unique<DevMem>(n * 2);
+      Fill(p->as<float>(), n, 11, 1.0f);
+      Fill(g32->as<float>(), n, 12, 0.01f);
+      Fill(m->as<float>(), n, 13, 0.001f);
+      Fill(v->as<float>(), n, 14, 1e-5f, /*positive=*/true);
+      FillBF16(g16->as<uint16_t>(), n, 15, 0.01f);
+      CK(cudaMemset(out16->p, 0xA5, n * 2));  // poisoned; the spot check compares every element it reads
+      CK(cudaDeviceSynchronize());
+    } catch (const std::exception& e) {
+      Measure("AdamW buffers", nstr, [&](Row&) { throw CudaFailure(e.what()); });
+    }
+    if (out16) {
+      Measure("stream 4 reads + 3 writes (AdamW pattern)", nstr, [&](Row& r) {
+        int wave = 0;
+        CK(in::FullWaveBlocks(reinterpret_cast<const void*>(&Stream4R3WKernel), 256, &wave));
+        r.t = TimeIt(o.warmup, o.iters, [&] {
+          Stream4R3WKernel<<<wave, 256, 0, stream>>>(p->as<float>(), g32->as<float>(), m->as<float>(),
+                                                      v->as<float>(), n / 8);
+          CK(cudaGetLastError());
+        });
+        r.bytes = 28.0 * n;
+        Fill(p->as<float>(), n, 11, 1.0f);  // back to sane values for the optimizer
+        Fill(m->as<float>(), n, 13, 0.001f);
+        Fill(v->as<float>(), n, 14, 1e-5f, true);
+      });
+      const in::AdamOp op = in::MakeAdamOp(1e-3, 0.9, 0.999, 1e-8, 0.01, true, true, 10);
+      auto adam = [&](const char* name, const void* grad, in::Dt gdt, void* out, in::OutDt odt, double bpp,
+                      auto gtag, auto ptag) {
+        Measure(name, nstr, [&](Row& r) {
+          in::FusedArgs a;
+          a.master = p->as<float>();
+          a.grad = grad;
+          a.grad_scale = 1.0f / 1024;
+          a.state[0] = m->as<float>();
+          a.state[1] = v->as<float>();
+          a.param_out = out;
+          a.plan = in::MakeFusedPlan(a, gdt, odt, 2, n);
+          if (a.plan.nvec * 8 + a.plan.ScalarCount() != n || a.plan.nvec == 0) {
+            throw CudaFailure("unexpected vector plan (buffers not 16-byte aligned?)");
+          }
+          r.wrong = std::to_string(SpotCheck<decltype(gtag), decltype(ptag)>(a, n, odt, op, stream));
+          r.t = TimeIt(o.warmup, o.iters, [&] { CK(in::LaunchAdam(a, gdt, odt, op, stream)); });
+          r.bytes = bpp * n;
+        });
+      };
+      adam("fused AdamW, fp32 p/g/m/v (28 B/param)", g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, 28.0,
+           in::F32{}, in::NoOut{});
+      adam("fused AdamW, bf16 grad + bf16 param out (28 B/param)", g16->p, in::Dt::kBF16, out16->p,
+           in::OutDt::kBF16, 28.0, in::BF16{}, in::BF16{});
+      adam("fused AdamW, fp32 grad + bf16 param out (30 B/param)", g32->p, in::Dt::kF32, out16->p, in::OutDt::kBF16,
+           30.0, in::F32{}, in::BF16{});
+
+      // ---- gradient statistics, conversion, flatten ----
+      Measure("GradStats f32 (4 B/elem)", nstr, [&](Row& r) {
+        DevMem ws(in::kStatsWorkspaceBytes), res(sizeof(in::StatsResult));
+        r.t = TimeIt(o.warmup, o.iters, [&] {
+          CK(in::LaunchGradStats(g32->p, in::Dt::kF32, n, 1.0f, res.as<in::StatsResult>(), false, ws.p, stream));
+        });
+        r.bytes = 4.0 * n;
+        in::StatsResult a, b;
+        CK(cudaMemcpy(&a, res.p, sizeof(a), cudaMemcpyDeviceToHost));
+        CK(in::LaunchGradStats(g32->p, in::Dt::kF32, n, 1.0f, res.as<in::StatsResult>(), false, ws.p, stream));
+        CK(cudaMemcpy(&b, res.p, sizeof(b), cudaMemcpyDeviceToHost));
+        // #wrong: 1 if two runs differ in any bit (determinism) or something is non-finite.
+        r.wrong = std::to_string((std::memcmp(&a, &b, sizeof(a)) != 0 || a.nonfinite != 0) ? 1 : 0);
+        std::printf("  GradStats f32: sumsq=%.17g nonfinite=%llu\n", a.sumsq, a.nonfinite);
+      });
+      Measure("GradStats bf16 (2 B/elem)", nstr, [&](Row& r) {
+        DevMem ws(in::kStatsWorkspaceBytes), res(sizeof(in::StatsResult));
+        r.t = TimeIt(o.warmup, o.iters, [&] {
+          CK(in::LaunchGradStats(g16->p, in::Dt::kBF16, n, 1.0f, res.as<in::StatsResult>(), false, ws.p, stream));
+        });
+        r.bytes = 2.0 * n;
+        in::StatsResult a;
+        CK(cudaMemcpy(&a, res.p, sizeof(a), cudaMemcpyDeviceToHost));
+        r.wrong = std::to_string(a.nonfinite != 0 ? 1 : 0);
+      });
+      Measure("Convert f32 -> bf16 (6 B/elem)", nstr, [&](Row& r) {
+        r.t = TimeIt(o.warmup, o.iters, [&] {
+          CK(in::LaunchConvert(p->p, in::Dt::kF32, out16->p, in::Dt::kBF16, n, stream));
+        });
+        r.bytes = 6.0 * n;
+      });
+      Measure("Flatten 64 segments (BatchCopy)", HumanCount(4.0 * n) + "B", [&](Row& r) {
+        // 64 segments of p scattered into g32's space: one launch.
+        std::vector<in::CopySeg> segs;
+        const size_t per = n / 64;
+        for (size_t s = 0; s < 64; ++s) {
+          segs.push_back({p->as<float>() + s * per, g32->as<float>() + s * per, per * 4});
+        }
+        r.t = TimeIt(o.warmup, o.iters, [&] { CK(in::LaunchBatchCopy(segs.data(), 64, stream)); });
+        r.bytes = 2.0 * 4.0 * per * 64;
+      });
+    }
+  }
+
+  std::printf("\n");
+  WriteMarkdown(o, device_line);
+  bool any_error = false;
+  for (const Row& r : g_rows) any_error |= !r.error.empty();
+  for (const Row& r : g_rows) {
+    if (r.name.rfind("fused AdamW", 0) == 0 && r.error.empty() && g_copy_gbps > 0) {
+      std::printf("RESULT adamw_ratio_to_copy %.3f  (%s)  target >= 0.85: %s\n", r.GBps() / g_copy_gbps,
+                  r.name.c_str(), r.GBps() / g_copy_gbps >= 0.85 ? "met" : "NOT met");
+    }
+  }
+  return any_error ? 1 : 0;
+}
