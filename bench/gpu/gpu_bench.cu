@@ -181,6 +181,7 @@ struct Row {
 
 std::vector<Row> g_rows;
 double g_copy_gbps = 0;  // the D2D copy ceiling measured in this run
+std::function<void()> g_after_row;
 
 std::string HumanCount(double n) {
   char buf[64];
@@ -218,6 +219,7 @@ void Measure(const std::string& name, const std::string& size, const std::functi
   }
   PrintRow(r);
   g_rows.push_back(r);
+  if (g_after_row) g_after_row();  // rewrite the table, so a crash later still leaves these rows
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -380,6 +382,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", device_line);
   std::printf("params=%zu copy=%zu MiB iters=%d warmup=%d\n\n", o.params, o.copy_mib, o.iters, o.warmup);
   cudaStream_t stream = nullptr;  // the legacy default stream: events below are recorded on it too
+  g_after_row = [&] { WriteMarkdown(o, device_line); };
 
   // ---- ceiling: device-to-device copy ----
   Measure("D2D copy (cudaMemcpyAsync)", std::to_string(o.copy_mib) + " MiB", [&](Row& r) {
