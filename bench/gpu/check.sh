@@ -146,8 +146,19 @@ part_binaries() {
     find_nccl
     return
   fi
-  local targets=(cuda_test zero-bench-gpu)
-  grep -q 'zero-bench-comm' "$build/build.ninja" "$build/Makefile" 2>/dev/null && targets+=(zero-bench-comm)
+  # Every test labelled gpu (from the tests' CMakeLists), the GPU bench, and the comm bench when it exists.
+  local targets=(zero-bench-gpu) name
+  for name in $(python3 - "$ROOT" <<'PY' 2>/dev/null || echo cuda_test
+import glob, re, sys
+for f in sorted(glob.glob(sys.argv[1] + "/tests/*/CMakeLists.txt")):
+    for m in re.finditer(r"zero_add_test\(\s*NAME\s+(\S+)(.*?)\)", open(f).read(), re.S):
+        if re.search(r"LABELS[^)]*\bgpu\b", m.group(2)):
+            print(m.group(1))
+PY
+  ); do
+    grep -q "bin/$name\b" "$build/build.ninja" "$build/Makefile" 2>/dev/null && targets+=("$name")
+  done
+  grep -q 'bin/zero-bench-comm' "$build/build.ninja" "$build/Makefile" 2>/dev/null && targets+=(zero-bench-comm)
   t=$(time_for 240)
   [ "$t" -lt 30 ] && t=30
   echo "building ${targets[*]} with $(nproc) jobs, timeout ${t}s"
