@@ -14,4 +14,5 @@
 #include "zero/memory.h"
 #include "zero/mixed_precision.h"
 #include "zero/optimizer.h"
+#include "zero/recompute.h"
 #include "zero/status.h"
