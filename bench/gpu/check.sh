@@ -84,7 +84,8 @@ find_nccl() {
     if [ -e "$d/libnccl.so.2" ]; then NCCL_DIR=$d; break; fi
   done
   if [ -z "$NCCL_DIR" ]; then
-    d=$(timeout 30 find / -xdev -name 'libnccl.so.2*' -path '*nvidia/nccl/lib*' 2>/dev/null | head -1)
+    # The PyTorch image ships NCCL as a Python wheel (site-packages/nvidia/nccl/lib).
+    d=$(timeout 30 find /opt /usr /root /home -name 'libnccl.so.2*' 2>/dev/null | head -1)
     [ -n "$d" ] && NCCL_DIR=$(dirname "$d")
   fi
   if [ -n "$NCCL_DIR" ] && [ "$NCCL_DIR" != "(system)" ]; then
@@ -208,6 +209,11 @@ part_tests() {
       notes+="$name missing; "
       continue
     fi
+    local m; m=$(missing_libs "$exe" | awk '{print $1}' | tr '\n' ' ')
+    if [ -n "$m" ]; then
+      echo "--- $name cannot be loaded here (missing: $m): not run"
+      notes+="$name not run (missing $m); "; status="INCOMPLETE"; continue
+    fi
     t=$(time_for 200)
     if [ "$t" -lt 15 ]; then notes+="$name not run (time budget); "; status="INCOMPLETE"; continue; fi
     echo "--- $name (timeout ${t}s)"
@@ -310,7 +316,13 @@ part_comm() {
     add_summary "NCCL world-1 collectives" "skipped" "zero-bench-comm not built"
     return
   fi
-  local t rc
+  local t rc m
+  m=$(missing_libs "$BIN/zero-bench-comm" | awk '{print $1}' | tr '\n' ' ')
+  if [ -n "$m" ]; then
+    echo "zero-bench-comm cannot be loaded here (missing: $m)"
+    add_summary "NCCL world-1 collectives" "not run" "zero-bench-comm cannot load: missing $m"
+    return
+  fi
   t=$(time_for 120)
   if [ "$t" -lt 15 ]; then add_summary "NCCL world-1 collectives" "not run" "time budget used up"; return; fi
   echo "running zero-bench-comm --backend nccl --world 1 (timeout ${t}s)"
