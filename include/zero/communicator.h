@@ -69,6 +69,17 @@ class Communicator {
   virtual Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                              CUstream_st* stream = nullptr) = 0;
 
+  // Like ReduceScatter, but `send` is scratch: once the Work completes its contents are unspecified (block
+  // `rank` of the result is in `recv`, which may alias send + rank*count). Gloo reduces f32 in place in the
+  // caller's buffer instead of staging a copy of it (the copy is ~15% of a large reduce-scatter at world 4 on
+  // a 2-core host); it keeps Gloo's algorithm built over the buffer, so it pays off when the same buffer is
+  // reduce-scattered again and again (gradient buckets), while a new buffer each call costs a rebuild.
+  // 16-bit inputs and NCCL behave exactly like ReduceScatter. All ranks must use the same variant for an op.
+  virtual Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                        CUstream_st* stream = nullptr) {
+    return ReduceScatter(send, recv, count, dtype, op, stream);
+  }
+
   // In-place all-reduce of `count` elements.
   virtual Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream = nullptr) = 0;
 

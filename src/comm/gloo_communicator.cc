@@ -7,7 +7,7 @@
 //   rs_ctx_  the legacy Algorithm class ReduceScatterHalvingDoubling, the only reduce-scatter in this Gloo.
 // They are kept apart because mixing the two API families on one context stalled 64 MiB all-gathers for
 // seconds (research/performance.md §4). ReduceScatterHalvingDoubling registers its buffers with the pairs
-// when constructed, so constructed instances are cached per size (see RsCacheEntry).
+// when constructed, so constructed instances are cached (see RsCacheEntry).
 //
 // All Gloo exceptions are caught here (and in store.cc) and converted by GlooExceptionToStatus.
 #include <signal.h>
@@ -16,7 +16,9 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <cmath>
 #include <deque>
+#include <tuple>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -46,12 +48,19 @@ namespace internal {
 namespace {
 constexpr size_t kDefaultRsChunkLimit = static_cast<size_t>(INT_MAX) / sizeof(float);
 std::atomic<size_t> g_rs_chunk_limit{kDefaultRsChunkLimit};
+constexpr uint64_t kDefaultRsRebuildEvery = 4096;
+std::atomic<uint64_t> g_rs_rebuild_every{kDefaultRsRebuildEvery};
 }  // namespace
 
 void SetGlooReduceScatterChunkLimitForTesting(size_t max_total_elements) {
   g_rs_chunk_limit.store(max_total_elements == 0 ? kDefaultRsChunkLimit : max_total_elements);
 }
 size_t GlooReduceScatterChunkLimit() { return g_rs_chunk_limit.load(); }
+
+void SetGlooReduceScatterRebuildEveryForTesting(uint64_t uses) {
+  g_rs_rebuild_every.store(uses == 0 ? kDefaultRsRebuildEvery : uses);
+}
+uint64_t GlooReduceScatterRebuildEvery() { return g_rs_rebuild_every.load(); }
 
 }  // namespace internal
 
@@ -77,16 +86,102 @@ class FloatScratch {
   size_t capacity_ = 0;
 };
 
-// One constructed ReduceScatterHalvingDoubling over its own input buffer. Construction allocates Gloo's
-// internal receive buffers (about 2x the input) and registers slots with every pair, and every rank must
-// construct the same instances in the same order (slots are numbered from a per-context counter). Since all
-// ranks issue the same ops, the cache hits and evictions below are identical on every rank.
+// Gloo's ReduceScatterHalvingDoubling with one addition: Retarget() points it at another input buffer without
+// reconstructing it. Reconstruction is not an option when only this rank's buffer moved: construction takes
+// slot numbers from a per-context counter, so the ranks' instances would stop matching, and reusing the old
+// slots races with peers that already send for the next run. Only the send side depends on the input buffer
+// (receives land in the algorithm's own buffers), so Retarget rebuilds the send buffers exactly as Gloo's
+// constructor does (same peers, same slots, same order: run() indexes them) and swaps the pointer. The
+// replaced send buffers are kept alive, not destroyed: the TCP transport unregisters a buffer's slot when it
+// is destroyed, and a send buffer shares its slot number with a live receive buffer.
+class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
+ public:
+  RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
+                            std::vector<int> recv_elems, const gloo::ReductionFunction<float>* fn)
+      : gloo::ReduceScatterHalvingDoubling<float>(context, {data}, total, std::move(recv_elems), fn) {}
+
+  float* data() const { return ptrs_[0]; }
+  size_t retired() const { return retired_.size(); }
+
+  // Requires that no run() is in progress and all of the previous run's sends completed.
+  void Retarget(float* data) {
+    if (data == ptrs_[0] || contextSize_ == 1) {
+      ptrs_[0] = data;
+      return;
+    }
+    for (auto* v : {&sendDataBufs_, &largerBlockSendDataBufs_, &distSendDataBufs_}) {
+      for (auto& b : *v) retired_.push_back(std::move(b));
+      v->clear();
+    }
+    const int my = context_->rank;
+    auto data_slot = [&](int peer) {
+      return slotOffset_ + 2 * (std::min(my, peer) * contextSize_ + std::max(my, peer));
+    };
+    // Steps within the binary block (constructor: the loop over stepsWithinBlock_).
+    uint32_t bitmask = 1;
+    for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
+      const int peer = my ^ static_cast<int>(bitmask);
+      sendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(data_slot(peer), data, bytes_));
+      bitmask <<= 1;
+    }
+    // Sends to the next larger binary block (non-power-of-two worlds).
+    if (nextLargerBlockSize_ != 0) {
+      const auto offset_to_larger = offsetToMyBinaryBlock_ - nextLargerBlockSize_;
+      const auto sends = nextLargerBlockSize_ / myBinaryBlockSize_;
+      const auto src_ordinal = ReverseLastNBits(rankInBinaryBlock_, static_cast<uint32_t>(log2(myBinaryBlockSize_)));
+      auto dest_ordinal = src_ordinal * sends;
+      for (uint32_t i = 0; i < sends; ++i) {
+        const int peer = static_cast<int>(
+            offset_to_larger + ReverseLastNBits(dest_ordinal, static_cast<uint32_t>(log2(nextLargerBlockSize_))));
+        largerBlockSendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(data_slot(peer), data, bytes_));
+        ++dest_ordinal;
+      }
+    }
+    // Distribution phase sends.
+    for (const auto& d : distMapForSend_) {
+      if (d.rank == my) continue;
+      distSendDataBufs_.push_back(context_->getPair(d.rank)->createSendBuffer(data_slot(d.rank) + 2, data, bytes_));
+    }
+    ptrs_[0] = data;
+  }
+
+ private:
+  // Gloo's private helper of the same name: the last n bits of ctr, reversed.
+  static uint32_t ReverseLastNBits(uint32_t ctr, uint32_t n) {
+    uint32_t mask = 1, reversed = 0;
+    while (mask < (static_cast<uint32_t>(1) << n)) {
+      reversed <<= 1;
+      if (ctr & mask) reversed |= 1;
+      mask <<= 1;
+    }
+    return reversed;
+  }
+
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> retired_;
+};
+
+// One constructed reduce-scatter. Construction allocates Gloo's receive buffers (about 2x the input,
+// zero-filled) and registers slots with every pair, so instances are cached per key. Every rank makes the
+// same hit/miss/evict decisions because the key does not involve buffer addresses (which differ between
+// ranks): the staged variant runs over a buffer the entry owns; the destructive variant is retargeted to the
+// caller's buffer, which is a local change. Retargeting retires a few send-buffer objects; every
+// GlooReduceScatterRebuildEvery() uses (a count all ranks share) the instance is rebuilt to drop them.
+struct RsKey {
+  size_t total = 0;                  // elements of all ranks' blocks together
+  ReduceOp reduce = ReduceOp::kSum;  // kSum or kMax (kAvg runs as kSum, then divides)
+  bool external = false;             // true: over the caller's buffer (ReduceScatterDestructive)
+  bool operator<(const RsKey& o) const {
+    return std::tie(total, reduce, external) < std::tie(o.total, o.reduce, o.external);
+  }
+  bool operator==(const RsKey& o) const { return !(*this < o) && !(o < *this); }
+};
+
 struct RsCacheEntry {
-  size_t total = 0;  // elements of all ranks' blocks together
-  ReduceOp reduce = ReduceOp::kSum;
-  std::unique_ptr<float[]> buffer;
-  std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> algorithm;
+  RsKey key;
+  std::unique_ptr<float[]> owned;  // the staged variant's buffer
+  std::unique_ptr<RetargetableReduceScatter> algorithm;
   uint64_t last_use = 0;
+  uint64_t uses = 0;
 };
 constexpr size_t kRsCacheEntries = 4;
 
@@ -179,7 +274,17 @@ class GlooCommunicator final : public Communicator {
     OpDesc d{.kind = OpKind::kReduceScatter, .dtype = dtype, .reduce = op, .count = count};
     Status check = ValidateBuffers(count, {send, recv}, world_);
     return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc& desc) -> Status {
-      RunReduceScatter(send, recv, count, dtype, op, OpTag(desc));
+      RunReduceScatter(send, recv, count, dtype, op, OpTag(desc), /*destructive=*/false);
+      return absl::OkStatus();
+    });
+  }
+
+  Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kReduceScatterDestructive, .dtype = dtype, .reduce = op, .count = count};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc& desc) -> Status {
+      RunReduceScatter(send, recv, count, dtype, op, OpTag(desc), /*destructive=*/true);
       return absl::OkStatus();
     });
   }
@@ -336,45 +441,62 @@ class GlooCommunicator final : public Communicator {
     return internal::CompareFingerprints(all.data(), world_);
   }
 
-  RsCacheEntry& GetReduceScatter(size_t total, ReduceOp op) {
-    const ReduceOp reduce = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+  // Returns the cached algorithm for `key`, constructed on a miss (over a buffer of its own, or over
+  // `external`) and pointed at `external` for the destructive variant.
+  RsCacheEntry& GetReduceScatter(const RsKey& key, float* external) {
     ++rs_clock_;
+    RsCacheEntry* entry = nullptr;
     for (auto& e : rs_cache_) {
-      if (e.total == total && e.reduce == reduce) {
-        e.last_use = rs_clock_;
-        return e;
+      if (e.key == key) entry = &e;
+    }
+    if (entry == nullptr) {
+      if (rs_cache_.size() >= kRsCacheEntries) {
+        auto lru = std::min_element(rs_cache_.begin(), rs_cache_.end(), [](const RsCacheEntry& a,
+                                                                           const RsCacheEntry& b) {
+          return a.last_use < b.last_use;
+        });
+        rs_cache_.erase(lru);
       }
+      rs_cache_.emplace_back();
+      entry = &rs_cache_.back();
+      entry->key = key;
+      if (!key.external) entry->owned.reset(new float[key.total]);
     }
-    if (rs_cache_.size() >= kRsCacheEntries) {
-      auto lru = std::min_element(rs_cache_.begin(), rs_cache_.end(),
-                                  [](const RsCacheEntry& a, const RsCacheEntry& b) { return a.last_use < b.last_use; });
-      rs_cache_.erase(lru);
+    entry->last_use = rs_clock_;
+    if (entry->algorithm == nullptr || ++entry->uses % internal::GlooReduceScatterRebuildEvery() == 0) {
+      entry->algorithm.reset();  // before constructing: a destroyed buffer unregisters its slot
+      const size_t block = key.total / world_;
+      entry->algorithm = std::make_unique<RetargetableReduceScatter>(
+          rs_ctx_, key.external ? external : entry->owned.get(), static_cast<int>(key.total),
+          std::vector<int>(world_, static_cast<int>(block)),
+          key.reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum);
     }
-    RsCacheEntry e;
-    e.total = total;
-    e.reduce = reduce;
-    e.last_use = rs_clock_;
-    e.buffer.reset(new float[total]);
-    const size_t block = total / world_;
-    e.algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-        rs_ctx_, std::vector<float*>{e.buffer.get()}, static_cast<int>(total),
-        std::vector<int>(world_, static_cast<int>(block)),
-        reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum);
-    rs_cache_.push_back(std::move(e));
-    return rs_cache_.back();
+    if (key.external) entry->algorithm->Retarget(external);
+    return *entry;
+  }
+
+  // On worlds that are not powers of two, run() can return while this rank still has data in flight to (or
+  // not yet consumed by) a rank of the next larger binary block: those transfers, unlike the others, are not
+  // acknowledged by Gloo's notification messages. Rewriting the buffer (restaging it for the next run, or the
+  // caller reusing it) would then corrupt the transfer (measured: wrong sums with back-to-back runs at world
+  // 3). A barrier after run() on those worlds proves every rank finished, and so consumed everything.
+  void RunReduceScatterAlgorithm(RsCacheEntry& e, uint32_t tag) {
+    e.algorithm->run();
+    if ((world_ & (world_ - 1)) != 0) {
+      gloo::BarrierOptions o(fn_ctx_);
+      o.setTag(tag);
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::barrier(o);
+    }
   }
 
   // Reduce-scatter of `count` elements per rank. Gloo's algorithm works in place on a float buffer of all
-  // ranks' blocks and leaves this rank's reduced block at the buffer's start; our `send` is const, so the
-  // input is staged (copied, or converted from 16 bit) into the algorithm's own buffer. Inputs above the
-  // int-sized limit run as several reduce-scatters over column chunks of every rank's block.
-  //
-  // On worlds that are not powers of two, run() can return while this rank still has data in flight to (or
-  // not yet consumed by) a rank of the next larger binary block: those transfers, unlike the others, are not
-  // acknowledged by Gloo's notification messages. Restaging the buffer for the next run would then corrupt
-  // the transfer (measured: wrong sums with back-to-back runs at world 3). A barrier after run() on those
-  // worlds proves every rank finished (and so consumed everything) before any buffer is touched again.
-  void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, uint32_t tag) {
+  // ranks' blocks and leaves this rank's reduced block at the buffer's start. The staged variant (our `send`
+  // is const) copies, or converts from 16 bit, the input into the algorithm's own buffer; the destructive
+  // variant on f32 runs on the caller's buffer directly. Inputs above the int-sized limit run as several
+  // reduce-scatters over column chunks of every rank's block (always staged).
+  void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, uint32_t tag,
+                        bool destructive) {
     const size_t esize = DTypeSize(dtype);
     const auto* in = static_cast<const uint8_t*>(send);
     auto* out = static_cast<uint8_t*>(recv);
@@ -382,12 +504,21 @@ class GlooCommunicator final : public Communicator {
       if (in != out) std::memmove(out, in, count * esize);
       return;
     }
-    const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
+    const ReduceOp reduce = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
     const float divisor = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
+    const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
+    if (destructive && dtype == DType::kF32 && count <= chunk) {
+      float* data = const_cast<float*>(static_cast<const float*>(send));
+      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, true}, data);
+      RunReduceScatterAlgorithm(e, tag);
+      if (divisor != 1.0f) DivideInPlace(data, count, divisor);
+      if (out != in) std::memmove(out, data, count * esize);
+      return;
+    }
     for (size_t off = 0; off < count; off += chunk) {
       const size_t c = std::min(chunk, count - off);
-      RsCacheEntry& e = GetReduceScatter(c * world_, op);
-      float* buf = e.buffer.get();
+      RsCacheEntry& e = GetReduceScatter(RsKey{c * world_, reduce, false}, nullptr);
+      float* buf = e.algorithm->data();
       if (c == count) {
         ConvertBuffer(in, dtype, buf, DType::kF32, count * world_);
       } else {
@@ -395,13 +526,7 @@ class GlooCommunicator final : public Communicator {
           ConvertBuffer(in + (r * count + off) * esize, dtype, buf + r * c, DType::kF32, c);
         }
       }
-      e.algorithm->run();
-      if ((world_ & (world_ - 1)) != 0) {
-        gloo::BarrierOptions o(fn_ctx_);
-        o.setTag(tag);
-        o.setTimeout(internal::ToGlooTimeout(options_.timeout));
-        gloo::barrier(o);
-      }
+      RunReduceScatterAlgorithm(e, tag);
       if (divisor != 1.0f) DivideInPlace(buf, c, divisor);
       ConvertBuffer(buf, DType::kF32, out + off * esize, dtype, c);
     }
@@ -427,7 +552,7 @@ class GlooCommunicator final : public Communicator {
   // Communication-thread state.
   Status broken_;
   FloatScratch stage_;
-  std::vector<RsCacheEntry> rs_cache_;
+  std::deque<RsCacheEntry> rs_cache_;  // deque: entries stay put when others are added
   uint64_t rs_clock_ = 0;
 };
 

@@ -147,6 +147,33 @@ TEST_P(CollectivesTest, ReduceScatter) {
   }, MatrixOptions());
 }
 
+// The destructive variant reduces in place in the caller's buffer (f32) and keeps Gloo's algorithm built over
+// it. Ranks deliberately use different buffer-reuse patterns (rank r switches buffers every r+1 calls), so
+// some ranks rebuild the algorithm while others reuse theirs; the slots must still match.
+TEST_P(CollectivesTest, ReduceScatterDestructive) {
+  const int world = GetParam();
+  RunRanks(world, [world](Communicator& comm, int rank) {
+    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}}) {
+      for (DType t : kDTypes) {
+        std::vector<std::vector<uint8_t>> bufs = {Make(n * world, t), Make(n * world, t)};
+        for (int call = 0; call < 6; ++call) {
+          const ReduceOp op = kOps[call % 3];
+          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " call ", call));
+          auto& send = bufs[(call / (rank + 1)) % 2];
+          for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
+          // Every other call reduces into the rank's own block of the input (recv aliases send).
+          auto recv = Make(n, t);
+          uint8_t* out = call % 2 == 0 ? recv.data() : send.data() + rank * n * DTypeSize(t);
+          Status s = comm.ReduceScatterDestructive(send.data(), out, n, t, op).Wait();
+          ASSERT_TRUE(s.ok()) << s;
+          std::vector<uint8_t> got(out, out + n * DTypeSize(t));
+          ASSERT_EQ(CheckReduced(got, t, n, op, world, rank * n), "");
+        }
+      }
+    }
+  }, MatrixOptions());
+}
+
 TEST_P(CollectivesTest, AllReduce) {
   const int world = GetParam();
   RunRanks(world, [world](Communicator& comm, int rank) {
@@ -228,6 +255,28 @@ TEST(Collectives, ChunkedReduceScatter) {
     });
   }
   internal::SetGlooReduceScatterChunkLimitForTesting(0);
+}
+
+// Cached destructive instances are rebuilt every N uses (consistently on all ranks) while ranks retarget them
+// on different schedules.
+TEST(Collectives, DestructiveReduceScatterSurvivesRebuilds) {
+  internal::SetGlooReduceScatterRebuildEveryForTesting(3);
+  for (int world : {3, 4}) {
+    RunRanks(world, [world](Communicator& comm, int rank) {
+      const size_t n = 333;
+      std::vector<std::vector<uint8_t>> bufs = {Make(n * world, DType::kF32), Make(n * world, DType::kF32)};
+      for (int call = 0; call < 10; ++call) {
+        auto& send = bufs[(call / (rank + 1)) % 2];
+        for (size_t i = 0; i < n * world; ++i) {
+          StoreFromF32(send.data(), DType::kF32, i, Input(ReduceOp::kSum, rank, i, world, DType::kF32));
+        }
+        auto recv = Make(n, DType::kF32);
+        ASSERT_TRUE(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+        ASSERT_EQ(CheckReduced(recv, DType::kF32, n, ReduceOp::kSum, world, rank * n), "") << "call " << call;
+      }
+    });
+  }
+  internal::SetGlooReduceScatterRebuildEveryForTesting(0);
 }
 
 // 16-bit reductions accumulate in f32 and round once (bf16's ulp at 1.0 is 2^-7).

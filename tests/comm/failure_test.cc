@@ -78,6 +78,21 @@ TEST(Desync, CountMismatchIsCaught) {
       ShortTimeout(true));
 }
 
+// The two reduce-scatter variants run different Gloo instances, so mixing them across ranks is a desync.
+TEST(Desync, MixedReduceScatterVariantsAreCaught) {
+  RunRanks(
+      2,
+      [](Communicator& comm, int rank) {
+        std::vector<float> in(200), out(100);
+        Status s = rank == 0 ? comm.ReduceScatter(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait()
+                             : comm.ReduceScatterDestructive(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
+                                   .Wait();
+        EXPECT_TRUE(absl::StrContains(s.message(), "but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
+            << s;
+      },
+      ShortTimeout(true));
+}
+
 // Without check mode a desync is not diagnosed, but it still cannot hang: the op times out naming itself.
 TEST(Desync, WithoutCheckModeTimesOut) {
   RunRanks(

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace zero::internal {
 
@@ -11,5 +12,10 @@ namespace zero::internal {
 // Must be set before the communicators are created and identically on all ranks. 0 restores the default.
 void SetGlooReduceScatterChunkLimitForTesting(size_t max_total_elements);
 size_t GlooReduceScatterChunkLimit();
+
+// A cached reduce-scatter instance is rebuilt every this many uses (default 4096) to drop the send buffers
+// that retargeting retired. Tests lower it to exercise the rebuild; same rules as above. 0 restores the default.
+void SetGlooReduceScatterRebuildEveryForTesting(uint64_t uses);
+uint64_t GlooReduceScatterRebuildEvery();
 
 }  // namespace zero::internal

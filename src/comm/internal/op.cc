@@ -41,6 +41,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kAllReduce: return "AllReduce";
     case OpKind::kBroadcast: return "Broadcast";
     case OpKind::kBarrier: return "Barrier";
+    case OpKind::kReduceScatterDestructive: return "ReduceScatterDestructive";
   }
   return "UnknownOp";
 }
@@ -59,7 +60,8 @@ std::string DescribeOp(const OpDesc& op) {
   if (op.kind == OpKind::kBarrier) return s;
   const std::string_view dtype = DTypeName(op.dtype);
   absl::StrAppend(&s, "(", std::string(dtype), ", ", op.count, op.count == 1 ? " element" : " elements");
-  if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kAllReduce) {
+  if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kReduceScatterDestructive ||
+      op.kind == OpKind::kAllReduce) {
     absl::StrAppend(&s, ", ", ReduceOpName(op.reduce));
   }
   if (op.kind == OpKind::kBroadcast) absl::StrAppend(&s, ", root ", op.root);
@@ -81,7 +83,7 @@ Fingerprint EncodeFingerprint(const OpDesc& op) {
 
 bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op) {
   if (GetU32(bytes) != kFingerprintMagic) return false;
-  if (bytes[4] < 1 || bytes[4] > 5 || bytes[5] > 2 || bytes[6] > 2) return false;
+  if (bytes[4] < 1 || bytes[4] > 6 || bytes[5] > 2 || bytes[6] > 2) return false;
   op->kind = static_cast<OpKind>(bytes[4]);
   op->dtype = static_cast<DType>(bytes[5]);
   op->reduce = static_cast<ReduceOp>(bytes[6]);

@@ -16,7 +16,14 @@
 
 namespace zero::internal {
 
-enum class OpKind : uint8_t { kAllGather = 1, kReduceScatter = 2, kAllReduce = 3, kBroadcast = 4, kBarrier = 5 };
+enum class OpKind : uint8_t {
+  kAllGather = 1,
+  kReduceScatter = 2,
+  kAllReduce = 3,
+  kBroadcast = 4,
+  kBarrier = 5,
+  kReduceScatterDestructive = 6,
+};
 
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
