@@ -181,14 +181,19 @@ class NcclWorkState final : public internal::WorkState {
     if (end_ != nullptr) (void)cudaEventDestroy(end_);
   }
 
+  // Polls rather than blocking in cudaEventSynchronize, so that the communicator's asynchronous error and
+  // the op's deadline are noticed. It spins (yielding) for the first 2 ms, which covers most ops at the
+  // latency of a stream synchronize, then sleeps between polls (sleeps of a few tens of microseconds cost
+  // the kernel's timer slack on top, which tripled the latency of short ops when used from the start).
   Status Wait(absl::Duration timeout) override {
-    const absl::Time wait_deadline =
-        timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
-    absl::Duration nap = absl::Microseconds(20);
-    for (;;) {
+    const absl::Time start = absl::Now();
+    const absl::Time wait_deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : start + timeout;
+    for (int polls = 0;; ++polls) {
       if (IsFinished()) return Result();
-      Status async = shared_->PollAsyncError(Describe());
-      if (!async.ok()) return Fail(async);
+      if (polls % 64 == 0) {
+        Status async = shared_->PollAsyncError(Describe());
+        if (!async.ok()) return Fail(async);
+      }
       const absl::Time now = absl::Now();
       if (now >= deadline_) {
         return Fail(shared_->Abort(absl::DeadlineExceededError(absl::StrCat(
@@ -199,8 +204,11 @@ class NcclWorkState final : public internal::WorkState {
         return absl::DeadlineExceededError(absl::StrCat("wait for ", Describe(), " timed out after ",
                                                         absl::FormatDuration(timeout), " (the op is still pending)"));
       }
-      absl::SleepFor(nap);
-      nap = std::min(nap * 2, absl::Milliseconds(1));
+      if (now - start < absl::Milliseconds(2)) {
+        std::this_thread::yield();
+      } else {
+        absl::SleepFor(absl::Microseconds(200));
+      }
     }
   }
 
