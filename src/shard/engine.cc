@@ -586,7 +586,10 @@ class Engine::Impl {
         p.result = recv;
       }
       p.result_elems = S;
-      p.work = comm_->ReduceScatter(send, recv, S, comm_dtype_, ReduceOp::kAvg);
+      // A pooled bucket or staging copy is scratch: let the backend reduce in it instead of copying it first.
+      const bool scratch = !p.staging.empty() || (!p.bucket.empty() && send == p.bucket.data());
+      p.work = scratch ? comm_->ReduceScatterDestructive(send, recv, S, comm_dtype_, ReduceOp::kAvg)
+                       : comm_->ReduceScatter(send, recv, S, comm_dtype_, ReduceOp::kAvg);
     }
     p.result_dtype = comm_dtype_;
     // Bound the gradient bytes in flight by reduce_bucket_size (elements), then queue.
