@@ -88,7 +88,8 @@ TEST_F(ConfigTest, HuggingFaceZero2AutoConfigParses) {
       "scheduler.params.warmup_num_steps", "zero_optimization.reduce_bucket_size", "gradient_accumulation_steps",
       "gradient_clipping", "train_batch_size", "train_micro_batch_size_per_gpu"};
   EXPECT_THAT(c->unresolved(), ::testing::UnorderedElementsAreArray(expected));
-  EXPECT_TRUE(c->warnings().empty()) << c->warnings().front();
+  // Only honest "has no effect" notes (keys the host engine accepts but does not need), nothing else.
+  for (const auto& w : c->warnings()) EXPECT_NE(w.find("has no effect"), std::string::npos) << w;
 }
 
 TEST_F(ConfigTest, HuggingFaceZero2AutoResolvesLikeTheTrainerAndValidates) {
@@ -556,7 +557,11 @@ TEST_F(ConfigTest, PydanticFieldNamesAreSynonymsWithoutWarning) {
   EXPECT_EQ(c.zero.stage3_max_reuse_distance, 8);
   EXPECT_EQ(c.zero.stage3_model_persistence_threshold, 99);
   EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
-  EXPECT_TRUE(c.warnings().empty());
+  // The synonyms themselves warn about nothing; the keys zero accepts without effect say so.
+  for (const auto& w : c.warnings()) {
+    EXPECT_NE(w.find("has no effect"), std::string::npos) << w;
+    EXPECT_EQ(w.find("deprecated"), std::string::npos) << w;
+  }
 }
 
 TEST_F(ConfigTest, DeprecatedAliasesMapWithAWarning) {
