@@ -1,7 +1,7 @@
 // zero-bench-comm: collective bandwidth of zero::Communicator beside the raw engine call on the same buffers.
 //
 //   zero-bench-comm --world 4 [--backend gloo|nccl] [--json] [--min-bytes 1K] [--max-bytes 256M] [--iters N]
-//                   [--ops ag,rs,rsd,ar]
+//                   [--ops ag,rs,rsd,ar] [--aa]
 //
 // Ranks are threads of this process (Gloo: one communicator each over a HashStore, TCP on 127.0.0.1; NCCL: one
 // GPU each, so --world must not exceed the device count). For each size it first runs zero's op once on
@@ -74,6 +74,7 @@ struct Args {
   size_t min_bytes = size_t{1} << 10;
   size_t max_bytes = size_t{256} << 20;
   int iters = 0;  // 0 = by size
+  bool aa = false;  // A/A control: time the raw call in place of zero's, to show the measurement's noise
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -92,7 +93,8 @@ size_t ParseBytes(const std::string& s) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
-               "                       [--iters N] [--ops ag,rs,rsd,ar]\n");
+               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa]\n"
+               "  --aa  A/A control: both columns time the raw call, so ratio shows the noise of the method\n");
   std::exit(2);
 }
 
@@ -107,6 +109,7 @@ Args ParseArgs(int argc, char** argv) {
     if (k == "--world") a.world = std::atoi(value().c_str());
     else if (k == "--backend") a.backend = value();
     else if (k == "--json") a.json = true;
+    else if (k == "--aa") a.aa = true;
     else if (k == "--min-bytes") a.min_bytes = ParseBytes(value());
     else if (k == "--max-bytes") a.max_bytes = ParseBytes(value());
     else if (k == "--iters") a.iters = std::atoi(value().c_str());
@@ -481,8 +484,8 @@ int main(int argc, char** argv) {
 
   if (!args.json) {
     std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads; time = median over "
-                "iterations of the slowest rank (us); ratio = median of paired raw_time/time\n",
-                args.backend.c_str(), world);
+                "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
+                args.backend.c_str(), world, args.aa ? "; A/A CONTROL: 'time' is the raw call too" : "");
     std::printf("# %-13s %12s %11s %5s %5s %11s %8s %8s %7s %11s %9s %6s\n", "op", "size", "count", "type", "redop",
                 "time", "algbw", "busbw", "#wrong", "raw_time", "raw_busbw", "ratio");
     std::fflush(stdout);
@@ -513,9 +516,10 @@ int main(int argc, char** argv) {
             // Alternate which call goes first so neither always follows the other.
             const bool zero_first = it % 2 == 0;
             sync.arrive_and_wait();
-            double a = zero_first ? rank->TimeZero(op, total) : rank->TimeRaw(op, total);
+            auto time_zero = [&] { return args.aa ? rank->TimeRaw(op, total) : rank->TimeZero(op, total); };
+            double a = zero_first ? time_zero() : rank->TimeRaw(op, total);
             sync.arrive_and_wait();
-            double b = zero_first ? rank->TimeRaw(op, total) : rank->TimeZero(op, total);
+            double b = zero_first ? rank->TimeRaw(op, total) : time_zero();
             zero_t[r][it] = zero_first ? a : b;
             raw_t[r][it] = zero_first ? b : a;
           }
@@ -543,9 +547,9 @@ int main(int argc, char** argv) {
             if (args.json) {
               std::printf("{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                           "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
-                          "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld}\n",
+                          "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s}\n",
                           args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw,
-                          traw * 1e6, raw_busbw, ratio, wrong_total);
+                          traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false");
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
                           total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
