@@ -89,7 +89,8 @@ class Communicator {
   virtual Work Barrier() = 0;
 
   // Host-memory communicator over Gloo's TCP transport. Blocks until all `world_size` ranks connected
-  // through `store` or `options.timeout` passed (kDeadlineExceeded naming the missing ranks if known).
+  // through `store` or `options.timeout` passed (kDeadlineExceeded naming the store key of a missing rank).
+  // The communicator keeps `store` alive. Destroying it waits for its queued ops to finish or fail.
   static StatusOr<std::unique_ptr<Communicator>> CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 
@@ -99,9 +100,11 @@ class Communicator {
   static StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 
-  // Builds a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-  // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS,
-  // SLURM_LOCALID); ZERO_STORE_DIR selects a FileStore (zero-run sets it). Without any, world size 1.
+  // Builds a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK), OpenMPI
+  // (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), in that order
+  // of precedence. Rendezvous: ZERO_STORE_DIR selects a file store (zero-run sets it), else MASTER_ADDR and
+  // MASTER_PORT a TCP store served by rank 0; without launcher variables, world size 1. kNccl uses LOCAL_RANK
+  // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/comm.md.
   static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
 };
 
