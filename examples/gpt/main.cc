@@ -2,6 +2,7 @@
 //
 //   zero-gpt --model tiny --steps 20 --world 4 --config ds_zero3.json --json
 //   zero-run -n 4 -- zero-gpt --model small --config ds_zero2.json      # one rank per process
+//   zero-gpt --model small --recompute --config ds.json   # recompute blocks (ds.json's activation_checkpointing)
 //
 // --world N runs N ranks as threads in one process (Gloo over loopback); under a launcher (RANK / WORLD_SIZE,
 // OpenMPI or Slurm variables) it runs this process's rank. Without --config, an embedded default is used
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model.h"
 #include "train.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
@@ -31,13 +33,19 @@ struct Flags {
   int stage = -1;
   int seq = 0;
   bool json = false;
+  bool recompute = false;
+  int blas_threads = 0;
   std::string data_file;
 };
 
 void Usage() {
   std::fprintf(stderr,
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
-               "                [--stage 0-3] [--seq T] [--data FILE] [--json]\n");
+               "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
+               "  --recompute  recompute every block's activations in backward (every k-th with the config's\n"
+               "               activation_checkpointing.number_checkpoints; checkpoints on the host with its\n"
+               "               cpu_checkpointing); without it nothing is recomputed\n"
+               "  --blas-threads N  OpenBLAS threads per process (default: cores / ranks on this host)\n");
 }
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -47,6 +55,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     const char* v = nullptr;
     if (a == "--json") {
       f->json = true;
+    } else if (a == "--recompute") {
+      f->recompute = true;
     } else if (a == "--help" || a == "-h") {
       return false;
     } else if ((v = next()) == nullptr) {
@@ -66,6 +76,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->stage = std::atoi(v);
     } else if (a == "--seq") {
       f->seq = std::atoi(v);
+    } else if (a == "--blas-threads") {
+      f->blas_threads = std::atoi(v);
     } else if (a == "--data") {
       f->data_file = v;
     } else {
@@ -128,13 +140,16 @@ int main(int argc, char** argv) {
   opt.seed = flags.seed;
   opt.seq = flags.seq;
   opt.data_file = flags.data_file;
+  opt.recompute = flags.recompute;
+  opt.blas_threads = flags.blas_threads;
 
   std::mutex print_mu;
   auto on_step = [&](const zero::gpt::StepLog& s) {
     std::lock_guard<std::mutex> lock(print_mu);
     if (flags.json) {
-      std::printf("{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"tokens_per_s\": %.1f%s}\n",
-                  static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.tokens_per_s,
+      std::printf("{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
+                  "\"tokens_per_s\": %.1f%s}\n",
+                  static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
                   s.skipped ? ", \"skipped\": true" : "");
     } else {
       std::printf("step %4lld  loss %.4f  grad_norm %.4f  %.1f ms  %.0f tok/s%s\n", static_cast<long long>(s.step + 1),
@@ -193,12 +208,30 @@ int main(int argc, char** argv) {
     }
   }
   const auto& res = *results[0];
+  const zero::RecomputeStats& rc = res.recompute;
   if (flags.json) {
-    std::printf("{\"params\": %lld, \"world\": %d, \"stage\": %d, %s}\n", static_cast<long long>(res.params),
-                world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str());
+    // The activation sizes the peaks are made of, per rank: the residual stream, one block's saved
+    // activations, the head's, the block backward's scratch (examples/gpt/model.h).
+    const zero::gpt::GptConfig mc = zero::gpt::GptConfig::FromName(flags.model).value();  // TrainRank checked it
+    const int B = static_cast<int>(cfg.micro_batch()), T = flags.seq > 0 ? flags.seq : mc.max_seq;
+    std::printf("{\"params\": %lld, \"world\": %d, \"stage\": %d, %s, \"recompute\": {\"enabled\": %s, "
+                "\"forwards\": %lld, \"recomputes\": %lld, \"peak_arena_bytes\": %zu, \"peak_checkpoint_bytes\": %zu, "
+                "\"checkpoint_tier\": \"%s\", \"forward_s\": %.6f, \"recompute_s\": %.6f, \"backward_s\": %.6f}, "
+                "\"activation_sizes\": {\"layers\": %d, \"stream\": %zu, \"block\": %zu, \"head\": %zu, "
+                "\"scratch\": %zu}}\n",
+                static_cast<long long>(res.params), world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str(),
+                flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards),
+                static_cast<long long>(rc.recomputes), rc.peak_arena_bytes, rc.peak_checkpoint_bytes,
+                zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
+                static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
+                zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
   } else {
     std::printf("params %lld, world %d, stage %d; memory of rank 0:\n%s", static_cast<long long>(res.params),
                 world_size, cfg.zero.stage, res.memory.ToString().c_str());
+    std::printf("activations of rank 0: arena peak %zu bytes, checkpoints peak %zu bytes (%s tier); %lld segment "
+                "forwards, %lld recomputed\n",
+                rc.peak_arena_bytes, rc.peak_checkpoint_bytes, zero::MemTierName(rc.checkpoint_tier),
+                static_cast<long long>(rc.forwards), static_cast<long long>(rc.recomputes));
   }
   return 0;
 }

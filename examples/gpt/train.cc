@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "data.h"
 #include "model.h"
 #include "zero/engine.h"
+#include "zero/recompute.h"
 
 namespace zero::gpt {
 
@@ -20,6 +22,14 @@ std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<gpt::ParamSpec>& sp
   std::vector<zero::ParamSpec> out;
   for (const auto& s : specs) out.push_back({s.name, s.shape});
   return out;
+}
+
+// CPU time of this process so far: unlike wall time, it does not grow while other tenants of a shared machine
+// hold the cores.
+double ProcessCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 // Gathers every rank's memory report (int64 counters carried bit-exactly through f32 all-gather slots).
@@ -100,7 +110,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   }
   const int rank = comm->rank(), world = comm->world_size();
   const int local = std::max(1, options.local_world_size);
-  SetBlasThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+  SetBlasThreads(options.blas_threads > 0 ? options.blas_threads
+                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
 
   EngineOptions eopt;
   eopt.local_world_size = local;
@@ -129,26 +140,27 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   if (!options.data_file.empty()) dopt.files = {options.data_file};
   ZERO_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(dopt));
 
-  // Activations live in buffers tagged "activations" so the memory report counts them.
-  MemoryTracker& tracker = engine->memory_tracker();
-  std::vector<Buffer> act_mem;
+  // Activations come from the Checkpointer's arena (a stack): per micro-step the residual stream x and its
+  // gradient dx at the bottom, then each block's saved activations (kept, or only its input with
+  // recomputation), then the head's; freed in reverse. One segment per block.
+  ZERO_ASSIGN_OR_RETURN(CheckpointerOptions copt, CheckpointerOptions::FromConfig(cfg, mc.layers, options.recompute));
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Checkpointer> ckpt, Checkpointer::Create(&engine->memory_tracker(), copt));
+  ActivationArena& arena = ckpt->arena();
   std::vector<BlockActs> acts(mc.layers);
-  for (int l = 0; l < mc.layers; ++l) {
-    act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, BlockActs::Bytes(mc, B, T)));
-    acts[l].Bind(mc, B, T, act_mem.back().data());
-  }
   HeadActs head;
-  act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, HeadActs::Bytes(mc, B, T)));
-  head.Bind(mc, B, T, act_mem.back().data());
   BlockScratch scratch;
-  act_mem.push_back(Buffer::Host(&tracker, MemTag::kActivations, BlockScratch::Bytes(mc, B, T)));
-  scratch.Bind(mc, B, T, act_mem.back().data());
   const size_t stream_bytes = static_cast<size_t>(B) * T * mc.channels * sizeof(float);
-  Buffer x_mem = Buffer::Host(&tracker, MemTag::kActivations, stream_bytes);
-  Buffer dx_mem = Buffer::Host(&tracker, MemTag::kActivations, stream_bytes);
-  float* x = x_mem.as<float>();
-  float* dx = dx_mem.as<float>();
+  // Block l's forward as a segment: input and output are the residual stream (in place; the Checkpointer saves
+  // the input before the block overwrites it). `w` comes from the scope the call runs in: the forward scope,
+  // or in backward the backward scope (with stage 3 the recompute uses the parameters that scope gathered).
+  auto block_forward = [&](int l, const BlockWeights& w) {
+    return [&, l, w](SegmentContext& c) {
+      acts[l].Bind(mc, B, T, c.Allocate(BlockActs::Bytes(mc, B, T)));
+      BlockForward(mc, w, c.input<float>(0), c.output<float>(0), &acts[l]);
+    };
+  };
   std::vector<int32_t> tokens(static_cast<size_t>(B) * T), targets(tokens.size());
+  MemoryTracker& tracker = engine->memory_tracker();
   UnitWork root_work(&tracker, UnitNumel(RootParams(mc)), dtype);
   UnitWork block_work(&tracker, UnitNumel(BlockParams(mc)), dtype);
 
@@ -156,6 +168,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   result.params = engine->num_params();
   for (int64_t step = 0; step < options.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = ProcessCpuMs();
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
       // Micro-step m of this step covers global sequences [(m*world + rank)*B, +B): the same sequences a
@@ -164,22 +177,34 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
       ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
       const RootWeights rw = RootWeightsFromFlat(mc, root_work.Weights(rs));
       const RootGrads rg = RootGradsFromFlat(mc, root_work.Grads(rs));
+      const ActivationArena::Mark pass_mark = arena.mark();
+      float* x = static_cast<float*>(arena.Allocate(stream_bytes));
+      float* dx = static_cast<float*>(arena.Allocate(stream_bytes));
       EmbeddingForward(mc, rw, tokens.data(), B, T, x);
       for (int l = 0; l < mc.layers; ++l) {
         ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Forward(blocks[l]));
-        BlockForward(mc, BlockWeightsFromFlat(mc, block_work.Weights(s)), x, x, &acts[l]);
+        const BlockWeights w = BlockWeightsFromFlat(mc, block_work.Weights(s));
+        ZERO_RETURN_IF_ERROR(ckpt->Forward(l, {{x, stream_bytes}}, {{x, stream_bytes}}, block_forward(l, w)));
         ZERO_RETURN_IF_ERROR(s.Close());
       }
+      const ActivationArena::Mark head_mark = arena.mark();
+      head.Bind(mc, B, T, arena.Allocate(HeadActs::Bytes(mc, B, T)));
       loss_sum += HeadForward(mc, rw, x, targets.data(), &head);
       HeadBackward(mc, rw, rg, &head, dx);
+      ZERO_RETURN_IF_ERROR(arena.Release(head_mark));
       for (int l = mc.layers - 1; l >= 0; --l) {
         ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Backward(blocks[l]));
-        BlockBackward(mc, BlockWeightsFromFlat(mc, block_work.Weights(s)), BlockGradsFromFlat(mc, block_work.Grads(s)),
-                      acts[l], dx, dx, &scratch);
+        const BlockWeights w = BlockWeightsFromFlat(mc, block_work.Weights(s));
+        const BlockGrads g = BlockGradsFromFlat(mc, block_work.Grads(s));
+        ZERO_RETURN_IF_ERROR(ckpt->Backward(l, block_forward(l, w), [&](SegmentContext& c) {
+          scratch.Bind(mc, B, T, c.Allocate(BlockScratch::Bytes(mc, B, T)));
+          BlockBackward(mc, w, g, acts[l], dx, dx, &scratch);
+        }));
         block_work.Flush(s, engine->loss_scale());
         ZERO_RETURN_IF_ERROR(s.Close());
       }
       EmbeddingBackward(mc, rg, tokens.data(), B, T, dx);
+      ZERO_RETURN_IF_ERROR(arena.Release(pass_mark));
       root_work.Flush(rs, engine->loss_scale());
       ZERO_RETURN_IF_ERROR(rs.Close());
     }
@@ -187,7 +212,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     float loss = static_cast<float>(loss_sum / ga);
     ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    StepLog log{step, loss, r.grad_norm, ms, static_cast<double>(B) * T * world * ga / (ms / 1000.0), r.skipped};
+    StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - cpu0,
+                static_cast<double>(B) * T * world * ga / (ms / 1000.0), r.skipped};
     result.steps.push_back(log);
     if (rank == 0 && on_step) on_step(log);
   }
@@ -195,6 +221,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   result.prefetch_gathers = engine->prefetch_gathers();
   result.demand_gathers = engine->demand_gathers();
   result.peak_live_elements = engine->peak_live_elements();
+  result.recompute = ckpt->stats();
   ZERO_ASSIGN_OR_RETURN(result.all_ranks, GatherReports(*comm, result.memory));
   if (collect_final_params) {
     std::vector<UnitId> order = {root};

@@ -4,6 +4,11 @@
 //   ZERO_ASSIGN_OR_RETURN(zero::gpt::TrainResult r, zero::gpt::TrainRank(cfg, comm, opt));
 //
 // Used by the zero-gpt binary (N thread-ranks or one rank per process) and by the engine's end-to-end tests.
+//
+// Activations (the residual stream, each block's saved activations, the head's, the backward scratch) come
+// from a zero::Checkpointer's arena and are reported as MemTag::kActivations in the DEVICE tier — where they
+// would live on an accelerator — although the host engine keeps them in host memory; checkpoints are in the
+// device tier too, or in the host tier with activation_checkpointing.cpu_checkpointing (docs/recompute.md).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +20,7 @@
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/memory.h"
+#include "zero/recompute.h"
 #include "zero/status.h"
 
 namespace zero::gpt {
@@ -25,7 +31,12 @@ struct TrainOptions {
   uint64_t seed = 1234;        // model init and data order
   int seq = 0;                 // tokens per sequence; 0 = the model's max_seq
   int local_world_size = 1;    // ranks sharing this host's cores (BLAS and optimizer threads are divided)
+  int blas_threads = 0;        // OpenBLAS threads; 0 = hardware threads / local_world_size
   std::string data_file;       // optional corpus file instead of the system texts
+  // Recompute every block's activations in backward (zero::Checkpointer; every k-th block when the config's
+  // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
+  // cpu_checkpointing). false: nothing is recomputed.
+  bool recompute = false;
 };
 
 struct StepLog {
@@ -33,6 +44,7 @@ struct StepLog {
   double loss = 0;  // mean over ranks and micro-steps
   double grad_norm = 0;
   double step_ms = 0;
+  double cpu_ms = 0;  // CPU time of the whole process during the step (every thread-rank, BLAS and Gloo threads)
   double tokens_per_s = 0;
   bool skipped = false;
 };
@@ -48,6 +60,9 @@ struct TrainResult {
   int64_t prefetch_gathers = 0;
   int64_t demand_gathers = 0;
   int64_t peak_live_elements = 0;
+  // This rank's activation figures (zero::Checkpointer::stats): peaks of the arena and of the checkpoints,
+  // forwards and recomputes run.
+  RecomputeStats recompute;
 };
 
 // Trains one rank. `on_step` (rank 0 only, may be empty) is called after every step. Collective.

@@ -104,9 +104,10 @@ class CounterRng {
 
 struct ArenaOptions {
   MemTier tier = MemTier::kDevice;  // where the bytes are reported (see the file comment)
-  // true: one contiguous block — overflow blocks while it grows, coalesced into one block of the peak the next
-  // time the arena is empty (zero's `contiguous_memory_optimization`). false: every allocation is its own
-  // block, freed when released (what a general allocator does; the reported bytes are exactly the live ones).
+  // true: one contiguous block — allocations that do not fit get overflow blocks of their exact size, and the
+  // next time the arena is empty everything is coalesced into one block of the peak, so a steady state
+  // allocates nothing. false: every allocation is its own block, freed when released (what a general allocator
+  // does; the reported bytes are exactly the live ones).
   bool contiguous = true;
 };
 
@@ -128,9 +129,8 @@ class ActivationArena {
   // 64-byte block). Valid until released. Aborts on out-of-memory like operator new.
   void* Allocate(size_t bytes);
   Mark mark() const { return allocs_.size(); }
-  // Frees every allocation made after `m` (kFailedPrecondition if `m` is beyond the top). When the arena
-  // becomes empty and it is contiguous and holds more than one block, the blocks are replaced by one block of
-  // peak_used() bytes.
+  // Frees every allocation made after `m` (kFailedPrecondition if `m` is beyond the top). When a contiguous
+  // arena becomes empty and its block is smaller than peak_used(), it is replaced by one of peak_used() bytes.
   [[nodiscard]] Status Release(Mark m);
   // Holds at least `bytes` in one block, so that allocations up to that total need no new memory. Only when
   // empty (kFailedPrecondition otherwise); a no-op for a non-contiguous arena.
@@ -316,9 +316,11 @@ class Checkpointer {
   bool checkpointed(int segment) const;
   // Segments forwarded and not yet backwarded, oldest first.
   std::vector<int> outstanding() const;
-  // The current pass (the RNG stream's high half). set_pass is for resuming a run: call it between passes.
+  // The current pass (the RNG stream's high half), counted from 0.
   uint64_t pass() const;
-  void set_pass(uint64_t pass);
+  // Sets the pass counter, to resume a run with the RNG streams it would have used (e.g. step x accumulation
+  // steps). kFailedPrecondition while segments are outstanding.
+  [[nodiscard]] Status SetPass(uint64_t pass);
 
   // The compute-tier arena that holds intermediates; trainers may allocate their other activations here
   // (stack order: release them before the backward of a segment forwarded before them).

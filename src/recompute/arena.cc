@@ -45,29 +45,16 @@ void ActivationArena::FreeBlock(size_t index) {
 
 void* ActivationArena::Allocate(size_t bytes) {
   const size_t size = RoundUp(bytes == 0 ? 1 : bytes);
+  // Contiguous: blocks_ is block 0 (the main block) then overflow blocks, each holding live allocations, so the
+  // top of the stack is always in the last block. An allocation that does not fit there gets an overflow block
+  // of exactly its size: the bytes held stay the bytes in use (plus block 0's free part) while the arena
+  // learns its peak, and the next time it is empty the blocks are coalesced into one block of that peak.
+  // Non-contiguous: every allocation is its own block.
   size_t block;
-  if (!options_.contiguous) {
-    block = NewBlock(size);
+  if (options_.contiguous && !blocks_.empty() && blocks_.back().capacity - blocks_.back().used >= size) {
+    block = blocks_.size() - 1;
   } else {
-    // The top of the stack is in the block of the last allocation (block 0 when empty). Try it, then the
-    // (empty) block after it; otherwise drop the empty blocks above the top and add one that fits.
-    const size_t top = allocs_.empty() ? 0 : allocs_.back().block;
-    if (top < blocks_.size() && blocks_[top].capacity - blocks_[top].used >= size) {
-      block = top;
-    } else if (top + 1 < blocks_.size() && blocks_[top + 1].capacity >= size) {
-      block = top + 1;
-    } else {
-      while (blocks_.size() > top + 1) {
-        FreeBlock(blocks_.size() - 1);
-        blocks_.pop_back();
-      }
-      // An empty arena starts a fresh block 0 rather than leaving a hole at index 0.
-      if (!blocks_.empty() && allocs_.empty()) {
-        FreeBlock(0);
-        blocks_.clear();
-      }
-      block = NewBlock(size);
-    }
+    block = NewBlock(size);
   }
   Block& b = blocks_[block];
   allocs_.push_back({block, b.used, size});
@@ -87,17 +74,16 @@ Status ActivationArena::Release(Mark m) {
     const Alloc a = allocs_.back();
     allocs_.pop_back();
     used_ -= a.bytes;
-    if (!options_.contiguous) {
-      // Each allocation is its own block, and blocks are released in stack order: the last block is a's.
+    // Allocations are released in stack order, so a's block is the last one.
+    blocks_[a.block].used = a.offset;
+    if (blocks_[a.block].used == 0 && (!options_.contiguous || a.block > 0)) {
       FreeBlock(a.block);
       blocks_.pop_back();
-    } else {
-      blocks_[a.block].used = a.offset;
     }
   }
-  if (options_.contiguous && allocs_.empty() && blocks_.size() > 1) {
-    // Coalesce: the next pass gets one block of the peak, so it allocates nothing and reserves no more.
-    for (size_t i = 0; i < blocks_.size(); ++i) FreeBlock(i);
+  if (options_.contiguous && allocs_.empty() && blocks_.size() == 1 && blocks_[0].capacity < peak_used_) {
+    // Coalesce: the next pass gets one block of the peak, so it allocates nothing and holds no more.
+    FreeBlock(0);
     blocks_.clear();
     NewBlock(peak_used_);
   }

@@ -304,10 +304,13 @@ std::vector<int> Checkpointer::outstanding() const {
 }
 
 uint64_t Checkpointer::pass() const { return impl_->pass; }
-void Checkpointer::set_pass(uint64_t pass) {
-  ZERO_CHECK(impl_->stack.empty()) << "recompute: set_pass during a pass (" << impl_->stack.size()
-                                   << " segments outstanding)";
+Status Checkpointer::SetPass(uint64_t pass) {
+  if (!impl_->stack.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("recompute: SetPass(", pass, ") with ", impl_->stack.size(), " segment(s) outstanding"));
+  }
   impl_->pass = pass;
+  return absl::OkStatus();
 }
 
 ActivationArena& Checkpointer::arena() { return impl_->arena; }

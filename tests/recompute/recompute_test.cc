@@ -64,32 +64,40 @@ TEST(ActivationArenaTest, StackReuseAndCoalescing) {
   ActivationArena arena(&tracker, {.tier = MemTier::kDevice, .contiguous = true});
   auto device = [&] { return tracker.Report().Get(MemTier::kDevice, MemTag::kActivations); };
 
-  // Pass 1: grows block by block; everything 64-byte aligned; peak is the high-water of live bytes.
+  // Pass 1: grows by exact-size overflow blocks, so the bytes held are the bytes in use; every allocation is
+  // 64-byte aligned; peak is the high-water mark of live bytes.
   void* a = arena.Allocate(100);  // 128
   const ActivationArena::Mark m1 = arena.mark();
   void* b = arena.Allocate(1000);  // 1024
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
   EXPECT_EQ(arena.used(), 128u + 1024u);
+  EXPECT_EQ(arena.reserved(), 128u + 1024u);
   ASSERT_TRUE(arena.Release(m1).ok());
-  void* c = arena.Allocate(512);  // reuses b's bytes
-  EXPECT_EQ(c, b);
+  EXPECT_EQ(arena.reserved(), 128u);  // the overflow block went back
+  arena.Allocate(512);
   EXPECT_EQ(arena.peak_used(), 128u + 1024u);
   EXPECT_EQ(static_cast<size_t>(device().current), arena.reserved());
   EXPECT_FALSE(arena.Release(arena.mark() + 1).ok());  // beyond the top
   EXPECT_FALSE(arena.Reserve(1 << 20).ok());            // not empty
   ASSERT_TRUE(arena.Release(0).ok());
+  EXPECT_EQ(device().peak, static_cast<int64_t>(128 + 1024));
 
-  // Empty after pass 1: one block of exactly the peak; pass 2 fits in it with no new system allocation.
+  // Empty after pass 1: one block of exactly the peak; pass 2 fits in it with no new system allocation, and
+  // a released range is handed out again.
   EXPECT_EQ(arena.blocks(), 1u);
   EXPECT_EQ(arena.reserved(), 128u + 1024u);
   const int64_t allocs = arena.system_allocations();
   void* a2 = arena.Allocate(100);
+  const ActivationArena::Mark m2 = arena.mark();
   void* b2 = arena.Allocate(1000);
   EXPECT_EQ(static_cast<std::byte*>(b2), static_cast<std::byte*>(a2) + 128);  // contiguous
+  ASSERT_TRUE(arena.Release(m2).ok());
+  EXPECT_EQ(arena.Allocate(512), b2);  // reuse
   ASSERT_TRUE(arena.Release(0).ok());
   EXPECT_EQ(arena.system_allocations(), allocs);
   EXPECT_EQ(device().current, static_cast<int64_t>(128 + 1024));
+  EXPECT_EQ(device().peak, static_cast<int64_t>(128 + 1024));
   EXPECT_EQ(tracker.Report().Get(MemTier::kHost, MemTag::kActivations).peak, 0);
 
   ASSERT_TRUE(arena.Reserve(4096).ok());
@@ -395,8 +403,15 @@ TEST(CheckpointerTest, ContiguousCheckpointsArePreallocated) {
   EXPECT_EQ(ckpt->checkpoint_store().blocks(), 1u);
   EXPECT_EQ(ckpt->checkpoint_store().reserved(), 7 * kActBytes);
   EXPECT_EQ(ckpt->checkpoint_store().system_allocations(), 1);
+  EXPECT_EQ(ckpt->SetPass(9).code(), absl::StatusCode::kFailedPrecondition);  // segments outstanding
   ckpt->Abandon();
   EXPECT_EQ(ckpt->pass(), 1u);
+  EXPECT_EQ(ckpt->checkpoint_store().used(), 0u);
+  ASSERT_TRUE(ckpt->SetPass(9).ok());
+  // The RNG stream follows the pass: segment 2 of pass 9 draws from stream 9 * 2^32 + 2.
+  uint32_t drawn = 0;
+  ASSERT_TRUE(ckpt->Forward(2, {}, {}, [&](SegmentContext& c) { drawn = c.rng().NextU32(); }).ok());
+  EXPECT_EQ(drawn, CounterRng(o.seed, (9ull << 32) + 2).NextU32());
 }
 
 TEST(CheckpointerTest, Misuse) {
