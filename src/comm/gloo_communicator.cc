@@ -1,5 +1,7 @@
-// The Gloo communicator: host-memory collectives over Gloo's TCP transport, run in issue order on one
-// communication thread per communicator.
+// The Gloo communicator: host-memory collectives over Gloo's TCP transport, run asynchronously in issue order.
+//
+// Ops run one at a time in issue order, on the communicator's thread or, when the caller already blocks in
+// Work::Wait, on the caller's thread (internal/ordered_executor.h).
 //
 // Two Gloo contexts per communicator, on one TCP device:
 //   fn_ctx_  the UnboundBuffer function API: allgather, allreduce (RING), broadcast, barrier, and the
@@ -30,6 +32,7 @@
 #include "comm/internal/gloo_status.h"
 #include "comm/internal/gloo_testing.h"
 #include "comm/internal/op.h"
+#include "comm/internal/ordered_executor.h"
 #include "comm/internal/work_state.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
@@ -199,10 +202,8 @@ class GlooCommunicator final : public Communicator {
         progress_(std::make_shared<internal::CommProgress>()) {}
 
   ~GlooCommunicator() override {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
+    executor_->Stop();
+    // The thread exits once nothing is queued or running, on it or on a helping waiter.
     if (thread_.joinable()) thread_.join();
     rs_cache_.clear();  // the algorithms hold rs_ctx_'s pairs
     fn_ctx_.reset();
@@ -240,7 +241,10 @@ class GlooCommunicator final : public Communicator {
         return s;
       }
     }
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      SetLogRank(rank_);
+      executor_->RunLoop();
+    });
     return absl::OkStatus();
   }
 
@@ -370,40 +374,27 @@ class GlooCommunicator final : public Communicator {
 
   Work Enqueue(OpDesc desc, Status precheck, Body body) {
     desc.seq = next_seq_++;
-    auto state = std::make_shared<internal::HostWorkState>(desc, options_.timeout, progress_);
     if (!precheck.ok()) {
       precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_,
                                                             " of ", world_, ": ", precheck.message()));
     }
-    {
-      absl::MutexLock lock(&mu_);
-      queue_.push_back(Task{desc, std::move(precheck), std::move(body), state});
-    }
-    return Work(std::move(state));
-  }
-
-  void Loop() {
-    SetLogRank(rank_);
-    for (;;) {
-      Task task;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](GlooCommunicator* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-              return self->stop_ || !self->queue_.empty();
-            },
-            this));
-        if (queue_.empty()) return;  // stop_ and drained
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      Status s = RunTask(task);
+    // A waiter may run queued ops itself (OrderedExecutor::Help); it holds the executor weakly because a Work
+    // can outlive its communicator (then every op has completed and there is nothing to help with).
+    std::weak_ptr<internal::OrderedExecutor> weak = executor_;
+    auto state = std::make_shared<internal::HostWorkState>(
+        desc, options_.timeout, progress_, [weak](const std::function<bool()>& done) {
+          if (auto executor = weak.lock()) executor->Help(done);
+        });
+    auto task = std::make_shared<Task>(Task{desc, std::move(precheck), std::move(body), state});
+    executor_->Push([this, task] {
+      Status s = RunTask(*task);
       if (!s.ok() && broken_.ok()) {
         broken_ = s;
         ZERO_LOG(ERROR) << s.message();
       }
-      task.state->Complete(std::move(s));
-    }
+      task->state->Complete(std::move(s));
+    });
+    return Work(std::move(state));
   }
 
   Status RunTask(Task& task) {
@@ -544,12 +535,10 @@ class GlooCommunicator final : public Communicator {
 
   int64_t next_seq_ = 0;  // issuing thread only
 
-  absl::Mutex mu_;
-  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  const std::shared_ptr<internal::OrderedExecutor> executor_ = std::make_shared<internal::OrderedExecutor>();
   std::thread thread_;
 
-  // Communication-thread state.
+  // State of the thread running ops (the communication thread or a helping waiter; never two at once).
   Status broken_;
   FloatScratch stage_;
   std::deque<RsCacheEntry> rs_cache_;  // deque: entries stay put when others are added

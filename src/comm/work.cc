@@ -30,8 +30,9 @@ Status CommProgress::CheckStuck(absl::Duration limit) const {
                                                   absl::FormatDuration(limit), ")"));
 }
 
-HostWorkState::HostWorkState(OpDesc desc, absl::Duration op_timeout, std::shared_ptr<const CommProgress> progress)
-    : WorkState(desc), op_timeout_(op_timeout), progress_(std::move(progress)) {}
+HostWorkState::HostWorkState(OpDesc desc, absl::Duration op_timeout, std::shared_ptr<const CommProgress> progress,
+                             Helper helper)
+    : WorkState(desc), op_timeout_(op_timeout), progress_(std::move(progress)), helper_(std::move(helper)) {}
 
 void HostWorkState::Complete(Status status) {
   absl::MutexLock lock(&mu_);
@@ -41,6 +42,9 @@ void HostWorkState::Complete(Status status) {
 
 Status HostWorkState::Wait(absl::Duration timeout) {
   const absl::Time start = absl::Now();
+  // Run this op (and the ones queued before it) here if the communication thread is not already on them.
+  // Only for waits without a deadline: running an op cannot be cut short for a caller's shorter wait.
+  if (helper_ != nullptr && timeout == absl::InfiniteDuration()) helper_([this] { return IsCompleted(); });
   // The backstop fires half a timeout after Gloo should have given up on its own.
   const absl::Duration backstop = op_timeout_ + op_timeout_ / 2 + absl::Milliseconds(250);
   absl::MutexLock lock(&mu_);

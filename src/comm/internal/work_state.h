@@ -6,6 +6,7 @@
 // CUDA event and the communicator's asynchronous error.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,8 +59,12 @@ class CommProgress {
 // An op completed by a host thread (Gloo's communication thread) calling Complete().
 class HostWorkState final : public WorkState {
  public:
+  // Runs queued ops on the waiting thread until `done()` (see OrderedExecutor::Help); may be empty.
+  using Helper = std::function<void(const std::function<bool()>& done)>;
+
   // `op_timeout` is the communicator's per-op timeout; `progress` may be null (then there is no backstop).
-  HostWorkState(OpDesc desc, absl::Duration op_timeout, std::shared_ptr<const CommProgress> progress);
+  HostWorkState(OpDesc desc, absl::Duration op_timeout, std::shared_ptr<const CommProgress> progress,
+                Helper helper = nullptr);
 
   // Called once by the thread that ran the op.
   void Complete(Status status);
@@ -72,6 +77,7 @@ class HostWorkState final : public WorkState {
  private:
   const absl::Duration op_timeout_;
   const std::shared_ptr<const CommProgress> progress_;
+  const Helper helper_;
   mutable absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   Status status_ ABSL_GUARDED_BY(mu_);
