@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace zero::internal {
 
@@ -35,6 +36,11 @@ class OrderedExecutor {
         };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // stopped and drained
+        // The push that woke this thread usually comes from a caller about to Wait on the op, which then runs
+        // it without any hand-off; give it that chance before taking the job (an op nobody waits for starts
+        // at most this much later).
+        auto taken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ || queue_.empty(); };
+        if (!stop_ && mu_.AwaitWithTimeout(absl::Condition(&taken), absl::Microseconds(100))) continue;
         job = TakeLocked();
       }
       RunAndRelease(job);
