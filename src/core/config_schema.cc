@@ -199,8 +199,9 @@ const KeySpec kSchema[] = {
      .ref = FIELD(activation_checkpointing.number_checkpoints),
      .doc = "Number of checkpointed segments, to size the contiguous buffer."},
     {.path = "activation_checkpointing.synchronize_checkpoint_boundary", .type = T::kBool, .default_json = "false",
-     .ref = FIELD(activation_checkpointing.synchronize_checkpoint_boundary),
-     .doc = "Synchronize the device at every segment boundary."},
+     .support = S::kNoEffect, .ref = FIELD(activation_checkpointing.synchronize_checkpoint_boundary),
+     .doc = "Synchronize the device at every segment boundary.",
+     .note = "the host engine has no device to synchronize"},
     {.path = "activation_checkpointing.profile", .type = T::kBool, .default_json = "false",
      .ref = FIELD(activation_checkpointing.profile), .doc = "Time the forward and recompute of each segment."},
 
