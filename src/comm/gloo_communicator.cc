@@ -89,19 +89,101 @@ class FloatScratch {
   size_t capacity_ = 0;
 };
 
-// Gloo's ReduceScatterHalvingDoubling with one addition: Retarget() points it at another input buffer without
-// reconstructing it. Reconstruction is not an option when only this rank's buffer moved: construction takes
-// slot numbers from a per-context counter, so the ranks' instances would stop matching, and reusing the old
-// slots races with peers that already send for the next run. Only the send side depends on the input buffer
-// (receives land in the algorithm's own buffers), so Retarget rebuilds the send buffers exactly as Gloo's
-// constructor does (same peers, same slots, same order: run() indexes them) and swaps the pointer. The
-// replaced send buffers are kept alive, not destroyed: the TCP transport unregisters a buffer's slot when it
-// is destroyed, and a send buffer shares its slot number with a live receive buffer.
+// Gloo's ReduceScatterHalvingDoubling with two changes, both on top of Gloo's own construction (buffers,
+// slots, offsets, peers are Gloo's; nothing about the wire protocol changes):
+//
+// 1. run() waits for this run's sends to complete before the distribution phase writes results into the
+//    buffer. Gloo's run() copies the received result block into buffer[0, block) while an earlier send from
+//    that region can still be in flight (at world 4, rank 2's second-step send of [0, block) to rank 0 is
+//    not acknowledged before rank 2 receives its result from rank 1), so a slow reader got half-overwritten
+//    data: measured as 1.7 million wrong elements in one 256 MiB reduce-scatter on a loaded host. It also
+//    makes run() return only after every send completed, so the caller may rewrite the buffer at once.
+//    run() is otherwise Gloo's, step for step.
+//
+// 2. Retarget() points it at another input buffer without reconstructing it. Reconstruction is not an option
+//    when only this rank's buffer moved: construction takes slot numbers from a per-context counter, so the
+//    ranks' instances would stop matching, and reusing the old slots races with peers that already send for
+//    the next run. Only the send side depends on the input buffer (receives land in the algorithm's own
+//    buffers), so Retarget rebuilds the send buffers exactly as Gloo's constructor does (same peers, same
+//    slots, same order: run() indexes them) and swaps the pointer. The replaced send buffers are kept alive,
+//    not destroyed: the TCP transport unregisters a buffer's slot when it is destroyed, and a send buffer
+//    shares its slot number with a live receive buffer.
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
                             std::vector<int> recv_elems, const gloo::ReductionFunction<float>* fn)
       : gloo::ReduceScatterHalvingDoubling<float>(context, {data}, total, std::move(recv_elems), fn) {}
+
+  void run() override {
+    if (contextSize_ == 1) return;  // one buffer, one rank: nothing to reduce or move
+    float* const data = ptrs_[0];
+    std::vector<gloo::transport::Buffer*> sent;  // sends of this run, waited for before the distribution phase
+
+    // Reduce-scatter within this rank's binary block (recursive halving).
+    size_t buffer_offset = 0;
+    size_t items = stepsWithinBlock_ > 0 ? chunkSize_ << (steps_ - 1) : count_;
+    for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
+      if (sendOffsets_[i] < static_cast<size_t>(count_)) {
+        sendDataBufs_[i]->send(sendOffsets_[i] * sizeof(float), sendCounts_[i] * sizeof(float));
+        sent.push_back(sendDataBufs_[i].get());
+      }
+      if (recvOffsets_[i] < static_cast<size_t>(count_)) {
+        recvDataBufs_[i]->waitRecv();
+        fn_->call(&data[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+      }
+      buffer_offset += items;
+      sendNotificationBufs_[i]->send();
+      items >>= 1;
+    }
+
+    // Non-power-of-two worlds: fold in the next smaller binary block, hand over to the next larger one.
+    int send_notify_offset = static_cast<int>(stepsWithinBlock_);
+    if (nextSmallerBlockSize_ != 0 && smallerBlockRecvDataBuf_ != nullptr) {
+      smallerBlockRecvDataBuf_->waitRecv();
+      fn_->call(&data[recvOffsets_[stepsWithinBlock_ - 1]], &recvBuf_[buffer_offset],
+                recvCounts_[stepsWithinBlock_ - 1]);
+    }
+    const size_t to_larger = stepsWithinBlock_ > 0 ? recvCounts_[stepsWithinBlock_ - 1] : count_;
+    if (nextLargerBlockSize_ != 0 && to_larger != 0) {
+      const size_t offset = stepsWithinBlock_ > 0 ? recvOffsets_[stepsWithinBlock_ - 1] : 0;
+      const uint32_t sends = nextLargerBlockSize_ / myBinaryBlockSize_;
+      for (uint32_t i = 0; i < sends; ++i) {
+        if (sendCountToLargerBlock_ * i < to_larger) {
+          largerBlockSendDataBufs_[i]->send((offset + i * sendCountToLargerBlock_) * sizeof(float),
+                                            std::min(sendCountToLargerBlock_, to_larger - sendCountToLargerBlock_ * i) *
+                                                sizeof(float));
+          sent.push_back(largerBlockSendDataBufs_[i].get());
+        }
+      }
+    }
+
+    // Distribution: the largest block's ranks send each reduced piece to the rank it belongs to.
+    const int my = context_->rank;
+    size_t index = 0;
+    for (const auto& d : distMapForSend_) {
+      if (d.rank == my) continue;
+      distSendDataBufs_[index]->send(d.offset * sizeof(float), d.itemCount * sizeof(float));
+      sent.push_back(distSendDataBufs_[index].get());
+      ++index;
+    }
+    // The fix: nothing below may overwrite a region a send of this run still reads from.
+    for (gloo::transport::Buffer* b : sent) b->waitSend();
+
+    index = 0;
+    buffer_offset = 0;
+    for (const auto& d : distMapForRecv_) {
+      if (d.rank != my) {
+        distRecvDataBufs_[index++]->waitRecv();
+        std::memcpy(&data[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
+        sendNotificationBufs_[send_notify_offset++]->send();
+      } else if (my != 0) {  // rank 0's own piece is already in place
+        std::memmove(&data[buffer_offset], &data[d.offset], d.itemCount * sizeof(float));
+      }
+      buffer_offset += d.itemCount;
+    }
+    // Peers acknowledge consuming our data, so the next run cannot overwrite their receive buffers early.
+    for (auto& b : recvNotificationBufs_) b->waitRecv();
+  }
 
   float* data() const { return ptrs_[0]; }
   size_t retired() const { return retired_.size(); }

@@ -22,7 +22,7 @@ class OrderedExecutor {
 
   void Push(Job job) {
     absl::MutexLock lock(&mu_);
-    queue_.push_back(std::move(job));
+    queue_.push_back({std::move(job), absl::Now()});
   }
 
   // The dedicated thread's body: runs jobs until Stop() was called and nothing is queued or running.
@@ -36,11 +36,14 @@ class OrderedExecutor {
         };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // stopped and drained
-        // The push that woke this thread usually comes from a caller about to Wait on the op, which then runs
-        // it without any hand-off; give it that chance before taking the job (an op nobody waits for starts
-        // at most this much later).
+        // A just-pushed op usually belongs to a caller about to Wait on it, which then runs it without any
+        // hand-off; give it that chance before taking the job. Only fresh jobs wait: an op nobody waits for
+        // starts at most this much later, and a backlog runs back to back.
         auto taken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ || queue_.empty(); };
-        if (!stop_ && mu_.AwaitWithTimeout(absl::Condition(&taken), absl::Microseconds(100))) continue;
+        const absl::Time leave_until = queue_.front().pushed + absl::Microseconds(100);
+        if (!stop_ && absl::Now() < leave_until && mu_.AwaitWithDeadline(absl::Condition(&taken), leave_until)) {
+          continue;
+        }
         job = TakeLocked();
       }
       RunAndRelease(job);
@@ -67,8 +70,13 @@ class OrderedExecutor {
   }
 
  private:
+  struct Entry {
+    Job job;
+    absl::Time pushed;
+  };
+
   Job TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Job job = std::move(queue_.front());
+    Job job = std::move(queue_.front().job);
     queue_.pop_front();
     running_ = true;
     return job;
@@ -81,7 +89,7 @@ class OrderedExecutor {
   }
 
   absl::Mutex mu_;
-  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
