@@ -1,17 +1,22 @@
 // zero-bench-gpu: device bandwidth ceilings and zero's memory-bound kernels against them.
 //
-//   zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--md results.md]
+//   zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] [--md results.md]
 //
 // Measures, with CUDA events around each launch, the median (and min/max) of I timed runs after W warm-ups:
 //   * device-to-device copy (cudaMemcpyAsync of M MiB; bytes counted = read + written = 2M);
-//   * a plain streaming kernel with the fused AdamW's access pattern (read 4 fp32 arrays, write 3): the
-//     ceiling the optimizer can reach;
-//   * zero's fused AdamW on N parameters: fp32 p/g/m/v (28 B/param: read p,g,m,v + write p,m,v), bf16 grad +
-//     bf16 param write-back (28 B/param), fp32 grad + bf16 write-back (30 B/param); ratio to the copy;
+//   * a plain streaming kernel with the fused AdamW's access pattern (read 4 fp32 arrays, write 3), and the
+//     same pattern through the production fused-step kernel: the ceiling the optimizer can reach;
+//   * zero's fused AdamW on N parameters (the production entry point, LaunchAdam): fp32 p/g/m/v (28 B/param:
+//     read p,g,m,v + write p,m,v), bf16 grad + bf16 param write-back (28 B/param), fp32 grad + bf16 write-back
+//     (30 B/param); ratio to the copy;
+//   * the variant sweep (unless --no-variants): every variant of the fused step (fused_kernel.cuh: the first
+//     version, vec8/quad layouts, 8 or 16 elements per thread per iteration, with and without evict-first
+//     hints, full-wave or one-pass grid) on the pattern and on the three AdamW configurations, the production
+//     variant on staggered buffers, and the copy again (drift); a summary table of ratios at the end;
 //   * GradStats on the gradient (f32 and bf16; bytes = elements x element size), Convert f32->bf16, and a
 //     Flatten of 64 segments.
-// Each AdamW variant is also checked on its first and last 2^20 elements against the same element code run on
-// the host (bit for bit: "#wrong" must be 0). Inputs are random (a hash of the index), never zeros.
+// Every fused-step row is also checked on its first and last 2^20 elements against the same element code run
+// on the host (bit for bit: "#wrong" must be 0). Inputs are random (a hash of the index), never zeros.
 //
 // Built two ways: by CMake (target zero-bench-gpu) and standalone, with nothing but the CUDA toolkit, by
 // bench/gpu/check.sh: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I src src/cuda/*.cu
@@ -31,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/internal/fused_kernel.cuh"
 #include "cuda/internal/launch.h"
 
 namespace in = ::zero::cuda::internal;
@@ -132,6 +138,55 @@ __global__ void __launch_bounds__(256) Stream4R3WKernel(float* p, const float* g
   }
 }
 
+// The same pattern through the fused step's own kernels (any variant): an Op with AdamW's state count whose
+// arithmetic is one add per output. Rows with it separate a variant's access pattern from AdamW's math.
+struct StreamOp {
+  static constexpr int kStates = 2;
+  ZERO_HD void Apply(float& p, float g, float (&s)[2]) const {
+    p = in::FAdd(p, g);
+    s[0] = in::FAdd(s[0], g);
+    s[1] = in::FAdd(s[1], g);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// The fused step's variants (src/cuda/internal/fused_kernel.cuh), each timed on the same buffers.
+
+struct V1Tag {};  // the first version's kernel (FusedStepV1Kernel)
+
+template <class G, class P, class Op, class V>
+cudaError_t LaunchVariant(const in::FusedArgs& a, const Op& op, in::FusedGrid grid, cudaStream_t stream) {
+  if constexpr (std::is_same_v<V, V1Tag>) {
+    return in::LaunchFusedV1<G, P, Op>(a, op, stream);
+  } else {
+    return in::LaunchFusedTiled<G, P, Op, V>(a, op, grid, stream);
+  }
+}
+
+template <class V>
+std::string VariantName(in::FusedGrid grid) {
+  if constexpr (std::is_same_v<V, V1Tag>) {
+    return "v1 (first version: vec8 x1, grid-stride)";
+  } else {
+    std::string s = V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad";
+    s += " x" + std::to_string(V::kUnits) + " (" + std::to_string(V::kElemsPerThread) + "/thr)";
+    if (V::kHint == in::CacheHint::kStreaming) s += " cs";
+    s += grid == in::FusedGrid::kOnePass ? ", one pass" : ", full wave";
+    if (std::is_same_v<V, in::FusedProductionVariant> && grid == in::FusedGrid::kFullWave) s += " [production]";
+    return s;
+  }
+}
+
+// Calls f(tag, grid) for every variant the bench compares: the first version; every tiled variant of
+// ForEachFusedVariant on a full wave; two of them also on a one-pass grid.
+template <class F>
+void ForEachVariant(F&& f) {
+  f(V1Tag{}, in::FusedGrid::kFullWave);
+  in::ForEachFusedVariant([&](auto v) { f(v, in::FusedGrid::kFullWave); });
+  f(in::FusedVariant<in::FusedLayout::kQuad, 2, in::CacheHint::kStreaming>{}, in::FusedGrid::kOnePass);
+  f(in::FusedProductionVariant{}, in::FusedGrid::kOnePass);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Timing.
 
@@ -180,7 +235,8 @@ struct Row {
 };
 
 std::vector<Row> g_rows;
-double g_copy_gbps = 0;  // the D2D copy ceiling measured in this run
+double g_copy_gbps = 0;       // the D2D copy ceiling measured in this run
+std::string g_variant_table;  // markdown: ratio to the copy per variant (rows) and configuration (columns)
 std::function<void()> g_after_row;
 
 std::string HumanCount(double n) {
@@ -223,12 +279,13 @@ void Measure(const std::string& name, const std::string& size, const std::functi
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// AdamW spot check: one device step over the whole shard; its first and last 2^20 elements recomputed on the
-// host with the same element code (FusedStepThread, all-scalar path, one host "thread") and compared bit for
-// bit. Returns the number of elements where any output differs.
+// Spot check: one device step (`launch`) over the whole shard; its first and last 2^20 elements recomputed on
+// the host with the same element code (FusedStepThread, all-scalar path, one host "thread") and compared bit
+// for bit. Returns the number of elements where any output differs.
 
-template <class G, class P>
-size_t SpotCheck(const in::FusedArgs& dev, size_t n, in::OutDt odt, const in::AdamOp& op, cudaStream_t stream) {
+template <class G, class P, class Op>
+size_t SpotCheck(const in::FusedArgs& dev, size_t n, const Op& op, const std::function<cudaError_t()>& launch,
+                 cudaStream_t stream) {
   const size_t gsize = sizeof(typename G::Elem);
   size_t osize = 0;
   if constexpr (!std::is_same_v<P, in::NoOut>) osize = sizeof(typename P::Elem);
@@ -251,7 +308,7 @@ size_t SpotCheck(const in::FusedArgs& dev, size_t n, in::OutDt odt, const in::Ad
     CK(cudaMemcpy(s.g.data(), static_cast<const unsigned char*>(dev.grad) + begins[w] * gsize, window * gsize,
                   cudaMemcpyDeviceToHost));
   }
-  CK(in::LaunchAdam(dev, G::kDt, odt, op, stream));
+  CK(launch());
   CK(cudaStreamSynchronize(stream));
   size_t wrong = 0;
   for (int w = 0; w < 2; ++w) {
@@ -266,7 +323,7 @@ size_t SpotCheck(const in::FusedArgs& dev, size_t n, in::OutDt odt, const in::Ad
     h.plan.n = window;
     h.plan.head = window;  // all scalar on the host: another code path for the same function
     h.plan.nvec = 0;
-    in::FusedStepThread<G, P, in::AdamOp>(h, op, 0, 1);
+    in::FusedStepThread<G, P, Op>(h, op, 0, 1);
     std::vector<float> dp(window), dm(window), dv(window);
     std::vector<unsigned char> dout(window * (osize ? osize : 1));
     CK(cudaMemcpy(dp.data(), dev.master + begins[w], window * 4, cudaMemcpyDeviceToHost));
@@ -293,6 +350,7 @@ struct Options {
   size_t copy_mib = 2048;
   int iters = 10;
   int warmup = 3;
+  bool variants = true;  // the variant sweep (--no-variants skips it)
   std::string md_path;
 };
 
@@ -317,9 +375,12 @@ Options Parse(int argc, char** argv) {
       o.warmup = std::atoi(next());
     } else if (a == "--md") {
       o.md_path = next();
+    } else if (a == "--no-variants") {
+      o.variants = false;
     } else {
       std::fprintf(stderr,
-                   "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--md file]\n");
+                   "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] "
+                   "[--md file]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -349,6 +410,11 @@ void WriteMarkdown(const Options& o, const std::string& device_line) {
     std::fprintf(f, "| %s | %s | %.3f | %.3f | %.3f | %s B | %.1f | %.3f | %s |\n", r.name.c_str(), r.size.c_str(),
                  r.t.median_ms, r.t.min_ms, r.t.max_ms, HumanCount(r.bytes).c_str(), r.GBps(),
                  g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0, r.wrong.c_str());
+  }
+  if (!g_variant_table.empty()) {
+    std::fprintf(f, "\nFused-step variants, ratio to the copy (columns: the no-math 4R+3W pattern through the "
+                    "variant's kernel, then AdamW per configuration; #wrong for each row is in the table above):"
+                    "\n\n%s", g_variant_table.c_str());
   }
   std::fclose(f);
 }
@@ -429,6 +495,11 @@ int main(int argc, char** argv) {
       Measure("AdamW buffers", nstr, [&](Row&) { throw CudaFailure(e.what()); });
     }
     if (out16) {
+      auto refill = [&] {  // back to sane optimizer values after the pattern kernels' adds
+        Fill(p->as<float>(), n, 11, 1.0f);
+        Fill(m->as<float>(), n, 13, 0.001f);
+        Fill(v->as<float>(), n, 14, 1e-5f, true);
+      };
       Measure("stream 4 reads + 3 writes (AdamW pattern)", nstr, [&](Row& r) {
         int wave = 0;
         CK(in::FullWaveBlocks(reinterpret_cast<const void*>(&Stream4R3WKernel), 256, &wave));
@@ -438,36 +509,165 @@ int main(int argc, char** argv) {
           CK(cudaGetLastError());
         });
         r.bytes = 28.0 * n;
-        Fill(p->as<float>(), n, 11, 1.0f);  // back to sane values for the optimizer
-        Fill(m->as<float>(), n, 13, 0.001f);
-        Fill(v->as<float>(), n, 14, 1e-5f, true);
+        refill();
       });
       const in::AdamOp op = in::MakeAdamOp(1e-3, 0.9, 0.999, 1e-8, 0.01, true, true, 10);
-      auto adam = [&](const char* name, const void* grad, in::Dt gdt, void* out, in::OutDt odt, double bpp,
-                      auto gtag, auto ptag) {
-        Measure(name, nstr, [&](Row& r) {
-          in::FusedArgs a;
-          a.master = p->as<float>();
-          a.grad = grad;
-          a.grad_scale = 1.0f / 1024;
-          a.state[0] = m->as<float>();
-          a.state[1] = v->as<float>();
-          a.param_out = out;
-          a.plan = in::MakeFusedPlan(a, gdt, odt, 2, n);
-          if (a.plan.nvec * 8 + a.plan.ScalarCount() != n || a.plan.nvec == 0) {
-            throw CudaFailure("unexpected vector plan (buffers not 16-byte aligned?)");
-          }
-          r.wrong = std::to_string(SpotCheck<decltype(gtag), decltype(ptag)>(a, n, odt, op, stream));
-          r.t = TimeIt(o.warmup, o.iters, [&] { CK(in::LaunchAdam(a, gdt, odt, op, stream)); });
-          r.bytes = bpp * n;
+      // The fused step's arguments over `count` elements, buffer k starting `shift[k]` elements in (master,
+      // grad, exp_avg, exp_avg_sq, param_out; all zero but in the staggered rows).
+      auto make_args = [&](const void* grad, in::Dt gdt, void* out, in::OutDt odt, size_t count,
+                           const size_t (&shift)[5]) {
+        in::FusedArgs a;
+        a.master = p->as<float>() + shift[0];
+        a.grad = static_cast<const unsigned char*>(grad) + shift[1] * in::DtSize(gdt);
+        a.grad_scale = 1.0f / 1024;
+        a.state[0] = m->as<float>() + shift[2];
+        a.state[1] = v->as<float>() + shift[3];
+        a.param_out = out ? static_cast<unsigned char*>(out) + shift[4] * (odt == in::OutDt::kF32 ? 4 : 2) : nullptr;
+        a.plan = in::MakeFusedPlan(a, gdt, odt, 2, count);
+        if (a.plan.nvec * 8 + a.plan.ScalarCount() != count || a.plan.nvec == 0) {
+          throw CudaFailure("unexpected vector plan (buffers not 16-byte aligned?)");
+        }
+        return a;
+      };
+      constexpr size_t kNoShift[5] = {0, 0, 0, 0, 0};
+      // One row: a bit-for-bit spot check of one launch, then the timing. gtag/ptag: gradient and write-back
+      // types (for the host reference).
+      auto fused_row = [&](const std::string& name, const std::string& size, double bytes, auto gtag, auto ptag,
+                           const auto& row_op, const std::function<in::FusedArgs()>& args,
+                           const std::function<cudaError_t(const in::FusedArgs&)>& launch) {
+        Measure(name, size, [&](Row& r) {
+          const in::FusedArgs a = args();
+          using Op = std::decay_t<decltype(row_op)>;
+          r.wrong = std::to_string(SpotCheck<decltype(gtag), decltype(ptag), Op>(
+              a, a.plan.n, row_op, [&] { return launch(a); }, stream));
+          r.t = TimeIt(o.warmup, o.iters, [&] { CK(launch(a)); });
+          r.bytes = bytes;
         });
       };
-      adam("fused AdamW, fp32 p/g/m/v (28 B/param)", g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, 28.0,
-           in::F32{}, in::NoOut{});
-      adam("fused AdamW, bf16 grad + bf16 param out (28 B/param)", g16->p, in::Dt::kBF16, out16->p,
-           in::OutDt::kBF16, 28.0, in::BF16{}, in::BF16{});
-      adam("fused AdamW, fp32 grad + bf16 param out (30 B/param)", g32->p, in::Dt::kF32, out16->p, in::OutDt::kBF16,
-           30.0, in::F32{}, in::BF16{});
+      const std::string prod = VariantName<in::FusedProductionVariant>(in::FusedGrid::kFullWave);
+      fused_row("stream 4R+3W, " + prod, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
+                [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
+                [&](const in::FusedArgs& a) {
+                  return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
+                      a, StreamOp{}, in::FusedGrid::kFullWave, stream);
+                });
+      refill();
+      // The production entry point (what zero::cuda::AdamStep calls), one row per configuration.
+      struct Config {
+        const char* name;  // "fused AdamW, ..." rows give the RESULT lines
+        const char* tag;   // short name in the variant table
+        const void* grad;
+        in::Dt gdt;
+        void* out;
+        in::OutDt odt;
+        double bpp;
+      };
+      const Config configs[3] = {
+          {"fused AdamW, fp32 p/g/m/v (28 B/param)", "fp32", g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, 28.0},
+          {"fused AdamW, bf16 grad + bf16 param out (28 B/param)", "bf16 g+out", g16->p, in::Dt::kBF16, out16->p,
+           in::OutDt::kBF16, 28.0},
+          {"fused AdamW, fp32 grad + bf16 param out (30 B/param)", "f32 g+bf16 out", g32->p, in::Dt::kF32, out16->p,
+           in::OutDt::kBF16, 30.0},
+      };
+      // Calls f(gtag, ptag) with the gradient and write-back type tags of configs[c].
+      auto with_types = [](int c, auto&& f) {
+        if (c == 0) {
+          f(in::F32{}, in::NoOut{});
+        } else if (c == 1) {
+          f(in::BF16{}, in::BF16{});
+        } else {
+          f(in::F32{}, in::BF16{});
+        }
+      };
+      for (int c = 0; c < 3; ++c) {
+        const Config& cf = configs[c];
+        with_types(c, [&](auto gtag, auto ptag) {
+          fused_row(cf.name, nstr, cf.bpp * n, gtag, ptag, op,
+                    [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
+                    [&](const in::FusedArgs& a) { return in::LaunchAdam(a, cf.gdt, cf.odt, op, stream); });
+        });
+      }
+
+      // ---- the variant sweep: every variant on the pattern and on the three AdamW configurations ----
+      if (o.variants) {
+        std::printf("\nvariant sweep (rows 'config | variant'; ratio = GB/s / the copy at the top):\n");
+        std::vector<std::string> vnames;
+        ForEachVariant([&](auto vtag, in::FusedGrid grid) {
+          vnames.push_back(VariantName<decltype(vtag)>(grid));
+        });
+        const char* cols[4] = {"pattern", configs[0].tag, configs[1].tag, configs[2].tag};
+        std::vector<std::vector<double>> ratio(vnames.size(), std::vector<double>(4, 0.0));
+        for (int c = -1; c < 3; ++c) {  // -1: the no-math pattern; configuration outer, so a column's rows
+          size_t vi = 0;                 // run close together in time
+          ForEachVariant([&](auto vtag, in::FusedGrid grid) {
+            using V = decltype(vtag);
+            const std::string name = std::string(cols[c + 1]) + " | " + vnames[vi];
+            if (c < 0) {
+              fused_row(name, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
+                        [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
+                        [&](const in::FusedArgs& a) {
+                          return LaunchVariant<in::F32, in::NoOut, StreamOp, V>(a, StreamOp{}, grid, stream);
+                        });
+            } else {
+              const Config& cf = configs[c];
+              with_types(c, [&](auto gtag, auto ptag) {
+                using G = decltype(gtag);
+                using P = decltype(ptag);
+                fused_row(name, nstr, cf.bpp * n, gtag, ptag, op,
+                          [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
+                          [&](const in::FusedArgs& a) {
+                            return LaunchVariant<G, P, in::AdamOp, V>(a, op, grid, stream);
+                          });
+              });
+            }
+            const Row& r = g_rows.back();
+            ratio[vi][c + 1] = r.error.empty() && g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0;
+            ++vi;
+          });
+          if (c < 0) refill();
+        }
+        // Buffers staggered by 66.25 KiB x k instead of sitting at the allocator's (large, aligned) offsets
+        // from each other: does the relative placement of the seven streams matter?
+        {
+          const size_t step = 16960;  // elements (66.25 KiB of f32; a multiple of 16 bytes)
+          const size_t shift[5] = {0, step, 2 * step, 3 * step, 0};
+          const size_t count = n - 3 * step;
+          std::printf("buffers: p=%p g=%p m=%p v=%p (staggered rows shift g, m, v by %zu, %zu, %zu bytes)\n",
+                      p->p, g32->p, m->p, v->p, 4 * step, 8 * step, 12 * step);
+          const std::string cstr = HumanCount(static_cast<double>(count)) + " params";
+          fused_row("pattern | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, StreamOp{},
+                    [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
+                    [&](const in::FusedArgs& a) {
+                      return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
+                          a, StreamOp{}, in::FusedGrid::kFullWave, stream);
+                    });
+          refill();
+          fused_row("fp32 | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, op,
+                    [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
+                    [&](const in::FusedArgs& a) {
+                      return in::LaunchAdam(a, in::Dt::kF32, in::OutDt::kNone, op, stream);
+                    });
+        }
+        // The variant table (also appended to the markdown file).
+        std::string table = "| variant | " + std::string(cols[0]) + " | " + cols[1] + " | " + cols[2] + " | " +
+                            cols[3] + " |\n|---|---|---|---|---|\n";
+        for (size_t i = 0; i < vnames.size(); ++i) {
+          char line[256];
+          std::snprintf(line, sizeof(line), "| %s | %.3f | %.3f | %.3f | %.3f |\n", vnames[i].c_str(), ratio[i][0],
+                        ratio[i][1], ratio[i][2], ratio[i][3]);
+          table += line;
+        }
+        g_variant_table = table;
+        // The copy again: how much the ceiling drifted over the run (the ratios use the first one).
+        Measure("D2D copy (again, after the sweep)", std::to_string(o.copy_mib) + " MiB", [&](Row& r) {
+          const size_t bytes = o.copy_mib << 20;
+          DevMem a(bytes), b(bytes);
+          Fill(a.as<float>(), bytes / 4, 1, 1.0f);
+          r.t = TimeIt(o.warmup, o.iters,
+                       [&] { CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream)); });
+          r.bytes = 2.0 * bytes;
+        });
+      }
 
       // ---- gradient statistics, conversion, flatten ----
       Measure("GradStats f32 (4 B/elem)", nstr, [&](Row& r) {
@@ -515,6 +715,7 @@ int main(int argc, char** argv) {
 
   std::printf("\n");
   WriteMarkdown(o, device_line);
+  if (!g_variant_table.empty()) std::printf("fused-step variants, ratio to the copy:\n%s\n", g_variant_table.c_str());
   bool any_error = false;
   for (const Row& r : g_rows) any_error |= !r.error.empty();
   for (const Row& r : g_rows) {

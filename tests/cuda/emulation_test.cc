@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/internal/batch_copy.cuh"
@@ -27,8 +28,13 @@ namespace {
 
 namespace in = ::zero::cuda::internal;
 
-// Simulated launch shapes: a grid smaller than the work (so threads loop) and a tiny one.
-constexpr size_t kSimThreads[] = {96, 5};
+// Simulated grids for the fused step: 3 blocks of 32 threads (smaller than the work, so threads loop), and 2
+// blocks of 5 (tiles of a few units, so blocks take many tiles each, with leftovers).
+struct SimGrid {
+  size_t blocks;
+  size_t threads;
+};
+constexpr SimGrid kSimGrids[] = {{3, 32}, {2, 5}};
 
 // Values that must survive every path: infinities, NaN, subnormals, the largest finite, signed zeros.
 const float kEdge[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
@@ -150,37 +156,57 @@ void FillInputs(std::mt19937& rng, size_t n, int states, std::vector<float>* mas
   (void)states;
 }
 
-template <class G, class P, class Op>
-void RunEmulated(const in::FusedArgs& a, const Op& op, size_t nthreads) {
-  for (size_t t = 0; t < nthreads; ++t) in::FusedStepThread<G, P, Op>(a, op, t, nthreads);
-}
+// How the emulation runs one step: the first version's per-thread body over blocks x threads threads, or a
+// tiled variant's body block by block, thread by thread.
+struct V1Body {
+  template <class G, class P, class Op>
+  static void Run(const in::FusedArgs& a, const Op& op, SimGrid grid) {
+    const size_t nthreads = grid.blocks * grid.threads;
+    for (size_t t = 0; t < nthreads; ++t) in::FusedStepThread<G, P, Op>(a, op, t, nthreads);
+  }
+};
 
-template <class G, class Op>
-void DispatchOut(int out, const in::FusedArgs& a, const Op& op, size_t nthreads) {
+template <class V>
+struct TiledBody {
+  template <class G, class P, class Op>
+  static void Run(const in::FusedArgs& a, const Op& op, SimGrid grid) {
+    for (size_t b = 0; b < grid.blocks; ++b) {
+      for (size_t t = 0; t < grid.threads; ++t) {
+        in::FusedStepTiledThread<G, P, Op, V>(a, op, b, grid.blocks, t, grid.threads);
+      }
+    }
+  }
+};
+
+using ProductionBody = TiledBody<in::FusedProductionVariant>;
+
+template <class Body, class G, class Op>
+void DispatchOut(int out, const in::FusedArgs& a, const Op& op, SimGrid grid) {
   switch (out) {
-    case -1: RunEmulated<G, in::NoOut>(a, op, nthreads); break;
-    case 0: RunEmulated<G, in::F32>(a, op, nthreads); break;
-    case 1: RunEmulated<G, in::F16>(a, op, nthreads); break;
-    default: RunEmulated<G, in::BF16>(a, op, nthreads); break;
+    case -1: Body::template Run<G, in::NoOut>(a, op, grid); break;
+    case 0: Body::template Run<G, in::F32>(a, op, grid); break;
+    case 1: Body::template Run<G, in::F16>(a, op, grid); break;
+    default: Body::template Run<G, in::BF16>(a, op, grid); break;
   }
 }
 
-template <class Op>
-void Dispatch(DType g, int out, const in::FusedArgs& a, const Op& op, size_t nthreads) {
+template <class Body, class Op>
+void Dispatch(DType g, int out, const in::FusedArgs& a, const Op& op, SimGrid grid) {
   switch (g) {
-    case DType::kF32: DispatchOut<in::F32>(out, a, op, nthreads); break;
-    case DType::kF16: DispatchOut<in::F16>(out, a, op, nthreads); break;
-    case DType::kBF16: DispatchOut<in::BF16>(out, a, op, nthreads); break;
+    case DType::kF32: DispatchOut<Body, in::F32>(out, a, op, grid); break;
+    case DType::kF16: DispatchOut<Body, in::F16>(out, a, op, grid); break;
+    case DType::kBF16: DispatchOut<Body, in::BF16>(out, a, op, grid); break;
   }
 }
 
-// Runs `steps` steps of the emulated kernel and of the host optimizer on the same inputs and compares all
+// Runs three steps of the emulated kernel (Body) and of the host optimizer on the same inputs and compares all
 // outputs bit for bit. make_op(step) gives the kernel's scalars; host is the host optimizer.
-template <class MakeOp>
+template <class Body, class MakeOp>
 void CompareWithHost(const OptCase& c, int states, const ElementwiseOptimizer& host, MakeOp make_op, float grad_scale,
-                     size_t nthreads, uint32_t seed) {
+                     SimGrid grid, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << "grad=" << DTypeName(c.grad_dtype) << " out=" << c.out << " n=" << c.n
-                                    << " misalign=" << c.misalign << " threads=" << nthreads << " seed=" << seed);
+                                    << " misalign=" << c.misalign << " grid=" << grid.blocks << "x" << grid.threads
+                                    << " seed=" << seed);
   std::mt19937 rng(seed);
   std::vector<float> master, s0, s1, g32;
   FillInputs(rng, c.n, states, &master, &s0, &s1, &g32);
@@ -214,7 +240,7 @@ void CompareWithHost(const OptCase& c, int states, const ElementwiseOptimizer& h
 
   float* hstate[2] = {h0.data(), h1.data()};
   for (int64_t step = 1; step <= 3; ++step) {
-    Dispatch(c.grad_dtype, c.out, a, make_op(step), nthreads);
+    Dispatch<Body>(c.grad_dtype, c.out, a, make_op(step), grid);
     ShardUpdate u;
     u.master = hm.data();
     u.grad = hg.data();
@@ -264,6 +290,7 @@ std::vector<OptCase> OptCases() {
   return cases;
 }
 
+// The production kernel's body (FusedProductionVariant), every Adam/AdamW flavour.
 TEST(EmulationTest, AdamMatchesHostBitForBit) {
   uint32_t seed = 1;
   for (bool decoupled : {true, false}) {
@@ -282,7 +309,7 @@ TEST(EmulationTest, AdamMatchesHostBitForBit) {
                                 p.bias_correction, step);
         };
         for (const OptCase& c : OptCases()) {
-          for (size_t t : kSimThreads) CompareWithHost(c, 2, *host, make_op, 0.5f, t, seed++);
+          for (SimGrid g : kSimGrids) CompareWithHost<ProductionBody>(c, 2, *host, make_op, 0.5f, g, seed++);
           if (HasFatalFailure()) return;
         }
       }
@@ -309,16 +336,55 @@ TEST(EmulationTest, SgdMatchesHostBitForBit) {
         auto make_op = [&](int64_t step) {
           return in::MakeSgdOp<1>(1e-2, p.momentum, p.dampening, p.weight_decay, p.nesterov, step);
         };
-        for (size_t t : kSimThreads) CompareWithHost(c, 1, *host, make_op, 2.0f, t, seed++);
+        for (SimGrid g : kSimGrids) CompareWithHost<ProductionBody>(c, 1, *host, make_op, 2.0f, g, seed++);
       } else {
         auto make_op = [&](int64_t step) {
           return in::MakeSgdOp<0>(1e-2, p.momentum, p.dampening, p.weight_decay, p.nesterov, step);
         };
-        for (size_t t : kSimThreads) CompareWithHost(c, 0, *host, make_op, 2.0f, t, seed++);
+        for (SimGrid g : kSimGrids) CompareWithHost<ProductionBody>(c, 0, *host, make_op, 2.0f, g, seed++);
       }
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// Every other variant zero-bench-gpu times (the first version and each tiled variant) computes the same bits:
+// AdamW and SGD with Nesterov momentum, every dtype pair and alignment, plus a size where each simulated block
+// takes several whole tiles.
+TEST(EmulationTest, EveryFusedVariantMatchesHostBitForBit) {
+  AdamParams ap;
+  ap.weight_decay = 0.01;
+  auto adam = MakeAdam(ap);
+  auto make_adam = [&](int64_t step) {
+    return in::MakeAdamOp(1e-2, ap.beta1, ap.beta2, ap.eps, ap.weight_decay, true, true, step);
+  };
+  SgdParams sp;
+  sp.momentum = 0.9;
+  sp.nesterov = true;
+  sp.weight_decay = 1e-4;
+  auto sgd = MakeSgd(sp);
+  auto make_sgd = [&](int64_t step) { return in::MakeSgdOp<1>(1e-2, 0.9, 0.0, 1e-4, true, step); };
+  std::vector<OptCase> cases = OptCases();
+  for (DType g : {DType::kF32, DType::kBF16}) cases.push_back({g, g == DType::kF32 ? -1 : 2, 4103, 0});
+  uint32_t seed = 5000;
+  auto check = [&](auto body, const char* name) {
+    using Body = decltype(body);
+    SCOPED_TRACE(name);
+    for (const OptCase& c : cases) {
+      for (SimGrid g : kSimGrids) {
+        CompareWithHost<Body>(c, 2, *adam, make_adam, 0.5f, g, seed++);
+        CompareWithHost<Body>(c, 1, *sgd, make_sgd, 2.0f, g, seed++);
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  };
+  check(V1Body{}, "v1");
+  in::ForEachFusedVariant([&](auto v) {
+    using V = decltype(v);
+    const std::string name = std::string(V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad") + " x" +
+                             std::to_string(V::kUnits) + (V::kHint == in::CacheHint::kStreaming ? " cs" : "");
+    if (!HasFatalFailure()) check(TiledBody<V>{}, name.c_str());
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "test_kernels.h"
 #include "zero/cuda_kernels.h"
 #include "zero/optimizer.h"
 
@@ -221,6 +222,55 @@ TEST_F(CudaOptimTest, SgdMatchesHostBitForBit) {
     for (const Case& c : Cases()) {
       RunCase(c, states, *host, [&](const ShardUpdate& u) { return cuda::SgdStep(u, p, nullptr); }, 2.0f, seed++);
       if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Every variant of the fused step that zero-bench-gpu times (the first version and each tiled variant, on a
+// full wave and on a one-pass grid) gives the host optimizer's bits too: AdamW on the bench's dtype pairs plus
+// f16 -> f32, aligned, shifted and mutually misaligned buffers, and a size at which the full-wave grid's
+// blocks loop over several tiles each.
+TEST_F(CudaOptimTest, EveryBenchVariantMatchesHostBitForBit) {
+  uint32_t seed = testing_cuda::FreshSeed();
+  AdamParams p;
+  p.weight_decay = 0.01;
+  auto host = MakeAdam(p);
+  struct Pair {
+    DType grad;
+    int out;
+    bool big;  // also the multi-tile size
+  };
+  const Layout layouts[] = {{0, 0, 0}, {1, 1, 1}, {0, 3, 5}};
+  for (int variant = 0; variant < testing_cuda::FusedVariantCount(); ++variant) {
+    for (bool one_pass : {false, true}) {
+      if (variant == 0 && one_pass) continue;  // the first version has one grid
+      SCOPED_TRACE(::testing::Message() << "variant " << testing_cuda::FusedVariantName(variant)
+                                        << (one_pass ? ", one pass" : ", full wave"));
+      auto step = [&](const ShardUpdate& u) -> absl::Status {
+        namespace in = ::zero::cuda::internal;
+        in::FusedArgs a;
+        a.master = u.master;
+        a.grad = u.grad;
+        a.grad_scale = u.grad_scale;
+        a.state[0] = u.state[0];
+        a.state[1] = u.state[1];
+        a.param_out = u.param_out;
+        const in::Dt gdt = static_cast<in::Dt>(u.grad_dtype);
+        const in::OutDt odt = u.param_out == nullptr ? in::OutDt::kNone : static_cast<in::OutDt>(u.param_out_dtype);
+        a.plan = in::MakeFusedPlan(a, gdt, odt, 2, u.n);
+        const in::AdamOp op = in::MakeAdamOp(u.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.decoupled_weight_decay,
+                                             p.bias_correction, u.step);
+        const cudaError_t e = testing_cuda::LaunchAdamVariant(variant, one_pass, a, gdt, odt, op, nullptr);
+        if (e != cudaSuccess) return absl::InternalError(cudaGetErrorString(e));
+        return absl::OkStatus();
+      };
+      for (const Pair& pr : {Pair{DType::kF32, -1, true}, Pair{DType::kBF16, static_cast<int>(DType::kBF16), true},
+                             Pair{DType::kF32, static_cast<int>(DType::kBF16), false},
+                             Pair{DType::kF16, static_cast<int>(DType::kF32), false}}) {
+        for (const Layout& l : layouts) RunCase({1003, pr.grad, pr.out, l}, 2, *host, step, 1.0f / 1024, seed++);
+        if (pr.big) RunCase({(size_t{1} << 21) + 5, pr.grad, pr.out, layouts[0]}, 2, *host, step, 1.0f / 1024, seed++);
+        if (HasFatalFailure()) return;
+      }
     }
   }
 }

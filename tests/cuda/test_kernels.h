@@ -3,7 +3,24 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
+#include "cuda/internal/launch.h"
+
 namespace zero::testing_cuda {
+
+// The fused-step variants zero-bench-gpu times (src/cuda/internal/fused_kernel.cuh), so the GPU test can check
+// each against the host optimizer: variant 0 is the first version, 1.. FusedVariantCount() - 1 the tiled
+// variants of ForEachFusedVariant, in order.
+int FusedVariantCount();
+std::string FusedVariantName(int variant);
+
+// One Adam/AdamW step with fused-step variant `variant` (on a one-pass grid when `one_pass`, else a full wave;
+// the first version always takes a full wave). Implemented for the (gradient, write-back) pairs the bench
+// times plus f16 -> f32: (f32, none), (bf16, bf16), (f32, bf16), (f16, f32); others return
+// cudaErrorInvalidValue.
+cudaError_t LaunchAdamVariant(int variant, bool one_pass, const cuda::internal::FusedArgs& a, cuda::internal::Dt grad,
+                              cuda::internal::OutDt out, const cuda::internal::AdamOp& op, cudaStream_t stream);
 
 // Enqueues a one-thread kernel on `stream` that runs until *d_flag becomes non-zero (d_flag: the device
 // address of mapped pinned host memory) or max_ns nanoseconds have passed.

@@ -134,8 +134,29 @@ SgdOp<kStates> MakeSgdOp(double lr, double momentum, double dampening, double we
   return op;
 }
 
-// Processes the elements of thread `tid` of `nthreads` (grid-stride): first the 8-wide vector body, then
-// the scalar head and tail. G is the gradient type, P the write-back type (NoOut for none).
+// The scalar head and tail of the plan (elements outside the vector body), one element at a time, for thread
+// `tid` of `nthreads` (grid-stride). Shared by every variant of the step.
+template <class G, class P, class Op>
+ZERO_HD void FusedStepScalars(const FusedArgs& a, const Op& op, size_t tid, size_t nthreads) {
+  constexpr int kS = Op::kStates;
+  const VecPlan& plan = a.plan;
+  const size_t scalar_count = plan.ScalarCount();
+  for (size_t k = tid; k < scalar_count; k += nthreads) {
+    const size_t e = plan.ScalarIndex(k);
+    float p = a.master[e];
+    float s[2] = {kS >= 1 ? a.state[0][e] : 0.f, kS >= 2 ? a.state[1][e] : 0.f};
+    op.Apply(p, FMul(LoadOne<G>(a.grad, e), a.grad_scale), s);
+    a.master[e] = p;
+    if constexpr (kS >= 1) a.state[0][e] = s[0];
+    if constexpr (kS >= 2) a.state[1][e] = s[1];
+    if constexpr (!std::is_same_v<P, NoOut>) StoreOne<P>(a.param_out, e, p);
+  }
+}
+
+// The first version of the step (kept for comparison in zero-bench-gpu, and as its host reference): thread
+// `tid` of `nthreads` grid-strides over the 8-wide vector body, one 8-element vector per iteration (f32 as two
+// 16-byte accesses per thread), then over the scalar head and tail. G is the gradient type, P the write-back
+// type (NoOut for none).
 template <class G, class P, class Op>
 ZERO_HD void FusedStepThread(const FusedArgs& a, const Op& op, size_t tid, size_t nthreads) {
   constexpr int kS = Op::kStates;
@@ -160,17 +181,209 @@ ZERO_UNROLL
     if constexpr (kS >= 2) Store8<F32>(a.state[1], e, s1);
     if constexpr (!std::is_same_v<P, NoOut>) Store8<P>(a.param_out, e, p);
   }
-  const size_t scalar_count = plan.ScalarCount();
-  for (size_t k = tid; k < scalar_count; k += nthreads) {
-    const size_t e = plan.ScalarIndex(k);
-    float p = a.master[e];
-    float s[2] = {kS >= 1 ? a.state[0][e] : 0.f, kS >= 2 ? a.state[1][e] : 0.f};
-    op.Apply(p, FMul(LoadOne<G>(a.grad, e), a.grad_scale), s);
-    a.master[e] = p;
-    if constexpr (kS >= 1) a.state[0][e] = s[0];
-    if constexpr (kS >= 2) a.state[1][e] = s[1];
-    if constexpr (!std::is_same_v<P, NoOut>) StoreOne<P>(a.param_out, e, p);
+  FusedStepScalars<G, P, Op>(a, op, tid, nthreads);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The tiled step: the production kernel and the alternatives zero-bench-gpu times against it. All variants
+// compute every element with the same Op::Apply as above (so the same bits); they differ only in which thread
+// touches which element, how wide each access is, and the cache hint on it.
+
+// How a thread's elements lie in memory. A "unit" is the group of consecutive elements one thread loads from
+// each buffer with one access per 16 bytes.
+enum class FusedLayout : uint8_t {
+  // 8 elements per unit: f32 as two 16-byte accesses (32 bytes per thread, so each of a warp's two f32
+  // instructions touches every other 16 bytes of 1 KiB), f16/bf16 as one 16-byte access. The first version's.
+  kVec8 = 0,
+  // 4 elements per unit: f32 as one 16-byte access, f16/bf16 as one 8-byte access; each warp instruction
+  // covers 512 (f32) or 256 (16-bit) contiguous bytes, whole 32-byte sectors only.
+  kQuad = 1,
+};
+
+// kStreaming: ld.global.cs / st.global.cs (evict-first in L1 and L2): every byte is touched exactly once.
+enum class CacheHint : uint8_t { kDefault = 0, kStreaming = 1 };
+
+// One variant: layout, units per thread per iteration (all loaded before any math), cache hint.
+template <FusedLayout kLayoutT, int kUnitsT, CacheHint kHintT>
+struct FusedVariant {
+  static constexpr FusedLayout kLayout = kLayoutT;
+  static constexpr int kUnits = kUnitsT;
+  static constexpr CacheHint kHint = kHintT;
+  static constexpr int kUnitElems = kLayoutT == FusedLayout::kVec8 ? 8 : 4;
+  static constexpr int kElemsPerThread = kUnitsT * kUnitElems;  // per buffer, per iteration
+};
+
+// The variant src/cuda/optim.cu launches (see docs/cuda.md, "Fused step variants", for why this one).
+using FusedProductionVariant = FusedVariant<FusedLayout::kQuad, 4, CacheHint::kStreaming>;
+
+// Calls f(V{}) for every tiled variant zero-bench-gpu times (the production one among them), in its order; the
+// CPU emulation test and the GPU test check each against the host optimizer. 8 or 16 elements per thread per
+// iteration (more needs over 128 registers with Adam: one block per SM), both layouts, both hints.
+template <class F>
+void ForEachFusedVariant(F&& f) {
+  f(FusedVariant<FusedLayout::kVec8, 1, CacheHint::kStreaming>{});
+  f(FusedVariant<FusedLayout::kVec8, 2, CacheHint::kDefault>{});
+  f(FusedVariant<FusedLayout::kVec8, 2, CacheHint::kStreaming>{});
+  f(FusedVariant<FusedLayout::kQuad, 2, CacheHint::kDefault>{});
+  f(FusedVariant<FusedLayout::kQuad, 2, CacheHint::kStreaming>{});
+  f(FusedVariant<FusedLayout::kQuad, 4, CacheHint::kDefault>{});
+  f(FusedProductionVariant{});
+}
+
+// A 16- or 8-byte vector access (V: float4, uint4, uint2) at an address aligned to its size, with hint H on the
+// device (the host, in the CPU emulation, has no caches to hint).
+template <CacheHint H, class V>
+ZERO_HD V LoadVec(const void* p) {
+#ifdef __CUDA_ARCH__
+  if constexpr (H == CacheHint::kStreaming) return __ldcs(static_cast<const V*>(p));
+#endif
+  return *static_cast<const V*>(p);
+}
+
+template <CacheHint H, class V>
+ZERO_HD void StoreVec(void* p, const V& v) {
+#ifdef __CUDA_ARCH__
+  if constexpr (H == CacheHint::kStreaming) {
+    __stcs(static_cast<V*>(p), v);
+    return;
   }
+#endif
+  *static_cast<V*>(p) = v;
+}
+
+// Loads elements [i, i + kE) of a T buffer as f32 (kE = 8 or 4). Alignment: 16 bytes for f32 and for eight
+// 16-bit elements, 8 bytes for four (VecPlan's head makes element head + 4k so for every buffer).
+template <class T, int kE, CacheHint H>
+ZERO_HD void LoadUnit(const void* p, size_t i, float (&v)[kE]) {
+  static_assert(kE == 8 || kE == 4, "units are 8 or 4 elements");
+  if constexpr (T::kDt == Dt::kF32) {
+    const float* f = static_cast<const float*>(p) + i;
+ZERO_UNROLL
+    for (int q = 0; q < kE / 4; ++q) {
+      const float4 x = LoadVec<H, float4>(f + 4 * q);
+      v[4 * q] = x.x;
+      v[4 * q + 1] = x.y;
+      v[4 * q + 2] = x.z;
+      v[4 * q + 3] = x.w;
+    }
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(p) + i;
+    uint32_t w[kE / 2];
+    if constexpr (kE == 8) {
+      const uint4 u = LoadVec<H, uint4>(h);
+      w[0] = u.x;
+      w[1] = u.y;
+      w[2] = u.z;
+      w[3] = u.w;
+    } else {
+      const uint2 u = LoadVec<H, uint2>(h);
+      w[0] = u.x;
+      w[1] = u.y;
+    }
+ZERO_UNROLL
+    for (int k = 0; k < kE / 2; ++k) {  // element 2k in the low half of word k, as Load8
+      if constexpr (T::kDt == Dt::kBF16) {
+        v[2 * k] = FromBits(w[k] << 16);
+        v[2 * k + 1] = FromBits(w[k] & 0xFFFF0000u);
+      } else {
+        v[2 * k] = F16ToF32(w[k] & 0xFFFFu);
+        v[2 * k + 1] = F16ToF32(w[k] >> 16);
+      }
+    }
+  }
+}
+
+// Stores kE f32 values as elements [i, i + kE) of a T buffer (alignment as LoadUnit).
+template <class T, int kE, CacheHint H>
+ZERO_HD void StoreUnit(void* p, size_t i, const float (&v)[kE]) {
+  static_assert(kE == 8 || kE == 4, "units are 8 or 4 elements");
+  if constexpr (T::kDt == Dt::kF32) {
+    float* f = static_cast<float*>(p) + i;
+ZERO_UNROLL
+    for (int q = 0; q < kE / 4; ++q) {
+      StoreVec<H>(f + 4 * q, make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]));
+    }
+  } else {
+    uint32_t w[kE / 2];
+ZERO_UNROLL
+    for (int k = 0; k < kE / 2; ++k) {
+      uint32_t lo, hi;
+      if constexpr (T::kDt == Dt::kBF16) {
+        lo = F32ToBF16(v[2 * k]);
+        hi = F32ToBF16(v[2 * k + 1]);
+      } else {
+        lo = F32ToF16(v[2 * k]);
+        hi = F32ToF16(v[2 * k + 1]);
+      }
+      w[k] = lo | (hi << 16);
+    }
+    uint16_t* h = static_cast<uint16_t*>(p) + i;
+    if constexpr (kE == 8) {
+      StoreVec<H>(h, make_uint4(w[0], w[1], w[2], w[3]));
+    } else {
+      StoreVec<H>(h, make_uint2(w[0], w[1]));
+    }
+  }
+}
+
+// kN units of one thread: unit j is elements [e0 + j * stride, e0 + j * stride + kE). Every load of every
+// unit is issued before the first use (kN x 4 independent accesses in flight with Adam; 2 per f32 buffer
+// and unit for kVec8), then each unit's math and stores.
+template <class G, class P, class Op, class V, int kN>
+ZERO_HD void FusedStepUnits(const FusedArgs& a, const Op& op, size_t e0, size_t stride) {
+  constexpr int kE = V::kUnitElems;
+  constexpr int kS = Op::kStates;
+  constexpr CacheHint H = V::kHint;
+  float p[kN][kE], g[kN][kE], s0[kN][kE], s1[kN][kE];
+ZERO_UNROLL
+  for (int j = 0; j < kN; ++j) {
+    const size_t e = e0 + j * stride;
+    LoadUnit<F32, kE, H>(a.master, e, p[j]);
+    LoadUnit<G, kE, H>(a.grad, e, g[j]);
+    if constexpr (kS >= 1) LoadUnit<F32, kE, H>(a.state[0], e, s0[j]);
+    if constexpr (kS >= 2) LoadUnit<F32, kE, H>(a.state[1], e, s1[j]);
+  }
+  // Unit by unit: its math, then its stores, so its registers are free before the next unit's math.
+ZERO_UNROLL
+  for (int j = 0; j < kN; ++j) {
+ZERO_UNROLL
+    for (int k = 0; k < kE; ++k) {
+      float s[2] = {kS >= 1 ? s0[j][k] : 0.f, kS >= 2 ? s1[j][k] : 0.f};
+      op.Apply(p[j][k], FMul(g[j][k], a.grad_scale), s);
+      if constexpr (kS >= 1) s0[j][k] = s[0];
+      if constexpr (kS >= 2) s1[j][k] = s[1];
+    }
+    const size_t e = e0 + j * stride;
+    StoreUnit<F32, kE, H>(a.master, e, p[j]);
+    if constexpr (kS >= 1) StoreUnit<F32, kE, H>(a.state[0], e, s0[j]);
+    if constexpr (kS >= 2) StoreUnit<F32, kE, H>(a.state[1], e, s1[j]);
+    if constexpr (!std::is_same_v<P, NoOut>) StoreUnit<P, kE, H>(a.param_out, e, p[j]);
+  }
+}
+
+// Thread `thread` of block `block` (of `nblocks` blocks of `block_threads` threads) under variant V. The vector
+// body is cut into tiles of block_threads x V::kUnits units; blocks take tiles in turn (tile t, t + nblocks,
+// ...), and in a tile thread i owns units i, i + block_threads, ... (so each warp instruction is contiguous).
+// The units left over after the last whole tile go one at a time to all threads of the grid, then the scalar
+// head and tail. Correct for any grid shape; the launch picks the shape (src/cuda/internal/fused_kernel.cuh).
+template <class G, class P, class Op, class V>
+ZERO_HD void FusedStepTiledThread(const FusedArgs& a, const Op& op, size_t block, size_t nblocks, size_t thread,
+                                  size_t block_threads) {
+  constexpr int kE = V::kUnitElems;
+  constexpr int kU = V::kUnits;
+  const VecPlan& plan = a.plan;
+  const size_t units = plan.nvec * (8 / kE);
+  const size_t tile = block_threads * kU;
+  const size_t tiles = units / tile;
+  for (size_t t = block; t < tiles; t += nblocks) {
+    FusedStepUnits<G, P, Op, V, kU>(a, op, plan.head + kE * (t * tile + thread), kE * block_threads);
+  }
+  const size_t tid = block * block_threads + thread;
+  const size_t nthreads = nblocks * block_threads;
+  for (size_t k = tiles * tile + tid; k < units; k += nthreads) {
+    FusedStepUnits<G, P, Op, V, 1>(a, op, plan.head + kE * k, 0);
+  }
+  FusedStepScalars<G, P, Op>(a, op, tid, nthreads);
 }
 
 }  // namespace zero::cuda::internal
