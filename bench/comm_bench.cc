@@ -383,7 +383,9 @@ class NcclRank final : public RankBackend {
       case Op::kReduceScatterDestructive:
         BENCH_NCCL(ncclReduceScatter(d_send_, d_recv_, block, ncclFloat32, ncclSum, raw_, stream_));
         break;
-      case Op::kAllReduce: BENCH_NCCL(ncclAllReduce(d_recv_, d_recv_, total, ncclFloat32, ncclSum, raw_, stream_)); break;
+      case Op::kAllReduce:
+        BENCH_NCCL(ncclAllReduce(d_recv_, d_recv_, total, ncclFloat32, ncclSum, raw_, stream_));
+        break;
     }
     BENCH_CUDA(cudaStreamSynchronize(stream_));
     return absl::ToDoubleSeconds(absl::Now() - t0);

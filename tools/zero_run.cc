@@ -373,7 +373,9 @@ int main(int argc, char** argv) {
   if (failures > 0) {
     std::fprintf(stderr, "zero-run: %d of %d rank(s) failed:", failures, nproc);
     for (int r = 0; r < nproc; ++r) {
-      if (Failed(ranks[r].wait_status)) std::fprintf(stderr, " [r%d %s]", r, DescribeExit(ranks[r].wait_status).c_str());
+      if (Failed(ranks[r].wait_status)) {
+        std::fprintf(stderr, " [r%d %s]", r, DescribeExit(ranks[r].wait_status).c_str());
+      }
     }
     std::fprintf(stderr, "\n");
   }

@@ -11,7 +11,8 @@
 // root) first, so a desync fails with an error naming both ranks' ops instead of hanging or corrupting data.
 //
 // Ops are asynchronous: they return a Work at once and run in issue order on a communication thread (Gloo,
-// host memory) or on a library-owned CUDA stream (NCCL, device memory). A buffer passed to an op must stay
+// host memory; a caller blocked in Work::Wait may run queued ops itself) or on a library-owned CUDA stream
+// (NCCL, device memory). A buffer passed to an op must stay
 // alive and untouched until its Work completes. Ops are not thread-safe with respect to each other: issue
 // them from one thread per communicator.
 //

@@ -50,7 +50,9 @@ float Expected(ReduceOp op, size_t i, int world, DType t) {
 std::vector<uint8_t> Make(size_t n, DType t) { return std::vector<uint8_t>(n * DTypeSize(t), 0xAB); }
 
 // Raw bit pattern of element j of rank r for copy-only ops (any bits, NaNs included, must survive).
-uint32_t Pattern(int r, size_t j) { return static_cast<uint32_t>((r + 1) * 2654435761u) ^ static_cast<uint32_t>(j * 40503u); }
+uint32_t Pattern(int r, size_t j) {
+  return static_cast<uint32_t>((r + 1) * 2654435761u) ^ static_cast<uint32_t>(j * 40503u);
+}
 void FillPattern(std::vector<uint8_t>& buf, size_t n, DType t, int r) {
   for (size_t j = 0; j < n; ++j) {
     const uint32_t p = Pattern(r, j);
@@ -271,7 +273,8 @@ TEST(Collectives, DestructiveReduceScatterSurvivesRebuilds) {
           StoreFromF32(send.data(), DType::kF32, i, Input(ReduceOp::kSum, rank, i, world, DType::kF32));
         }
         auto recv = Make(n, DType::kF32);
-        ASSERT_TRUE(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+        Status s = comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait();
+        ASSERT_TRUE(s.ok()) << s;
         ASSERT_EQ(CheckReduced(recv, DType::kF32, n, ReduceOp::kSum, world, rank * n), "") << "call " << call;
       }
     });

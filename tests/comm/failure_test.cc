@@ -87,7 +87,8 @@ TEST(Desync, MixedReduceScatterVariantsAreCaught) {
         Status s = rank == 0 ? comm.ReduceScatter(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait()
                              : comm.ReduceScatterDestructive(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
                                    .Wait();
-        EXPECT_TRUE(absl::StrContains(s.message(), "but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
+        EXPECT_TRUE(
+            absl::StrContains(s.message(), "but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
             << s;
       },
       ShortTimeout(true));

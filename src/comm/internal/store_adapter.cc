@@ -27,8 +27,9 @@ void GlooStoreAdapter::wait(const std::vector<std::string>& keys, const std::chr
   const absl::Duration total = FromGloo(timeout);
   const absl::Time deadline = total == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + total;
   for (const auto& key : keys) {
-    const absl::Duration left =
-        deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : std::max(absl::ZeroDuration(), deadline - absl::Now());
+    const absl::Duration left = deadline == absl::InfiniteFuture()
+                                    ? absl::InfiniteDuration()
+                                    : std::max(absl::ZeroDuration(), deadline - absl::Now());
     auto v = store_->Get(key, left);
     // "Wait timeout" keeps Gloo's wording, which GlooExceptionToStatus maps to kDeadlineExceeded.
     if (!v.ok()) throw gloo::IoException("Wait timeout: " + std::string(v.status().message()));
