@@ -237,6 +237,7 @@ struct Row {
 std::vector<Row> g_rows;
 double g_copy_gbps = 0;       // the D2D copy ceiling measured in this run
 std::string g_variant_table;  // markdown: ratio to the copy per variant (rows) and configuration (columns)
+std::vector<std::string> g_best_lines;  // "RESULT best_variant[...]" per column of the table
 std::function<void()> g_after_row;
 
 std::string HumanCount(double n) {
@@ -658,6 +659,14 @@ int main(int argc, char** argv) {
           table += line;
         }
         g_variant_table = table;
+        for (int c = 0; c < 4; ++c) {
+          size_t best = 0;
+          for (size_t i = 1; i < vnames.size(); ++i) best = ratio[i][c] > ratio[best][c] ? i : best;
+          char line[256];
+          std::snprintf(line, sizeof(line), "RESULT best_variant[%s] %.3f  %s", cols[c], ratio[best][c],
+                        vnames[best].c_str());
+          g_best_lines.push_back(line);
+        }
         // The copy again: how much the ceiling drifted over the run (the ratios use the first one).
         Measure("D2D copy (again, after the sweep)", std::to_string(o.copy_mib) + " MiB", [&](Row& r) {
           const size_t bytes = o.copy_mib << 20;
@@ -722,6 +731,14 @@ int main(int argc, char** argv) {
     if (r.name.rfind("fused AdamW", 0) == 0 && r.error.empty() && g_copy_gbps > 0) {
       std::printf("RESULT adamw_ratio_to_copy %.3f  (%s)  target >= 0.85: %s\n", r.GBps() / g_copy_gbps,
                   r.name.c_str(), r.GBps() / g_copy_gbps >= 0.85 ? "met" : "NOT met");
+    }
+  }
+  for (const std::string& line : g_best_lines) std::printf("%s\n", line.c_str());
+  for (const Row& r : g_rows) {  // a spot check that found a differing bit fails the run
+    if (r.error.empty() && r.wrong != "-" && r.wrong != "0") {
+      std::printf("RESULT WRONG_RESULTS %s  (#wrong %s: not bit-identical to the host)\n", r.name.c_str(),
+                  r.wrong.c_str());
+      any_error = true;
     }
   }
   return any_error ? 1 : 0;
