@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/internal/convert_simd.h"
 
 namespace zero {
 
@@ -27,36 +28,13 @@ StatusOr<DType> ParseDType(std::string_view name) {
       absl::StrCat("unknown dtype \"", std::string(name), "\": expected one of fp32, fp16, bf16"));
 }
 
-namespace {
-// Separate loops per type pair keep the bodies branch-free so GCC vectorizes them.
-template <typename Load, typename Store>
-void ConvertLoop(size_t n, Load load, Store store) {
-  for (size_t i = 0; i < n; ++i) store(i, load(i));
-}
-}  // namespace
-
 void ConvertBuffer(const void* src, DType st, void* dst, DType dt, size_t n) {
   if (st == dt) {
     if (src != dst && n > 0) std::memcpy(dst, src, n * DTypeSize(st));
     return;
   }
-  const auto* s32 = static_cast<const float*>(src);
-  const auto* s16 = static_cast<const uint16_t*>(src);
-  auto* d32 = static_cast<float*>(dst);
-  auto* d16 = static_cast<uint16_t*>(dst);
-  if (st == DType::kF32 && dt == DType::kBF16) {
-    ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToBF16(v); });
-  } else if (st == DType::kF32 && dt == DType::kF16) {
-    ConvertLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = F32ToF16(v); });
-  } else if (st == DType::kBF16 && dt == DType::kF32) {
-    ConvertLoop(n, [&](size_t i) { return BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
-  } else if (st == DType::kF16 && dt == DType::kF32) {
-    ConvertLoop(n, [&](size_t i) { return F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
-  } else if (st == DType::kBF16 && dt == DType::kF16) {
-    ConvertLoop(n, [&](size_t i) { return BF16ToF32(s16[i]); }, [&](size_t i, float v) { d16[i] = F32ToF16(v); });
-  } else {  // f16 -> bf16
-    ConvertLoop(n, [&](size_t i) { return F16ToF32(s16[i]); }, [&](size_t i, float v) { d16[i] = F32ToBF16(v); });
-  }
+  // Highway kernels, runtime-dispatched, bit-identical to dtype.h's scalar conversions (convert_simd.cc).
+  internal::ConvertSimd(src, st, dst, dt, n);
 }
 
 }  // namespace zero

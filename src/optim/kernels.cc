@@ -17,7 +17,8 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optim/kernels.cc"
-// SSSE3 would only duplicate SSE4 here; skipping it saves compile time. Machines without SSE4 run EMU128.
+// SSSE3 would only duplicate SSE4 here; skipping it saves compile time. Machines without SSE4 run EMU128. The
+// same target set as core/convert_simd.cc and mixed_precision/grad_stats.cc (one ForceSimdTargetForTest).
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS HWY_SSSE3
 #endif
@@ -25,6 +26,7 @@
 // defines: the per-target ops (must follow foreach_target.h)
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
+#include "core/internal/hwy_convert-inl.h"
 #include "optim/internal/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -36,97 +38,22 @@ namespace hn = hwy::HWY_NAMESPACE;
 // What a kernel writes into param_out.
 enum class Out { kNone, kF32, kF16, kBF16 };
 
-// ------------------------------------------------------------------------------------------------------------
-// dtype conversions, bit-for-bit the same as zero/dtype.h (tests compare them on every 16-bit pattern)
-
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadBF16(DF df, const uint16_t* p) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::Rebind<uint16_t, DF> d16;
-  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
-}
-
-template <class DF>
-HWY_INLINE hn::Vec<DF> LoadF16(DF df, const uint16_t* p) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<uint16_t, DF> d16;
-  const auto h = hn::PromoteTo(du, hn::LoadU(d16, p));
-  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
-  const auto exp = hn::And(hn::ShiftRight<10>(h), hn::Set(du, 0x1Fu));
-  const auto mant = hn::And(h, hn::Set(du, 0x3FFu));
-  const auto mant13 = hn::ShiftLeft<13>(mant);
-  const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(exp, hn::Set(du, 112u))), mant13);
-  const auto inf_nan = hn::Or(hn::Set(du, 0x7F800000u), mant13);
-  // Subnormal or zero: mant * 2^-24 is exact in f32.
-  const auto sub = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mant)), hn::Set(df, 5.9604644775390625e-8f)));
-  auto mag = hn::IfThenElse(exp == hn::Set(du, 0x1Fu), inf_nan, normal);
-  mag = hn::IfThenElse(exp == hn::Zero(du), sub, mag);
-  return hn::BitCast(df, hn::Or(sign, mag));
-}
-
-// Narrows 32-bit lanes holding values <= 0xFFFF to u16 and stores them.
-template <class DF, class VU>
-HWY_INLINE void StoreLow16(DF, VU h, uint16_t* p) {
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<uint16_t, DF> d16;
-  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, p);
-}
-
-template <class DF>
-HWY_INLINE void StoreBF16(DF df, hn::Vec<DF> f, uint16_t* p) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::RebindToSigned<DF> di;
-  const auto bits = hn::BitCast(du, f);
-  const auto mag = hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7FFFFFFFu)));  // >= 0: signed compares are exact
-  const auto is_nan = hn::RebindMask(du, mag > hn::Set(di, 0x7F800000));
-  const auto rounded = hn::ShiftRight<16>(
-      hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u))));
-  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-  StoreLow16(df, hn::IfThenElse(is_nan, quiet_nan, rounded), p);
-}
-
-template <class DF>
-HWY_INLINE void StoreF16(DF df, hn::Vec<DF> f, uint16_t* p) {
-  const hn::RebindToUnsigned<DF> du;
-  const hn::RebindToSigned<DF> di;
-  const auto bits = hn::BitCast(du, f);
-  const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
-  const auto x = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
-  const auto xi = hn::BitCast(di, x);  // >= 0: signed compares are exact
-  // Normal half: rebias the exponent and round to nearest even at bit 13 (x + (15-127)<<23 + 0xFFF + odd).
-  const auto odd = hn::And(hn::ShiftRight<13>(x), hn::Set(du, 1u));
-  const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(x, hn::Set(du, 0xC8000FFFu)), odd));
-  // Below 2^-14: adding 0.5f makes the FPU round at the half-subnormal ulp (as dtype.h does).
-  const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, x), hn::Set(df, 0.5f))), hn::Set(du, 0x3F000000u));
-  const auto nan_bits = hn::Or(hn::Set(du, 0x0200u), hn::And(hn::ShiftRight<13>(x), hn::Set(du, 0x3FFu)));
-  const auto inf_nan =
-      hn::Or(hn::Set(du, 0x7C00u), hn::IfThenElseZero(hn::RebindMask(du, xi > hn::Set(di, 0x7F800000)), nan_bits));
-  auto mag = hn::IfThenElse(hn::RebindMask(du, xi < hn::Set(di, 0x38800000)), sub, normal);
-  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x477FEFFF)), hn::Set(du, 0x7C00u), mag);  // >= 65520
-  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x7F7FFFFF)), inf_nan, mag);                // inf, NaN
-  StoreLow16(df, hn::Or(sign, mag), p);
-}
+// dtype conversions: core/internal/hwy_convert-inl.h (bit-for-bit zero/dtype.h, shared with the casts and
+// GradStats; tests compare them on every 16-bit pattern)
 
 template <DType kG, class D>
 HWY_INLINE hn::Vec<D> LoadGrad(D d, const void* grad, size_t i) {
-  if constexpr (kG == DType::kF32) {
-    return hn::LoadU(d, static_cast<const float*>(grad) + i);
-  } else if constexpr (kG == DType::kBF16) {
-    return LoadBF16(d, static_cast<const uint16_t*>(grad) + i);
-  } else {
-    return LoadF16(d, static_cast<const uint16_t*>(grad) + i);
-  }
+  return internal::HWY_NAMESPACE::LoadAsF32Vec<kG>(d, grad, i);
 }
 
 template <Out kO, class D>
 HWY_INLINE void StoreOut(D d, hn::Vec<D> p, void* out, size_t i) {
   if constexpr (kO == Out::kF32) {
-    hn::StoreU(p, d, static_cast<float*>(out) + i);
+    internal::HWY_NAMESPACE::StoreF32VecAs<DType::kF32>(d, p, out, i);
   } else if constexpr (kO == Out::kBF16) {
-    StoreBF16(d, p, static_cast<uint16_t*>(out) + i);
+    internal::HWY_NAMESPACE::StoreF32VecAs<DType::kBF16>(d, p, out, i);
   } else if constexpr (kO == Out::kF16) {
-    StoreF16(d, p, static_cast<uint16_t*>(out) + i);
+    internal::HWY_NAMESPACE::StoreF32VecAs<DType::kF16>(d, p, out, i);
   }
 }
 
