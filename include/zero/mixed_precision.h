@@ -19,9 +19,11 @@
 // none of the dynamic keys; zero always applies the documented defaults (2^16, hysteresis 2).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "zero/config.h"
+#include "zero/dtype.h"
 #include "zero/status.h"
 
 namespace zero {
@@ -64,5 +66,27 @@ class LossScaler {
 // expectation. The randomness is a counter-based hash of (key, first_index + i): reproducible, and independent
 // of how an array is split into shards or tiles. Non-finite values round to nearest even (NaN stays NaN).
 void StochasticRoundToBF16(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index);
+
+// What GradStats reads off a gradient shard.
+struct GradStatsResult {
+  // Sum of the elements' squares, each square and the sum in double (an f32's square is exact in double).
+  // Not finite (+inf or NaN) when nonfinite > 0; always finite otherwise.
+  double sumsq = 0.0;
+  // Number of elements that are inf or NaN (either sign, any payload).
+  uint64_t nonfinite = 0;
+};
+
+// One read-only pass over n elements of type t at g (host memory, no alignment needed): the overflow check and
+// the sum of squares for the global gradient norm, fused so a shard is read once. Unscaling and clipping are
+// not applied here: the engine folds both into the optimizer's grad_scale (one factor in its fused pass), and
+// the norm of the unscaled gradient is sqrt(sumsq) / loss_scale.
+//
+// Vectorized with runtime dispatch over SIMD targets (Google Highway). Deterministic: element i is added to
+// partial sum i mod 32 in index order, and the 32 partial sums are added in a fixed pairwise tree. That order
+// is fixed by the code, not by the dispatched target's lane count (each target keeps 32 / lanes accumulators of
+// `lanes` doubles), and the squares are exact (so FMA and multiply-then-add agree): the same input gives the
+// same bits on every target and machine. It differs from a sequential sum only by rounding (the relative
+// difference is within n * 2^-53 of the sum). Thread-safe; reads g only.
+GradStatsResult GradStats(const void* g, DType t, size_t n);
 
 }  // namespace zero

@@ -720,20 +720,6 @@ class Engine::Impl {
     ZERO_LOG(INFO) << line;
   }
 
-  static double SumSquares(const void* g, DType t, int64_t begin, int64_t count) {
-    double sum = 0.0;
-    if (t == DType::kF32) {
-      const float* f = static_cast<const float*>(g) + begin;
-      for (int64_t i = 0; i < count; ++i) sum += static_cast<double>(f[i]) * f[i];
-    } else {
-      for (int64_t i = 0; i < count; ++i) {
-        const double v = LoadAsF32(g, t, begin + i);
-        sum += v * v;
-      }
-    }
-    return sum;
-  }
-
   StatusOr<StepResult> Step() {
     if (!finalized_) return absl::FailedPreconditionError("Step: call Finalize first");
     ZERO_RETURN_IF_ERROR(TakeDeferredError());
@@ -773,14 +759,19 @@ class Engine::Impl {
     // Global norm over owned elements: one all-reduce of {sum of squares, non-finite flag}.
     const auto t_norm = Clock::now();
     double local = 0.0;
+    uint64_t local_nonfinite = 0;
     for (auto& u : units_) {
       // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so
       // the all-reduce adds every element exactly once, as at the other stages.
       auto [g, gt] = OptGrad(u);
       const int64_t begin = stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0;
-      local += SumSquares(g, gt, begin, u.layout.OwnedElems(rank_));
+      // One read-only SIMD pass: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h).
+      const GradStatsResult gs = GradStats(static_cast<const char*>(g) + begin * DTypeSize(gt), gt,
+                                           static_cast<size_t>(u.layout.OwnedElems(rank_)));
+      local += gs.sumsq;
+      local_nonfinite += gs.nonfinite;
     }
-    float red[2] = {static_cast<float>(local), std::isfinite(local) ? 0.0f : 1.0f};
+    float red[2] = {static_cast<float>(local), local_nonfinite > 0 ? 1.0f : 0.0f};
     ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
     const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
     times_.norm_ms += MsSince(t_norm);
