@@ -171,6 +171,7 @@ std::string VariantName(in::FusedGrid grid) {
     std::string s = V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad";
     s += " x" + std::to_string(V::kUnits) + " (" + std::to_string(V::kElemsPerThread) + "/thr)";
     if (V::kHint == in::CacheHint::kStreaming) s += " cs";
+    if (V::kHint == in::CacheHint::kStreamingPf256) s += " cs+L2::256B";
     s += grid == in::FusedGrid::kOnePass ? ", one pass" : ", full wave";
     if (std::is_same_v<V, in::FusedProductionVariant> && grid == in::FusedGrid::kFullWave) s += " [production]";
     return s;

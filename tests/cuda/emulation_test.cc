@@ -382,7 +382,7 @@ TEST(EmulationTest, EveryFusedVariantMatchesHostBitForBit) {
   in::ForEachFusedVariant([&](auto v) {
     using V = decltype(v);
     const std::string name = std::string(V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad") + " x" +
-                             std::to_string(V::kUnits) + (V::kHint == in::CacheHint::kStreaming ? " cs" : "");
+                             std::to_string(V::kUnits) + " hint " + std::to_string(static_cast<int>(V::kHint));
     if (!HasFatalFailure()) check(TiledBody<V>{}, name.c_str());
   });
 }

@@ -63,8 +63,11 @@ std::string FusedVariantName(int variant) {
   in::ForEachFusedVariant([&](auto v) {
     using V = decltype(v);
     if (++i != variant) return;
+    const char* hint = V::kHint == in::CacheHint::kDefault     ? ""
+                       : V::kHint == in::CacheHint::kStreaming ? " cs"
+                                                               : " cs+L2::256B";
     name = std::string(V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad") + " x" + std::to_string(V::kUnits) +
-           (V::kHint == in::CacheHint::kStreaming ? " cs" : "");
+           hint;
   });
   return name;
 }

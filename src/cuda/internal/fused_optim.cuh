@@ -201,7 +201,9 @@ enum class FusedLayout : uint8_t {
 };
 
 // kStreaming: ld.global.cs / st.global.cs (evict-first in L1 and L2): every byte is touched exactly once.
-enum class CacheHint : uint8_t { kDefault = 0, kStreaming = 1 };
+// kStreamingPf256: the same, and the loads also ask L2 to fetch the whole 256-byte block from DRAM on a miss
+// (ld.global.cs.L2::256B; a prefetch-size hint, sm_75 and newer).
+enum class CacheHint : uint8_t { kDefault = 0, kStreaming = 1, kStreamingPf256 = 2 };
 
 // One variant: layout, units per thread per iteration (all loaded before any math), cache hint.
 template <FusedLayout kLayoutT, int kUnitsT, CacheHint kHintT>
@@ -218,7 +220,7 @@ using FusedProductionVariant = FusedVariant<FusedLayout::kQuad, 4, CacheHint::kS
 
 // Calls f(V{}) for every tiled variant zero-bench-gpu times (the production one among them), in its order; the
 // CPU emulation test and the GPU test check each against the host optimizer. 8 or 16 elements per thread per
-// iteration (more needs over 128 registers with Adam: one block per SM), both layouts, both hints.
+// iteration (more needs over 128 registers with Adam: one block per SM), both layouts, the three hints.
 template <class F>
 void ForEachFusedVariant(F&& f) {
   f(FusedVariant<FusedLayout::kVec8, 1, CacheHint::kStreaming>{});
@@ -228,6 +230,8 @@ void ForEachFusedVariant(F&& f) {
   f(FusedVariant<FusedLayout::kQuad, 2, CacheHint::kStreaming>{});
   f(FusedVariant<FusedLayout::kQuad, 4, CacheHint::kDefault>{});
   f(FusedProductionVariant{});
+  f(FusedVariant<FusedLayout::kQuad, 2, CacheHint::kStreamingPf256>{});
+  f(FusedVariant<FusedLayout::kQuad, 4, CacheHint::kStreamingPf256>{});
 }
 
 // A 16- or 8-byte vector access (V: float4, uint4, uint2) at an address aligned to its size, with hint H on the
@@ -236,14 +240,31 @@ template <CacheHint H, class V>
 ZERO_HD V LoadVec(const void* p) {
 #ifdef __CUDA_ARCH__
   if constexpr (H == CacheHint::kStreaming) return __ldcs(static_cast<const V*>(p));
+  if constexpr (H == CacheHint::kStreamingPf256) {
+    V r;
+    if constexpr (std::is_same_v<V, float4>) {
+      asm volatile("ld.global.cs.L2::256B.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+                   : "l"(p));
+    } else if constexpr (std::is_same_v<V, uint4>) {
+      asm volatile("ld.global.cs.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                   : "l"(p));
+    } else {
+      static_assert(std::is_same_v<V, uint2>, "float4, uint4 or uint2");
+      asm volatile("ld.global.cs.L2::256B.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    }
+    return r;
+  }
 #endif
   return *static_cast<const V*>(p);
 }
 
+// Stores take no prefetch hint: kStreamingPf256 stores as kStreaming.
 template <CacheHint H, class V>
 ZERO_HD void StoreVec(void* p, const V& v) {
 #ifdef __CUDA_ARCH__
-  if constexpr (H == CacheHint::kStreaming) {
+  if constexpr (H != CacheHint::kDefault) {
     __stcs(static_cast<V*>(p), v);
     return;
   }
