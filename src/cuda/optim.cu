@@ -1,5 +1,5 @@
 // Fused optimizer kernels (AdamW / Adam-L2 / SGD) on flat fp32 shards. The per-element work is Op::Apply
-// (cuda/internal/fused_optim.cuh); this file instantiates the production variant of the tiled step
+// (cuda/internal/fused_optim.cuh); this file can instantiate the candidate variant of the tiled step
 // (FusedProductionVariant: 16 elements per thread per iteration as four warp-contiguous 16-byte f32 accesses per
 // buffer, all loads before any math, evict-first hints) for every gradient type x write-back type, and launches
 // one full wave of blocks that loop over the shard's tiles. zero-bench-gpu times it against the other variants
@@ -17,9 +17,18 @@ namespace zero::cuda::internal {
 
 namespace {
 
+// The production launch stays the first version — the one measured on an H200 (0.82-0.84 of copy bandwidth,
+// bench/results/gpu-2026-11-29.md) and tested on the device — until a GPU run of zero-bench-gpu's variant sweep
+// shows FusedProductionVariant (or another) faster; set kUseTiledVariant then. Both give identical bits.
+constexpr bool kUseTiledVariant = false;
+
 template <class G, class P, class Op>
 cudaError_t LaunchTyped(const FusedArgs& a, const Op& op, cudaStream_t stream) {
-  return LaunchFusedTiled<G, P, Op, FusedProductionVariant>(a, op, FusedGrid::kFullWave, stream);
+  if constexpr (kUseTiledVariant) {
+    return LaunchFusedTiled<G, P, Op, FusedProductionVariant>(a, op, FusedGrid::kFullWave, stream);
+  } else {
+    return LaunchFusedV1<G, P, Op>(a, op, stream);
+  }
 }
 
 template <class G, class Op>
