@@ -24,22 +24,7 @@ constexpr int kMicro = 2;  // sequences per rank per micro-step
 constexpr int kAccum = 2;  // micro-steps per step: several passes per step
 constexpr int kSeq = 16;
 
-Config GptConfig(int stage) {
-  Config c = Config::Default();
-  c.zero.stage = stage;
-  c.zero.stage3_param_persistence_threshold = 0;  // stage 3 really gathers every block
-  c.zero.overlap_comm = true;
-  c.train_micro_batch_size_per_gpu = kMicro;
-  c.gradient_accumulation_steps = kAccum;
-  c.train_batch_size.reset();
-  c.gradient_clipping = 1.0;
-  OptimizerConfig o;
-  o.type = "AdamW";
-  o.lr = 3e-3;
-  o.weight_decay = 0.01;
-  c.optimizer = o;
-  return c;
-}
+Config GptConfig(int stage) { return testing::TrainConfig(stage, kMicro, kAccum); }
 
 std::vector<gpt::TrainResult> Train(const Config& cfg, bool recompute) {
   std::vector<gpt::TrainResult> results(kWorld);

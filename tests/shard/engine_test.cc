@@ -19,17 +19,8 @@ namespace zero {
 namespace {
 
 Config MakeConfig(int stage, int micro, int ga = 1) {
-  Config c = Config::Default();
-  c.zero.stage = stage;
-  c.zero.stage3_param_persistence_threshold = 0;
-  c.train_micro_batch_size_per_gpu = micro;
-  c.gradient_accumulation_steps = ga;
-  c.train_batch_size.reset();
-  OptimizerConfig o;
-  o.type = "AdamW";
-  o.lr = 1e-3;
-  o.weight_decay = 0.01;
-  c.optimizer = o;
+  Config c = testing::TrainConfig(stage, micro, ga, /*lr=*/1e-3, /*clip=*/0.0);
+  c.zero.overlap_comm = false;
   return c;
 }
 

@@ -22,21 +22,7 @@ constexpr int kSteps = 20;
 constexpr int kMicro = 2;  // sequences per rank per micro-step
 
 Config GptConfigFor(int stage, int micro, int ga, GradAccumulationMode mode = GradAccumulationMode::kLowMemory) {
-  Config c = Config::Default();
-  c.zero.stage = stage;
-  c.zero.stage3_param_persistence_threshold = 0;
-  c.zero.overlap_comm = true;
-  c.train_micro_batch_size_per_gpu = micro;
-  c.gradient_accumulation_steps = ga;
-  c.train_batch_size.reset();
-  c.gradient_clipping = 1.0;
-  c.gradient_accumulation_mode = mode;
-  OptimizerConfig o;
-  o.type = "AdamW";
-  o.lr = 3e-3;
-  o.weight_decay = 0.01;
-  c.optimizer = o;
-  return c;
+  return testing::TrainConfig(stage, micro, ga, 3e-3, 1.0, mode);
 }
 
 gpt::TrainResult TrainGpt(int world, const Config& cfg) {

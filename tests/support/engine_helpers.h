@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/status.h"
 
 // ASSERT_OK_AND_ASSIGN(auto x, StatusOrExpr): fails the test with the status if it is not OK.
@@ -22,6 +23,27 @@ namespace zero::testing {
 // A non-owning shared_ptr to a communicator the test fixture owns (the Engine shares its communicator).
 inline std::shared_ptr<Communicator> Borrow(Communicator& c) {
   return std::shared_ptr<Communicator>(&c, [](Communicator*) {});
+}
+
+// The config engine tests train with: fp32 AdamW (lr, weight decay 0.01), `stage`, `micro` sequences per rank,
+// `ga` micro-steps, every stage-3 unit really sharded (persistence threshold 0), overlapped reductions, clipping 1.
+inline Config TrainConfig(int stage, int micro, int ga = 1, double lr = 3e-3, double clip = 1.0,
+                          GradAccumulationMode mode = GradAccumulationMode::kLowMemory) {
+  Config c = Config::Default();
+  c.zero.stage = stage;
+  c.zero.stage3_param_persistence_threshold = 0;
+  c.zero.overlap_comm = true;
+  c.train_micro_batch_size_per_gpu = micro;
+  c.gradient_accumulation_steps = ga;
+  c.train_batch_size.reset();
+  c.gradient_clipping = clip;
+  c.gradient_accumulation_mode = mode;
+  OptimizerConfig o;
+  o.type = "AdamW";
+  o.lr = lr;
+  o.weight_decay = 0.01;
+  c.optimizer = o;
+  return c;
 }
 
 }  // namespace zero::testing
