@@ -21,6 +21,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 #include "core/internal/convert_simd.h"
 #include "core/internal/hwy_convert-inl.h"
 
@@ -35,8 +36,16 @@ HWY_NOINLINE void ConvertLoop(const void* src, void* dst, size_t n) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
+  // Software prefetch of the source 4 KiB ahead (as GradStats): the hardware prefetchers stop at each page. One
+  // thread, 128 Mi elements: f32 -> bf16 9.1-9.4 -> 10.7-11.8 GB/s (read + write bytes), f32 -> f16 10.5-10.8
+  // -> 11.5-11.6; the 16-bit -> f32 casts, bound by their 4-byte stores, did not change. Clamped to the element
+  // being read, so no address past the buffer is formed.
+  constexpr size_t kAhead = 4096 / DTypeSize(kS);
   // Two vectors per iteration: the loads of the second overlap the first's conversion on the 16-bit paths.
   for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    const size_t ahead_i = i + kAhead + 2 * lanes <= n ? i + kAhead : i;
+    const char* ahead = static_cast<const char*>(src) + ahead_i * DTypeSize(kS);
+    for (size_t off = 0; off < 2 * lanes * DTypeSize(kS); off += 64) hwy::Prefetch(ahead + off);
     const auto a = LoadAsF32Vec<kS>(d, src, i);
     const auto b = LoadAsF32Vec<kS>(d, src, i + lanes);
     StoreF32VecAs<kD>(d, a, dst, i);

@@ -26,6 +26,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 #include "core/internal/hwy_convert-inl.h"
 #include "zero/dtype.h"
 #include "zero/mixed_precision.h"
@@ -77,6 +78,14 @@ HWY_NOINLINE GradStatsResult GradStatsLoop(const void* g, size_t n) {
   return FinishSlots(slots, nonfinite);
 }
 #else
+// Elements [i, i + Lanes(df)) as f32 values. f16 skips LoadF16's signalling-NaN fix-up: a NaN's payload never
+// reaches the result (any NaN makes the sum NaN and counts once).
+template <DType kT, class DF>
+HWY_INLINE hn::Vec<DF> LoadValues(DF df, const void* g, size_t i) {
+  if constexpr (kT == DType::kF16) return LoadF16Value(df, static_cast<const uint16_t*>(g) + i);
+  return LoadAsF32Vec<kT>(df, g, i);
+}
+
 template <DType kT>
 HWY_NOINLINE GradStatsResult GradStatsLoop(const void* g, size_t n) {
   const hn::CappedTag<float, kSlots> df;
@@ -91,6 +100,11 @@ HWY_NOINLINE GradStatsResult GradStatsLoop(const void* g, size_t n) {
   for (auto& a : acc) a = hn::Zero(dd);
   // Per-lane u32 counts are folded into the u64 total every kChunk elements, long before they could wrap.
   constexpr size_t kChunk = size_t{1} << 24;
+  // Software prefetch 4 KiB ahead: the hardware prefetchers stop at each 4 KiB page, and this loop issues enough
+  // work per cache line that it otherwise leaves DRAM idle between pages. Measured (zero-bench-host-kernels, one
+  // thread, 512 MiB of f32): 6.6 GB/s without, 8.8 with, against 9.0 for a plain read-only pass; 2 KiB ahead
+  // gave 7.8. Clamped to the element being read, so no address past the shard is formed.
+  constexpr size_t kPrefetchElems = 4096 / DTypeSize(kT);
   const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
   const auto max_finite = hn::Set(di, 0x7F7FFFFF);
   uint64_t nonfinite = 0;
@@ -100,8 +114,11 @@ HWY_NOINLINE GradStatsResult GradStatsLoop(const void* g, size_t n) {
     const size_t chunk_end = body_end - i > kChunk ? i + kChunk : body_end;
     auto count = hn::Zero(du);
     for (; i < chunk_end; i += kSlots) {
+      const size_t ahead_i = i + kPrefetchElems + kSlots <= n ? i + kPrefetchElems : i;
+      const char* ahead = static_cast<const char*>(g) + ahead_i * DTypeSize(kT);
+      for (size_t off = 0; off < kSlots * DTypeSize(kT); off += 64) hwy::Prefetch(ahead + off);
       for (size_t k = 0; k < kVecs; ++k) {
-        const auto v = LoadAsF32Vec<kT>(df, g, i + k * kLanes);
+        const auto v = LoadValues<kT>(df, g, i + k * kLanes);
         // |x| > largest finite, as signed integers (|x| has its sign bit clear): true lanes are all-ones, -1.
         const auto bad = hn::BitCast(di, hn::And(hn::BitCast(du, v), abs_mask)) > max_finite;
         count = hn::Sub(count, hn::BitCast(du, hn::VecFromMask(di, bad)));
