@@ -1,0 +1,226 @@
+// zero-bench-host-kernels — the fused host shard kernels (zero::GradStats, the f32 <-> f16/bf16 casts behind
+// zero::ConvertBuffer) next to memcpy and a read-only pass over the same bytes, in the same run.
+//
+//   build/bin/zero-bench-host-kernels [--simd=TARGET] [google benchmark flags, e.g. --benchmark_filter=GradStats]
+//
+// --simd forces one of the kernels' SIMD targets (AVX3, AVX2, SSE4, SCALAR; default: the best this CPU runs).
+// Every benchmark reports bytes_per_second = bytes read + bytes written per call:
+//   GradStats/<type>/n      n * size(type) read                     (read-only)
+//   Cast/<from>_<to>/n      n * (size(from) + size(to))              (read + write)
+//   Memcpy/bytes            2 * bytes (read + write)                 the copy bound for the casts
+//   ReadSum/bytes           bytes read (uint64 sum, auto-vectorized) the read bound for GradStats
+//   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
+// Two sizes: 256 Ki elements (1 MiB of f32, cache-resident on most x86 L2s) and 128 Mi elements (512 MiB of f32,
+// beyond the last-level cache: a memory-bandwidth measurement). Single thread.
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/internal/convert_simd.h"
+#include "zero/dtype.h"
+#include "zero/mixed_precision.h"
+
+namespace {
+
+using zero::DType;
+
+constexpr size_t kSmall = size_t{256} << 10;
+constexpr size_t kLarge = size_t{128} << 20;
+
+// One zero-initialized, page-touched buffer per (slot, bytes), reused by every benchmark of that size so the
+// large ones are allocated and faulted in once.
+uint8_t* Buffer(int slot, size_t bytes) {
+  static std::map<std::pair<int, size_t>, std::unique_ptr<uint8_t[]>> pool;
+  auto& p = pool[{slot, bytes}];
+  if (!p) {
+    p.reset(new uint8_t[bytes]);
+    std::memset(p.get(), 0, bytes);
+  }
+  return p.get();
+}
+
+// n random gradient-like values (normal range, both signs) of type t.
+const void* Source(DType t, size_t n) {
+  static std::map<std::pair<DType, size_t>, bool> filled;
+  uint8_t* p = Buffer(static_cast<int>(t), n * zero::DTypeSize(t));
+  if (!filled[{t, n}]) {
+    std::mt19937 rng(static_cast<unsigned>(n) + static_cast<unsigned>(t));
+    std::normal_distribution<float> dist(0.0f, 1e-2f);
+    for (size_t i = 0; i < n; ++i) zero::StoreFromF32(p, t, i, dist(rng));
+    filled[{t, n}] = true;
+  }
+  return p;
+}
+
+void BM_GradStats(benchmark::State& state, DType t) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const void* g = Source(t, n);
+  for (auto _ : state) {
+    zero::GradStatsResult r = zero::GradStats(g, t, n);
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * zero::DTypeSize(t)));
+  state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+void BM_Cast(benchmark::State& state, DType from, DType to) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const void* src = Source(from, n);
+  void* dst = Buffer(10 + static_cast<int>(to), n * zero::DTypeSize(to));
+  for (auto _ : state) {
+    zero::ConvertBuffer(src, from, dst, to, n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
+  state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+// The code these kernels replaced, for the speed-up in the same run: the engine's former SumSquares loop (a
+// sequential double sum; no inf/NaN count) and ConvertBuffer's former scalar loops over dtype.h's conversions
+// (compiled here with the build's default flags, as they were in dtype.cc).
+void BM_GradStatsScalar(benchmark::State& state, DType t) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const void* g = Source(t, n);
+  for (auto _ : state) {
+    double sum = 0.0;
+    if (t == DType::kF32) {
+      const float* f = static_cast<const float*>(g);
+      for (size_t i = 0; i < n; ++i) sum += static_cast<double>(f[i]) * f[i];
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const double v = zero::LoadAsF32(g, t, i);
+        sum += v * v;
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * zero::DTypeSize(t)));
+}
+
+template <typename Load, typename Store>
+void ScalarLoop(size_t n, Load load, Store store) {
+  for (size_t i = 0; i < n; ++i) store(i, load(i));
+}
+
+void BM_CastScalar(benchmark::State& state, DType from, DType to) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const void* src = Source(from, n);
+  void* dst = Buffer(10 + static_cast<int>(to), n * zero::DTypeSize(to));
+  const auto* s32 = static_cast<const float*>(src);
+  const auto* s16 = static_cast<const uint16_t*>(src);
+  auto* d32 = static_cast<float*>(dst);
+  auto* d16 = static_cast<uint16_t*>(dst);
+  for (auto _ : state) {
+    if (from == DType::kF32 && to == DType::kBF16) {
+      ScalarLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToBF16(v); });
+    } else if (from == DType::kF32 && to == DType::kF16) {
+      ScalarLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToF16(v); });
+    } else if (from == DType::kBF16) {
+      ScalarLoop(n, [&](size_t i) { return zero::BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+    } else {
+      ScalarLoop(n, [&](size_t i) { return zero::F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const uint8_t* src = Buffer(20, bytes);
+  uint8_t* dst = Buffer(21, bytes);
+  for (auto _ : state) {
+    std::memcpy(dst, src, bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * bytes));
+}
+
+void BM_ReadSum(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const auto* src = reinterpret_cast<const uint64_t*>(Buffer(20, bytes));
+  for (auto _ : state) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < bytes / 8; ++i) s += src[i];
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
+void Register() {
+  const struct {
+    const char* name;
+    DType t;
+  } kTypes[] = {{"f32", DType::kF32}, {"f16", DType::kF16}, {"bf16", DType::kBF16}};
+  const struct {
+    const char* name;
+    DType from, to;
+  } kCasts[] = {{"f32_bf16", DType::kF32, DType::kBF16},
+                {"f32_f16", DType::kF32, DType::kF16},
+                {"bf16_f32", DType::kBF16, DType::kF32},
+                {"f16_f32", DType::kF16, DType::kF32}};
+  for (size_t n : {kSmall, kLarge}) {
+    const auto count = static_cast<int64_t>(n);
+    for (const auto& t : kTypes) {
+      benchmark::RegisterBenchmark((std::string("GradStats/") + t.name).c_str(), BM_GradStats, t.t)->Arg(count);
+      benchmark::RegisterBenchmark((std::string("GradStatsScalar/") + t.name).c_str(), BM_GradStatsScalar, t.t)
+          ->Arg(count);
+    }
+    for (const auto& c : kCasts) {
+      benchmark::RegisterBenchmark((std::string("Cast/") + c.name).c_str(), BM_Cast, c.from, c.to)->Arg(count);
+      benchmark::RegisterBenchmark((std::string("CastScalar/") + c.name).c_str(), BM_CastScalar, c.from, c.to)
+          ->Arg(count);
+    }
+    // The same byte counts as the kernels' inputs: 4n (f32 source) and 2n (16-bit source).
+    for (int64_t bytes : {4 * count, 2 * count}) {
+      benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(bytes);
+      benchmark::RegisterBenchmark("ReadSum", BM_ReadSum)->Arg(bytes);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest;
+  std::string simd;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--simd=", 7) == 0) {
+      simd = argv[i] + 7;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (!simd.empty()) {
+    bool found = false;
+    for (const auto& t : zero::internal::AvailableSimdTargets()) {
+      if (t.name == simd) {
+        zero::internal::ForceSimdTargetForTest(t.bits);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "--simd=%s: not a target this CPU runs; available:", simd.c_str());
+      for (const auto& t : zero::internal::AvailableSimdTargets()) std::fprintf(stderr, " %s", t.name.c_str());
+      std::fprintf(stderr, "\n");
+      return 2;
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+  Register();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
