@@ -17,11 +17,16 @@
 // `ratio` = gbps / stream_gbps, as the issue defines it; `ratio_rfo` = gbps / stream_rfo_gbps is the fair one,
 // since AdamW's stores go to lines it has just read (no extra RFO traffic) while the triad's do not.
 // All rates are the best of R repetitions (STREAM's convention); medians are printed too.
-// torch: bench/torch_adamw.py run with /usr/bin/python3 (foreach and single-tensor, the faster counts), once
-// before and once after zero's kernels; the faster of the two runs counts, so a machine that changes speed in
-// between (this dev VM does) does not inflate the speedup.
+// torch: bench/torch_adamw.py --serve, a /usr/bin/python3 subprocess that runs torch.optim.AdamW steps on
+// command, so each repetition is (triad, zero's step, torch single-tensor step, torch foreach step) and all
+// four see the same machine state (this dev VM changes speed from minute to minute). The faster torch mode
+// counts.
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -141,6 +146,87 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void TriadChunk(dou
   for (size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
 }
 
+// bench/torch_adamw.py --serve as a child process: steps of torch.optim.AdamW on command.
+class TorchServer {
+ public:
+  explicit TorchServer(const Options& o) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      const int devnull = open("/dev/null", O_WRONLY);
+      if (devnull >= 0) dup2(devnull, 2);
+      close(to_child[1]);
+      close(from_child[0]);
+      const std::string params = std::to_string(o.params), threads = std::to_string(o.threads);
+      execl("/usr/bin/python3", "python3", o.torch_script.c_str(), "--serve", "--params", params.c_str(),
+            "--threads", threads.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    if (pid_ < 0) return;
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+    char version[64];
+    const std::string line = ReadLine();
+    if (std::sscanf(line.c_str(), "ready %63s %d", version, &threads_) == 2) {
+      version_ = version;
+      ok_ = true;
+    }
+  }
+  ~TorchServer() {
+    if (to_ != nullptr) {
+      std::fputs("quit\n", to_);
+      std::fclose(to_);
+    }
+    if (from_ != nullptr) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  TorchServer(const TorchServer&) = delete;
+  TorchServer& operator=(const TorchServer&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& version() const { return version_; }
+  int threads() const { return threads_; }
+  // Builds both modes of `kernel` ("fp32" or "bf16") and warms them up.
+  bool Setup(const std::string& kernel) { return ok_ && Command("setup " + kernel) == "ok"; }
+  // One timed step of `mode` ("single" or "foreach"), in seconds; NaN on failure.
+  double Step(const std::string& mode) {
+    if (!ok_) return NAN;
+    const std::string r = Command("step " + mode);
+    char* end = nullptr;
+    const double s = std::strtod(r.c_str(), &end);
+    return end != r.c_str() ? s : NAN;
+  }
+
+ private:
+  std::string Command(const std::string& cmd) {
+    std::fprintf(to_, "%s\n", cmd.c_str());
+    std::fflush(to_);
+    const std::string r = ReadLine();
+    if (r.empty()) ok_ = false;  // the child died (out of memory, ...)
+    return r;
+  }
+  std::string ReadLine() {
+    if (from_ == nullptr) return "";
+    char buf[256];
+    if (std::fgets(buf, sizeof(buf), from_) == nullptr) return "";
+    std::string s = buf;
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+  }
+
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+  bool ok_ = false;
+  std::string version_;
+  int threads_ = 0;
+};
+
 struct Stats {
   double best_s = INFINITY;
   std::vector<double> all;
@@ -182,12 +268,16 @@ struct KernelResult {
   std::string kernel;
   int bytes_per_param;
   Stats kernel_stats, triad_stats;
+  Stats torch_single, torch_foreach;  // empty when torch is absent
 };
 
-// Runs `reps` interleaved (triad, kernel step) pairs after one warm-up of each.
+// Runs `reps` interleaved (triad, zero step, torch single step, torch foreach step) rounds after one warm-up.
 template <class StepFn>
-KernelResult Measure(const std::string& name, int bytes_per_param, Triad& triad, int reps, StepFn step) {
-  KernelResult r{name, bytes_per_param, {}, {}};
+KernelResult Measure(const std::string& name, int bytes_per_param, Triad& triad, int reps, StepFn step,
+                     TorchServer* torch) {
+  KernelResult r{name, bytes_per_param, {}, {}, {}, {}};
+  const std::string torch_kernel = name.substr(name.find('_') + 1);
+  if (torch != nullptr && !torch->Setup(torch_kernel)) torch = nullptr;
   triad.RunSeconds();
   step();
   for (int i = 0; i < reps; ++i) {
@@ -195,11 +285,21 @@ KernelResult Measure(const std::string& name, int bytes_per_param, Triad& triad,
     const auto t0 = Clock::now();
     step();
     r.kernel_stats.Add(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (torch != nullptr) {
+      const double single = torch->Step("single"), foreach = torch->Step("foreach");
+      if (std::isnan(single) || std::isnan(foreach)) {
+        torch = nullptr;
+        r.torch_single = r.torch_foreach = Stats{};
+      } else {
+        r.torch_single.Add(single);
+        r.torch_foreach.Add(foreach);
+      }
+    }
   }
   return r;
 }
 
-KernelResult RunAdamW(bool bf16, const Options& o, Triad& triad) {
+KernelResult RunAdamW(bool bf16, const Options& o, Triad& triad, TorchServer* torch) {
   const size_t n = o.params;
   auto opt = zero::MakeAdam({.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01});
   Buffer p(n * 4, o.threads), m(n * 4, o.threads), v(n * 4, o.threads);
@@ -230,7 +330,7 @@ KernelResult RunAdamW(bool bf16, const Options& o, Triad& triad) {
     // Tile limit as the engine's default sub_group_size (1e9): ParallelUpdate splits by thread.
     zero::ParallelUpdate(*opt, u, o.threads, 1'000'000'000);
   };
-  KernelResult r = Measure(bf16 ? "adamw_bf16" : "adamw_fp32", 28, triad, o.reps, run);
+  KernelResult r = Measure(bf16 ? "adamw_bf16" : "adamw_fp32", 28, triad, o.reps, run, torch);
   // Sanity: the master must still be finite after all those steps.
   for (size_t i = 0; i < n; i += n / 1024 + 1) {
     if (!std::isfinite(p.as<float>()[i])) {
@@ -239,24 +339,6 @@ KernelResult RunAdamW(bool bf16, const Options& o, Triad& triad) {
     }
   }
   return r;
-}
-
-// {kernel -> params/s} from bench/torch_adamw.py, or empty when torch is absent or the script fails.
-nlohmann::json RunTorch(const Options& o) {
-  const std::string cmd = "/usr/bin/python3 " + o.torch_script + " --params " + std::to_string(o.params) +
-                          " --threads " + std::to_string(o.threads) + " --reps " +
-                          std::to_string(std::min(o.reps, 5)) + " 2>/dev/null";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return {};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t got;
-  while ((got = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), got);
-  const int rc = pclose(f);
-  if (rc != 0) return {};
-  auto j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.contains("kernels")) return {};
-  return j;
 }
 
 std::string LoadAvg() {
@@ -270,6 +352,7 @@ std::string LoadAvg() {
 
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
+  std::signal(SIGPIPE, SIG_IGN);  // a torch child that dies must not kill the benchmark
   if (!o.simd.empty()) {
     int64_t bits = 0;
     std::string names;
@@ -284,26 +367,16 @@ int main(int argc, char** argv) {
     zero::optim_internal::ForceKernelTargetForTest(bits);  // before any thread runs a kernel
   }
   const std::string load_before = LoadAvg();
-  nlohmann::json torch_before = o.torch ? RunTorch(o) : nlohmann::json();
+  std::unique_ptr<TorchServer> torch;
+  if (o.torch) {
+    torch = std::make_unique<TorchServer>(o);
+    if (!torch->ok()) torch.reset();
+  }
   // Same footprint as the fp32 kernel (16 B/param): three double arrays of params * 2/3 elements.
   Triad triad(o.params * 2 / 3, o.threads);
   std::vector<KernelResult> results;
-  results.push_back(RunAdamW(false, o, triad));
-  results.push_back(RunAdamW(true, o, triad));
-  nlohmann::json torch_after = o.torch ? RunTorch(o) : nlohmann::json();
-  // Per kernel, the faster of the two torch runs.
-  nlohmann::json torch = torch_before.is_null() ? torch_after : torch_before;
-  if (!torch_before.is_null() && !torch_after.is_null()) {
-    for (auto& [k, v] : torch["kernels"].items()) {
-      if (torch_after["kernels"].contains(k) &&
-          torch_after["kernels"][k]["params_per_s"].get<double>() > v["params_per_s"].get<double>()) {
-        v = torch_after["kernels"][k];
-      }
-      v["params_per_s_before"] = torch_before["kernels"][k]["params_per_s"];
-      v["params_per_s_after"] = torch_after["kernels"].contains(k) ? torch_after["kernels"][k]["params_per_s"]
-                                                                    : nlohmann::json();
-    }
-  }
+  results.push_back(RunAdamW(false, o, triad, torch.get()));
+  results.push_back(RunAdamW(true, o, triad, torch.get()));
   const std::string target = zero::optim_internal::ActiveKernelTarget();
 
   if (!o.json) {
@@ -314,11 +387,11 @@ int main(int argc, char** argv) {
                 triad.elems(), 24.0 * triad.elems() / (1 << 20), o.reps);
     std::printf("# ratio = GB/s / triad GB/s (STREAM count, 24 B/elem); ratio_rfo uses the triad's real traffic "
                 "with write-allocate (32 B/elem)\n");
-    if (o.torch && torch.is_null()) std::printf("# torch: not available (/usr/bin/python3 cannot import torch)\n");
-    if (!torch.is_null()) {
-      std::printf("# torch %s, %d threads, torch.optim.AdamW best of foreach/single-tensor, best of a run before and "
-                  "after zero's\n",
-                  torch["torch"].get<std::string>().c_str(), torch["threads"].get<int>());
+    if (o.torch && torch == nullptr) std::printf("# torch: not available (/usr/bin/python3 cannot import torch)\n");
+    if (torch != nullptr) {
+      std::printf("# torch %s, %d threads: torch.optim.AdamW steps interleaved with zero's, faster of "
+                  "foreach/single-tensor, best of %d\n",
+                  torch->version().c_str(), torch->threads(), o.reps);
     }
     std::printf("%-11s %5s %12s %12s %8s %9s %9s %6s %9s %13s %8s\n", "kernel", "B/par", "Gparam/s", "(median)",
                 "GB/s", "triadGB/s", "+RFO GB/s", "ratio", "ratio_rfo", "torch Gpar/s", "speedup");
@@ -329,10 +402,9 @@ int main(int argc, char** argv) {
     const double gbps = pps * r.bytes_per_param / 1e9;
     const double stream = 24.0 * triad.elems() / r.triad_stats.best_s / 1e9;
     const double stream_rfo = stream * 32.0 / 24.0;
-    const std::string short_name = r.kernel.substr(r.kernel.find('_') + 1);
     double torch_pps = NAN;
-    if (!torch.is_null() && torch["kernels"].contains(short_name)) {
-      torch_pps = torch["kernels"][short_name]["params_per_s"].get<double>();
+    if (!r.torch_single.all.empty()) {
+      torch_pps = o.params / std::min(r.torch_single.best_s, r.torch_foreach.best_s);
     }
     if (o.json) {
       nlohmann::json j = {{"kernel", r.kernel},
@@ -354,13 +426,11 @@ int main(int argc, char** argv) {
         j["speedup_vs_torch"] = nullptr;
       } else {
         j["torch_params_per_s"] = torch_pps;
-        j["torch_single_tensor_s"] = torch["kernels"][short_name]["single_tensor_s"];
-        j["torch_foreach_s"] = torch["kernels"][short_name]["foreach_s"];
-        if (torch["kernels"][short_name].contains("params_per_s_before")) {
-          j["torch_params_per_s_before"] = torch["kernels"][short_name]["params_per_s_before"];
-          j["torch_params_per_s_after"] = torch["kernels"][short_name]["params_per_s_after"];
-        }
-        j["torch_version"] = torch["torch"];
+        j["torch_single_tensor_s"] = r.torch_single.best_s;
+        j["torch_foreach_s"] = r.torch_foreach.best_s;
+        j["torch_median_params_per_s"] =
+            o.params / std::min(r.torch_single.Median(), r.torch_foreach.Median());
+        j["torch_version"] = torch->version();
         j["speedup_vs_torch"] = pps / torch_pps;
       }
       std::printf("%s\n", j.dump().c_str());
