@@ -76,7 +76,7 @@ struct GradStatsResult {
   uint64_t nonfinite = 0;
 };
 
-// One read-only pass over n elements of type t at g (host memory, no alignment needed): the overflow check and
+// One read-only pass over n elements of type t at g (host memory, element-aligned): the overflow check and
 // the sum of squares for the global gradient norm, fused so a shard is read once. Unscaling and clipping are
 // not applied here: the engine folds both into the optimizer's grad_scale (one factor in its fused pass), and
 // the norm of the unscaled gradient is sqrt(sumsq) / loss_scale.

@@ -15,7 +15,7 @@
 namespace zero::internal {
 
 // Converts n elements from src (type st) to dst (type dt), st != dt; f16 <-> bf16 goes through f32 in
-// registers (exact, then one rounding, as ConvertBuffer's scalar path). No alignment requirement; the buffers
+// registers (exact, then one rounding, as ConvertBuffer's scalar path). Element alignment suffices; the buffers
 // must not overlap.
 void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n);
 
