@@ -183,6 +183,22 @@ void CheckBound(void* memory) {
   ZERO_CHECK_EQ(reinterpret_cast<uintptr_t>(memory) % kAlign, 0u) << "activation memory must be 64-byte aligned";
 }
 
+// Allocate / Bind of the three activation structs: carve the views out of owned or caller memory.
+template <typename Acts, typename CarveFn>
+std::unique_ptr<std::byte[]> AllocateCarved(const GptConfig& cfg, int B, int T, CarveFn carve, Acts* acts) {
+  std::unique_ptr<std::byte[]> owned;
+  Carver c(AllocateAligned(MeasureActs<Acts>(cfg, B, T, carve), &owned));
+  carve(cfg, B, T, c, acts);
+  return owned;
+}
+
+template <typename Acts, typename CarveFn>
+void BindCarved(const GptConfig& cfg, int B, int T, void* memory, CarveFn carve, Acts* acts) {
+  CheckBound(memory);
+  Carver c(static_cast<std::byte*>(memory));
+  carve(cfg, B, T, c, acts);
+}
+
 void CheckShape(const GptConfig& cfg, int B, int T) {
   ZERO_CHECK_GE(B, 1);
   ZERO_CHECK(T >= 1 && T <= cfg.max_seq) << "T " << T << " outside [1, " << cfg.max_seq << "]";
@@ -344,18 +360,10 @@ size_t BlockActs::Bytes(const GptConfig& cfg, int B, int T) {
   return MeasureActs<BlockActs>(cfg, B, T, CarveBlockActs);
 }
 
-void BlockActs::Allocate(const GptConfig& cfg, int B, int T) {
-  std::unique_ptr<std::byte[]> owned;
-  std::byte* base = AllocateAligned(Bytes(cfg, B, T), &owned);
-  Carver c(base);
-  CarveBlockActs(cfg, B, T, c, this);
-  owned_ = std::move(owned);
-}
+void BlockActs::Allocate(const GptConfig& cfg, int B, int T) { owned_ = AllocateCarved(cfg, B, T, CarveBlockActs, this); }
 
 void BlockActs::Bind(const GptConfig& cfg, int B, int T, void* memory) {
-  CheckBound(memory);
-  Carver c(static_cast<std::byte*>(memory));
-  CarveBlockActs(cfg, B, T, c, this);
+  BindCarved(cfg, B, T, memory, CarveBlockActs, this);
   owned_.reset();
 }
 
@@ -365,35 +373,19 @@ size_t BlockScratch::Bytes(const GptConfig& cfg, int B, int T) {
   return MeasureActs<BlockScratch>(cfg, B, T, CarveScratch);
 }
 
-void BlockScratch::Allocate(const GptConfig& cfg, int B, int T) {
-  std::unique_ptr<std::byte[]> owned;
-  std::byte* base = AllocateAligned(Bytes(cfg, B, T), &owned);
-  Carver c(base);
-  CarveScratch(cfg, B, T, c, this);
-  owned_ = std::move(owned);
-}
+void BlockScratch::Allocate(const GptConfig& cfg, int B, int T) { owned_ = AllocateCarved(cfg, B, T, CarveScratch, this); }
 
 void BlockScratch::Bind(const GptConfig& cfg, int B, int T, void* memory) {
-  CheckBound(memory);
-  Carver c(static_cast<std::byte*>(memory));
-  CarveScratch(cfg, B, T, c, this);
+  BindCarved(cfg, B, T, memory, CarveScratch, this);
   owned_.reset();
 }
 
 size_t HeadActs::Bytes(const GptConfig& cfg, int B, int T) { return MeasureActs<HeadActs>(cfg, B, T, CarveHeadActs); }
 
-void HeadActs::Allocate(const GptConfig& cfg, int B, int T) {
-  std::unique_ptr<std::byte[]> owned;
-  std::byte* base = AllocateAligned(Bytes(cfg, B, T), &owned);
-  Carver c(base);
-  CarveHeadActs(cfg, B, T, c, this);
-  owned_ = std::move(owned);
-}
+void HeadActs::Allocate(const GptConfig& cfg, int B, int T) { owned_ = AllocateCarved(cfg, B, T, CarveHeadActs, this); }
 
 void HeadActs::Bind(const GptConfig& cfg, int B, int T, void* memory) {
-  CheckBound(memory);
-  Carver c(static_cast<std::byte*>(memory));
-  CarveHeadActs(cfg, B, T, c, this);
+  BindCarved(cfg, B, T, memory, CarveHeadActs, this);
   owned_.reset();
 }
 
