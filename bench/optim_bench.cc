@@ -24,7 +24,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +31,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -82,14 +82,22 @@ Options Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage(argv[0]);
       return argv[++i];
     };
-    if (a == "--params") o.params = std::strtoull(next(), nullptr, 10);
-    else if (a == "--threads") o.threads = std::atoi(next());
-    else if (a == "--reps") o.reps = std::atoi(next());
-    else if (a == "--json") o.json = true;
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--torch-script") o.torch_script = next();
-    else if (a == "--simd") o.simd = next();
-    else Usage(argv[0]);
+    if (a == "--params")
+      o.params = std::strtoull(next(), nullptr, 10);
+    else if (a == "--threads")
+      o.threads = std::atoi(next());
+    else if (a == "--reps")
+      o.reps = std::atoi(next());
+    else if (a == "--json")
+      o.json = true;
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--torch-script")
+      o.torch_script = next();
+    else if (a == "--simd")
+      o.simd = next();
+    else
+      Usage(argv[0]);
   }
   if (o.params < 1024 || o.threads < 1 || o.reps < 1) Usage(argv[0]);
   return o;
@@ -140,9 +148,9 @@ void Fill(float* x, size_t n, float lo, float hi, uint64_t seed, int threads) {
 // STREAM triad on one thread's chunk. target_clones: the best of AVX-512/AVX2/SSE2 for this CPU, like the
 // optimizer kernels' runtime dispatch, so the bound is not handicapped by the x86-64 baseline.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void TriadChunk(double* __restrict a,
-                                                                           const double* __restrict b,
-                                                                           const double* __restrict c, double s,
-                                                                           size_t n) {
+                                                                             const double* __restrict b,
+                                                                             const double* __restrict c, double s,
+                                                                             size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
 }
 
@@ -161,8 +169,8 @@ class TorchServer {
       close(to_child[1]);
       close(from_child[0]);
       const std::string params = std::to_string(o.params), threads = std::to_string(o.threads);
-      execl("/usr/bin/python3", "python3", o.torch_script.c_str(), "--serve", "--params", params.c_str(),
-            "--threads", threads.c_str(), static_cast<char*>(nullptr));
+      execl("/usr/bin/python3", "python3", o.torch_script.c_str(), "--serve", "--params", params.c_str(), "--threads",
+            threads.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     close(to_child[0]);
@@ -382,19 +390,22 @@ int main(int argc, char** argv) {
   if (!o.json) {
     std::printf("# zero-bench-optim: params=%zu threads=%d reps=%d simd=%s loadavg(before)=%s\n", o.params, o.threads,
                 o.reps, target.c_str(), load_before.c_str());
-    std::printf("# STREAM triad: 3 x %zu doubles (%.0f MiB total), same pool and threads, interleaved with each "
-                "kernel; best of %d\n",
-                triad.elems(), 24.0 * triad.elems() / (1 << 20), o.reps);
-    std::printf("# ratio = GB/s / triad GB/s (STREAM count, 24 B/elem); ratio_rfo uses the triad's real traffic "
-                "with write-allocate (32 B/elem)\n");
+    std::printf(
+        "# STREAM triad: 3 x %zu doubles (%.0f MiB total), same pool and threads, interleaved with each "
+        "kernel; best of %d\n",
+        triad.elems(), 24.0 * triad.elems() / (1 << 20), o.reps);
+    std::printf(
+        "# ratio = GB/s / triad GB/s (STREAM count, 24 B/elem); ratio_rfo uses the triad's real traffic "
+        "with write-allocate (32 B/elem)\n");
     if (o.torch && torch == nullptr) std::printf("# torch: not available (/usr/bin/python3 cannot import torch)\n");
     if (torch != nullptr) {
-      std::printf("# torch %s, %d threads: torch.optim.AdamW steps interleaved with zero's, faster of "
-                  "foreach/single-tensor, best of %d\n",
-                  torch->version().c_str(), torch->threads(), o.reps);
+      std::printf(
+          "# torch %s, %d threads: torch.optim.AdamW steps interleaved with zero's, faster of "
+          "foreach/single-tensor, best of %d\n",
+          torch->version().c_str(), torch->threads(), o.reps);
     }
-    std::printf("%-11s %5s %12s %12s %8s %9s %9s %6s %9s %13s %8s\n", "kernel", "B/par", "Gparam/s", "(median)",
-                "GB/s", "triadGB/s", "+RFO GB/s", "ratio", "ratio_rfo", "torch Gpar/s", "speedup");
+    std::printf("%-11s %5s %12s %12s %8s %9s %9s %6s %9s %13s %8s\n", "kernel", "B/par", "Gparam/s", "(median)", "GB/s",
+                "triadGB/s", "+RFO GB/s", "ratio", "ratio_rfo", "torch Gpar/s", "speedup");
   }
   for (const KernelResult& r : results) {
     const double pps = o.params / r.kernel_stats.best_s;
@@ -428,8 +439,7 @@ int main(int argc, char** argv) {
         j["torch_params_per_s"] = torch_pps;
         j["torch_single_tensor_s"] = r.torch_single.best_s;
         j["torch_foreach_s"] = r.torch_foreach.best_s;
-        j["torch_median_params_per_s"] =
-            o.params / std::min(r.torch_single.Median(), r.torch_foreach.Median());
+        j["torch_median_params_per_s"] = o.params / std::min(r.torch_single.Median(), r.torch_foreach.Median());
         j["torch_version"] = torch->version();
         j["speedup_vs_torch"] = pps / torch_pps;
       }

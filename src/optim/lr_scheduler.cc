@@ -105,8 +105,7 @@ class WarmupCosineLr final : public LrScheduler {
     const int64_t real_last_step = it - warmup_steps_ + 1;
     const int64_t real_total_steps = std::max<int64_t>(1, total_steps_ - warmup_steps_);
     // Current DeepSpeed clamps the progress to 1 so the lr stays at the floor after total_num_steps.
-    const double progress =
-        std::min(1.0, static_cast<double>(real_last_step) / static_cast<double>(real_total_steps));
+    const double progress = std::min(1.0, static_cast<double>(real_last_step) / static_cast<double>(real_total_steps));
     const double ratio_delta = 1.0 - cos_min_ratio_;
     const double ratio = (1.0 + std::cos(kPi * progress)) / 2.0;
     return std::max(0.0, cos_min_ratio_ + ratio_delta * ratio);
@@ -135,8 +134,8 @@ StatusOr<std::unique_ptr<LrScheduler>> MakeLrScheduler(const SchedulerConfig& cf
   }
   // DeepSpeed raises ValueError for a non-positive warmup_num_steps.
   if (cfg.warmup_num_steps <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduler.params.warmup_num_steps: must be a positive integer, got ",
-                                                   cfg.warmup_num_steps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler.params.warmup_num_steps: must be a positive integer, got ", cfg.warmup_num_steps));
   }
   // DeepSpeed only warns and falls back to "log" here; zero refuses to ignore a value silently.
   Warmup warmup;
@@ -149,8 +148,8 @@ StatusOr<std::unique_ptr<LrScheduler>> MakeLrScheduler(const SchedulerConfig& cf
         absl::StrCat("scheduler.params.warmup_type: must be \"log\" or \"linear\", got \"", cfg.warmup_type, "\""));
   }
   if (cfg.last_batch_iteration < -1) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduler.params.last_batch_iteration: must be >= -1, got ",
-                                                   cfg.last_batch_iteration));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler.params.last_batch_iteration: must be >= -1, got ", cfg.last_batch_iteration));
   }
   if (decay_lr || cosine_lr) {
     // A required argument of both DeepSpeed classes (no default).

@@ -191,7 +191,8 @@ void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int t
   if (tile_elems == 0 || tile_elems > u.n) tile_elems = u.n;
   // Use no more threads than the shard keeps busy, and give each at least one contiguous tile (the hardware
   // prefetchers like long streams): tiles are at most n / threads elements.
-  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(1, u.n / kMinElemsPerThread)));
+  threads =
+      static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(1, u.n / kMinElemsPerThread)));
   size_t tile = tile_elems;
   if (threads > 1) {
     const size_t per_thread = (u.n + threads - 1) / threads;

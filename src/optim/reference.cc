@@ -21,11 +21,11 @@ void AdamTileReference(const AdamScalars& s, const TileArgs& t) {
     // exp_avg.lerp_(grad, 1 - beta1), torch's CPU lerp
     m = s.lerp_small ? m + s.lerp_weight * (g - m) : g - (g - m) * s.lerp_one_minus_weight;
     float v = t.state1[i];
-    v = v * s.beta2;                           // exp_avg_sq.mul_(beta2)
-    v = v + s.one_minus_beta2 * g * g;         // .addcmul_(grad, grad, value=1 - beta2)
+    v = v * s.beta2;                          // exp_avg_sq.mul_(beta2)
+    v = v + s.one_minus_beta2 * g * g;        // .addcmul_(grad, grad, value=1 - beta2)
     float denom = std::sqrt(v) / s.bc2_sqrt;  // exp_avg_sq.sqrt() / bias_correction2_sqrt
-    denom = denom + s.eps;                     // .add_(eps)
-    p = p + s.neg_step_size * m / denom;       // param.addcdiv_(exp_avg, denom, value=-step_size)
+    denom = denom + s.eps;                    // .add_(eps)
+    p = p + s.neg_step_size * m / denom;      // param.addcdiv_(exp_avg, denom, value=-step_size)
     t.state0[i] = m;
     t.state1[i] = v;
     t.master[i] = p;

@@ -44,7 +44,7 @@ std::vector<OptCase> Cases() {
   adam("adam_l2", {.weight_decay = 0.1, .decoupled_weight_decay = false}, 1e-3);
   adam("adam_no_bias_correction", {.weight_decay = 0.05, .bias_correction = false}, 1e-2);
   adam("adamw_beta1_0.3", {.beta1 = 0.3, .beta2 = 0.95, .weight_decay = 0.01}, 1e-3);  // lerp's w >= 0.5 form
-  adam("adamw_beta1_0.5", {.beta1 = 0.5, .beta2 = 0.9, .eps = 1e-6}, 1e-3);           // w == 0.5 exactly
+  adam("adamw_beta1_0.5", {.beta1 = 0.5, .beta2 = 0.9, .eps = 1e-6}, 1e-3);            // w == 0.5 exactly
   sgd("sgd", {}, 0.1);
   sgd("sgd_wd", {.weight_decay = 1e-4}, 0.1);
   sgd("sgd_momentum", {.momentum = 0.9}, 0.05);
@@ -71,8 +71,8 @@ Buffers MakeBuffers(DType grad_t, DType out_t, size_t n, uint64_t seed) {
   return b;
 }
 
-void RunStep(const OptCase& c, bool fast, Buffers& b, DType grad_t, bool with_out, DType out_t, size_t n,
-             int64_t step, float grad_scale) {
+void RunStep(const OptCase& c, bool fast, Buffers& b, DType grad_t, bool with_out, DType out_t, size_t n, int64_t step,
+             float grad_scale) {
   ShardUpdate u;
   u.grad_scale = grad_scale;
   u.step = step;

@@ -39,12 +39,12 @@ TEST(LrScheduler, WarmupLrLog) {
   c.warmup_max_lr = 1e-3;
   c.warmup_num_steps = 10;  // warmup_type "log" is the default
   auto s = Make(c);
-  EXPECT_LR(s->LrAt(0), 1e-5);                             // last_batch_iteration -1: min_lr
-  EXPECT_LR(s->LrAt(1), 1e-5);                             // it 0: log(1) = 0
-  EXPECT_LR(s->LrAt(2), 1e-5 + 0.00099 * kLog10Of2);       // it 1: log(2)/log(10)
-  EXPECT_LR(s->LrAt(3), 1e-5 + 0.00099 * kLog10Of3);       // it 2
-  EXPECT_LR(s->LrAt(10), 1e-3);                            // it 9: log(10)/log(10) = 1
-  EXPECT_LR(s->LrAt(11), 1e-3);                            // it 10 >= warmup: gamma 1
+  EXPECT_LR(s->LrAt(0), 1e-5);                        // last_batch_iteration -1: min_lr
+  EXPECT_LR(s->LrAt(1), 1e-5);                        // it 0: log(1) = 0
+  EXPECT_LR(s->LrAt(2), 1e-5 + 0.00099 * kLog10Of2);  // it 1: log(2)/log(10)
+  EXPECT_LR(s->LrAt(3), 1e-5 + 0.00099 * kLog10Of3);  // it 2
+  EXPECT_LR(s->LrAt(10), 1e-3);                       // it 9: log(10)/log(10) = 1
+  EXPECT_LR(s->LrAt(11), 1e-3);                       // it 10 >= warmup: gamma 1
   EXPECT_LR(s->LrAt(100000), 1e-3);
 }
 
@@ -80,12 +80,12 @@ TEST(LrScheduler, WarmupDecayLr) {
   c.total_num_steps = 100;
   auto s = Make(c);
   EXPECT_LR(s->LrAt(0), 1e-5);
-  EXPECT_LR(s->LrAt(4), 1e-5 + 0.00099 * 0.3);   // it 3, warmup
-  EXPECT_LR(s->LrAt(11), 1e-3);                  // it 10: (100 - 10) / (100 - 10)
-  EXPECT_LR(s->LrAt(56), 1e-5 + 0.00099 * 0.5);  // it 55: 45 / 90
+  EXPECT_LR(s->LrAt(4), 1e-5 + 0.00099 * 0.3);            // it 3, warmup
+  EXPECT_LR(s->LrAt(11), 1e-3);                           // it 10: (100 - 10) / (100 - 10)
+  EXPECT_LR(s->LrAt(56), 1e-5 + 0.00099 * 0.5);           // it 55: 45 / 90
   EXPECT_LR(s->LrAt(92), 1e-5 + 0.00099 * (9.0 / 90.0));  // it 91
-  EXPECT_LR(s->LrAt(101), 1e-5);                 // it 100: 0
-  EXPECT_LR(s->LrAt(500), 1e-5);                 // max(0, negative)
+  EXPECT_LR(s->LrAt(101), 1e-5);                          // it 100: 0
+  EXPECT_LR(s->LrAt(500), 1e-5);                          // max(0, negative)
   // Log warmup is the same as WarmupLR's.
   c.warmup_type = "log";
   s = Make(c);
@@ -101,15 +101,15 @@ TEST(LrScheduler, WarmupCosineLr) {
   c.warmup_min_ratio = 0.1;
   c.cos_min_ratio = 0.01;
   auto s = Make(c, 1e-3);
-  EXPECT_EQ(s->LrAt(0), 0.0);                             // get_lr() returns 0 before the schedule starts
-  EXPECT_LR(s->LrAt(1), 1e-3 * 0.1);               // it 0: ratio 0.1 + 0 * 0.9
-  EXPECT_LR(s->LrAt(6), 1e-3 * (0.1 + 0.5 * 0.9)); // it 5
+  EXPECT_EQ(s->LrAt(0), 0.0);                       // get_lr() returns 0 before the schedule starts
+  EXPECT_LR(s->LrAt(1), 1e-3 * 0.1);                // it 0: ratio 0.1 + 0 * 0.9
+  EXPECT_LR(s->LrAt(6), 1e-3 * (0.1 + 0.5 * 0.9));  // it 5
   // it 10: real_last_step 1 of 90: (1 + cos(pi / 90)) / 2 = 0.99969541350954794
   EXPECT_LR(s->LrAt(11), 1e-3 * (0.01 + 0.99 * 0.99969541350954794));
   // it 54: progress 45/90 = 0.5: cosine term 0.5 (cos(pi/2) = 6e-17)
   EXPECT_NEAR(s->LrAt(55), 1e-3 * (0.01 + 0.99 * 0.5), 1e-18);
-  EXPECT_LR(s->LrAt(100), 1e-3 * 0.01);            // it 99: progress 1, cos(pi) = -1
-  EXPECT_LR(s->LrAt(1000), 1e-3 * 0.01);           // progress clamped to 1 (current DeepSpeed)
+  EXPECT_LR(s->LrAt(100), 1e-3 * 0.01);   // it 99: progress 1, cos(pi) = -1
+  EXPECT_LR(s->LrAt(1000), 1e-3 * 0.01);  // progress clamped to 1 (current DeepSpeed)
   c.warmup_type = "log";
   s = Make(c, 1e-3);
   EXPECT_LR(s->LrAt(3), 1e-3 * (0.1 + kLog10Of3 * 0.9));  // it 2

@@ -2,6 +2,8 @@
 // independent double-precision implementations of torch.optim's math, and (when /usr/bin/python3 has torch)
 // against torch.optim itself.
 
+#include "zero/optimizer.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,7 +16,6 @@
 #include "optim/test_util.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
-#include "zero/optimizer.h"
 
 namespace zero::optim_test {
 namespace {
@@ -106,8 +107,12 @@ TEST(AdamFormula, MatchesDoublePrecisionTorchAlgorithm) {
   for (bool decoupled : {true, false}) {
     for (bool bias_correction : {true, false}) {
       SCOPED_TRACE(std::string(decoupled ? "AdamW" : "Adam") + (bias_correction ? "" : " no-bc"));
-      const AdamParams ap{.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.05,
-                          .decoupled_weight_decay = decoupled, .bias_correction = bias_correction};
+      const AdamParams ap{.beta1 = 0.9,
+                          .beta2 = 0.99,
+                          .eps = 1e-6,
+                          .weight_decay = 0.05,
+                          .decoupled_weight_decay = decoupled,
+                          .bias_correction = bias_correction};
       auto opt = MakeAdam(ap);
       const size_t n = 257;
       std::vector<float> p = RandomF32(n, 11, false, -2, 0);
@@ -123,8 +128,10 @@ TEST(AdamFormula, MatchesDoublePrecisionTorchAlgorithm) {
         const double bc2 = bias_correction ? 1 - std::pow(ap.beta2, step) : 1.0;
         for (size_t i = 0; i < n; ++i) {
           double gi = static_cast<double>(g[i]) * scale;
-          if (decoupled) pd[i] *= 1 - lr * ap.weight_decay;
-          else gi += ap.weight_decay * pd[i];
+          if (decoupled)
+            pd[i] *= 1 - lr * ap.weight_decay;
+          else
+            gi += ap.weight_decay * pd[i];
           md[i] = ap.beta1 * md[i] + (1 - ap.beta1) * gi;
           m_mag[i] = ap.beta1 * m_mag[i] + (1 - ap.beta1) * std::abs(gi);
           vd[i] = ap.beta2 * vd[i] + (1 - ap.beta2) * gi * gi;

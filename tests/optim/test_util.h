@@ -16,12 +16,28 @@ namespace zero::optim_test {
 
 // Values that break careless kernels: signed zeros, subnormals, extremes, inf, NaN, f16 limits.
 inline const std::vector<float>& EdgeValues() {
-  static const std::vector<float> v = {
-      0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::denorm_min(), -1e-40f,
-      std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-      3e38f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-      std::numeric_limits<float>::quiet_NaN(), 65504.0f, 65520.0f, -65519.0f, 6e-8f, 3e-8f, 1e-20f, 1e20f,
-      1.00390625f /* bf16 tie */, 1.000244140625f /* f16 tie */};
+  static const std::vector<float> v = {0.0f,
+                                       -0.0f,
+                                       1.0f,
+                                       -1.0f,
+                                       std::numeric_limits<float>::denorm_min(),
+                                       -1e-40f,
+                                       std::numeric_limits<float>::min(),
+                                       std::numeric_limits<float>::max(),
+                                       -std::numeric_limits<float>::max(),
+                                       3e38f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
+                                       std::numeric_limits<float>::quiet_NaN(),
+                                       65504.0f,
+                                       65520.0f,
+                                       -65519.0f,
+                                       6e-8f,
+                                       3e-8f,
+                                       1e-20f,
+                                       1e20f,
+                                       1.00390625f /* bf16 tie */,
+                                       1.000244140625f /* f16 tie */};
   return v;
 }
 
@@ -83,8 +99,9 @@ inline ::testing::AssertionResult SameBuffer(const void* a, const void* b, DType
       std::memcpy(&x, static_cast<const char*>(a) + 4 * i, 4);
       std::memcpy(&y, static_cast<const char*>(b) + 4 * i, 4);
       same = SameF32(x, y);
-      if (!same) detail = std::to_string(x) + " (0x" + std::to_string(FloatBits(x)) + ") vs " + std::to_string(y) +
-                          " (0x" + std::to_string(FloatBits(y)) + ")";
+      if (!same)
+        detail = std::to_string(x) + " (0x" + std::to_string(FloatBits(x)) + ") vs " + std::to_string(y) + " (0x" +
+                 std::to_string(FloatBits(y)) + ")";
     } else {
       uint16_t x, y;
       std::memcpy(&x, static_cast<const char*>(a) + 2 * i, 2);
