@@ -800,7 +800,7 @@ class Engine::Impl {
       if (cfg_.gradient_clipping > 0 && result.grad_norm > cfg_.gradient_clipping) {
         coef = cfg_.gradient_clipping / (result.grad_norm + 1e-6);
       }
-      ZERO_RETURN_IF_ERROR(ApplyOptimizer(static_cast<float>(coef * inv), static_cast<float>(result.lr)));
+      ZERO_RETURN_IF_ERROR(ApplyOptimizer(static_cast<float>(coef * inv), result.lr));
       ++applied_steps_;
     }
     // Zero gradients for the next step.
@@ -821,7 +821,7 @@ class Engine::Impl {
     return result;
   }
 
-  Status ApplyOptimizer(float grad_scale, float lr) {
+  Status ApplyOptimizer(float grad_scale, double lr) {
     std::vector<Work> gathers;
     const size_t cds = DTypeSize(cd_);
     const bool stochastic = cd_ == DType::kBF16 && cfg_.bf16.stochastic_rounding;
