@@ -28,6 +28,7 @@
 
 #include "absl/time/time.h"
 #include "zero/dtype.h"
+#include "zero/memory.h"
 #include "zero/status.h"
 #include "zero/store.h"
 #include "zero/work.h"
@@ -60,6 +61,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual Backend backend() const = 0;
+
+  // The host buffers this communicator allocated itself (f32 staging for 16-bit reductions, reduce-scatter
+  // input copies), under MemTag::kStaging; the Engine adds them to its report. Thread-safe.
+  virtual MemoryReport memory_report() const { return {}; }
 
   // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.
   // `send` may alias recv + rank*count (in-place).

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,7 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "zero/communicator.h"
+#include "zero/memory.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -72,21 +74,56 @@ namespace {
 using internal::OpDesc;
 using internal::OpKind;
 
-// Uninitialized float storage that grows and never shrinks: staging buffers are reused op after op, so their
-// pages are touched once, not once per op.
+// Host float storage owned by the communicator, counted in its MemoryTracker (MemTag::kStaging) so the
+// engine's memory report includes the communicator's buffers. Uninitialized; move-only.
+class TrackedFloats {
+ public:
+  TrackedFloats() = default;
+  TrackedFloats(MemoryTracker* tracker, size_t n) : tracker_(tracker), n_(n), data_(new float[n]) {
+    tracker_->Add(MemTier::kHost, MemTag::kStaging, Bytes());
+  }
+  TrackedFloats(TrackedFloats&& o) noexcept
+      : tracker_(o.tracker_), n_(std::exchange(o.n_, 0)), data_(std::move(o.data_)) {}
+  TrackedFloats& operator=(TrackedFloats&& o) noexcept {
+    if (this != &o) {
+      Release();
+      tracker_ = o.tracker_;
+      n_ = std::exchange(o.n_, 0);
+      data_ = std::move(o.data_);
+    }
+    return *this;
+  }
+  TrackedFloats(const TrackedFloats&) = delete;
+  TrackedFloats& operator=(const TrackedFloats&) = delete;
+  ~TrackedFloats() { Release(); }
+  float* get() const { return data_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  int64_t Bytes() const { return static_cast<int64_t>(n_ * sizeof(float)); }
+  void Release() {
+    if (data_ != nullptr) tracker_->Sub(MemTier::kHost, MemTag::kStaging, Bytes());
+    data_.reset();
+    n_ = 0;
+  }
+  MemoryTracker* tracker_ = nullptr;
+  size_t n_ = 0;
+  std::unique_ptr<float[]> data_;
+};
+
+// Float storage that grows and never shrinks: staging buffers are reused op after op, so their pages are
+// touched once, not once per op.
 class FloatScratch {
  public:
+  explicit FloatScratch(MemoryTracker* tracker) : tracker_(tracker) {}
   float* Get(size_t n) {
-    if (n > capacity_) {
-      data_.reset(new float[n]);
-      capacity_ = n;
-    }
+    if (n > data_.size()) data_ = TrackedFloats(tracker_, n);
     return data_.get();
   }
 
  private:
-  std::unique_ptr<float[]> data_;
-  size_t capacity_ = 0;
+  MemoryTracker* tracker_;
+  TrackedFloats data_;
 };
 
 // Gloo's ReduceScatterHalvingDoubling with two changes, both on top of Gloo's own construction (buffers,
@@ -263,7 +300,7 @@ struct RsKey {
 
 struct RsCacheEntry {
   RsKey key;
-  std::unique_ptr<float[]> owned;  // the staged variant's buffer
+  TrackedFloats owned;  // the staged variant's buffer
   std::unique_ptr<RetargetableReduceScatter> algorithm;
   uint64_t last_use = 0;
   uint64_t uses = 0;
@@ -333,6 +370,7 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kGloo; }
+  MemoryReport memory_report() const override { return tracker_.Report(); }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};
@@ -533,7 +571,7 @@ class GlooCommunicator final : public Communicator {
       rs_cache_.emplace_back();
       entry = &rs_cache_.back();
       entry->key = key;
-      if (!key.external) entry->owned.reset(new float[key.total]);
+      if (!key.external) entry->owned = TrackedFloats(&tracker_, key.total);
     }
     entry->last_use = rs_clock_;
     if (entry->algorithm == nullptr || ++entry->uses % internal::GlooReduceScatterRebuildEvery() == 0) {
@@ -622,7 +660,8 @@ class GlooCommunicator final : public Communicator {
 
   // State of the thread running ops (the communication thread or a helping waiter; never two at once).
   Status broken_;
-  FloatScratch stage_;
+  MemoryTracker tracker_;  // declared before the buffers it counts, so it outlives them
+  FloatScratch stage_{&tracker_};
   std::deque<RsCacheEntry> rs_cache_;  // deque: entries stay put when others are added
   uint64_t rs_clock_ = 0;
 };

@@ -1041,7 +1041,19 @@ int Engine::world_size() const { return impl_->world_; }
 const Config& Engine::config() const { return impl_->cfg_; }
 Communicator& Engine::comm() { return *impl_->comm_; }
 int64_t Engine::num_params() const { return impl_->num_params_; }
-MemoryReport Engine::memory_report() const { return impl_->tracker_.Report(); }
+MemoryReport Engine::memory_report() const {
+  // The engine's own allocations plus the communicator's staging buffers. The two peaks are added, so the
+  // staging peak is an upper bound of the combined high-water mark.
+  MemoryReport r = impl_->tracker_.Report();
+  const MemoryReport c = impl_->comm_->memory_report();
+  for (size_t t = 0; t < r.usage.size(); ++t) {
+    for (size_t g = 0; g < r.usage[t].size(); ++g) {
+      r.usage[t][g].current += c.usage[t][g].current;
+      r.usage[t][g].peak += c.usage[t][g].peak;
+    }
+  }
+  return r;
+}
 MemoryTracker& Engine::memory_tracker() { return impl_->tracker_; }
 std::string Engine::UnitState(UnitId unit) const { return StatusName(impl_->units_.at(unit).status); }
 UnitId Engine::FindUnit(const std::string& name) const { return impl_->FindUnit(name); }

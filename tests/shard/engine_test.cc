@@ -92,6 +92,22 @@ INSTANTIATE_TEST_SUITE_P(Stages, MemoryFormulaTest,
                            return absl::StrCat("world", info.param.world, "_stage", info.param.stage);
                          });
 
+// The communicator's own buffers are part of the report: stage 1 reduce-scatters the persistent full gradient
+// with the const-input op, for which Gloo stages a copy of the input (counted under "staging").
+TEST(EngineMemoryTest, ReportIncludesCommunicatorStaging) {
+  testing::RunRanks(2, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(1, 1), comm));
+    ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("fc", {{"w", {1000}}}));
+    ASSERT_TRUE(engine->Finalize(FillInit).ok());
+    { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u)); }
+    ASSERT_TRUE(engine->Step().ok());
+    const int64_t comm_staging = comm_ref.memory_report().Get(MemTier::kHost, MemTag::kStaging).current;
+    EXPECT_GE(comm_staging, 1024 * 4);  // the padded unit (1024 f32) staged for the reduce-scatter
+    EXPECT_EQ(engine->memory_report().Get(MemTier::kHost, MemTag::kStaging).current, comm_staging);
+  });
+}
+
 // ---- misuse ----
 
 TEST(EngineMisuseTest, ErrorsNameTheUnit) {
