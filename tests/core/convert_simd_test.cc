@@ -17,6 +17,7 @@
 
 #include "core/internal/convert_simd.h"
 #include "gtest/gtest.h"
+#include "support/simd_target_guard.h"
 #include "zero/dtype.h"
 
 namespace zero {
@@ -24,12 +25,7 @@ namespace {
 
 using internal::SimdTarget;
 
-// Restores normal dispatch when a test ends, even on failure.
-class TargetGuard {
- public:
-  explicit TargetGuard(int64_t bits) { internal::ForceSimdTargetForTest(bits); }
-  ~TargetGuard() { internal::ForceSimdTargetForTest(0); }
-};
+using TargetGuard = testing::SimdTargetGuard;
 
 std::vector<SimdTarget> Targets() {
   std::vector<SimdTarget> t = internal::AvailableSimdTargets();

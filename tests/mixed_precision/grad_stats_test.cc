@@ -17,6 +17,7 @@
 
 #include "core/internal/convert_simd.h"
 #include "gtest/gtest.h"
+#include "support/simd_target_guard.h"
 #include "zero/dtype.h"
 #include "zero/mixed_precision.h"
 
@@ -25,11 +26,7 @@ namespace {
 
 using internal::SimdTarget;
 
-class TargetGuard {
- public:
-  explicit TargetGuard(int64_t bits) { internal::ForceSimdTargetForTest(bits); }
-  ~TargetGuard() { internal::ForceSimdTargetForTest(0); }
-};
+using TargetGuard = testing::SimdTargetGuard;
 
 bool NonFinite(float x) { return !std::isfinite(x); }
 

@@ -182,6 +182,38 @@ ZERO_HD void StoreOne(void* p, size_t i, float v) {
   }
 }
 
+// 16-bit T (f16/bf16) <-> f32 for kWords 32-bit words of two halves each: element 2k in the low half of word k.
+// Shared by Load8/Store8 and the tiled fused step's LoadUnit/StoreUnit so both round identically.
+template <class T, int kWords>
+ZERO_HD void UnpackHalves(const uint32_t (&w)[kWords], float (&v)[2 * kWords]) {
+ZERO_UNROLL
+  for (int k = 0; k < kWords; ++k) {
+    if constexpr (T::kDt == Dt::kBF16) {
+      v[2 * k] = FromBits(w[k] << 16);
+      v[2 * k + 1] = FromBits(w[k] & 0xFFFF0000u);
+    } else {
+      v[2 * k] = F16ToF32(w[k] & 0xFFFFu);
+      v[2 * k + 1] = F16ToF32(w[k] >> 16);
+    }
+  }
+}
+
+template <class T, int kWords>
+ZERO_HD void PackHalves(const float (&v)[2 * kWords], uint32_t (&w)[kWords]) {
+ZERO_UNROLL
+  for (int k = 0; k < kWords; ++k) {
+    uint32_t lo, hi;
+    if constexpr (T::kDt == Dt::kBF16) {
+      lo = F32ToBF16(v[2 * k]);
+      hi = F32ToBF16(v[2 * k + 1]);
+    } else {
+      lo = F32ToF16(v[2 * k]);
+      hi = F32ToF16(v[2 * k + 1]);
+    }
+    w[k] = lo | (hi << 16);
+  }
+}
+
 // Loads elements [i, i + 8) as f32. Requires the address of element i to be 16-byte aligned (VecPlan).
 // f32: two 16-byte loads; f16/bf16: one 16-byte load of eight halves (element 0 in the low half of .x).
 template <class T>
@@ -195,16 +227,7 @@ ZERO_HD void Load8(const void* p, size_t i, float (&v)[8]) {
   } else {
     const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-ZERO_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      if constexpr (T::kDt == Dt::kBF16) {
-        v[2 * k] = FromBits(w[k] << 16);
-        v[2 * k + 1] = FromBits(w[k] & 0xFFFF0000u);
-      } else {
-        v[2 * k] = F16ToF32(w[k] & 0xFFFFu);
-        v[2 * k + 1] = F16ToF32(w[k] >> 16);
-      }
-    }
+    UnpackHalves<T, 4>(w, v);
   }
 }
 
@@ -217,18 +240,7 @@ ZERO_HD void Store8(void* p, size_t i, const float (&v)[8]) {
     q[1] = make_float4(v[4], v[5], v[6], v[7]);
   } else {
     uint32_t w[4];
-ZERO_UNROLL
-    for (int k = 0; k < 4; ++k) {
-      uint32_t lo, hi;
-      if constexpr (T::kDt == Dt::kBF16) {
-        lo = F32ToBF16(v[2 * k]);
-        hi = F32ToBF16(v[2 * k + 1]);
-      } else {
-        lo = F32ToF16(v[2 * k]);
-        hi = F32ToF16(v[2 * k + 1]);
-      }
-      w[k] = lo | (hi << 16);
-    }
+    PackHalves<T, 4>(v, w);
     *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + i) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }

@@ -301,16 +301,7 @@ ZERO_UNROLL
       w[0] = u.x;
       w[1] = u.y;
     }
-ZERO_UNROLL
-    for (int k = 0; k < kE / 2; ++k) {  // element 2k in the low half of word k, as Load8
-      if constexpr (T::kDt == Dt::kBF16) {
-        v[2 * k] = FromBits(w[k] << 16);
-        v[2 * k + 1] = FromBits(w[k] & 0xFFFF0000u);
-      } else {
-        v[2 * k] = F16ToF32(w[k] & 0xFFFFu);
-        v[2 * k + 1] = F16ToF32(w[k] >> 16);
-      }
-    }
+    UnpackHalves<T, kE / 2>(w, v);  // element 2k in the low half of word k, as Load8
   }
 }
 
@@ -326,18 +317,7 @@ ZERO_UNROLL
     }
   } else {
     uint32_t w[kE / 2];
-ZERO_UNROLL
-    for (int k = 0; k < kE / 2; ++k) {
-      uint32_t lo, hi;
-      if constexpr (T::kDt == Dt::kBF16) {
-        lo = F32ToBF16(v[2 * k]);
-        hi = F32ToBF16(v[2 * k + 1]);
-      } else {
-        lo = F32ToF16(v[2 * k]);
-        hi = F32ToF16(v[2 * k + 1]);
-      }
-      w[k] = lo | (hi << 16);
-    }
+    PackHalves<T, kE / 2>(v, w);
     uint16_t* h = static_cast<uint16_t*>(p) + i;
     if constexpr (kE == 8) {
       StoreVec<H>(h, make_uint4(w[0], w[1], w[2], w[3]));
