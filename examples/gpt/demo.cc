@@ -88,12 +88,17 @@ int main(int argc, char** argv) {
     for (const auto& m : r0.all_ranks) {
       if (m.ModelStateBytes() >= worst_state) {
         worst_state = m.ModelStateBytes();
-        params = m.Get(zero::MemTier::kHost, zero::MemTag::kParams).current;
-        grads = m.Get(zero::MemTier::kHost, zero::MemTag::kGrads).current;
-        optim = m.Get(zero::MemTier::kHost, zero::MemTag::kOptimizer).current;
-        gather = m.Get(zero::MemTier::kHost, zero::MemTag::kGather).peak;
-        acts = m.Get(zero::MemTier::kHost, zero::MemTag::kActivations).peak +
-               m.Get(zero::MemTier::kDevice, zero::MemTag::kActivations).peak;
+        // Both tiers: the host engine's compute tier ("device") and, with offload, the host tier.
+        auto both = [&](zero::MemTag t, bool peak) {
+          const auto& h = m.Get(zero::MemTier::kHost, t);
+          const auto& d = m.Get(zero::MemTier::kDevice, t);
+          return peak ? h.peak + d.peak : h.current + d.current;
+        };
+        params = both(zero::MemTag::kParams, false);
+        grads = both(zero::MemTag::kGrads, false);
+        optim = both(zero::MemTag::kOptimizer, false);
+        gather = both(zero::MemTag::kGather, true);
+        acts = both(zero::MemTag::kActivations, true);
       }
     }
     double ms = 0;

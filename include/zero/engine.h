@@ -84,6 +84,12 @@ struct StepTimes {
   double norm_ms = 0;          // gradient norm and non-finite check, including its all-reduce
   double optimizer_ms = 0;     // the optimizer on this rank's shards
   double allgather_ms = 0;     // refreshing full parameters after the update (stages 1-2)
+  // Offload (zero_optimization.offload_*): the copy stream's busy time (gradients landing in the host tier,
+  // updated parameters copied back) runs beside the rest, so it is not part of total_ms's sum; the time the
+  // trainer's thread was blocked on it is. optimizer_ms includes the host step's waits for a staging buffer.
+  double offload_copy_ms = 0;  // copy stream busy (overlapped with backward and the host optimizer)
+  double offload_wait_ms = 0;  // blocked on the copy stream (inside optimizer_ms, or before the norm)
+  double param_stage_ms = 0;   // offload_param: host shards staged into gather buffers (stage 3)
 };
 
 struct StepResult {

@@ -26,9 +26,9 @@ enum class MemTag : uint8_t {
   kOptimizer,     // optimizer state (Adam m/v, momentum, plug-in states)
   kMaster,        // fp32 master weights (mixed precision)
   kGather,        // full-unit buffers a stage-3 gather fills
-  kBuckets,       // gradient reduction buckets
+  kBuckets,       // gradient reduction buckets (incl. a bucket's wire-dtype copy and the reduce-scatter output)
   kActivations,   // activation arena / checkpoints
-  kStaging,       // host<->device and dtype staging
+  kStaging,       // staging between tiers (offload copy-back tiles) and the communicator's own copies
   kCount,
 };
 enum class MemTier : uint8_t { kHost = 0, kDevice = 1, kCount };
@@ -89,7 +89,10 @@ class Buffer {
  public:
   Buffer() = default;
   // 64-byte aligned host memory (cache line / AVX-512), zero-filled. Aborts on out-of-memory like operator new.
-  static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes);
+  // Reported in `tier`: MemTier::kDevice is for host memory that serves as the compute device's own — the host
+  // (Gloo) engine computes on the CPU, so its compute tier is host DRAM reported as "device" (docs/design.md,
+  // "Tiers"); everything else is kHost.
+  static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier = MemTier::kHost);
   // Pinned (page-locked) host memory when zero was built with CUDA and a device is present; otherwise the same
   // as Host. Reported in the host tier.
   static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes);
@@ -109,12 +112,14 @@ class Buffer {
   size_t size() const { return size_; }
   bool empty() const { return data_ == nullptr; }
   MemTag tag() const { return tag_; }
+  MemTier tier() const { return tier_; }
 
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
   MemoryTracker* tracker_ = nullptr;
   MemTag tag_ = MemTag::kParams;
+  MemTier tier_ = MemTier::kHost;
   bool pinned_ = false;
 };
 

@@ -117,7 +117,7 @@ constexpr size_t kAlign = 64;
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
-Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes) {
+Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier) {
   Buffer b;
   if (bytes == 0) return b;
   b.data_ = std::aligned_alloc(kAlign, RoundUp(bytes));
@@ -126,7 +126,8 @@ Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes) {
   b.size_ = bytes;
   b.tracker_ = tracker;
   b.tag_ = tag;
-  if (tracker) tracker->Add(MemTier::kHost, tag, static_cast<int64_t>(bytes));
+  b.tier_ = tier;
+  if (tracker) tracker->Add(tier, tag, static_cast<int64_t>(bytes));
   return b;
 }
 
@@ -157,6 +158,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     tracker_ = std::exchange(o.tracker_, nullptr);
     tag_ = o.tag_;
+    tier_ = o.tier_;
     pinned_ = std::exchange(o.pinned_, false);
   }
   return *this;
@@ -164,7 +166,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
 
 void Buffer::Reset() {
   if (data_ == nullptr) return;
-  if (tracker_) tracker_->Sub(MemTier::kHost, tag_, static_cast<int64_t>(size_));
+  if (tracker_) tracker_->Sub(tier_, tag_, static_cast<int64_t>(size_));
 #if ZERO_HAVE_CUDA
   if (pinned_) {
     cudaFreeHost(data_);

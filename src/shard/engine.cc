@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "offload/copy_stream.h"
+#include "offload/host_step.h"
 #include "shard/internal/layout.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
@@ -74,7 +76,7 @@ const char* StatusName(UnitStatus s) {
 // the steady state allocates nothing.
 class BufferPool {
  public:
-  BufferPool(MemoryTracker* tracker, MemTag tag) : tracker_(tracker), tag_(tag) {}
+  BufferPool(MemoryTracker* tracker, MemTag tag, MemTier tier) : tracker_(tracker), tag_(tag), tier_(tier) {}
   Buffer Take(size_t bytes, bool zero) {
     auto it = free_.find(bytes);
     if (it != free_.end()) {
@@ -83,7 +85,7 @@ class BufferPool {
       if (zero) std::memset(b.data(), 0, bytes);
       return b;
     }
-    return Buffer::Host(tracker_, tag_, bytes);  // zero-filled
+    return Buffer::Host(tracker_, tag_, bytes, tier_);  // zero-filled
   }
   void Give(Buffer b) {
     if (!b.empty()) free_.emplace(b.size(), std::move(b));
@@ -92,8 +94,23 @@ class BufferPool {
  private:
   MemoryTracker* tracker_;
   MemTag tag_;
+  MemTier tier_;
   std::multimap<size_t, Buffer> free_;
 };
+
+// Lands `n` reduced elements of `src` (`sdt`) in `dst` (`ddt`): stored (converted) or added to what is there.
+void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) {
+  if (n <= 0) return;
+  if (!add) {
+    ConvertBuffer(src, sdt, dst, ddt, n);
+  } else if (ddt == DType::kF32 && sdt == DType::kF32) {
+    float* d = static_cast<float*>(dst);
+    const float* r = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] += r[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) StoreFromF32(dst, ddt, i, LoadAsF32(dst, ddt, i) + LoadAsF32(src, sdt, i));
+  }
+}
 
 }  // namespace
 
@@ -108,6 +125,13 @@ struct UnitRuntime {
   Buffer accum_full;        // f32, full: 16-bit grads accumulated over micro-steps before one reduction
   Buffer master;            // f32 master weights, mixed precision only (full at stage 0, else the shard)
   std::vector<Buffer> state;
+  // Optimizer offload: elements [0, host_n) of this rank's shard are updated on the host from host-tier
+  // buffers; grad_shard/master/state above then hold only the device part [host_n, shard) (Twin-Flow when
+  // 0 < host_n < shard). host_n is 0 without offload.
+  int64_t host_n = 0;
+  Buffer host_grad;    // the reduced gradient of [0, host_n) (grad_shard_dtype), landed by the copy stream
+  Buffer host_master;  // fp32 master of [0, host_n) (absent when the host parameter shard is itself the master)
+  std::vector<Buffer> host_state;
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
   Buffer gather;  // stage 3: the full parameters while INFLIGHT/AVAILABLE
@@ -129,9 +153,17 @@ class Engine::Impl {
         stage_(cfg.zero.stage),
         rank_(comm_->rank()),
         world_(comm_->world_size()),
-        gather_pool_(&tracker_, MemTag::kGather),
-        bucket_pool_(&tracker_, MemTag::kBuckets),
-        staging_pool_(&tracker_, MemTag::kStaging) {}
+        gather_pool_(&tracker_, MemTag::kGather, kCompute),
+        bucket_pool_(&tracker_, MemTag::kBuckets, kCompute),
+        wire_pool_(&tracker_, MemTag::kBuckets, kCompute) {}
+
+  // The tier the trainer computes in: the GPU's memory on a device engine; on this host engine, host DRAM
+  // reported as "device" so the report separates it from what offload moves to the host tier.
+  static constexpr MemTier kCompute = MemTier::kDevice;
+  Buffer Compute(MemTag tag, size_t bytes) { return Buffer::Host(&tracker_, tag, bytes, kCompute); }
+  Buffer HostTier(MemTag tag, size_t bytes, bool pinned) {
+    return pinned ? Buffer::Pinned(&tracker_, tag, bytes) : Buffer::Host(&tracker_, tag, bytes);
+  }
 
   Status Init() {
     if (cfg_.fp16.enabled) {
@@ -153,9 +185,17 @@ class Engine::Impl {
         cfg_.zero.offload_param.device == OffloadDevice::kNvme) {
       return absl::UnimplementedError("zero_optimization.offload_*.device \"nvme\": not implemented in zero");
     }
-    if (cfg_.zero.offload_optimizer.device == OffloadDevice::kCpu || cfg_.zero.offload_param.device == OffloadDevice::kCpu) {
-      // The host engine keeps every buffer in host memory already: CPU offload is the same code path here.
-      ZERO_LOG_ONCE(INFO) << "offload to cpu on the host (Gloo) engine: all state already lives in host memory";
+    off_opt_ = cfg_.zero.offload_optimizer.device == OffloadDevice::kCpu && stage_ >= 1;
+    off_param_ = cfg_.zero.offload_param.device == OffloadDevice::kCpu && stage_ == 3;
+    if (off_param_ && off_opt_ && cfg_.zero.offload_optimizer.ratio < 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zero_optimization.offload_optimizer.ratio: ", cfg_.zero.offload_optimizer.ratio,
+          " with offload_param.device \"cpu\": the device part of a Twin-Flow step updates parameters in device "
+          "memory, but offload_param keeps them on the host; use ratio 1 or offload_param.device \"none\""));
+    }
+    if (off_opt_ || off_param_) {
+      ZERO_LOG_ONCE(INFO) << "offload to cpu on the host (Gloo) engine: the compute tier is host memory too, so "
+                             "the copy stream's copies are memcpys; the tiers are kept and reported apart";
     }
     ga_ = cfg_.accumulation_steps();
     if (opts_.optimizer) {
@@ -288,43 +328,75 @@ class Engine::Impl {
       }
       const int64_t pad_full = L.padded - L.numel;
       const int64_t pad_shard = L.shard - L.OwnedElems(rank_);
+      // Optimizer offload splits this rank's range into a host part [0, host_n) and a device part; the padding
+      // sits at the end of the shard, so each part's share of it is what lies past the owned elements.
+      u.host_n = HostElems(L.shard);
+      const int64_t range = stage_ == 0 ? L.padded : L.shard;
+      const int64_t n_dev = range - u.host_n;
+      const int64_t pad_range = stage_ == 0 ? pad_full : pad_shard;
+      const int64_t pad_host = std::max<int64_t>(0, u.host_n - L.OwnedElems(rank_));
+      const int64_t pad_dev = pad_range - pad_host;
+      const bool pin_opt = cfg_.zero.offload_optimizer.pin_memory;
       // Parameters.
       if (u.sharded_params(stage_)) {
-        u.params = Buffer::Host(&tracker_, MemTag::kParams, L.shard * cds);
+        u.params = off_param_ ? HostTier(MemTag::kParams, L.shard * cds, cfg_.zero.offload_param.pin_memory)
+                              : Compute(MemTag::kParams, L.shard * cds);
         tracker_.AddPadding(pad_shard * cds);
       } else {
-        u.params = Buffer::Host(&tracker_, MemTag::kParams, L.padded * cds);
+        u.params = Compute(MemTag::kParams, L.padded * cds);
         tracker_.AddPadding(pad_full * cds);
       }
       // Gradients (see the file comment): the trainer-visible buffer and, where needed, the reduced shard.
       if (stage_ <= 1) {
-        u.full_grads = Buffer::Host(&tracker_, MemTag::kGrads, L.padded * cds);
+        u.full_grads = Compute(MemTag::kGrads, L.padded * cds);
         tracker_.AddPadding(pad_full * cds);
       }
       if (Accumulate16()) {
         if (stage_ == 0) {
-          u.accum_full = Buffer::Host(&tracker_, MemTag::kGrads, L.padded * 4);
+          u.accum_full = Compute(MemTag::kGrads, L.padded * 4);
           tracker_.AddPadding(pad_full * 4);
         }
       }
-      if (stage_ >= 2 || (stage_ == 1 && Accumulate16())) {
-        u.grad_shard_dtype = (cd_ == DType::kF32 || ga_ > 1) ? DType::kF32 : cd_;
-        u.grad_shard = Buffer::Host(&tracker_, MemTag::kGrads, L.shard * DTypeSize(u.grad_shard_dtype));
-        tracker_.AddPadding(pad_shard * DTypeSize(u.grad_shard_dtype));
+      u.grad_shard_dtype = (cd_ == DType::kF32 || ga_ > 1) ? DType::kF32 : cd_;
+      const size_t gsz = DTypeSize(u.grad_shard_dtype);
+      if ((stage_ >= 2 || (stage_ == 1 && Accumulate16())) && n_dev > 0) {
+        u.grad_shard = Compute(MemTag::kGrads, n_dev * gsz);
+        tracker_.AddPadding(pad_dev * gsz);
       }
-      if (mixed()) {
-        const int64_t n = stage_ == 0 ? L.padded : L.shard;
-        u.master = Buffer::Host(&tracker_, MemTag::kMaster, n * 4);
-        tracker_.AddPadding((stage_ == 0 ? pad_full : pad_shard) * 4);
+      if (u.host_n > 0) {
+        u.host_grad = HostTier(MemTag::kGrads, u.host_n * gsz, pin_opt);
+        tracker_.AddPadding(pad_host * gsz);
+        // The host master: fp32 values of the host part, unless the host parameter shard already is them.
+        if (!MasterIsHostParams()) {
+          u.host_master = HostTier(MemTag::kMaster, u.host_n * 4, pin_opt);
+          tracker_.AddPadding(pad_host * 4);
+        }
+      }
+      if (mixed() && n_dev > 0) {
+        u.master = Compute(MemTag::kMaster, n_dev * 4);
+        tracker_.AddPadding(pad_dev * 4);
       }
       // Optimizer state.
-      const int64_t state_n = stage_ == 0 ? L.padded : L.shard;
-      const int64_t state_pad = stage_ == 0 ? pad_full : pad_shard;
       for (size_t s = 0; s < optimizer_->StateNames().size(); ++s) {
-        u.state.push_back(Buffer::Host(&tracker_, MemTag::kOptimizer, state_n * 4));
-        tracker_.AddPadding(state_pad * 4);
+        u.state.push_back(n_dev > 0 ? Compute(MemTag::kOptimizer, n_dev * 4) : Buffer());
+        if (n_dev > 0) tracker_.AddPadding(pad_dev * 4);
+        if (u.host_n > 0) {
+          u.host_state.push_back(HostTier(MemTag::kOptimizer, u.host_n * 4, pin_opt));
+          tracker_.AddPadding(pad_host * 4);
+        }
       }
       u.status = u.sharded_params(stage_) ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
+    }
+    // Double-buffered staging for the host step's copy-back: tiles of min(sub_group_size, 1 M) elements, no
+    // larger than the largest host part.
+    int64_t max_host = 0;
+    for (const auto& u : units_) max_host = std::max(max_host, u.host_n);
+    if (max_host > 0 && !off_param_) {
+      pipeline_tile_ = static_cast<size_t>(
+          std::min<int64_t>({std::max<int64_t>(cfg_.zero.sub_group_size, 1), int64_t{1} << 20, max_host}));
+      for (auto& b : opt_staging_.buffers) {
+        b = HostTier(MemTag::kStaging, pipeline_tile_ * cds, cfg_.zero.offload_optimizer.pin_memory);
+      }
     }
     finalized_ = true;
     last_step_end_ = Clock::now();
@@ -358,12 +430,17 @@ class Engine::Impl {
       ConvertBuffer(values + (lo - slot.offset), DType::kF32, static_cast<char*>(u.params.data()) + (lo - s_begin) * cds,
                     cd_, hi - lo);
     }
-    if (mixed()) {
-      // The master keeps the exact fp32 values, not the rounded 16-bit copy.
-      if (stage_ == 0) {
-        std::memcpy(u.master.as<float>() + slot.offset, values, slot.numel * 4);
-      } else if (lo < hi) {
-        std::memcpy(u.master.as<float>() + (lo - s_begin), values + (lo - slot.offset), (hi - lo) * 4);
+    // The master keeps the exact fp32 values, not the rounded 16-bit copy.
+    if (stage_ == 0) {
+      if (mixed()) std::memcpy(u.master.as<float>() + slot.offset, values, slot.numel * 4);
+    } else if (lo < hi) {
+      const float* v = values + (lo - slot.offset);
+      const int64_t i0 = lo - s_begin, i1 = hi - s_begin;  // range within this rank's shard
+      const int64_t h_end = std::min(i1, u.host_n);          // host part [0, host_n)
+      if (!u.host_master.empty() && i0 < h_end) std::memcpy(u.host_master.as<float>() + i0, v, (h_end - i0) * 4);
+      const int64_t d_begin = std::max(i0, u.host_n);        // device part [host_n, shard)
+      if (mixed() && d_begin < i1) {
+        std::memcpy(u.master.as<float>() + (d_begin - u.host_n), v + (d_begin - i0), (i1 - d_begin) * 4);
       }
     }
     return absl::OkStatus();
@@ -395,7 +472,18 @@ class Engine::Impl {
     ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.layout.name;
     const size_t cds = DTypeSize(cd_);
     u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
-    u.gather_work = comm_->AllGather(u.params.data(), u.gather.data(), u.layout.shard, cd_);
+    const void* send = u.params.data();
+    if (off_param_) {
+      // Stage the host shard into its slot of the gather buffer, then all-gather in place. On this host engine
+      // the stage-in is a memcpy of 1/N of the unit on the issuing thread, issued by the prefetch schedule
+      // ahead of use (a device engine would make it an async H2D copy the communication stream waits on).
+      const auto t0 = Clock::now();
+      char* slot = static_cast<char*>(u.gather.data()) + static_cast<int64_t>(rank_) * u.layout.shard * cds;
+      std::memcpy(slot, u.params.data(), u.layout.shard * cds);
+      times_.param_stage_ms += MsSince(t0);
+      send = slot;
+    }
+    u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_);
     u.status = UnitStatus::kInflight;
     UpdateLive(u.layout.padded);
   }
@@ -486,6 +574,18 @@ class Engine::Impl {
   }
 
   bool mixed() const { return cd_ != DType::kF32; }
+  // Elements of a shard of S updated on the host: all of it with offload_optimizer, ratio * S rounded down to
+  // whole 32-element blocks with Twin-Flow (ratio < 1, stage 3), none without offload.
+  int64_t HostElems(int64_t S) const {
+    if (!off_opt_) return 0;
+    const double r = cfg_.zero.offload_optimizer.ratio;
+    if (r >= 1.0) return S;
+    const int64_t q = internal::kShardAlignElems;
+    return static_cast<int64_t>(r * static_cast<double>(S)) / q * q;
+  }
+  // fp32 training with the parameter shards on the host: those shards are the master weights (as the
+  // parameters are without offload), so no separate host master is kept.
+  bool MasterIsHostParams() const { return off_param_ && !mixed(); }
   // 16-bit gradients accumulated over several micro-steps go through an fp32 accumulator, never a 16-bit sum.
   bool Accumulate16() const { return mixed() && ga_ > 1; }
 
@@ -505,7 +605,7 @@ class Engine::Impl {
     if (ReduceEveryMicroStep()) {
       u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
     } else if (u.full_grads.empty()) {
-      u.full_grads = Buffer::Host(&tracker_, MemTag::kGrads, bytes);  // low-communication: lives until reduced
+      u.full_grads = Compute(MemTag::kGrads, bytes);  // low-communication: lives until reduced
     }
     return absl::OkStatus();
   }
@@ -557,13 +657,14 @@ class Engine::Impl {
   // result is deposited in full, or an average reduce-scatter whose shard is deposited. The wire dtype is
   // communication_data_type (fp32 unless set), so 16-bit gradients are widened once before the reduction.
   Status IssueReduce(UnitRuntime& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
+    ReleaseHeld();
     const int64_t n = u.layout.padded, S = u.layout.shard;
     p.unit = static_cast<UnitId>(&u - units_.data());
     p.dep = dep;
     p.elems = n;
     void* send = src;
     if (src_dtype != comm_dtype_) {
-      p.staging = staging_pool_.Take(n * DTypeSize(comm_dtype_), false);
+      p.staging = wire_pool_.Take(n * DTypeSize(comm_dtype_), false);
       ConvertBuffer(src, src_dtype, p.staging.data(), comm_dtype_, n);
       send = p.staging.data();
       if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
@@ -577,7 +678,7 @@ class Engine::Impl {
       p.result_elems = n;
     } else {
       void* recv;
-      if (dep.dtype == comm_dtype_ && !dep.add) {
+      if (dep.dtype == comm_dtype_ && !dep.add && u.host_n == 0) {
         recv = dep.ptr;
         p.result = nullptr;
       } else {
@@ -624,7 +725,7 @@ class Engine::Impl {
     void* src = G;
     DType src_dtype = cd_;
     if (Accumulate16()) {
-      if (u.accum_full.empty()) u.accum_full = Buffer::Host(&tracker_, MemTag::kGrads, u.layout.padded * 4);
+      if (u.accum_full.empty()) u.accum_full = Compute(MemTag::kGrads, u.layout.padded * 4);
       float* acc = u.accum_full.as<float>();
       for (int64_t i = 0; i < u.layout.padded; ++i) acc[i] += LoadAsF32(G, cd_, i);
       std::memset(G, 0, u.layout.padded * cds);
@@ -655,17 +756,19 @@ class Engine::Impl {
       return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.layout.name, ": ", s.message()));
     }
     if (p.result != nullptr) {
-      if (!p.dep.add) {
-        ConvertBuffer(p.result, p.result_dtype, p.dep.ptr, p.dep.dtype, p.result_elems);
-      } else if (p.dep.dtype == DType::kF32 && p.result_dtype == DType::kF32) {
-        float* d = static_cast<float*>(p.dep.ptr);
-        const float* r = static_cast<const float*>(p.result);
-        for (int64_t i = 0; i < p.result_elems; ++i) d[i] += r[i];
-      } else {
-        for (int64_t i = 0; i < p.result_elems; ++i) {
-          StoreFromF32(p.dep.ptr, p.dep.dtype, i,
-                       LoadAsF32(p.dep.ptr, p.dep.dtype, i) + LoadAsF32(p.result, p.result_dtype, i));
-        }
+      // A reduce-scatter's host part [0, host_n) streams to the host tier on the copy stream while backward
+      // goes on; the device part [host_n, shard) lands here. An all-reduce (stage 0) has no host part.
+      const int64_t hn = u.host_n;  // > 0 only at stages 1-3, which reduce-scatter
+      const size_t rs = DTypeSize(p.result_dtype);
+      Land(static_cast<const char*>(p.result) + hn * rs, p.result_dtype, p.dep.ptr, p.dep.dtype, p.result_elems - hn,
+           p.dep.add);
+      if (hn > 0) {
+        const void* src = p.result;
+        const DType sdt = p.result_dtype, ddt = u.grad_shard_dtype;
+        void* dst = u.host_grad.data();
+        const bool add = p.dep.add;
+        const auto ticket = copies_.Enqueue([=] { Land(src, sdt, dst, ddt, hn, add); });
+        held_.emplace_back(ticket, std::move(p.recv));  // the copy reads it: back to the pool once it ran
       }
     }
     if (p.zero_after != nullptr) std::memset(p.zero_after, 0, p.zero_bytes);
@@ -675,8 +778,16 @@ class Engine::Impl {
     }
     bucket_pool_.Give(std::move(p.bucket));
     bucket_pool_.Give(std::move(p.recv));
-    staging_pool_.Give(std::move(p.staging));
+    wire_pool_.Give(std::move(p.staging));
     return absl::OkStatus();
+  }
+
+  // Returns to their pool the reduction buffers whose copy to the host tier has run.
+  void ReleaseHeld() {
+    while (!held_.empty() && copies_.Done(held_.front().first)) {
+      bucket_pool_.Give(std::move(held_.front().second));
+      held_.pop_front();
+    }
   }
 
   // Retires queued reductions up to and including the last one of `unit` (FIFO order is kept).
@@ -690,14 +801,16 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
-  // The gradient the optimizer reads for this rank (the whole unit at stage 0), and its dtype.
+  // The gradient the device-tier optimizer reads for this rank (the whole unit at stage 0; else the device
+  // part [host_n, shard) of the shard, which is all of it without offload), and its dtype.
   std::pair<void*, DType> OptGrad(UnitRuntime& u) {
     const size_t cds = DTypeSize(cd_);
     if (stage_ == 0) {
       return Accumulate16() ? std::make_pair(u.accum_full.data(), DType::kF32) : std::make_pair(u.full_grads.data(), cd_);
     }
     if (stage_ == 1 && !Accumulate16()) {
-      return {static_cast<char*>(u.full_grads.data()) + static_cast<int64_t>(rank_) * u.layout.shard * cds, cd_};
+      return {static_cast<char*>(u.full_grads.data()) + (static_cast<int64_t>(rank_) * u.layout.shard + u.host_n) * cds,
+              cd_};
     }
     return {u.grad_shard.data(), u.grad_shard_dtype};
   }
@@ -716,6 +829,10 @@ class Engine::Impl {
       absl::StrAppend(&line, " | ms: total ", t.total_ms, ", compute ", t.compute_ms, ", gather_wait ",
                       t.gather_wait_ms, ", reduce_wait ", t.reduce_wait_ms, ", norm ", t.norm_ms, ", optimizer ",
                       t.optimizer_ms, ", allgather ", t.allgather_ms);
+      if (off_opt_ || off_param_) {
+        absl::StrAppend(&line, " | offload ms: copy stream busy ", t.offload_copy_ms, " (overlapped), waited ",
+                        t.offload_wait_ms, ", param stage-in ", t.param_stage_ms);
+      }
     }
     ZERO_LOG(INFO) << line;
   }
@@ -741,6 +858,8 @@ class Engine::Impl {
       }
     }
     while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+    copies_.Sync();  // every host-tier gradient has landed
+    ReleaseHeld();
     // Stage 3: release prefetched units nobody opened; adopt this step's order for the next one.
     if (stage_ == 3) {
       for (auto& u : units_) {
@@ -765,11 +884,16 @@ class Engine::Impl {
       // the all-reduce adds every element exactly once, as at the other stages.
       auto [g, gt] = OptGrad(u);
       const int64_t begin = stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0;
-      // One read-only SIMD pass: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h).
-      const GradStatsResult gs = GradStats(static_cast<const char*>(g) + begin * DTypeSize(gt), gt,
-                                           static_cast<size_t>(u.layout.OwnedElems(rank_)));
-      local += gs.sumsq;
-      local_nonfinite += gs.nonfinite;
+      const int64_t owned = u.layout.OwnedElems(rank_);
+      const int64_t on_host = std::min(owned, u.host_n);
+      // One read-only SIMD pass per tier: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h).
+      for (const auto& [ptr, dt, n] : {std::tuple<const void*, DType, int64_t>{u.host_grad.data(), u.grad_shard_dtype, on_host},
+                                       {static_cast<const char*>(g) + begin * DTypeSize(gt), gt, owned - on_host}}) {
+        if (n <= 0) continue;
+        const GradStatsResult gs = GradStats(ptr, dt, static_cast<size_t>(n));
+        local += gs.sumsq;
+        local_nonfinite += gs.nonfinite;
+      }
     }
     float red[2] = {static_cast<float>(local), local_nonfinite > 0 ? 1.0f : 0.0f};
     ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
@@ -808,12 +932,22 @@ class Engine::Impl {
       if (!u.full_grads.empty()) std::memset(u.full_grads.data(), 0, u.full_grads.size());
       if (!u.grad_shard.empty()) std::memset(u.grad_shard.data(), 0, u.grad_shard.size());
       if (!u.accum_full.empty()) std::memset(u.accum_full.data(), 0, u.accum_full.size());
+      if (!u.host_grad.empty()) std::memset(u.host_grad.data(), 0, u.host_grad.size());
       u.backward_count = 0;
     }
     result.step = applied_steps_;
+    const double busy = copies_.busy_ms(), waited = copies_.wait_ms();
+    times_.offload_copy_ms = busy - last_copy_busy_ms_;
+    times_.offload_wait_ms = waited - last_copy_wait_ms_;
+    last_copy_busy_ms_ = busy;
+    last_copy_wait_ms_ = waited;
     times_.total_ms = MsSince(last_step_end_);
+    // The optimizer's own waits for a staging buffer are inside optimizer_ms already.
+    const double outside_opt_wait = std::max(0.0, times_.offload_wait_ms - opt_copy_wait_ms_);
     times_.compute_ms = std::max(0.0, times_.total_ms - times_.gather_wait_ms - times_.reduce_wait_ms - times_.norm_ms -
-                                          times_.optimizer_ms - times_.allgather_ms);
+                                          times_.optimizer_ms - times_.allgather_ms - times_.param_stage_ms -
+                                          outside_opt_wait);
+    opt_copy_wait_ms_ = 0;
     result.times = times_;
     MaybeLog(result);
     times_ = StepTimes{};
@@ -825,41 +959,84 @@ class Engine::Impl {
     std::vector<Work> gathers;
     const size_t cds = DTypeSize(cd_);
     const bool stochastic = cd_ == DType::kBF16 && cfg_.bf16.stochastic_rounding;
+    const size_t opt_tile = static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1));
+    const auto t_opt = Clock::now();
+    const double wait_before = copies_.wait_ms();
     for (size_t ui = 0; ui < units_.size(); ++ui) {
       UnitRuntime& u = units_[ui];
       const int64_t S = u.layout.shard;
       const int64_t offset = stage_ == 0 || u.sharded_params(stage_) ? 0 : static_cast<int64_t>(rank_) * S;
       char* param_here = static_cast<char*>(u.params.data()) + offset * cds;  // this rank's part, compute dtype
-      ShardUpdate up;
-      std::vector<float*> states;
-      for (auto& b : u.state) states.push_back(b.as<float>());
-      up.state = states.data();
-      std::tie(up.grad, up.grad_dtype) = OptGrad(u);
-      up.grad_scale = grad_scale;
-      up.step = applied_steps_ + 1;
-      up.lr = lr;
-      up.n = stage_ == 0 ? u.layout.padded : S;
-      if (mixed()) {
-        up.master = u.master.as<float>();
-        up.param_out = stochastic ? nullptr : param_here;  // fused 16-bit write-back (round to nearest even)
-        up.param_out_dtype = cd_;
-      } else {
-        up.master = reinterpret_cast<float*>(param_here);  // fp32: the parameters are the master
+      // Counter-based randomness keyed by (seed, step, unit, global element): reproducible at any world size.
+      const uint64_t key = cfg_.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
+                           (static_cast<uint64_t>(ui) << 40);
+      const int64_t first_global = stage_ == 0 ? 0 : static_cast<int64_t>(rank_) * S;
+      const int64_t hn = u.host_n, n_dev = (stage_ == 0 ? u.layout.padded : S) - hn;
+      ShardUpdate base;
+      base.grad_scale = grad_scale;
+      base.step = applied_steps_ + 1;
+      base.lr = lr;
+      base.param_out_dtype = cd_;
+      // The device part [host_n, range): the optimizer over compute-tier buffers (all of it without offload).
+      if (n_dev > 0) {
+        ShardUpdate up = base;
+        char* params_dev = param_here + hn * cds;
+        std::vector<float*> states;
+        for (auto& b : u.state) states.push_back(b.as<float>());
+        up.state = states.data();
+        std::tie(up.grad, up.grad_dtype) = OptGrad(u);
+        up.n = n_dev;
+        if (mixed()) {
+          up.master = u.master.as<float>();
+          up.param_out = stochastic ? nullptr : params_dev;  // fused 16-bit write-back (round to nearest even)
+        } else {
+          up.master = reinterpret_cast<float*>(params_dev);  // fp32: the parameters are the master
+        }
+        ParallelUpdate(*optimizer_, up, threads_, opt_tile);
+        if (stochastic) {
+          StochasticRoundToBF16(up.master, reinterpret_cast<uint16_t*>(params_dev), up.n, key, first_global + hn);
+        }
       }
-      const auto t_opt = Clock::now();
-      ParallelUpdate(*optimizer_, up, threads_, static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1)));
-      times_.optimizer_ms += MsSince(t_opt);
-      if (stochastic) {
-        // Counter-based randomness keyed by (seed, step, unit, global element): reproducible at any world size.
-        const uint64_t key = cfg_.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
-                             (static_cast<uint64_t>(ui) << 40);
-        StochasticRoundToBF16(up.master, reinterpret_cast<uint16_t*>(param_here), up.n, key, offset);
+      // The host part [0, host_n): the optimizer over host-tier buffers, the updated parameters streamed back
+      // to the compute tier tile by tile (offload/host_step.h).
+      internal::CopyStream::Ticket copied = 0;
+      if (hn > 0) {
+        internal::HostStep hs;
+        hs.u = base;
+        std::vector<float*> states;
+        for (auto& b : u.host_state) states.push_back(b.as<float>());
+        hs.u.state = states.data();
+        hs.u.grad = u.host_grad.data();
+        hs.u.grad_dtype = u.grad_shard_dtype;
+        hs.u.n = hn;
+        if (MasterIsHostParams()) {
+          hs.u.master = reinterpret_cast<float*>(param_here);  // fp32 host shard: the parameters are the master
+        } else {
+          hs.u.master = u.host_master.as<float>();
+          hs.u.param_out_dtype = cd_;  // f32 when computing in fp32: a plain copy of the updated master
+          if (off_param_) {
+            hs.param_host = param_here;  // the parameters live on the host: written in place, nothing to copy
+          } else {
+            hs.u.param_out = param_here;
+          }
+        }
+        hs.threads = threads_;
+        hs.optimizer_tile = opt_tile;
+        hs.pipeline_tile = pipeline_tile_;
+        hs.stochastic = stochastic;
+        hs.stochastic_key = key;
+        hs.first_index = first_global;
+        copied = internal::RunHostStep(*optimizer_, hs, copies_, opt_staging_);
       }
       if (stage_ >= 1 && !u.sharded_params(stage_)) {
+        copies_.Wait(copied);  // this rank's updated slice is back in the compute tier
         // Refresh the full parameters from every rank's updated shard (in place).
         gathers.push_back(comm_->AllGather(param_here, u.params.data(), S, cd_));
       }
     }
+    copies_.Sync();  // stage 3: the next forward's gathers read the copied-back shards
+    opt_copy_wait_ms_ += copies_.wait_ms() - wait_before;
+    times_.optimizer_ms += MsSince(t_opt);
     const auto t_ag = Clock::now();
     for (size_t i = 0; i < gathers.size(); ++i) {
       Status s = gathers[i].Wait();
@@ -918,6 +1095,15 @@ class Engine::Impl {
     std::vector<float> full(u.layout.padded);
     const bool full_here = stage_ == 0 || (!mixed() && !u.sharded_params(stage_));
     const void* mine = mixed() ? u.master.data() : u.params.data();
+    std::vector<float> split;  // mixed precision with offload: the master shard's host and device parts
+    if (mixed() && u.host_n > 0) {
+      split.resize(u.layout.shard);
+      std::memcpy(split.data(), u.host_master.data(), u.host_n * 4);
+      if (u.layout.shard > u.host_n) {
+        std::memcpy(split.data() + u.host_n, u.master.data(), (u.layout.shard - u.host_n) * 4);
+      }
+      mine = split.data();
+    }
     if (full_here) {
       std::memcpy(full.data(), mine, u.layout.padded * 4);
     } else {
@@ -939,7 +1125,8 @@ class Engine::Impl {
   int ga_ = 1;
   int threads_ = 1;
   MemoryTracker tracker_;
-  BufferPool gather_pool_, bucket_pool_, staging_pool_;
+  // wire_pool_: a bucket converted to the wire dtype (communication_data_type) before its reduction.
+  BufferPool gather_pool_, bucket_pool_, wire_pool_;
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   std::vector<UnitRuntime> units_;
@@ -957,6 +1144,14 @@ class Engine::Impl {
   int64_t applied_steps_ = 0, skipped_steps_ = 0;
   StepTimes times_;
   Clock::time_point last_step_end_ = Clock::now();
+  // Offload (docs/design.md, "Offload").
+  bool off_opt_ = false, off_param_ = false;
+  size_t pipeline_tile_ = 0;
+  internal::StagingPair opt_staging_;  // host tier: updated parameters on their way back to the compute tier
+  std::deque<std::pair<uint64_t, Buffer>> held_;  // reduce buckets a queued copy still reads
+  double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
+  // Last member: destroyed first, so its worker finishes every queued copy while the buffers still exist.
+  internal::CopyStream copies_;
 };
 
 // ---- UnitScope ----

@@ -77,7 +77,10 @@ TEST_P(MemoryFormulaTest, ModelStateBytesMatchFormula) {
   for (int r = 0; r < world; ++r) {
     const MemoryReport& m = reports[r];
     EXPECT_EQ(m.ModelStateBytes(), a * psi_pad + b * psi_pad / N) << "rank " << r;
-    EXPECT_EQ(m.Current(MemTier::kDevice), 0);
+    // Without offload every model-state byte is in the compute tier ("device": host DRAM on this engine).
+    for (MemTag t : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
+      EXPECT_EQ(m.Get(MemTier::kHost, t).current, 0) << MemTagName(t);
+    }
     unpadded_sum += m.ModelStateBytes() - m.padding_bytes;
   }
   // Without padding, the ranks together hold exactly N copies of the replicated part and one of the sharded.

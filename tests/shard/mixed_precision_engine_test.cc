@@ -64,7 +64,7 @@ TEST_P(MixedMemoryTest, ModelStateBytesMatchZeroPaper) {
                               16 * psi_pad / N};
     EXPECT_EQ(m.ModelStateBytes(), expect[stage]) << "rank " << rank;
     // fp32 master: full at stage 0, else this rank's shard only.
-    EXPECT_EQ(m.Get(MemTier::kHost, MemTag::kMaster).current, stage == 0 ? 4 * psi_pad : 4 * psi_pad / N);
+    EXPECT_EQ(m.Get(MemTier::kDevice, MemTag::kMaster).current, stage == 0 ? 4 * psi_pad : 4 * psi_pad / N);
   });
 }
 
