@@ -962,6 +962,20 @@ class Engine::Impl {
     const size_t opt_tile = static_cast<size_t>(std::max<int64_t>(cfg_.zero.sub_group_size, 1));
     const auto t_opt = Clock::now();
     const double wait_before = copies_.wait_ms();
+    // Stages 1-2 all-gather each unit's updated slice once it is back in the compute tier. With offload the
+    // gather of unit k is issued after unit k+1's host step, so unit k's last copy runs during that step
+    // instead of being waited for at once (units keep their order, so every rank issues the same sequence).
+    int deferred_unit = -1;
+    internal::CopyStream::Ticket deferred_copy = 0;
+    auto issue_deferred_gather = [&] {
+      if (deferred_unit < 0) return;
+      UnitRuntime& d = units_[deferred_unit];
+      const int64_t dS = d.layout.shard;
+      char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank_) * dS * cds;
+      copies_.Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
+      gathers.push_back(comm_->AllGather(slice, d.params.data(), dS, cd_));  // refresh in place
+      deferred_unit = -1;
+    };
     for (size_t ui = 0; ui < units_.size(); ++ui) {
       UnitRuntime& u = units_[ui];
       const int64_t S = u.layout.shard;
@@ -1029,11 +1043,13 @@ class Engine::Impl {
         copied = internal::RunHostStep(*optimizer_, hs, copies_, opt_staging_);
       }
       if (stage_ >= 1 && !u.sharded_params(stage_)) {
-        copies_.Wait(copied);  // this rank's updated slice is back in the compute tier
-        // Refresh the full parameters from every rank's updated shard (in place).
-        gathers.push_back(comm_->AllGather(param_here, u.params.data(), S, cd_));
+        issue_deferred_gather();  // the previous unit's
+        deferred_unit = static_cast<int>(ui);
+        deferred_copy = copied;
+        if (copied == 0) issue_deferred_gather();  // nothing to wait for: refresh at once
       }
     }
+    issue_deferred_gather();
     copies_.Sync();  // stage 3: the next forward's gathers read the copied-back shards
     opt_copy_wait_ms_ += copies_.wait_ms() - wait_before;
     times_.optimizer_ms += MsSince(t_opt);
