@@ -192,6 +192,10 @@ class Engine {
   Communicator& comm();
   // Total registered (unpadded) parameter count Ψ.
   int64_t num_params() const;
+  // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute
+  // tier (on the host engine: host DRAM the CPU computes in); the host tier is what offload moved out of it
+  // (zero_optimization.offload_optimizer: master, optimizer state, reduced gradient shard; offload_param:
+  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload".
   MemoryReport memory_report() const;
   MemoryTracker& memory_tracker();
   // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE".
