@@ -126,7 +126,7 @@ class FloatScratch {
   TrackedFloats data_;
 };
 
-// Gloo's ReduceScatterHalvingDoubling with two changes, both on top of Gloo's own construction (buffers,
+// Gloo's ReduceScatterHalvingDoubling with three changes, all on top of Gloo's own construction (buffers,
 // slots, offsets, peers are Gloo's; nothing about the wire protocol changes):
 //
 // 1. run() waits for this run's sends to complete before the distribution phase writes results into the
@@ -145,6 +145,10 @@ class FloatScratch {
 //    slots, same order: run() indexes them) and swaps the pointer. The replaced send buffers are kept alive,
 //    not destroyed: the TCP transport unregisters a buffer's slot when it is destroyed, and a send buffer
 //    shares its slot number with a live receive buffer.
+//
+// 3. SetInput() lets run() read a const input instead of a staged copy of it (power-of-two worlds): step 0
+//    sends from the input and reduces out of place into the buffer. The staged copy it replaces cost a quarter
+//    of a 16 MiB reduce-scatter at world 4 (research in bench/results/comm-gloo-world4.md).
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
@@ -160,13 +164,20 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     size_t buffer_offset = 0;
     size_t items = stepsWithinBlock_ > 0 ? chunkSize_ << (steps_ - 1) : count_;
     for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
+      // With an input set (change 3), step 0 sends from it and reduces out of place into the buffer.
+      const bool from_input = i == 0 && input_ != nullptr;
       if (sendOffsets_[i] < static_cast<size_t>(count_)) {
-        sendDataBufs_[i]->send(sendOffsets_[i] * sizeof(float), sendCounts_[i] * sizeof(float));
-        sent.push_back(sendDataBufs_[i].get());
+        gloo::transport::Buffer* b = from_input ? input_send_.get() : sendDataBufs_[i].get();
+        b->send(sendOffsets_[i] * sizeof(float), sendCounts_[i] * sizeof(float));
+        sent.push_back(b);
       }
       if (recvOffsets_[i] < static_cast<size_t>(count_)) {
         recvDataBufs_[i]->waitRecv();
-        fn_->call(&data[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+        if (from_input) {
+          ReduceOutOfPlace(&data[recvOffsets_[i]], &input_[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+        } else {
+          fn_->call(&data[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+        }
       }
       buffer_offset += items;
       sendNotificationBufs_[i]->send();
@@ -225,6 +236,23 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   float* data() const { return ptrs_[0]; }
   size_t retired() const { return retired_.size(); }
 
+  // Change 3: the next run() reads a const `input` instead of a copy of it in the buffer. Power-of-two worlds
+  // only (every rank reduces at step 0 and never reads the half it sent away again): step 0 sends its half
+  // from `input` and writes input + received into the buffer's other half, where every later step works.
+  // nullptr returns to the plain run(). Requires that no run() is in progress.
+  static bool CanRunFromInput(int world, size_t total) {
+    return world >= 2 && (world & (world - 1)) == 0 && total >= static_cast<size_t>(world) * kMinInputRunElems;
+  }
+  void SetInput(const float* input) {
+    if (input != nullptr && input != input_send_over_) {
+      if (input_send_ != nullptr) retired_.push_back(std::move(input_send_));  // see Retarget
+      const int peer = context_->rank ^ 1;  // step 0's peer (the constructor's bitmask 1)
+      input_send_ = context_->getPair(peer)->createSendBuffer(DataSlot(peer), const_cast<float*>(input), bytes_);
+      input_send_over_ = input;
+    }
+    input_ = input;
+  }
+
   // Requires that no run() is in progress and all of the previous run's sends completed.
   void Retarget(float* data) {
     if (data == ptrs_[0] || contextSize_ == 1) {
@@ -236,9 +264,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       v->clear();
     }
     const int my = context_->rank;
-    auto data_slot = [&](int peer) {
-      return slotOffset_ + 2 * (std::min(my, peer) * contextSize_ + std::max(my, peer));
-    };
+    auto data_slot = [&](int peer) { return DataSlot(peer); };
     // Steps within the binary block (constructor: the loop over stepsWithinBlock_).
     uint32_t bitmask = 1;
     for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
@@ -268,6 +294,28 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   }
 
  private:
+  // Below this many elements per rank the staged copy is cheap and every rank surely has data at step 0.
+  static constexpr size_t kMinInputRunElems = 1024;
+
+  // The slot Gloo's constructor gives the data buffers shared with `peer`.
+  int DataSlot(int peer) const {
+    const int my = context_->rank;
+    return slotOffset_ + 2 * (std::min(my, peer) * contextSize_ + std::max(my, peer));
+  }
+
+  // out = a (+ or max) b, element-wise: step 0's reduction with the input left untouched.
+  void ReduceOutOfPlace(float* out, const float* a, const float* b, size_t n) const {
+    if (fn_ == gloo::ReductionFunction<float>::max) {
+      for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    }
+  }
+
+  const float* input_ = nullptr;
+  std::unique_ptr<gloo::transport::Buffer> input_send_;  // step 0's send buffer over input_send_over_
+  const float* input_send_over_ = nullptr;
+
   // Gloo's private helper of the same name: the last n bits of ctr, reversed.
   static uint32_t ReverseLastNBits(uint32_t ctr, uint32_t n) {
     uint32_t mask = 1, reversed = 0;
@@ -624,6 +672,17 @@ class GlooCommunicator final : public Communicator {
       RunReduceScatterAlgorithm(e, tag);
       if (divisor != 1.0f) DivideInPlace(data, count, divisor);
       if (out != in) std::memmove(out, data, count * esize);
+      return;
+    }
+    if (dtype == DType::kF32 && count <= chunk && RetargetableReduceScatter::CanRunFromInput(world_, count * world_)) {
+      // No staging copy: the algorithm reads the const input at step 0 (change 3 above).
+      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, false}, nullptr);
+      e.algorithm->SetInput(static_cast<const float*>(send));
+      RunReduceScatterAlgorithm(e, tag);
+      e.algorithm->SetInput(nullptr);
+      float* buf = e.algorithm->data();
+      if (divisor != 1.0f) DivideInPlace(buf, count, divisor);
+      std::memcpy(out, buf, count * esize);
       return;
     }
     for (size_t off = 0; off < count; off += chunk) {

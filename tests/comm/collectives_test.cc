@@ -282,6 +282,43 @@ TEST(Collectives, DestructiveReduceScatterSurvivesRebuilds) {
   internal::SetGlooReduceScatterRebuildEveryForTesting(0);
 }
 
+// The const-input f32 reduce-scatter on power-of-two worlds reads the caller's input at its first step instead
+// of a staged copy (>= 1024 elements per rank). Input untouched, exact sums/averages/maxima, output aliasing
+// the input (the engine's stage 1 reduces a gradient into its own slice), ranks switching input buffers on
+// different schedules, and the cached instance rebuilt every 3 uses.
+TEST(Collectives, ConstInputReduceScatterReadsTheInputInPlace) {
+  internal::SetGlooReduceScatterRebuildEveryForTesting(3);
+  for (int world : {2, 4, 8}) {
+    RunRanks(world, [world](Communicator& comm, int rank) {
+      for (size_t n : {size_t{1024}, size_t{4099}}) {
+        std::vector<std::vector<uint8_t>> bufs = {Make(n * world, DType::kF32), Make(n * world, DType::kF32)};
+        for (int call = 0; call < 7; ++call) {
+          const ReduceOp op = kOps[call % 3];
+          SCOPED_TRACE(absl::StrCat("world ", world, " count ", n, " call ", call));
+          auto& send = bufs[(call / (rank + 1)) % 2];
+          for (size_t i = 0; i < n * world; ++i) {
+            StoreFromF32(send.data(), DType::kF32, i, Input(op, rank, i, world, DType::kF32));
+          }
+          const auto before = send;
+          if (call == 6) {  // the output is this rank's block of the input itself
+            uint8_t* out = send.data() + rank * n * 4;
+            ASSERT_TRUE(comm.ReduceScatter(send.data(), out, n, DType::kF32, op).Wait().ok());
+            std::vector<uint8_t> got(out, out + n * 4);
+            ASSERT_EQ(CheckReduced(got, DType::kF32, n, op, world, rank * n), "");
+            continue;
+          }
+          auto recv = Make(n, DType::kF32);
+          Status s = comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, op).Wait();
+          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_EQ(CheckReduced(recv, DType::kF32, n, op, world, rank * n), "");
+          ASSERT_EQ(send, before) << "ReduceScatter must not modify its input";
+        }
+      }
+    });
+  }
+  internal::SetGlooReduceScatterRebuildEveryForTesting(0);
+}
+
 // 16-bit reductions accumulate in f32 and round once (bf16's ulp at 1.0 is 2^-7).
 TEST(Collectives, SixteenBitSumsAccumulateInF32) {
   RunRanks(8, [](Communicator& comm, int rank) {
