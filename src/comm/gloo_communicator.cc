@@ -147,8 +147,9 @@ class FloatScratch {
 //    shares its slot number with a live receive buffer.
 //
 // 3. SetInput() lets run() read a const input instead of a staged copy of it (power-of-two worlds): step 0
-//    sends from the input and reduces out of place into the buffer. The staged copy it replaces cost a quarter
-//    of a 16 MiB reduce-scatter at world 4 (research in bench/results/comm-gloo-world4.md).
+//    sends from the input and reduces out of place into the buffer, and the distribution phase writes the
+//    result into the caller's output instead of the buffer's start. The staged copy it replaces cost a quarter
+//    of a 16 MiB reduce-scatter at world 4 (bench/results/comm-gloo-world4.md).
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
@@ -217,15 +218,17 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     // The fix: nothing below may overwrite a region a send of this run still reads from.
     for (gloo::transport::Buffer* b : sent) b->waitSend();
 
+    // With an input set (change 3) the result goes straight to the caller's output, not into the buffer.
+    float* const result = input_ != nullptr && output_ != nullptr ? output_ : data;
     index = 0;
     buffer_offset = 0;
     for (const auto& d : distMapForRecv_) {
       if (d.rank != my) {
         distRecvDataBufs_[index++]->waitRecv();
-        std::memcpy(&data[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
+        std::memcpy(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
         sendNotificationBufs_[send_notify_offset++]->send();
-      } else if (my != 0) {  // rank 0's own piece is already in place
-        std::memmove(&data[buffer_offset], &data[d.offset], d.itemCount * sizeof(float));
+      } else if (my != 0 || result != data) {  // rank 0's own piece is already in place in the buffer
+        std::memmove(&result[buffer_offset], &data[d.offset], d.itemCount * sizeof(float));
       }
       buffer_offset += d.itemCount;
     }
@@ -243,7 +246,9 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   static bool CanRunFromInput(int world, size_t total) {
     return world >= 2 && (world & (world - 1)) == 0 && total >= static_cast<size_t>(world) * kMinInputRunElems;
   }
-  void SetInput(const float* input) {
+  // `output` (this rank's block, distinct from the buffer) receives the result instead of the buffer's start.
+  void SetInput(const float* input, float* output) {
+    output_ = output;
     if (input != nullptr && input != input_send_over_) {
       if (input_send_ != nullptr) retired_.push_back(std::move(input_send_));  // see Retarget
       const int peer = context_->rank ^ 1;  // step 0's peer (the constructor's bitmask 1)
@@ -313,6 +318,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   }
 
   const float* input_ = nullptr;
+  float* output_ = nullptr;
   std::unique_ptr<gloo::transport::Buffer> input_send_;  // step 0's send buffer over input_send_over_
   const float* input_send_over_ = nullptr;
 
@@ -677,12 +683,10 @@ class GlooCommunicator final : public Communicator {
     if (dtype == DType::kF32 && count <= chunk && RetargetableReduceScatter::CanRunFromInput(world_, count * world_)) {
       // No staging copy: the algorithm reads the const input at step 0 (change 3 above).
       RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, false}, nullptr);
-      e.algorithm->SetInput(static_cast<const float*>(send));
+      e.algorithm->SetInput(static_cast<const float*>(send), reinterpret_cast<float*>(out));
       RunReduceScatterAlgorithm(e, tag);
-      e.algorithm->SetInput(nullptr);
-      float* buf = e.algorithm->data();
-      if (divisor != 1.0f) DivideInPlace(buf, count, divisor);
-      std::memcpy(out, buf, count * esize);
+      e.algorithm->SetInput(nullptr, nullptr);
+      if (divisor != 1.0f) DivideInPlace(reinterpret_cast<float*>(out), count, divisor);
       return;
     }
     for (size_t off = 0; off < count; off += chunk) {
