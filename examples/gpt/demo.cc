@@ -48,27 +48,35 @@ int main(int argc, char** argv) {
               model.c_str(), world, static_cast<long long>(steps));
   std::printf("model-state bytes are per rank (largest rank), measured by zero's allocation tracker; formula = ZeRO "
               "paper (16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N) on the unpadded Ψ\n\n");
-  std::printf("%-12s %10s %10s %10s %10s %12s %12s %11s %8s %8s %8s\n", "stage", "params", "grads", "optimizer",
-              "gather", "model_state", "formula", "activations", "loss_0", "loss_end", "step_ms");
+  std::printf("%-15s %10s %10s %10s %10s %12s %12s %12s %11s %8s %8s %8s\n", "stage", "params", "grads", "optimizer",
+              "gather", "model_state", "formula", "state_device", "activations", "loss_0", "loss_end", "step_ms");
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
   if (out) {
     std::fprintf(out, "run,stage,world,params_bytes,grads_bytes,optimizer_bytes,gather_peak,model_state,formula,"
-                      "activations_peak,loss_first,loss_last,step_ms\n");
+                      "model_state_device,activations_peak,loss_first,loss_last,step_ms\n");
   }
-  // Stages 0-3 in fp32, then stage 3 with bf16 compute and with every block recomputed.
+  // Stages 0-3 in fp32, then stage 3 with bf16 compute, with every block recomputed, and with bf16 and the
+  // optimizer and parameters offloaded to the host tier.
   struct Run {
     int stage;
     bool bf16;
     bool recompute;
+    bool offload;
     const char* name;
   };
-  const Run runs[] = {{0, false, false, "0"},        {1, false, false, "1"},        {2, false, false, "2"},
-                      {3, false, false, "3"},        {3, true, false, "3 bf16"},    {3, false, true, "3 recompute"}};
+  const Run runs[] = {{0, false, false, false, "0"},           {1, false, false, false, "1"},
+                      {2, false, false, false, "2"},           {3, false, false, false, "3"},
+                      {3, true, false, false, "3 bf16"},       {3, false, true, false, "3 recompute"},
+                      {3, true, false, true, "3 bf16 offload"}};
   for (const Run& run : runs) {
     const int stage = run.stage;
     zero::Config cfg = zero::Config::Default();
     cfg.zero.stage = stage;
     cfg.bf16.enabled = run.bf16;
+    if (run.offload) {
+      cfg.zero.offload_optimizer.device = zero::OffloadDevice::kCpu;
+      cfg.zero.offload_param.device = zero::OffloadDevice::kCpu;
+    }
     cfg.zero.stage3_param_persistence_threshold = 0;  // shard every unit, so the formula applies to all
     cfg.train_micro_batch_size_per_gpu = 4;
     cfg.train_batch_size.reset();
@@ -84,7 +92,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     const auto& r0 = (*results)[0];
-    int64_t worst_state = 0, params = 0, grads = 0, optim = 0, gather = 0, acts = 0;
+    int64_t worst_state = 0, params = 0, grads = 0, optim = 0, gather = 0, acts = 0, on_device = 0;
     for (const auto& m : r0.all_ranks) {
       if (m.ModelStateBytes() >= worst_state) {
         worst_state = m.ModelStateBytes();
@@ -99,6 +107,10 @@ int main(int argc, char** argv) {
         optim = both(zero::MemTag::kOptimizer, false);
         gather = both(zero::MemTag::kGather, true);
         acts = both(zero::MemTag::kActivations, true);
+        on_device = 0;  // model state left in the compute tier (offload moves it to the host tier)
+        for (auto t : {zero::MemTag::kParams, zero::MemTag::kGrads, zero::MemTag::kOptimizer, zero::MemTag::kMaster}) {
+          on_device += m.Get(zero::MemTier::kDevice, t).current;
+        }
       }
     }
     double ms = 0;
@@ -106,20 +118,24 @@ int main(int argc, char** argv) {
     ms /= std::max<size_t>(1, r0.steps.size() - 1);
     // fp32 and bf16 Adam have the same formula at stage 3 (16Ψ/N); the split between tags differs.
     const double formula = FormulaBytes(stage, static_cast<double>(r0.params), world);
-    std::printf("%-12s %10lld %10lld %10lld %10lld %12lld %12.0f %11lld %8.4f %8.4f %8.1f\n", run.name,
+    std::printf("%-15s %10lld %10lld %10lld %10lld %12lld %12.0f %12lld %11lld %8.4f %8.4f %8.1f\n", run.name,
                 static_cast<long long>(params), static_cast<long long>(grads), static_cast<long long>(optim),
                 static_cast<long long>(gather), static_cast<long long>(worst_state), formula,
-                static_cast<long long>(acts), r0.steps.front().loss, r0.steps.back().loss, ms);
+                static_cast<long long>(on_device), static_cast<long long>(acts), r0.steps.front().loss,
+                r0.steps.back().loss, ms);
     if (out) {
-      std::fprintf(out, "%s,%d,%d,%lld,%lld,%lld,%lld,%lld,%.0f,%lld,%.6f,%.6f,%.3f\n", run.name, stage, world,
+      std::fprintf(out, "%s,%d,%d,%lld,%lld,%lld,%lld,%lld,%.0f,%lld,%lld,%.6f,%.6f,%.3f\n", run.name, stage, world,
                    static_cast<long long>(params), static_cast<long long>(grads), static_cast<long long>(optim),
                    static_cast<long long>(gather), static_cast<long long>(worst_state), formula,
-                   static_cast<long long>(acts), r0.steps.front().loss, r0.steps.back().loss, ms);
+                   static_cast<long long>(on_device), static_cast<long long>(acts), r0.steps.front().loss,
+                   r0.steps.back().loss, ms);
     }
   }
   if (out) std::fclose(out);
   std::printf("\nmodel_state - formula = padding (each unit padded to a multiple of 32*N elements); bf16 keeps 16-bit "
-              "params and grads plus an fp32 master shard (still 16Ψ/N at stage 3). activations = peak bytes of the "
+              "params and grads plus an fp32 master shard (still 16Ψ/N at stage 3). state_device = model state left in the "
+              "compute tier (offload moves master, optimizer state and shards to the host tier; on this host engine "
+              "both tiers are host DRAM). activations = peak bytes of the "
               "trainer's activation arena. step_ms is wall time on this machine, all ranks sharing its cores.\n");
   return 0;
 }
