@@ -51,12 +51,13 @@ GptRun Train(int world, const Config& cfg) {
   return run;
 }
 
-enum class Precision { kF32, kBF16, kBF16Stochastic };
+enum class Precision { kF32, kBF16, kBF16Stochastic, kF16 };
 
 Config Base(int stage, Precision p, int ga = 1, GradAccumulationMode mode = GradAccumulationMode::kLowMemory) {
   Config c = testing::TrainConfig(stage, /*micro=*/2, ga, 3e-3, 1.0, mode);
-  c.bf16.enabled = p != Precision::kF32;
+  c.bf16.enabled = p == Precision::kBF16 || p == Precision::kBF16Stochastic;
   c.bf16.stochastic_rounding = p == Precision::kBF16Stochastic;
+  c.fp16.enabled = p == Precision::kF16;  // DeepSpeed's defaults: 2^16 start, so the first steps overflow and skip
   c.zero.sub_group_size = 4096;  // several host-step tiles per unit (the copy-back pipeline runs)
   return c;
 }
@@ -89,14 +90,19 @@ struct Case {
   double ratio = 1.0;
   int ga = 1;
   GradAccumulationMode mode = GradAccumulationMode::kLowMemory;
+  bool persistent = false;  // stage 3: small units kept gathered (stage3_param_persistence_threshold)
 };
 
 std::string Name(const Case& c) {
-  const char* p = c.precision == Precision::kF32 ? "f32" : c.precision == Precision::kBF16 ? "bf16" : "bf16sr";
+  const char* p = c.precision == Precision::kF32    ? "f32"
+                  : c.precision == Precision::kBF16 ? "bf16"
+                  : c.precision == Precision::kF16  ? "fp16"
+                                                    : "bf16sr";
   std::string n = absl::StrCat("world", c.world, "_stage", c.stage, "_", p);
   if (c.offload_params) n += "_params";
   if (c.ratio < 1) n += absl::StrCat("_ratio", static_cast<int>(c.ratio * 100));
   if (c.ga > 1) n += absl::StrCat("_ga", c.ga, c.mode == GradAccumulationMode::kLowMemory ? "lowmem" : "lowcomm");
+  if (c.persistent) n += "_persistent";
   return n;
 }
 
@@ -104,7 +110,8 @@ class OffloadParityTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(OffloadParityTest, BitwiseEqualToNoOffload) {
   const Case c = GetParam();
-  const Config base = Base(c.stage, c.precision, c.ga, c.mode);
+  Config base = Base(c.stage, c.precision, c.ga, c.mode);
+  if (c.persistent) base.zero.stage3_param_persistence_threshold = 30000;  // the root unit (18.6 k), not blocks
   const GptRun want = Train(c.world, base);
   const GptRun got = Train(c.world, Offloaded(base, c.offload_params, c.ratio));
   ExpectBitwise(got, want, Name(c));
@@ -128,6 +135,9 @@ std::vector<Case> Cases() {
   cases.push_back({2, 2, Precision::kBF16, false, 1.0, /*ga=*/2, GradAccumulationMode::kLowMemory});
   cases.push_back({2, 3, Precision::kF32, true, 1.0, /*ga=*/2, GradAccumulationMode::kLowCommunication});
   cases.push_back({2, 1, Precision::kBF16, false, 1.0, /*ga=*/3, GradAccumulationMode::kLowMemory});
+  cases.push_back({2, 2, Precision::kF16});
+  cases.push_back({4, 3, Precision::kF16, /*offload_params=*/true});
+  cases.push_back({3, 3, Precision::kBF16, true, 1.0, 1, GradAccumulationMode::kLowMemory, /*persistent=*/true});
   return cases;
 }
 
