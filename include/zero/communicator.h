@@ -62,8 +62,9 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual Backend backend() const = 0;
 
-  // The host buffers this communicator allocated itself (f32 staging for 16-bit reductions, reduce-scatter
-  // input copies), under MemTag::kStaging; the Engine adds them to its report. Thread-safe.
+  // The host buffers this communicator holds (f32 staging for 16-bit reductions, reduce-scatter input copies and
+  // working buffers, and Gloo's receive buffers inside cached reduce-scatter instances), under
+  // MemTag::kStaging; the Engine adds them to its report. Thread-safe.
   virtual MemoryReport memory_report() const { return {}; }
 
   // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.

@@ -152,9 +152,16 @@ class FloatScratch {
 //    of a 16 MiB reduce-scatter at world 4 (bench/results/comm-gloo-world4.md).
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
+  // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.
   RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
-                            std::vector<int> recv_elems, const gloo::ReductionFunction<float>* fn)
-      : gloo::ReduceScatterHalvingDoubling<float>(context, {data}, total, std::move(recv_elems), fn) {}
+                            std::vector<int> recv_elems, const gloo::ReductionFunction<float>* fn,
+                            MemoryTracker* tracker)
+      : gloo::ReduceScatterHalvingDoubling<float>(context, {data}, total, std::move(recv_elems), fn),
+        tracker_(tracker),
+        gloo_bytes_(static_cast<int64_t>((recvBuf_.size() + recvBufDist_.size()) * sizeof(float))) {
+    tracker_->Add(MemTier::kHost, MemTag::kStaging, gloo_bytes_);
+  }
+  ~RetargetableReduceScatter() { tracker_->Sub(MemTier::kHost, MemTag::kStaging, gloo_bytes_); }
 
   void run() override {
     if (contextSize_ == 1) return;  // one buffer, one rank: nothing to reduce or move
@@ -317,6 +324,8 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     }
   }
 
+  MemoryTracker* const tracker_;
+  const int64_t gloo_bytes_;
   const float* input_ = nullptr;
   float* output_ = nullptr;
   std::unique_ptr<gloo::transport::Buffer> input_send_;  // step 0's send buffer over input_send_over_
@@ -634,7 +643,8 @@ class GlooCommunicator final : public Communicator {
       entry->algorithm = std::make_unique<RetargetableReduceScatter>(
           rs_ctx_, key.external ? external : entry->owned.get(), static_cast<int>(key.total),
           std::vector<int>(world_, static_cast<int>(block)),
-          key.reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum);
+          key.reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum,
+          &tracker_);
     }
     if (key.external) entry->algorithm->Retarget(external);
     return *entry;

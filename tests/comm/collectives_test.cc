@@ -319,6 +319,22 @@ TEST(Collectives, ConstInputReduceScatterReadsTheInputInPlace) {
   internal::SetGlooReduceScatterRebuildEveryForTesting(0);
 }
 
+// The communicator reports what its cached reduce-scatter holds: at world 4 Gloo's instance keeps two receive
+// buffers of the whole input (recvBuf_ = chunk << steps, recvBufDist_ = count), and the const-input variant
+// a working buffer of the input's size as well; the destructive one works in the caller's buffer.
+TEST(Collectives, MemoryReportCountsGlooReceiveBuffers) {
+  RunRanks(4, [](Communicator& comm, int rank) {
+    const size_t n = 4096, total = 4 * n;
+    auto staging = [&] { return comm.memory_report().Get(MemTier::kHost, MemTag::kStaging).current; };
+    const int64_t before = staging();
+    std::vector<float> send(total, 1.0f), recv(n);
+    ASSERT_TRUE(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+    EXPECT_EQ(staging() - before, static_cast<int64_t>(2 * total * 4));
+    ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+    EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 3) * total * 4));  // a second cached instance
+  });
+}
+
 // 16-bit reductions accumulate in f32 and round once (bf16's ulp at 1.0 is 2^-7).
 TEST(Collectives, SixteenBitSumsAccumulateInF32) {
   RunRanks(8, [](Communicator& comm, int rank) {
