@@ -29,7 +29,7 @@ VARIANTS = [
 ]
 
 FIELDS = ["total", "compute", "gather_wait", "reduce_wait", "norm", "optimizer", "allgather"]
-OFF_FIELDS = ["copy stream busy", "waited", "param stage-in"]
+OFF_FIELDS = ["copy stream busy", "waited"]
 
 
 def config(stage, opt, param):
@@ -122,14 +122,13 @@ def main():
     print("`copy busy` is the copy stream's own time (gradient shards landing in the host tier during backward, "
           "updated parameters copied back during the host step); it runs beside the rest. `copy waited` is the "
           "time the trainer's thread was blocked on it. Serialized copies would make the two equal.\n")
-    print("| variant | total | compute | gather wait | reduce wait | optimizer | all-gather | copy busy | copy waited |"
-          " param stage-in |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| variant | total | compute | gather wait | reduce wait | optimizer | all-gather | copy busy | copy waited |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, steps, mem, losses in rows:
         med = lambda k: "%.2f" % statistics.median(s[k] for s in steps) if steps else "?"
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, med("total"), med("compute"), med("gather_wait"), med("reduce_wait"), med("optimizer"),
-            med("allgather"), med("copy stream busy"), med("waited"), med("param stage-in")))
+            med("allgather"), med("copy stream busy"), med("waited")))
 
 
 if __name__ == "__main__":

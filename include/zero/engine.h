@@ -89,7 +89,6 @@ struct StepTimes {
   // trainer's thread was blocked on it is. optimizer_ms includes the host step's waits for a staging buffer.
   double offload_copy_ms = 0;  // copy stream busy (overlapped with backward and the host optimizer)
   double offload_wait_ms = 0;  // blocked on the copy stream (inside optimizer_ms, or before the norm)
-  double param_stage_ms = 0;   // offload_param: host shards staged into gather buffers (stage 3)
 };
 
 struct StepResult {

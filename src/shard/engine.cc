@@ -472,17 +472,11 @@ class Engine::Impl {
     ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.layout.name;
     const size_t cds = DTypeSize(cd_);
     u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
+    // With offload_param the shard is in the host tier and the all-gather reads it from there: on this host
+    // engine the transport reads host memory directly, so staging the shard into the compute tier is part of
+    // the (prefetched, asynchronous) gather. A device engine must first copy it H2D on its copy stream, ordered
+    // before the all-gather by an event (NCCL reads device memory).
     const void* send = u.params.data();
-    if (off_param_) {
-      // Stage the host shard into its slot of the gather buffer, then all-gather in place. On this host engine
-      // the stage-in is a memcpy of 1/N of the unit on the issuing thread, issued by the prefetch schedule
-      // ahead of use (a device engine would make it an async H2D copy the communication stream waits on).
-      const auto t0 = Clock::now();
-      char* slot = static_cast<char*>(u.gather.data()) + static_cast<int64_t>(rank_) * u.layout.shard * cds;
-      std::memcpy(slot, u.params.data(), u.layout.shard * cds);
-      times_.param_stage_ms += MsSince(t0);
-      send = slot;
-    }
     u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_);
     u.status = UnitStatus::kInflight;
     UpdateLive(u.layout.padded);
@@ -831,7 +825,7 @@ class Engine::Impl {
                       t.optimizer_ms, ", allgather ", t.allgather_ms);
       if (off_opt_ || off_param_) {
         absl::StrAppend(&line, " | offload ms: copy stream busy ", t.offload_copy_ms, " (overlapped), waited ",
-                        t.offload_wait_ms, ", param stage-in ", t.param_stage_ms);
+                        t.offload_wait_ms);
       }
     }
     ZERO_LOG(INFO) << line;
@@ -945,7 +939,7 @@ class Engine::Impl {
     // The optimizer's own waits for a staging buffer are inside optimizer_ms already.
     const double outside_opt_wait = std::max(0.0, times_.offload_wait_ms - opt_copy_wait_ms_);
     times_.compute_ms = std::max(0.0, times_.total_ms - times_.gather_wait_ms - times_.reduce_wait_ms - times_.norm_ms -
-                                          times_.optimizer_ms - times_.allgather_ms - times_.param_stage_ms -
+                                          times_.optimizer_ms - times_.allgather_ms -
                                           outside_opt_wait);
     opt_copy_wait_ms_ = 0;
     result.times = times_;
