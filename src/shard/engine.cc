@@ -500,6 +500,9 @@ class Engine::Impl {
       Status s = u.gather_work.Wait();  // never free a buffer an op is still writing
       if (!s.ok() && deferred_.ok()) deferred_ = s;
     }
+    if (!u.gather_work.IsCompleted()) {
+      Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
+    }
     gather_pool_.Give(std::move(u.gather));
     u.status = UnitStatus::kNotAvailable;
     UpdateLive(-u.layout.padded);
@@ -619,6 +622,9 @@ class Engine::Impl {
     Status s;
     if (backward) s = ReduceUnit(u);
     if (u.sharded_params(stage_)) ReleaseGather(u);
+    // Retire the reductions that have finished meanwhile (never blocking): their buckets go back to the pool
+    // and, with offload, their shards start streaming to the host while backward goes on.
+    if (s.ok()) s = RetireCompleted();
     return s;
   }
 
@@ -746,6 +752,10 @@ class Engine::Impl {
     const auto t0 = Clock::now();
     Status s = p.work.Wait();
     times_.reduce_wait_ms += MsSince(t0);
+    if (!s.ok() && !p.work.IsCompleted()) {
+      // The wait failed (timeout, dead peer) with the op still running: its buffers must outlive it.
+      for (Buffer* b : {&p.bucket, &p.recv, &p.staging}) Quarantine(std::move(*b));
+    }
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.layout.name, ": ", s.message()));
     }
@@ -773,6 +783,19 @@ class Engine::Impl {
     bucket_pool_.Give(std::move(p.bucket));
     bucket_pool_.Give(std::move(p.recv));
     wire_pool_.Give(std::move(p.staging));
+    return absl::OkStatus();
+  }
+
+  // Keeps a buffer that a failed collective may still be using out of every pool; such buffers are never freed
+  // (~Engine leaks them if their ops still have not completed), so a broken communicator cannot turn into a
+  // use-after-free.
+  void Quarantine(Buffer b) {
+    if (!b.empty()) quarantine_.push_back(std::move(b));
+  }
+
+  // Retires queued reductions from the front for as long as they have completed; never waits.
+  Status RetireCompleted() {
+    while (!pending_.empty() && pending_.front().work.IsCompleted()) ZERO_RETURN_IF_ERROR(RetireOldest());
     return absl::OkStatus();
   }
 
@@ -1160,6 +1183,7 @@ class Engine::Impl {
   internal::StagingPair opt_staging_;  // host tier: updated parameters on their way back to the compute tier
   std::deque<std::pair<uint64_t, Buffer>> held_;  // reduce buckets a queued copy still reads
   double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
+  std::vector<Buffer> quarantine_;  // buffers of collectives whose wait failed (see Quarantine)
   // Last member: destroyed first, so its worker finishes every queued copy while the buffers still exist.
   internal::CopyStream copies_;
 };
@@ -1216,11 +1240,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() {
-  if (impl_) {
-    for (auto& p : impl_->pending_) (void)p.work.Wait();
-    for (auto& u : impl_->units_) {
-      if (u.status == UnitStatus::kInflight) (void)u.gather_work.Wait();
-    }
+  if (!impl_) return;
+  bool unfinished = false;
+  for (auto& p : impl_->pending_) {
+    (void)p.work.Wait();
+    unfinished |= !p.work.IsCompleted();
+  }
+  for (auto& u : impl_->units_) {
+    if (u.status == UnitStatus::kInflight) (void)u.gather_work.Wait();
+    unfinished |= !u.gather_work.IsCompleted();
+  }
+  for (auto& b : impl_->quarantine_) unfinished |= !b.empty();
+  if (unfinished) {
+    // A collective that failed to complete may still read or write engine buffers from the communication
+    // thread: leak the engine's state rather than free memory under it (the communicator is broken anyway).
+    ZERO_LOG(ERROR) << "Engine destroyed with collectives that did not complete; leaking its buffers";
+    (void)impl_.release();
   }
 }
 
