@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpt/train.h"
+#include "support/gpt_run.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "zero/config.h"
@@ -31,23 +32,11 @@ struct GptRun {
 };
 
 GptRun Train(int world, const Config& cfg) {
-  std::vector<gpt::TrainResult> results(world);
-  gpt::TrainOptions opt;
-  opt.model = "tiny";
-  opt.steps = kSteps;
-  opt.seed = 42;
-  opt.seq = 16;
-  opt.local_world_size = world;
-  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
-    auto comm = testing::Borrow(comm_ref);
-    auto r = gpt::TrainRank(cfg, comm, opt, {}, /*collect_final_params=*/true);
-    ASSERT_TRUE(r.ok()) << "rank " << rank << ": " << r.status();
-    results[rank] = std::move(*r);
-  });
+  const gpt::TrainResult r0 = testing::TrainTinyGpt(world, cfg, kSteps);
   GptRun run;
-  for (const auto& s : results[0].steps) run.losses.push_back(s.loss);
-  run.params = results[0].final_params;
-  run.memory = results[0].memory;
+  for (const auto& s : r0.steps) run.losses.push_back(s.loss);
+  run.params = r0.final_params;
+  run.memory = r0.memory;
   return run;
 }
 

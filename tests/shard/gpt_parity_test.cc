@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpt/train.h"
+#include "support/gpt_run.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "zero/config.h"
@@ -25,22 +26,7 @@ Config GptConfigFor(int stage, int micro, int ga, GradAccumulationMode mode = Gr
   return testing::TrainConfig(stage, micro, ga, 3e-3, 1.0, mode);
 }
 
-gpt::TrainResult TrainGpt(int world, const Config& cfg) {
-  std::vector<gpt::TrainResult> results(world);
-  gpt::TrainOptions opt;
-  opt.model = "tiny";
-  opt.steps = kSteps;
-  opt.seed = 42;
-  opt.seq = 16;
-  opt.local_world_size = world;
-  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
-    auto comm = testing::Borrow(comm_ref);
-    auto r = gpt::TrainRank(cfg, comm, opt, {}, /*collect_final_params=*/true);
-    ASSERT_TRUE(r.ok()) << "rank " << rank << ": " << r.status();
-    results[rank] = std::move(*r);
-  });
-  return results[0];
-}
+gpt::TrainResult TrainGpt(int world, const Config& cfg) { return testing::TrainTinyGpt(world, cfg, kSteps); }
 
 const gpt::TrainResult& Reference(int world) {
   static std::mutex mu;
