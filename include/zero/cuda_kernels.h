@@ -41,6 +41,16 @@ int DeviceCount();
 [[nodiscard]] Status Convert(const void* d_src, DType src_type, void* d_dst, DType dst_type, size_t n,
                              Stream stream);
 
+// d_dst[i] = dst_type(d_dst[i] + d_src[i]): the sum in f32, rounded once (round to nearest even), identical bit
+// for bit to the host engine's landing of a gradient by addition. Used to add a reduced shard to an
+// accumulator and to accumulate 16-bit gradients in fp32. The buffers must not overlap.
+[[nodiscard]] Status Add(const void* d_src, DType src_type, void* d_dst, DType dst_type, size_t n, Stream stream);
+
+// zero::StochasticRoundToBF16 (zero/mixed_precision.h) on the device, bit for bit: the same (key, first_index)
+// give the same bf16 values as the host.
+[[nodiscard]] Status StochasticRoundToBF16(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key,
+                                           int64_t first_index, Stream stream);
+
 // ---- fused optimizer steps -------------------------------------------------------------------------------
 //
 // One pass over the shard `u`: g = grad[i] * u.grad_scale (grad in f32, f16 or bf16), then the update of

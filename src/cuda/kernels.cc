@@ -115,6 +115,22 @@ Status Convert(const void* d_src, DType st, void* d_dst, DType dt, size_t n, Str
                       "Convert", n);
 }
 
+Status Add(const void* d_src, DType st, void* d_dst, DType dt, size_t n, Stream stream) {
+  if (n == 0) return absl::OkStatus();
+  if (!ValidDType(st) || !ValidDType(dt)) return absl::InvalidArgumentError("Add: invalid dtype");
+  if (d_src == nullptr || d_dst == nullptr) return absl::InvalidArgumentError(absl::StrCat("Add: null pointer (n=", n, ")"));
+  return LaunchStatus(in::LaunchAdd(d_src, static_cast<in::Dt>(st), d_dst, static_cast<in::Dt>(dt), n, stream), "Add", n);
+}
+
+Status StochasticRoundToBF16(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key, int64_t first_index,
+                             Stream stream) {
+  if (n == 0) return absl::OkStatus();
+  if (d_src == nullptr || d_dst == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("StochasticRoundToBF16: null pointer (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchStochasticRound(d_src, d_dst, n, key, first_index, stream), "StochasticRoundToBF16", n);
+}
+
 Status AdamStep(const ShardUpdate& u, const AdamParams& p, Stream stream) {
   if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f) || !(p.beta2 >= 0.0f && p.beta2 < 1.0f)) {
     return absl::InvalidArgumentError(

@@ -20,6 +20,8 @@
 #include "cuda/internal/convert.cuh"
 #include "cuda/internal/fused_optim.cuh"
 #include "cuda/internal/grad_stats.cuh"
+#include "shard/internal/compute.h"
+#include "zero/mixed_precision.h"
 #include "zero/dtype.h"
 #include "zero/optimizer.h"
 
@@ -533,6 +535,84 @@ TEST(EmulationTest, ConvertMatchesHostBitForBit) {
           }
           EXPECT_TRUE(d.GuardsIntact());
         }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Add (the device engine's landing of a gradient by addition): bit for bit the host engine's LandOnHost.
+
+template <class S, class D>
+void EmulateAdd(const void* src, void* dst, size_t n, size_t nthreads) {
+  const in::PlanBuffer bufs[2] = {{src, sizeof(typename S::Elem)}, {dst, sizeof(typename D::Elem)}};
+  const in::VecPlan plan = in::MakeVecPlan(bufs, 2, n);
+  for (size_t t = 0; t < nthreads; ++t) in::AddThread<S, D>(src, dst, plan, t, nthreads);
+}
+
+TEST(EmulationTest, AddMatchesHostLandBitForBit) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const size_t n = 1003;
+  std::vector<float> a(n), b(n);
+  for (auto& x : a) x = normal(rng);
+  for (auto& x : b) x = normal(rng);
+  for (size_t i = 0; i < 10; ++i) b[i] = kEdge[i];
+  for (DType st : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+      for (size_t mis_s : {0u, 1u}) {
+        for (size_t mis_d : {0u, 3u}) {
+          SCOPED_TRACE(::testing::Message() << DTypeName(st) << "+=" << DTypeName(dt) << " " << mis_s << "/" << mis_d);
+          Guarded s(n * DTypeSize(st), mis_s * DTypeSize(st)), d(n * DTypeSize(dt), mis_d * DTypeSize(dt));
+          ConvertBuffer(b.data(), DType::kF32, s.data(), st, n);
+          ConvertBuffer(a.data(), DType::kF32, d.data(), dt, n);
+          std::vector<unsigned char> ref(n * DTypeSize(dt));
+          ConvertBuffer(a.data(), DType::kF32, ref.data(), dt, n);
+          internal::LandOnHost(s.data(), st, ref.data(), dt, static_cast<int64_t>(n), /*add=*/true);
+          auto run = [&](auto stag, auto dtag) { EmulateAdd<decltype(stag), decltype(dtag)>(s.data(), d.data(), n, 96); };
+          auto with_dst = [&](auto stag) {
+            if (dt == DType::kF32) run(stag, in::F32{});
+            if (dt == DType::kF16) run(stag, in::F16{});
+            if (dt == DType::kBF16) run(stag, in::BF16{});
+          };
+          if (st == DType::kF32) with_dst(in::F32{});
+          if (st == DType::kF16) with_dst(in::F16{});
+          if (st == DType::kBF16) with_dst(in::BF16{});
+          size_t changed = 0;
+          for (size_t i = 0; i < n; ++i) {
+            const float x = LoadAsF32(d.data(), dt, i);
+            const float y = LoadAsF32(ref.data(), dt, i);
+            changed += x != LoadAsF32(a.data(), DType::kF32, i);
+            if (std::isnan(x) && std::isnan(y)) continue;
+            ASSERT_EQ(std::memcmp(d.data() + i * DTypeSize(dt), ref.data() + i * DTypeSize(dt), DTypeSize(dt)), 0)
+                << "i=" << i << " got " << x << " want " << y;
+          }
+          EXPECT_GT(changed, n / 2);  // the sum really happened
+          EXPECT_TRUE(d.GuardsIntact());
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Stochastic rounding: bit for bit the host's StochasticRoundToBF16, for any split into threads and offsets.
+
+TEST(EmulationTest, StochasticRoundMatchesHostBitForBit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const size_t n = 777;
+  std::vector<float> src(n);
+  for (auto& x : src) x = normal(rng);
+  for (size_t i = 0; i < 10; ++i) src[i] = kEdge[i];
+  for (uint64_t key : {uint64_t{0}, uint64_t{0x1234567890ABCDEFull}}) {
+    for (int64_t first : {int64_t{0}, int64_t{4096 + 3}}) {
+      std::vector<uint16_t> ref(n), got(n, 0xFFFF);
+      StochasticRoundToBF16(src.data(), ref.data(), n, key, first);
+      for (size_t t = 0; t < 37; ++t) in::StochasticRoundThread(src.data(), got.data(), n, in::SplitMix(key), first, t, 37);
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(src[i])) continue;
+        ASSERT_EQ(got[i], ref[i]) << "i=" << i << " key=" << key << " first=" << first;
       }
     }
   }

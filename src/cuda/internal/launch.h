@@ -56,6 +56,13 @@ cudaError_t LaunchBatchCopy(const CopySeg* segs, int count, cudaStream_t stream)
 // Element-wise conversion between f32, f16 and bf16 (src and dst types differ).
 cudaError_t LaunchConvert(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream);
 
+// d_dst[i] = dt(d_dst[i] + d_src[i]) in f32 (any pair of types).
+cudaError_t LaunchAdd(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream);
+
+// Stochastic rounding of fp32 to bf16 (the host's StochasticRoundToBF16 bit for bit).
+cudaError_t LaunchStochasticRound(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key, int64_t first_index,
+                                  cudaStream_t stream);
+
 // Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
 // its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.
 cudaError_t FullWaveBlocks(const void* kernel, int threads, int* blocks);

@@ -1,0 +1,80 @@
+// The host compute tier: the Gloo engine computes in host DRAM (see shard/internal/compute.h).
+#include <cstring>
+#include <utility>
+
+#include "shard/internal/compute.h"
+#include "zero/dtype.h"
+#include "zero/features.h"
+
+namespace zero::internal {
+
+void LandOnHost(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) {
+  if (n <= 0) return;
+  if (!add) {
+    ConvertBuffer(src, sdt, dst, ddt, n);
+  } else if (ddt == DType::kF32 && sdt == DType::kF32) {
+    float* d = static_cast<float*>(dst);
+    const float* r = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] += r[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) StoreFromF32(dst, ddt, i, LoadAsF32(dst, ddt, i) + LoadAsF32(src, sdt, i));
+  }
+}
+
+namespace {
+
+class HostCompute final : public ComputeTier {
+ public:
+  explicit HostCompute(MemoryTracker* tracker) : tracker_(tracker) {}
+
+  bool device() const override { return false; }
+  CUstream_st* stream() const override { return nullptr; }
+  Status status() const override { return absl::OkStatus(); }
+
+  Buffer Alloc(MemTag tag, size_t bytes) override { return Buffer::Host(tracker_, tag, bytes, MemTier::kDevice); }
+  void Zero(void* p, size_t bytes) override {
+    if (bytes > 0) std::memset(p, 0, bytes);
+  }
+  void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) override {
+    if (n > 0) ConvertBuffer(src, sdt, dst, ddt, n);
+  }
+  void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) override {
+    LandOnHost(src, sdt, dst, ddt, n, add);
+  }
+  void AddGradStats(const void* g, DType dt, int64_t n) override {
+    if (n <= 0) return;
+    const GradStatsResult r = GradStats(g, dt, static_cast<size_t>(n));
+    stats_.sumsq += r.sumsq;
+    stats_.nonfinite += r.nonfinite;
+  }
+  GradStatsResult TakeGradStatsSync() override { return std::exchange(stats_, GradStatsResult{}); }
+  void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile) override {
+    ParallelUpdate(opt, u, threads, tile);
+  }
+  void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
+    StochasticRoundToBF16(src, dst, n, key, first_index);
+  }
+  void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  }
+  void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  Status Join(Work& w) override { return w.Wait(); }
+
+ private:
+  MemoryTracker* const tracker_;
+  GradStatsResult stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<ComputeTier> MakeHostCompute(MemoryTracker* tracker) { return std::make_unique<HostCompute>(tracker); }
+
+#if !ZERO_HAVE_CUDA
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker*, int, CUstream_st*) {
+  return absl::UnimplementedError("the CUDA engine: zero was built without CUDA");
+}
+#endif
+
+}  // namespace zero::internal

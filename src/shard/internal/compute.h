@@ -1,0 +1,83 @@
+// The compute tier: the operations the engine runs on the memory the trainer computes in.
+//
+// The engine's logic (units, scopes, prefetch, buckets, the step) is one piece of code; what it runs on the
+// compute tier goes through this interface, so the same engine drives host DRAM (the Gloo engine: plain
+// loops, memcpy, the Highway/threaded host kernels) and a CUDA device (the NCCL engine: cudaMalloc'd buffers,
+// the fused kernels of zero/cuda_kernels.h, all on the trainer's compute stream).
+//
+// Ordering model (docs/design.md, "The device engine"): on a device every operation here is enqueued on one
+// stream — the trainer's compute stream — and returns at once; a collective's input is ordered by passing that
+// stream as the op's producer stream, and its result is joined with Join (Work::WaitStream). Since every
+// compute-tier read and write of the engine and the trainer is on that one stream, a buffer handed back to an
+// engine pool may be taken again at once: its next use is ordered after its last one. On the host every
+// operation completes before it returns and Join is Work::Wait.
+//
+// Errors: the operations that enqueue work do not return a Status (a device reports launch failures
+// asynchronously anyway); the first failure is kept and returned by status(), which the engine checks at
+// every public call. Methods with Sync in their name block the calling thread until the device is done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "zero/dtype.h"
+#include "zero/memory.h"
+#include "zero/mixed_precision.h"
+#include "zero/optimizer.h"
+#include "zero/status.h"
+#include "zero/work.h"
+
+struct CUstream_st;
+
+namespace zero::internal {
+
+class ComputeTier {
+ public:
+  virtual ~ComputeTier() = default;
+
+  // True for device memory (the trainer's views are device pointers), false for host DRAM.
+  virtual bool device() const = 0;
+  // The stream every compute-tier operation runs on (nullptr on the host). Collectives take it as their
+  // producer stream.
+  virtual CUstream_st* stream() const = 0;
+  // The first failure of any operation so far (OK if none).
+  virtual Status status() const = 0;
+
+  // A zero-filled buffer of `bytes` in the compute tier, counted under (MemTier::kDevice, tag). On failure an
+  // empty buffer, and status() names the tag and size.
+  virtual Buffer Alloc(MemTag tag, size_t bytes) = 0;
+  virtual void Zero(void* p, size_t bytes) = 0;
+  // Element-wise conversion (round to nearest even); same dtypes: a copy.
+  virtual void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) = 0;
+  // Lands `n` reduced elements of `src` in `dst`: stored (converted) or, with `add`, added in f32 and rounded
+  // once to `ddt`. The buffers must not overlap.
+  virtual void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) = 0;
+  // Adds the overflow check and sum of squares of n gradient elements to a running total, which
+  // TakeGradStatsSync returns and clears. Pieces are added in call order.
+  virtual void AddGradStats(const void* g, DType dt, int64_t n) = 0;
+  virtual GradStatsResult TakeGradStatsSync() = 0;
+  // One optimizer step over a shard of compute-tier buffers (ShardUpdate's pointers in this tier).
+  virtual void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile) = 0;
+  virtual void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) = 0;
+  // Copies between host memory and the compute tier; the host waits until the copy is done.
+  virtual void CopyToHostSync(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) = 0;
+  // Joins a collective whose output the engine reads next: the host waits (host tier); a device makes the
+  // stream wait for the op and returns at once (its errors surface through the communicator later).
+  virtual Status Join(Work& w) = 0;
+};
+
+// Host DRAM, reported as the device tier (docs/design.md, "Tiers"). `tracker` must outlive it.
+std::unique_ptr<ComputeTier> MakeHostCompute(MemoryTracker* tracker);
+
+// The CUDA device `device` (the NCCL communicator's), on `stream` (the trainer's compute stream; nullptr: one
+// the tier creates and owns). kUnimplemented when zero was built without CUDA; kFailedPrecondition without a
+// device. `tracker` must outlive it.
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, int device, CUstream_st* stream);
+
+// The host engine's landing of reduced elements (ComputeTier::Land on the host): also what the copy stream
+// runs to land an offloaded shard in the host tier. The device kernel (zero::cuda::Add) matches it bit for bit.
+void LandOnHost(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add);
+
+}  // namespace zero::internal
