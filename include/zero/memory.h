@@ -96,6 +96,10 @@ class Buffer {
   // Pinned (page-locked) host memory when zero was built with CUDA and a device is present; otherwise the same
   // as Host. Reported in the host tier.
   static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes);
+  // Memory of the current CUDA device (cudaMalloc), zero-filled before this returns, reported in the device
+  // tier: the CUDA engine's compute tier. On failure (no CUDA build, no device, out of memory) an empty buffer
+  // and *error names the tag and the size.
+  static Buffer Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error);
 
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;
@@ -120,7 +124,8 @@ class Buffer {
   MemoryTracker* tracker_ = nullptr;
   MemTag tag_ = MemTag::kParams;
   MemTier tier_ = MemTier::kHost;
-  bool pinned_ = false;
+  enum class Kind : uint8_t { kHost, kPinned, kDevice };
+  Kind kind_ = Kind::kHost;
 };
 
 }  // namespace zero

@@ -85,6 +85,12 @@ std::unique_ptr<ElementwiseOptimizer> MakeSgd(const SgdParams& p);
 // [0, 1), nesterov without momentum or with dampening).
 StatusOr<std::unique_ptr<ElementwiseOptimizer>> MakeOptimizer(const OptimizerConfig& cfg);
 
+// The hyperparameters of a built-in optimizer (from MakeAdam / MakeSgd / MakeOptimizer), or nullptr when `opt`
+// is another implementation. The CUDA engine runs the built-ins as fused device kernels (zero/cuda_kernels.h)
+// with these; a trainer's own ElementwiseOptimizer updates host memory only.
+const AdamParams* BuiltinAdamParams(const ElementwiseOptimizer& opt);
+const SgdParams* BuiltinSgdParams(const ElementwiseOptimizer& opt);
+
 // Runs opt.Update over `u` split into tiles of at most `tile_elems` elements on `threads` threads (the
 // calling thread included). Results are independent of `threads` and `tile_elems` (element-wise math).
 // threads < 1 means 1; tile_elems 0 means no limit. Tiles are also capped at n / threads (rounded to 64

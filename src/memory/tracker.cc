@@ -3,6 +3,8 @@
 #include <new>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+
 #include "zero/features.h"
 #include "zero/memory.h"
 
@@ -141,7 +143,7 @@ Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes) {
       b.size_ = bytes;
       b.tracker_ = tracker;
       b.tag_ = tag;
-      b.pinned_ = true;
+      b.kind_ = Kind::kPinned;
       if (tracker) tracker->Add(MemTier::kHost, tag, static_cast<int64_t>(bytes));
       return b;
     }
@@ -149,6 +151,42 @@ Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes) {
   cudaGetLastError();
 #endif
   return Host(tracker, tag, bytes);
+}
+
+Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error) {
+  Buffer b;
+  if (bytes == 0) return b;
+#if ZERO_HAVE_CUDA
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
+  // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait for: finish it
+  // before any stream may use the buffer (allocation happens at set-up, not on the hot path).
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) {
+    b.data_ = p;
+    b.size_ = bytes;
+    b.tracker_ = tracker;
+    b.tag_ = tag;
+    b.tier_ = MemTier::kDevice;
+    b.kind_ = Kind::kDevice;
+    if (tracker) tracker->Add(MemTier::kDevice, tag, static_cast<int64_t>(bytes));
+    return b;
+  }
+  if (p != nullptr) cudaFree(p);
+  cudaGetLastError();
+  if (error != nullptr) {
+    *error = absl::ResourceExhaustedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag),
+                                                       ": CUDA error ", cudaGetErrorName(e), ": ",
+                                                       cudaGetErrorString(e)));
+  }
+#else
+  if (error != nullptr) {
+    *error = absl::UnimplementedError(
+        absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag), ": zero was built without CUDA"));
+  }
+#endif
+  return b;
 }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -159,7 +197,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     tracker_ = std::exchange(o.tracker_, nullptr);
     tag_ = o.tag_;
     tier_ = o.tier_;
-    pinned_ = std::exchange(o.pinned_, false);
+    kind_ = std::exchange(o.kind_, Kind::kHost);
   }
   return *this;
 }
@@ -168,8 +206,10 @@ void Buffer::Reset() {
   if (data_ == nullptr) return;
   if (tracker_) tracker_->Sub(tier_, tag_, static_cast<int64_t>(size_));
 #if ZERO_HAVE_CUDA
-  if (pinned_) {
+  if (kind_ == Kind::kPinned) {
     cudaFreeHost(data_);
+  } else if (kind_ == Kind::kDevice) {
+    cudaFree(data_);  // synchronizes the device: never on the engine's hot path (its buffers are pooled)
   } else {
     std::free(data_);
   }

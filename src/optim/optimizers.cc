@@ -102,6 +102,7 @@ class AdamOptimizer final : public ElementwiseOptimizer {
     ZERO_CHECK_GE(u.step, 1) << "ShardUpdate.step is 1-based";
     optim_internal::AdamTile(optim_internal::MakeAdamScalars(p_, u), ToTileArgs(u, 2));
   }
+  const AdamParams& params() const { return p_; }
 
  private:
   AdamParams p_;
@@ -121,6 +122,7 @@ class SgdOptimizer final : public ElementwiseOptimizer {
     ZERO_CHECK_GE(u.step, 1) << "ShardUpdate.step is 1-based";
     optim_internal::SgdTile(optim_internal::MakeSgdScalars(p_, u), ToTileArgs(u, p_.momentum == 0.0 ? 0 : 1));
   }
+  const SgdParams& params() const { return p_; }
 
  private:
   SgdParams p_;
@@ -141,6 +143,15 @@ constexpr size_t kTileAlign = 64;
 std::unique_ptr<ElementwiseOptimizer> MakeAdam(const AdamParams& p) { return std::make_unique<AdamOptimizer>(p); }
 
 std::unique_ptr<ElementwiseOptimizer> MakeSgd(const SgdParams& p) { return std::make_unique<SgdOptimizer>(p); }
+
+const AdamParams* BuiltinAdamParams(const ElementwiseOptimizer& opt) {
+  const auto* a = dynamic_cast<const AdamOptimizer*>(&opt);
+  return a != nullptr ? &a->params() : nullptr;
+}
+const SgdParams* BuiltinSgdParams(const ElementwiseOptimizer& opt) {
+  const auto* s = dynamic_cast<const SgdOptimizer*>(&opt);
+  return s != nullptr ? &s->params() : nullptr;
+}
 
 StatusOr<std::unique_ptr<ElementwiseOptimizer>> MakeOptimizer(const OptimizerConfig& cfg) {
   const std::string type = absl::AsciiStrToLower(cfg.type);
