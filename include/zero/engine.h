@@ -39,6 +39,8 @@
 #include "zero/optimizer.h"
 #include "zero/status.h"
 
+struct CUstream_st;  // cudaStream_t without including CUDA headers.
+
 namespace zero {
 
 struct ParamSpec {
@@ -53,7 +55,8 @@ struct ParamSpec {
 
 using UnitId = int;
 
-// A view of one parameter's or gradient's full (unsharded) values inside an open scope.
+// A view of one parameter's or gradient's full (unsharded) values inside an open scope. On the CUDA engine
+// (Engine::on_device()) `data` is device memory, valid for work on Engine::cuda_stream(); f32()/u16() only type it.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kF32;
@@ -105,8 +108,16 @@ struct EngineOptions {
   int cpu_threads = 0;
   // Ranks sharing this host's cores (N thread-ranks in one process, or zero-run's LOCAL_WORLD_SIZE).
   int local_world_size = 0;
-  // A trainer's own element-wise optimizer; when null, the config's "optimizer" section is used.
+  // A trainer's own element-wise optimizer; when null, the config's "optimizer" section is used. (Host engine
+  // only: the CUDA engine runs the built-in Adam/AdamW/SGD.)
   std::shared_ptr<const ElementwiseOptimizer> optimizer;
+  // The CUDA engine (an NCCL communicator): the trainer's compute stream. The engine enqueues all its
+  // compute-tier work there and orders collectives against it by events; the trainer runs its forward and
+  // backward kernels on it. nullptr: the engine creates a non-blocking stream (Engine::cuda_stream()).
+  CUstream_st* cuda_stream = nullptr;
+  // The CUDA engine's device ordinal: -1 = the device current on the calling thread (the NCCL
+  // communicator's, when it was created on this thread).
+  int cuda_device = -1;
 };
 
 class Engine;
@@ -189,6 +200,10 @@ class Engine {
   int world_size() const;
   const Config& config() const;
   Communicator& comm();
+  // The CUDA engine's compute stream (EngineOptions::cuda_stream or its own); nullptr on the host engine.
+  CUstream_st* cuda_stream() const;
+  // True when the engine computes in device memory (an NCCL communicator): views are device pointers.
+  bool on_device() const;
   // Total registered (unpadded) parameter count Ψ.
   int64_t num_params() const;
   // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute

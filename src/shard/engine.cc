@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "offload/copy_stream.h"
 #include "offload/host_step.h"
+#include "shard/internal/compute.h"
 #include "shard/internal/layout.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
@@ -72,45 +73,32 @@ const char* StatusName(UnitStatus s) {
   return "?";
 }
 
-// A free list of same-sized host buffers under one tag; buffers stay allocated (and counted) while pooled, so
-// the steady state allocates nothing.
+// A free list of same-sized compute-tier buffers under one tag; buffers stay allocated (and counted) while
+// pooled, so the steady state allocates nothing (on a device: no cudaMalloc/cudaFree). Reuse needs no event:
+// every compute-tier use of a buffer is ordered on the compute tier's one stream (shard/internal/compute.h),
+// and a collective's use of it is joined into that stream before the buffer comes back here.
 class BufferPool {
  public:
-  BufferPool(MemoryTracker* tracker, MemTag tag, MemTier tier) : tracker_(tracker), tag_(tag), tier_(tier) {}
+  BufferPool(const std::unique_ptr<internal::ComputeTier>& compute, MemTag tag) : compute_(compute), tag_(tag) {}
   Buffer Take(size_t bytes, bool zero) {
     auto it = free_.find(bytes);
     if (it != free_.end()) {
       Buffer b = std::move(it->second);
       free_.erase(it);
-      if (zero) std::memset(b.data(), 0, bytes);
+      if (zero) compute_->Zero(b.data(), bytes);
       return b;
     }
-    return Buffer::Host(tracker_, tag_, bytes, tier_);  // zero-filled
+    return compute_->Alloc(tag_, bytes);  // zero-filled
   }
   void Give(Buffer b) {
     if (!b.empty()) free_.emplace(b.size(), std::move(b));
   }
 
  private:
-  MemoryTracker* tracker_;
+  const std::unique_ptr<internal::ComputeTier>& compute_;
   MemTag tag_;
-  MemTier tier_;
   std::multimap<size_t, Buffer> free_;
 };
-
-// Lands `n` reduced elements of `src` (`sdt`) in `dst` (`ddt`): stored (converted) or added to what is there.
-void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) {
-  if (n <= 0) return;
-  if (!add) {
-    ConvertBuffer(src, sdt, dst, ddt, n);
-  } else if (ddt == DType::kF32 && sdt == DType::kF32) {
-    float* d = static_cast<float*>(dst);
-    const float* r = static_cast<const float*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] += r[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) StoreFromF32(dst, ddt, i, LoadAsF32(dst, ddt, i) + LoadAsF32(src, sdt, i));
-  }
-}
 
 }  // namespace
 
@@ -153,14 +141,15 @@ class Engine::Impl {
         stage_(cfg.zero.stage),
         rank_(comm_->rank()),
         world_(comm_->world_size()),
-        gather_pool_(&tracker_, MemTag::kGather, kCompute),
-        bucket_pool_(&tracker_, MemTag::kBuckets, kCompute),
-        wire_pool_(&tracker_, MemTag::kBuckets, kCompute) {}
+        compute_(internal::MakeHostCompute(&tracker_)),
+        gather_pool_(compute_, MemTag::kGather),
+        bucket_pool_(compute_, MemTag::kBuckets),
+        wire_pool_(compute_, MemTag::kBuckets) {}
 
-  // The tier the trainer computes in: the GPU's memory on a device engine; on this host engine, host DRAM
-  // reported as "device" so the report separates it from what offload moves to the host tier.
-  static constexpr MemTier kCompute = MemTier::kDevice;
-  Buffer Compute(MemTag tag, size_t bytes) { return Buffer::Host(&tracker_, tag, bytes, kCompute); }
+  // The tier the trainer computes in (reported as "device"): the GPU's memory on the NCCL engine; on the Gloo
+  // engine host DRAM, so the report separates it from what offload moves to the host tier.
+  Buffer Compute(MemTag tag, size_t bytes) { return compute_->Alloc(tag, bytes); }
+  CUstream_st* stream() const { return compute_->stream(); }
   Buffer HostTier(MemTag tag, size_t bytes, bool pinned) {
     return pinned ? Buffer::Pinned(&tracker_, tag, bytes) : Buffer::Host(&tracker_, tag, bytes);
   }
@@ -198,6 +187,7 @@ class Engine::Impl {
                              "the copy stream's copies are memcpys; the tiers are kept and reported apart";
     }
     ga_ = cfg_.accumulation_steps();
+    if (comm_->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
     if (opts_.optimizer) {
       optimizer_ = opts_.optimizer;
     } else if (cfg_.optimizer.has_value()) {
@@ -214,6 +204,25 @@ class Engine::Impl {
                    ? opts_.cpu_threads
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
     SetLogRank(rank_);
+    if (compute_->device() && BuiltinAdamParams(*optimizer_) == nullptr && BuiltinSgdParams(*optimizer_) == nullptr) {
+      return absl::UnimplementedError(absl::StrCat(
+          "EngineOptions::optimizer \"", optimizer_->Name(), "\" with an NCCL communicator: a trainer's own "
+          "ElementwiseOptimizer updates host memory; the CUDA engine runs the built-in Adam/AdamW/SGD (give the "
+          "config's \"optimizer\" section instead)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The CUDA engine: an NCCL communicator computes in device memory on the trainer's stream. What it does not
+  // run yet is refused here, naming the key.
+  Status InitDevice() {
+    if (off_opt_ || off_param_) {
+      return absl::UnimplementedError(absl::StrCat(
+          "zero_optimization.", off_opt_ ? "offload_optimizer" : "offload_param",
+          ".device \"cpu\" with an NCCL communicator: offload on the CUDA engine is not implemented yet (the host "
+          "(Gloo) engine implements it; docs/cuda.md, \"The device engine\")"));
+    }
+    ZERO_ASSIGN_OR_RETURN(compute_, internal::MakeCudaCompute(&tracker_, opts_.cuda_device, opts_.cuda_stream));
     return absl::OkStatus();
   }
 
@@ -257,12 +266,44 @@ class Engine::Impl {
     return -1;
   }
 
+  // Collectives over small host arrays (registration check, the norm, GatherParam). The NCCL communicator
+  // reads device memory only, so on the CUDA engine they go through compute-tier copies; both wait.
+  Status HostAllGather(const float* send, float* recv, size_t n) {
+    if (!compute_->device()) return comm_->AllGather(send, recv, n, DType::kF32).Wait();
+    Buffer ds = compute_->Alloc(MemTag::kStaging, n * 4), dr = compute_->Alloc(MemTag::kStaging, n * world_ * 4);
+    ZERO_RETURN_IF_ERROR(compute_->status());
+    compute_->CopyFromHostSync(ds.data(), send, n * 4);
+    ZERO_RETURN_IF_ERROR(comm_->AllGather(ds.data(), dr.data(), n, DType::kF32, stream()).Wait());
+    compute_->CopyToHostSync(recv, dr.data(), n * world_ * 4);
+    return compute_->status();
+  }
+  Status HostAllReduceSum(float* buf, size_t n) {
+    if (!compute_->device()) return comm_->AllReduce(buf, n, DType::kF32, ReduceOp::kSum).Wait();
+    Buffer d = compute_->Alloc(MemTag::kStaging, n * 4);
+    ZERO_RETURN_IF_ERROR(compute_->status());
+    compute_->CopyFromHostSync(d.data(), buf, n * 4);
+    ZERO_RETURN_IF_ERROR(comm_->AllReduce(d.data(), n, DType::kF32, ReduceOp::kSum, stream()).Wait());
+    compute_->CopyToHostSync(buf, d.data(), n * 4);
+    return compute_->status();
+  }
+  // Writes n fp32 host values into compute-tier memory as `dtype`.
+  void ToCompute(const float* values, void* dst, DType dtype, int64_t n) {
+    if (n <= 0) return;
+    if (!compute_->device()) {
+      ConvertBuffer(values, DType::kF32, dst, dtype, n);
+      return;
+    }
+    std::vector<unsigned char> tmp(n * DTypeSize(dtype));
+    ConvertBuffer(values, DType::kF32, tmp.data(), dtype, n);
+    compute_->CopyFromHostSync(dst, tmp.data(), tmp.size());
+  }
+
   // AllGather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
   StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) {
     std::vector<float> len_send(1), len_recv(world_);
     uint32_t len = static_cast<uint32_t>(mine.size());
     std::memcpy(len_send.data(), &len, 4);
-    ZERO_RETURN_IF_ERROR(comm_->AllGather(len_send.data(), len_recv.data(), 1, DType::kF32).Wait());
+    ZERO_RETURN_IF_ERROR(HostAllGather(len_send.data(), len_recv.data(), 1));
     uint32_t max_len = 0;
     std::vector<uint32_t> lens(world_);
     for (int r = 0; r < world_; ++r) {
@@ -272,7 +313,7 @@ class Engine::Impl {
     const size_t slots = (max_len + 3) / 4;
     std::vector<float> send(slots), recv(slots * world_);
     std::memcpy(send.data(), mine.data(), mine.size());
-    if (slots > 0) ZERO_RETURN_IF_ERROR(comm_->AllGather(send.data(), recv.data(), slots, DType::kF32).Wait());
+    if (slots > 0) ZERO_RETURN_IF_ERROR(HostAllGather(send.data(), recv.data(), slots));
     std::vector<std::string> out(world_);
     for (int r = 0; r < world_; ++r) {
       out[r].assign(reinterpret_cast<const char*>(recv.data() + r * slots), lens[r]);
@@ -287,7 +328,7 @@ class Engine::Impl {
     const uint64_t h = internal::Fnv1a64(desc);
     std::vector<float> send(2), recv(2 * world_);
     std::memcpy(send.data(), &h, 8);
-    ZERO_RETURN_IF_ERROR(comm_->AllGather(send.data(), recv.data(), 2, DType::kF32).Wait());
+    ZERO_RETURN_IF_ERROR(HostAllGather(send.data(), recv.data(), 2));
     bool all_same = true;
     for (int r = 0; r < world_; ++r) {
       uint64_t hr;
@@ -398,6 +439,7 @@ class Engine::Impl {
         b = HostTier(MemTag::kStaging, pipeline_tile_ * cds, cfg_.zero.offload_optimizer.pin_memory);
       }
     }
+    ZERO_RETURN_IF_ERROR(compute_->status());
     finalized_ = true;
     last_step_end_ = Clock::now();
     // Initial values: every rank evaluates each parameter in full and keeps its part.
@@ -421,18 +463,18 @@ class Engine::Impl {
     const ParamSlot& slot = u.layout.params[it->second];
     const size_t cds = DTypeSize(cd_);
     if (!u.sharded_params(stage_)) {
-      ConvertBuffer(values, DType::kF32, static_cast<char*>(u.params.data()) + slot.offset * cds, cd_, slot.numel);
+      ToCompute(values, static_cast<char*>(u.params.data()) + slot.offset * cds, cd_, slot.numel);
     }
     // The part of [offset, offset+numel) in this rank's shard: the stage-3 parameter shard and the master shard.
     const int64_t s_begin = static_cast<int64_t>(rank_) * u.layout.shard, s_end = s_begin + u.layout.shard;
     const int64_t lo = std::max(s_begin, slot.offset), hi = std::min(s_end, slot.offset + slot.numel);
     if (u.sharded_params(stage_) && lo < hi) {
-      ConvertBuffer(values + (lo - slot.offset), DType::kF32, static_cast<char*>(u.params.data()) + (lo - s_begin) * cds,
-                    cd_, hi - lo);
+      // (With offload_param the shard is in the host tier, which only the host engine offers.)
+      ToCompute(values + (lo - slot.offset), static_cast<char*>(u.params.data()) + (lo - s_begin) * cds, cd_, hi - lo);
     }
     // The master keeps the exact fp32 values, not the rounded 16-bit copy.
     if (stage_ == 0) {
-      if (mixed()) std::memcpy(u.master.as<float>() + slot.offset, values, slot.numel * 4);
+      if (mixed()) ToCompute(values, u.master.as<float>() + slot.offset, DType::kF32, slot.numel);
     } else if (lo < hi) {
       const float* v = values + (lo - slot.offset);
       const int64_t i0 = lo - s_begin, i1 = hi - s_begin;  // range within this rank's shard
@@ -440,10 +482,10 @@ class Engine::Impl {
       if (!u.host_master.empty() && i0 < h_end) std::memcpy(u.host_master.as<float>() + i0, v, (h_end - i0) * 4);
       const int64_t d_begin = std::max(i0, u.host_n);        // device part [host_n, shard)
       if (mixed() && d_begin < i1) {
-        std::memcpy(u.master.as<float>() + (d_begin - u.host_n), v + (d_begin - i0), (i1 - d_begin) * 4);
+        ToCompute(v + (d_begin - i0), u.master.as<float>() + (d_begin - u.host_n), DType::kF32, i1 - d_begin);
       }
     }
-    return absl::OkStatus();
+    return compute_->status();
   }
 
   // ---- scopes, gathers, prefetch ----
@@ -459,7 +501,7 @@ class Engine::Impl {
   Status TakeDeferredError() {
     Status s = deferred_;
     deferred_ = absl::OkStatus();
-    return s;
+    return s.ok() ? compute_->status() : s;  // compute-tier failures are sticky (a CUDA error is not cleared)
   }
 
   void UpdateLive(int64_t delta) {
@@ -477,7 +519,7 @@ class Engine::Impl {
     // the (prefetched, asynchronous) gather. A device engine must first copy it H2D on its copy stream, ordered
     // before the all-gather by an event (NCCL reads device memory).
     const void* send = u.params.data();
-    u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_);
+    u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_, stream());
     u.status = UnitStatus::kInflight;
     UpdateLive(u.layout.padded);
   }
@@ -485,7 +527,7 @@ class Engine::Impl {
   Status WaitGather(UnitRuntime& u) {
     ZERO_CHECK(u.status == UnitStatus::kInflight);
     const auto t0 = Clock::now();
-    Status s = u.gather_work.Wait();
+    Status s = compute_->Join(u.gather_work);  // the host waits; a device stream-waits
     times_.gather_wait_ms += MsSince(t0);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("gathering unit ", u.layout.name, ": ", s.message()));
@@ -496,11 +538,13 @@ class Engine::Impl {
 
   void ReleaseGather(UnitRuntime& u) {
     ZERO_CHECK(u.status != UnitStatus::kNotAvailable);
+    bool failed = false;
     if (u.status == UnitStatus::kInflight) {
-      Status s = u.gather_work.Wait();  // never free a buffer an op is still writing
-      if (!s.ok() && deferred_.ok()) deferred_ = s;
+      Status s = compute_->Join(u.gather_work);  // never reuse a buffer an op is still writing
+      failed = !s.ok();
+      if (failed && deferred_.ok()) deferred_ = s;
     }
-    if (!u.gather_work.IsCompleted()) {
+    if (failed && !u.gather_work.IsCompleted()) {
       Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
     }
     gather_pool_.Give(std::move(u.gather));
@@ -602,9 +646,22 @@ class Engine::Impl {
     if (ReduceEveryMicroStep()) {
       u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
     } else if (u.full_grads.empty()) {
-      u.full_grads = Compute(MemTag::kGrads, bytes);  // low-communication: lives until reduced
+      u.full_grads = TakeFull(bytes);  // low-communication: lives until reduced
     }
     return absl::OkStatus();
+  }
+
+  // Full gradients that live only until reduced (low-communication mode, the fp32 accumulator of stages 2-3):
+  // freed on the host, so the report shows them gone; pooled on a device, where freeing would synchronize it.
+  Buffer TakeFull(size_t bytes) {
+    return compute_->device() ? full_pool_.Take(bytes, /*zero=*/true) : Compute(MemTag::kGrads, bytes);
+  }
+  void FreeFull(Buffer& b) {
+    if (compute_->device()) {
+      full_pool_.Give(std::move(b));
+    } else {
+      b.Reset();
+    }
   }
 
   void* GradBase(const UnitRuntime& u) const {
@@ -665,15 +722,15 @@ class Engine::Impl {
     void* send = src;
     if (src_dtype != comm_dtype_) {
       p.staging = wire_pool_.Take(n * DTypeSize(comm_dtype_), false);
-      ConvertBuffer(src, src_dtype, p.staging.data(), comm_dtype_, n);
+      compute_->Convert(src, src_dtype, p.staging.data(), comm_dtype_, n);
       send = p.staging.data();
       if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
-        std::memset(p.zero_after, 0, p.zero_bytes);
+        compute_->Zero(p.zero_after, p.zero_bytes);
         p.zero_after = nullptr;
       }
     }
     if (allreduce) {
-      p.work = comm_->AllReduce(send, n, comm_dtype_, ReduceOp::kAvg);
+      p.work = comm_->AllReduce(send, n, comm_dtype_, ReduceOp::kAvg, stream());
       p.result = send == dep.ptr ? nullptr : send;
       p.result_elems = n;
     } else {
@@ -689,8 +746,8 @@ class Engine::Impl {
       p.result_elems = S;
       // A pooled bucket or staging copy is scratch: let the backend reduce in it instead of copying it first.
       const bool scratch = !p.staging.empty() || (!p.bucket.empty() && send == p.bucket.data());
-      p.work = scratch ? comm_->ReduceScatterDestructive(send, recv, S, comm_dtype_, ReduceOp::kAvg)
-                       : comm_->ReduceScatter(send, recv, S, comm_dtype_, ReduceOp::kAvg);
+      p.work = scratch ? comm_->ReduceScatterDestructive(send, recv, S, comm_dtype_, ReduceOp::kAvg, stream())
+                       : comm_->ReduceScatter(send, recv, S, comm_dtype_, ReduceOp::kAvg, stream());
     }
     p.result_dtype = comm_dtype_;
     // Bound the gradient bytes in flight by reduce_bucket_size (elements), then queue.
@@ -725,10 +782,10 @@ class Engine::Impl {
     void* src = G;
     DType src_dtype = cd_;
     if (Accumulate16()) {
-      if (u.accum_full.empty()) u.accum_full = Compute(MemTag::kGrads, u.layout.padded * 4);
+      if (u.accum_full.empty()) u.accum_full = TakeFull(u.layout.padded * 4);
       float* acc = u.accum_full.as<float>();
-      for (int64_t i = 0; i < u.layout.padded; ++i) acc[i] += LoadAsF32(G, cd_, i);
-      std::memset(G, 0, u.layout.padded * cds);
+      compute_->Land(G, cd_, acc, DType::kF32, u.layout.padded, /*add=*/true);
+      compute_->Zero(G, u.layout.padded * cds);
       src = acc;
       src_dtype = DType::kF32;
     }
@@ -750,7 +807,7 @@ class Engine::Impl {
     pending_elems_ -= p.elems;
     UnitRuntime& u = units_[p.unit];
     const auto t0 = Clock::now();
-    Status s = p.work.Wait();
+    Status s = compute_->Join(p.work);  // the host waits; a device stream-waits
     times_.reduce_wait_ms += MsSince(t0);
     if (!s.ok() && !p.work.IsCompleted()) {
       // The wait failed (timeout, dead peer) with the op still running: its buffers must outlive it.
@@ -764,21 +821,22 @@ class Engine::Impl {
       // goes on; the device part [host_n, shard) lands here. An all-reduce (stage 0) has no host part.
       const int64_t hn = u.host_n;  // > 0 only at stages 1-3, which reduce-scatter
       const size_t rs = DTypeSize(p.result_dtype);
-      Land(static_cast<const char*>(p.result) + hn * rs, p.result_dtype, p.dep.ptr, p.dep.dtype, p.result_elems - hn,
-           p.dep.add);
+      compute_->Land(static_cast<const char*>(p.result) + hn * rs, p.result_dtype, p.dep.ptr, p.dep.dtype,
+                     p.result_elems - hn, p.dep.add);
       if (hn > 0) {
         const void* src = p.result;
         const DType sdt = p.result_dtype, ddt = u.grad_shard_dtype;
         void* dst = u.host_grad.data();
         const bool add = p.dep.add;
-        const auto ticket = copies_.Enqueue([=] { Land(src, sdt, dst, ddt, hn, add); });
+        // (Host engine only: offload on the CUDA engine is refused at Create.)
+        const auto ticket = copies_.Enqueue([=] { internal::LandOnHost(src, sdt, dst, ddt, hn, add); });
         held_.emplace_back(ticket, std::move(p.recv));  // the copy reads it: back to the pool once it ran
       }
     }
-    if (p.zero_after != nullptr) std::memset(p.zero_after, 0, p.zero_bytes);
+    if (p.zero_after != nullptr) compute_->Zero(p.zero_after, p.zero_bytes);
     if (p.free_full_after) {
-      u.full_grads.Reset();
-      u.accum_full.Reset();
+      FreeFull(u.full_grads);
+      FreeFull(u.accum_full);
     }
     bucket_pool_.Give(std::move(p.bucket));
     bucket_pool_.Give(std::move(p.recv));
@@ -903,17 +961,21 @@ class Engine::Impl {
       const int64_t begin = stage_ == 0 ? static_cast<int64_t>(rank_) * u.layout.shard : 0;
       const int64_t owned = u.layout.OwnedElems(rank_);
       const int64_t on_host = std::min(owned, u.host_n);
-      // One read-only SIMD pass per tier: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h).
-      for (const auto& [ptr, dt, n] : {std::tuple<const void*, DType, int64_t>{u.host_grad.data(), u.grad_shard_dtype, on_host},
-                                       {static_cast<const char*>(g) + begin * DTypeSize(gt), gt, owned - on_host}}) {
-        if (n <= 0) continue;
-        const GradStatsResult gs = GradStats(ptr, dt, static_cast<size_t>(n));
+      // One read-only pass per tier: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h):
+      // the host part here, the compute-tier part through the compute tier (a kernel on a device).
+      if (on_host > 0) {
+        const GradStatsResult gs = GradStats(u.host_grad.data(), u.grad_shard_dtype, static_cast<size_t>(on_host));
         local += gs.sumsq;
         local_nonfinite += gs.nonfinite;
       }
+      compute_->AddGradStats(static_cast<const char*>(g) + begin * DTypeSize(gt), gt, owned - on_host);
     }
+    const GradStatsResult dev = compute_->TakeGradStatsSync();
+    ZERO_RETURN_IF_ERROR(compute_->status());
+    local += dev.sumsq;
+    local_nonfinite += dev.nonfinite;
     float red[2] = {static_cast<float>(local), local_nonfinite > 0 ? 1.0f : 0.0f};
-    ZERO_RETURN_IF_ERROR(comm_->AllReduce(red, 2, DType::kF32, ReduceOp::kSum).Wait());
+    ZERO_RETURN_IF_ERROR(HostAllReduceSum(red, 2));
     const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
     times_.norm_ms += MsSince(t_norm);
     StepResult result;
@@ -946,9 +1008,9 @@ class Engine::Impl {
     }
     // Zero gradients for the next step.
     for (auto& u : units_) {
-      if (!u.full_grads.empty()) std::memset(u.full_grads.data(), 0, u.full_grads.size());
-      if (!u.grad_shard.empty()) std::memset(u.grad_shard.data(), 0, u.grad_shard.size());
-      if (!u.accum_full.empty()) std::memset(u.accum_full.data(), 0, u.accum_full.size());
+      for (Buffer* b : {&u.full_grads, &u.grad_shard, &u.accum_full}) {
+        if (!b->empty()) compute_->Zero(b->data(), b->size());
+      }
       if (!u.host_grad.empty()) std::memset(u.host_grad.data(), 0, u.host_grad.size());
       u.backward_count = 0;
     }
@@ -966,6 +1028,7 @@ class Engine::Impl {
                                           outside_opt_wait);
     opt_copy_wait_ms_ = 0;
     result.times = times_;
+    ZERO_RETURN_IF_ERROR(compute_->status());
     MaybeLog(result);
     times_ = StepTimes{};
     last_step_end_ = Clock::now();
@@ -990,7 +1053,7 @@ class Engine::Impl {
       const int64_t dS = d.layout.shard;
       char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank_) * dS * cds;
       copies_.Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
-      gathers.push_back(comm_->AllGather(slice, d.params.data(), dS, cd_));  // refresh in place
+      gathers.push_back(comm_->AllGather(slice, d.params.data(), dS, cd_, stream()));  // refresh in place
       deferred_unit = -1;
     };
     for (size_t ui = 0; ui < units_.size(); ++ui) {
@@ -1023,9 +1086,9 @@ class Engine::Impl {
         } else {
           up.master = reinterpret_cast<float*>(params_dev);  // fp32: the parameters are the master
         }
-        ParallelUpdate(*optimizer_, up, threads_, opt_tile);
+        compute_->Update(*optimizer_, up, threads_, opt_tile);
         if (stochastic) {
-          StochasticRoundToBF16(up.master, reinterpret_cast<uint16_t*>(params_dev), up.n, key, first_global + hn);
+          compute_->StochasticRound(up.master, reinterpret_cast<uint16_t*>(params_dev), up.n, key, first_global + hn);
         }
       }
       // The host part [0, host_n): the optimizer over host-tier buffers, the updated parameters streamed back
@@ -1072,7 +1135,7 @@ class Engine::Impl {
     times_.optimizer_ms += MsSince(t_opt);
     const auto t_ag = Clock::now();
     for (size_t i = 0; i < gathers.size(); ++i) {
-      Status s = gathers[i].Wait();
+      Status s = compute_->Join(gathers[i]);
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat("all-gather of updated parameters: ", s.message()));
     }
     times_.allgather_ms += MsSince(t_ag);
@@ -1124,24 +1187,36 @@ class Engine::Impl {
       return absl::InvalidArgumentError(absl::StrCat("unit ", u.layout.name, " has no parameter \"", name, "\""));
     }
     const ParamSlot& slot = u.layout.params[it->second];
-    // The fp32 master: the master buffer under mixed precision, else the parameters themselves.
-    std::vector<float> full(u.layout.padded);
+    // The fp32 master: the master buffer under mixed precision (with offload: its host part, then its
+    // compute-tier part), else the parameters themselves; this rank's part is read into host memory first.
     const bool full_here = stage_ == 0 || (!mixed() && !u.sharded_params(stage_));
-    const void* mine = mixed() ? u.master.data() : u.params.data();
-    std::vector<float> split;  // mixed precision with offload: the master shard's host and device parts
-    if (mixed() && u.host_n > 0) {
-      split.resize(u.layout.shard);
-      std::memcpy(split.data(), u.host_master.data(), u.host_n * 4);
-      if (u.layout.shard > u.host_n) {
-        std::memcpy(split.data() + u.host_n, u.master.data(), (u.layout.shard - u.host_n) * 4);
+    const int64_t S = u.layout.shard;
+    std::vector<float> mine(full_here ? u.layout.padded : S);
+    auto fetch = [&](float* dst, const Buffer& b, int64_t n) {
+      if (n <= 0) return;
+      if (b.tier() == MemTier::kHost) {
+        std::memcpy(dst, b.data(), n * 4);
+      } else {
+        compute_->CopyToHostSync(dst, b.data(), n * 4);
       }
-      mine = split.data();
-    }
-    if (full_here) {
-      std::memcpy(full.data(), mine, u.layout.padded * 4);
+    };
+    if (mixed()) {
+      if (full_here) {
+        fetch(mine.data(), u.master, u.layout.padded);
+      } else {
+        fetch(mine.data(), u.host_master, u.host_n);
+        fetch(mine.data() + u.host_n, u.master, S - u.host_n);
+      }
     } else {
-      const void* shard = mixed() ? mine : static_cast<const float*>(mine) + (u.sharded_params(stage_) ? 0 : static_cast<int64_t>(rank_) * u.layout.shard);
-      ZERO_RETURN_IF_ERROR(comm_->AllGather(shard, full.data(), u.layout.shard, DType::kF32).Wait());
+      fetch(mine.data(), u.params, full_here ? u.layout.padded : S);  // stage 3: the parameter shard
+    }
+    ZERO_RETURN_IF_ERROR(compute_->status());
+    std::vector<float> full;
+    if (full_here) {
+      full = std::move(mine);
+    } else {
+      full.resize(u.layout.padded);
+      ZERO_RETURN_IF_ERROR(HostAllGather(mine.data(), full.data(), S));
     }
     return std::vector<float>(full.begin() + slot.offset, full.begin() + slot.offset + slot.numel);
   }
@@ -1158,8 +1233,10 @@ class Engine::Impl {
   int ga_ = 1;
   int threads_ = 1;
   MemoryTracker tracker_;
+  std::unique_ptr<internal::ComputeTier> compute_;  // before the pools, which allocate through it
   // wire_pool_: a bucket converted to the wire dtype (communication_data_type) before its reduction.
   BufferPool gather_pool_, bucket_pool_, wire_pool_;
+  BufferPool full_pool_{compute_, MemTag::kGrads};  // CUDA engine only: see TakeFull
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   std::vector<UnitRuntime> units_;
@@ -1280,6 +1357,8 @@ int Engine::rank() const { return impl_->rank_; }
 int Engine::world_size() const { return impl_->world_; }
 const Config& Engine::config() const { return impl_->cfg_; }
 Communicator& Engine::comm() { return *impl_->comm_; }
+CUstream_st* Engine::cuda_stream() const { return impl_->stream(); }
+bool Engine::on_device() const { return impl_->compute_->device(); }
 int64_t Engine::num_params() const { return impl_->num_params_; }
 MemoryReport Engine::memory_report() const {
   // The engine's own allocations plus the communicator's staging buffers. The two peaks are added, so the

@@ -1,0 +1,168 @@
+// The CUDA compute tier: the NCCL engine's buffers in device memory, its operations as the stream-ordered
+// kernels of zero/cuda_kernels.h on the trainer's compute stream (see shard/internal/compute.h).
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "shard/internal/compute.h"
+#include "zero/cuda_kernels.h"
+
+namespace zero::internal {
+
+namespace {
+
+class CudaCompute final : public ComputeTier {
+ public:
+  CudaCompute(MemoryTracker* tracker, int device, cudaStream_t stream, bool owns_stream)
+      : tracker_(tracker), device_(device), stream_(stream), owns_stream_(owns_stream) {}
+
+  ~CudaCompute() override {
+    UseDevice();
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);  // nothing may still use what is freed below
+    workspace_.Reset();
+    result_.Reset();
+    result_host_.Reset();
+    if (owns_stream_) (void)cudaStreamDestroy(stream_);
+    cudaGetLastError();
+  }
+
+  Status Init() {
+    UseDevice();
+    Status s;
+    workspace_ = Buffer::Device(tracker_, MemTag::kStaging, cuda::kGradStatsWorkspaceBytes, &s);
+    if (s.ok()) result_ = Buffer::Device(tracker_, MemTag::kStaging, sizeof(cuda::GradStatsResult), &s);
+    if (!s.ok()) return s;
+    result_host_ = Buffer::Pinned(tracker_, MemTag::kStaging, sizeof(cuda::GradStatsResult));
+    return absl::OkStatus();
+  }
+
+  bool device() const override { return true; }
+  CUstream_st* stream() const override { return stream_; }
+  Status status() const override { return status_; }
+
+  Buffer Alloc(MemTag tag, size_t bytes) override {
+    UseDevice();
+    Status s;
+    Buffer b = Buffer::Device(tracker_, tag, bytes, &s);
+    Keep(s, "");
+    return b;
+  }
+  void Zero(void* p, size_t bytes) override {
+    if (bytes > 0) Keep(cudaMemsetAsync(p, 0, bytes, stream_), "zeroing a buffer");
+  }
+  void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) override {
+    if (n > 0) Keep(cuda::Convert(src, sdt, dst, ddt, static_cast<size_t>(n), stream_), "");
+  }
+  void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) override {
+    if (n <= 0) return;
+    Keep(add ? cuda::Add(src, sdt, dst, ddt, static_cast<size_t>(n), stream_)
+             : cuda::Convert(src, sdt, dst, ddt, static_cast<size_t>(n), stream_),
+         "");
+  }
+  void AddGradStats(const void* g, DType dt, int64_t n) override {
+    if (n <= 0) return;
+    Keep(cuda::GradStats(g, dt, static_cast<size_t>(n), 1.0f, result_.as<cuda::GradStatsResult>(),
+                         /*accumulate=*/stats_pending_, workspace_.data(), stream_),
+         "");
+    stats_pending_ = true;
+  }
+  GradStatsResult TakeGradStatsSync() override {
+    GradStatsResult r;
+    if (!std::exchange(stats_pending_, false)) return r;
+    UseDevice();
+    Keep(cudaMemcpyAsync(result_host_.data(), result_.data(), sizeof(cuda::GradStatsResult), cudaMemcpyDeviceToHost,
+                         stream_),
+         "reading the gradient statistics");
+    Keep(cudaStreamSynchronize(stream_), "reading the gradient statistics");
+    const auto* d = result_host_.as<cuda::GradStatsResult>();
+    r.sumsq = d->sumsq;
+    r.nonfinite = d->nonfinite;
+    return r;
+  }
+  void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int, size_t) override {
+    if (u.n == 0) return;
+    if (const AdamParams* p = BuiltinAdamParams(opt)) {
+      Keep(cuda::AdamStep(u, *p, stream_), "");
+    } else if (const SgdParams* p = BuiltinSgdParams(opt)) {
+      Keep(cuda::SgdStep(u, *p, stream_), "");
+    } else {
+      Keep(absl::UnimplementedError(absl::StrCat("optimizer \"", opt.Name(),
+                                                 "\": a trainer's own ElementwiseOptimizer updates host memory; the "
+                                                 "CUDA engine runs the built-in Adam/AdamW/SGD")),
+           "");
+    }
+  }
+  void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
+    Keep(cuda::StochasticRoundToBF16(src, dst, n, key, first_index, stream_), "");
+  }
+  void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    UseDevice();
+    Keep(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy to the host");
+    Keep(cudaStreamSynchronize(stream_), "copy to the host");
+  }
+  void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    UseDevice();
+    Keep(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy from the host");
+    Keep(cudaStreamSynchronize(stream_), "copy from the host");
+  }
+  Status Join(Work& w) override { return w.WaitStream(stream_); }
+
+ private:
+  void UseDevice() {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) Keep(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  void Keep(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    cudaGetLastError();
+    Keep(absl::InternalError(absl::StrCat("CUDA engine on device ", device_, ": ", what, ": CUDA error ",
+                                          cudaGetErrorName(e), ": ", cudaGetErrorString(e))),
+         "");
+  }
+  void Keep(const Status& s, const char*) {
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
+
+  MemoryTracker* const tracker_;
+  const int device_;
+  cudaStream_t stream_;
+  const bool owns_stream_;
+  Status status_;
+  Buffer workspace_;    // GradStats scratch
+  Buffer result_;       // GradStats running result (device)
+  Buffer result_host_;  // ... read back into pinned memory
+  bool stats_pending_ = false;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, int device, CUstream_st* stream) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("the CUDA engine (an NCCL communicator): no CUDA device is visible");
+  }
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("the CUDA engine: device ", device, " is not in [0, ", count, ")"));
+  }
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("the CUDA engine: cudaSetDevice(", device, "): ", cudaGetErrorString(e)));
+  }
+  cudaStream_t s = stream;
+  const bool own = s == nullptr;
+  if (own) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(absl::StrCat("the CUDA engine: creating its stream: ", cudaGetErrorString(e)));
+    }
+  }
+  auto c = std::make_unique<CudaCompute>(tracker, device, s, own);
+  ZERO_RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<ComputeTier>(std::move(c));
+}
+
+}  // namespace zero::internal
