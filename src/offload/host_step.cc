@@ -50,7 +50,9 @@ CopyStream::Ticket RunHostStep(const ElementwiseOptimizer& opt, const HostStep& 
       char* dst = static_cast<char*>(whole.param_out) + off * osz;
       const void* src = out;
       const size_t bytes = m * osz;
-      last = staging.busy[b] = copies.Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+      last = staging.busy[b] = step.copy_to_compute
+                                   ? copies.Enqueue([f = step.copy_to_compute, dst, src, bytes] { f(dst, src, bytes); })
+                                   : copies.Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
       staging.next = 1 - b;
     }
   }

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "offload/copy_stream.h"
 #include "zero/memory.h"
@@ -34,6 +35,9 @@ struct HostStep {
   bool stochastic = false;
   uint64_t stochastic_key = 0;
   int64_t first_index = 0;
+  // Runs on the copy stream's worker: copies `bytes` of staged host parameters into the compute tier and
+  // returns when they are there (a device's H2D copy). Empty: memcpy (the host engine's compute tier is DRAM).
+  std::function<void(void* dst, const void* host_src, size_t bytes)> copy_to_compute;
 };
 
 // Two host staging buffers and the copy each is waiting on. Shared by consecutive steps (units): a buffer is

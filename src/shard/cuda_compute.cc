@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "shard/internal/compute.h"
 #include "zero/cuda_kernels.h"
 
@@ -23,12 +24,20 @@ class CudaCompute final : public ComputeTier {
     workspace_.Reset();
     result_.Reset();
     result_host_.Reset();
+    land_staging_.Reset();
     if (owns_stream_) (void)cudaStreamDestroy(stream_);
+    if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
     cudaGetLastError();
   }
 
   Status Init() {
     UseDevice();
+    // The copy stream of offload: D2H of reduced shards and H2D of updated parameters, driven by the engine's
+    // copy-stream worker thread (offload/copy_stream.h), ordered after the compute stream by events.
+    if (cudaError_t e = cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(absl::StrCat("the CUDA engine: creating its copy stream: ", cudaGetErrorString(e)));
+    }
     Status s;
     workspace_ = Buffer::Device(tracker_, MemTag::kStaging, cuda::kGradStatsWorkspaceBytes, &s);
     if (s.ok()) result_ = Buffer::Device(tracker_, MemTag::kStaging, sizeof(cuda::GradStatsResult), &s);
@@ -39,7 +48,10 @@ class CudaCompute final : public ComputeTier {
 
   bool device() const override { return true; }
   CUstream_st* stream() const override { return stream_; }
-  Status status() const override { return status_; }
+  Status status() const override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
 
   Buffer Alloc(MemTag tag, size_t bytes) override {
     UseDevice();
@@ -108,6 +120,45 @@ class CudaCompute final : public ComputeTier {
     Keep(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy from the host");
     Keep(cudaStreamSynchronize(stream_), "copy from the host");
   }
+  void CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) Keep(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy from the host");
+  }
+  std::function<void()> LandOnHostTask(const void* src, DType sdt, void* host_dst, DType ddt, int64_t n,
+                                       bool add) override {
+    if (n <= 0) return [] {};
+    cudaEvent_t ready = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ready, stream_);  // src is final once the stream gets here
+    if (e != cudaSuccess) {
+      Keep(e, "offload: recording the gradient's ready event");
+      if (ready != nullptr) cudaEventDestroy(ready);
+      return [] {};
+    }
+    return [this, ready, src, sdt, host_dst, ddt, n, add] {
+      UseDevice();
+      const size_t bytes = static_cast<size_t>(n) * DTypeSize(sdt);
+      const bool direct = !add && sdt == ddt;  // store without conversion: straight into the host shard
+      void* into = host_dst;
+      if (!direct) {
+        if (land_staging_.size() < bytes) {
+          land_staging_.Reset();
+          land_staging_ = Buffer::Pinned(tracker_, MemTag::kStaging, bytes);
+        }
+        into = land_staging_.data();
+      }
+      Keep(cudaStreamWaitEvent(copy_stream_, ready, 0), "offload: gradient copy to the host");
+      Keep(cudaMemcpyAsync(into, src, bytes, cudaMemcpyDeviceToHost, copy_stream_), "offload: gradient copy to the host");
+      Keep(cudaStreamSynchronize(copy_stream_), "offload: gradient copy to the host");
+      cudaEventDestroy(ready);
+      if (!direct) LandOnHost(into, sdt, host_dst, ddt, n, add);
+    };
+  }
+  void CopyInOnCopyStream(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    UseDevice();
+    Keep(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, copy_stream_), "offload: parameter copy back");
+    Keep(cudaStreamSynchronize(copy_stream_), "offload: parameter copy back");
+  }
   Status Join(Work& w) override { return w.WaitStream(stream_); }
 
  private:
@@ -122,15 +173,21 @@ class CudaCompute final : public ComputeTier {
                                           cudaGetErrorName(e), ": ", cudaGetErrorString(e))),
          "");
   }
+  // Called from the engine's thread and from the copy-stream worker (offload tasks).
   void Keep(const Status& s, const char*) {
-    if (!s.ok() && status_.ok()) status_ = s;
+    if (s.ok()) return;
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = s;
   }
 
   MemoryTracker* const tracker_;
   const int device_;
   cudaStream_t stream_;
   const bool owns_stream_;
-  Status status_;
+  cudaStream_t copy_stream_ = nullptr;
+  mutable absl::Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);
+  Buffer land_staging_;  // pinned; the copy-stream worker's only (its tasks run one at a time)
   Buffer workspace_;    // GradStats scratch
   Buffer result_;       // GradStats running result (device)
   Buffer result_host_;  // ... read back into pinned memory

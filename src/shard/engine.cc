@@ -123,6 +123,7 @@ struct UnitRuntime {
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
   Buffer gather;  // stage 3: the full parameters while INFLIGHT/AVAILABLE
+  Buffer stage_in;  // CUDA engine with offload_param: the host shard copied to the device for its gather
   Work gather_work;
   bool scope_open = false;
   bool scope_backward = false;
@@ -213,15 +214,8 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
-  // The CUDA engine: an NCCL communicator computes in device memory on the trainer's stream. What it does not
-  // run yet is refused here, naming the key.
+  // The CUDA engine: an NCCL communicator computes in device memory on the trainer's stream.
   Status InitDevice() {
-    if (off_opt_ || off_param_) {
-      return absl::UnimplementedError(absl::StrCat(
-          "zero_optimization.", off_opt_ ? "offload_optimizer" : "offload_param",
-          ".device \"cpu\" with an NCCL communicator: offload on the CUDA engine is not implemented yet (the host "
-          "(Gloo) engine implements it; docs/cuda.md, \"The device engine\")"));
-    }
     ZERO_ASSIGN_OR_RETURN(compute_, internal::MakeCudaCompute(&tracker_, opts_.cuda_device, opts_.cuda_stream));
     return absl::OkStatus();
   }
@@ -286,10 +280,10 @@ class Engine::Impl {
     compute_->CopyToHostSync(buf, d.data(), n * 4);
     return compute_->status();
   }
-  // Writes n fp32 host values into compute-tier memory as `dtype`.
-  void ToCompute(const float* values, void* dst, DType dtype, int64_t n) {
+  // Writes n fp32 host values as `dtype` at `dst`, inside buffer `in` (compute or host tier).
+  void ToCompute(const float* values, const Buffer& in, void* dst, DType dtype, int64_t n) {
     if (n <= 0) return;
-    if (!compute_->device()) {
+    if (!compute_->device() || in.tier() == MemTier::kHost) {
       ConvertBuffer(values, DType::kF32, dst, dtype, n);
       return;
     }
@@ -463,18 +457,18 @@ class Engine::Impl {
     const ParamSlot& slot = u.layout.params[it->second];
     const size_t cds = DTypeSize(cd_);
     if (!u.sharded_params(stage_)) {
-      ToCompute(values, static_cast<char*>(u.params.data()) + slot.offset * cds, cd_, slot.numel);
+      ToCompute(values, u.params, static_cast<char*>(u.params.data()) + slot.offset * cds, cd_, slot.numel);
     }
     // The part of [offset, offset+numel) in this rank's shard: the stage-3 parameter shard and the master shard.
     const int64_t s_begin = static_cast<int64_t>(rank_) * u.layout.shard, s_end = s_begin + u.layout.shard;
     const int64_t lo = std::max(s_begin, slot.offset), hi = std::min(s_end, slot.offset + slot.numel);
     if (u.sharded_params(stage_) && lo < hi) {
-      // (With offload_param the shard is in the host tier, which only the host engine offers.)
-      ToCompute(values + (lo - slot.offset), static_cast<char*>(u.params.data()) + (lo - s_begin) * cds, cd_, hi - lo);
+      ToCompute(values + (lo - slot.offset), u.params, static_cast<char*>(u.params.data()) + (lo - s_begin) * cds, cd_,
+                hi - lo);
     }
     // The master keeps the exact fp32 values, not the rounded 16-bit copy.
     if (stage_ == 0) {
-      if (mixed()) ToCompute(values, u.master.as<float>() + slot.offset, DType::kF32, slot.numel);
+      if (mixed()) ToCompute(values, u.master, u.master.as<float>() + slot.offset, DType::kF32, slot.numel);
     } else if (lo < hi) {
       const float* v = values + (lo - slot.offset);
       const int64_t i0 = lo - s_begin, i1 = hi - s_begin;  // range within this rank's shard
@@ -482,7 +476,7 @@ class Engine::Impl {
       if (!u.host_master.empty() && i0 < h_end) std::memcpy(u.host_master.as<float>() + i0, v, (h_end - i0) * 4);
       const int64_t d_begin = std::max(i0, u.host_n);        // device part [host_n, shard)
       if (mixed() && d_begin < i1) {
-        ToCompute(v + (d_begin - i0), u.master.as<float>() + (d_begin - u.host_n), DType::kF32, i1 - d_begin);
+        ToCompute(v + (d_begin - i0), u.master, u.master.as<float>() + (d_begin - u.host_n), DType::kF32, i1 - d_begin);
       }
     }
     return compute_->status();
@@ -514,11 +508,16 @@ class Engine::Impl {
     ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.layout.name;
     const size_t cds = DTypeSize(cd_);
     u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
-    // With offload_param the shard is in the host tier and the all-gather reads it from there: on this host
+    // With offload_param the shard is in the host tier and the all-gather reads it from there: on the host
     // engine the transport reads host memory directly, so staging the shard into the compute tier is part of
-    // the (prefetched, asynchronous) gather. A device engine must first copy it H2D on its copy stream, ordered
-    // before the all-gather by an event (NCCL reads device memory).
+    // the (prefetched, asynchronous) gather. NCCL reads device memory: the CUDA engine first copies the shard
+    // H2D on the compute stream, which the all-gather then waits for (its producer stream).
     const void* send = u.params.data();
+    if (compute_->device() && u.params.tier() == MemTier::kHost) {
+      u.stage_in = stage_pool_.Take(u.params.size(), /*zero=*/false);
+      compute_->CopyFromHost(u.stage_in.data(), send, u.params.size());
+      send = u.stage_in.data();
+    }
     u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_, stream());
     u.status = UnitStatus::kInflight;
     UpdateLive(u.layout.padded);
@@ -532,6 +531,7 @@ class Engine::Impl {
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("gathering unit ", u.layout.name, ": ", s.message()));
     }
+    stage_pool_.Give(std::move(u.stage_in));  // the gather is joined into the compute stream
     u.status = UnitStatus::kAvailable;
     return absl::OkStatus();
   }
@@ -546,7 +546,9 @@ class Engine::Impl {
     }
     if (failed && !u.gather_work.IsCompleted()) {
       Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
+      Quarantine(std::move(u.stage_in));
     }
+    stage_pool_.Give(std::move(u.stage_in));
     gather_pool_.Give(std::move(u.gather));
     u.status = UnitStatus::kNotAvailable;
     UpdateLive(-u.layout.padded);
@@ -828,8 +830,8 @@ class Engine::Impl {
         const DType sdt = p.result_dtype, ddt = u.grad_shard_dtype;
         void* dst = u.host_grad.data();
         const bool add = p.dep.add;
-        // (Host engine only: offload on the CUDA engine is refused at Create.)
-        const auto ticket = copies_.Enqueue([=] { internal::LandOnHost(src, sdt, dst, ddt, hn, add); });
+        // On a device the task's D2H copy waits for the compute stream, which has joined the reduction.
+        const auto ticket = copies_.Enqueue(compute_->LandOnHostTask(src, sdt, dst, ddt, hn, add));
         held_.emplace_back(ticket, std::move(p.recv));  // the copy reads it: back to the pool once it ran
       }
     }
@@ -1114,6 +1116,9 @@ class Engine::Impl {
             hs.u.param_out = param_here;
           }
         }
+        if (compute_->device()) {
+          hs.copy_to_compute = [c = compute_.get()](void* d, const void* src, size_t b) { c->CopyInOnCopyStream(d, src, b); };
+        }
         hs.threads = threads_;
         hs.optimizer_tile = opt_tile;
         hs.pipeline_tile = pipeline_tile_;
@@ -1237,6 +1242,7 @@ class Engine::Impl {
   // wire_pool_: a bucket converted to the wire dtype (communication_data_type) before its reduction.
   BufferPool gather_pool_, bucket_pool_, wire_pool_;
   BufferPool full_pool_{compute_, MemTag::kGrads};  // CUDA engine only: see TakeFull
+  BufferPool stage_pool_{compute_, MemTag::kStaging};  // CUDA engine with offload_param: see IssueGather
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   std::vector<UnitRuntime> units_;

@@ -60,6 +60,14 @@ class HostCompute final : public ComputeTier {
   void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, host_src, bytes);
   }
+  void CopyFromHost(void* dst, const void* host_src, size_t bytes) override { CopyFromHostSync(dst, host_src, bytes); }
+  std::function<void()> LandOnHostTask(const void* src, DType sdt, void* host_dst, DType ddt, int64_t n,
+                                       bool add) override {
+    return [=] { LandOnHost(src, sdt, host_dst, ddt, n, add); };
+  }
+  void CopyInOnCopyStream(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
   Status Join(Work& w) override { return w.Wait(); }
 
  private:

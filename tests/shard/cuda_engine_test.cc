@@ -1,8 +1,9 @@
 // The CUDA engine (an NCCL communicator; one GPU, so world size 1) against the host engine (Gloo, world size 1)
 // on the same units, config and gradients: every stage, fp32/bf16/fp16, accumulation in both modes, stochastic
-// rounding. Without clipping every step is identical bit for bit (the device kernels reproduce the host's
-// arithmetic: tests/cuda); with clipping the coefficient depends on the norm, whose device reduction order
-// differs, so parameters agree to a few ulps. Labelled `gpu`: skipped where there is no device (CI).
+// rounding, offload (optimizer, parameters, Twin-Flow). Without clipping every step is identical bit for bit
+// (the device kernels reproduce the host's arithmetic: tests/cuda); with clipping the coefficient depends on
+// the norm, whose device reduction order differs, so parameters agree to a few ulps. Labelled `gpu`: skipped
+// where there is no device (CI).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -127,6 +128,8 @@ struct Case {
   GradAccumulationMode mode;
   bool stochastic;
   double clip;
+  int offload = 0;      // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
+  double ratio = 1.0;   // offload_optimizer.ratio (Twin-Flow below 1)
 };
 
 Config CaseConfig(const Case& c) {
@@ -134,6 +137,16 @@ Config CaseConfig(const Case& c) {
   cfg.bf16.enabled = c.dtype == DType::kBF16;
   cfg.bf16.stochastic_rounding = c.stochastic;
   cfg.fp16.enabled = c.dtype == DType::kF16;
+  if (c.offload >= 1) {
+    cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    cfg.zero.offload_optimizer.pin_memory = true;
+    cfg.zero.offload_optimizer.ratio = c.ratio;
+    cfg.zero.sub_group_size = 300;  // several pipelined tiles per unit
+  }
+  if (c.offload >= 2) {
+    cfg.zero.offload_param.device = OffloadDevice::kCpu;
+    cfg.zero.offload_param.pin_memory = true;
+  }
   return cfg;
 }
 
@@ -178,10 +191,16 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
     }
   }
   EXPECT_GT(changed, 0u);  // training moved the parameters
-  // The device holds the model state; steady-state steps allocate nothing more.
+  // The model state is where the config puts it; steady-state steps allocate nothing more.
   const MemoryReport& r = td.after_last;
-  EXPECT_GT(r.Get(MemTier::kDevice, MemTag::kParams).current, 0);
-  EXPECT_GT(r.Get(MemTier::kDevice, MemTag::kOptimizer).current, 0);
+  EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kParams).current > 0, c.offload < 2);
+  EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kOptimizer).current > 0, c.offload == 0 || c.ratio < 1);
+  EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kOptimizer).current > 0, c.offload > 0);
+  for (MemTag tag : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
+    for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {  // the same placement as the host engine's
+      EXPECT_EQ(r.Get(tier, tag).current, th.after_last.Get(tier, tag).current) << MemTagName(tag) << "@" << MemTierName(tier);
+    }
+  }
   for (int t = 0; t < static_cast<int>(MemTag::kCount); ++t) {
     EXPECT_EQ(r.Get(MemTier::kDevice, static_cast<MemTag>(t)).peak,
               td.after_second.Get(MemTier::kDevice, static_cast<MemTag>(t)).peak)
@@ -202,7 +221,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"s3_bf16_ga2", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
                       Case{"s3_bf16_sr", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true, 0},
                       Case{"s3_f16", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s3_bf16_clip", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1.0}),
+                      Case{"s3_bf16_clip", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1.0},
+                      Case{"s1_bf16_offload", 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
+                      Case{"s2_f32_offload_ga2", 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1},
+                      Case{"s3_bf16_offload", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
+                      Case{"s3_bf16_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
+                      Case{"s3_f32_offload_all", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
+                      Case{"s3_bf16_twinflow", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 0.5},
+                      Case{"s3_bf16_sr_offload", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, true, 0, 1}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 class CudaEngineRefusesTest : public ::testing::Test {
@@ -212,15 +238,8 @@ class CudaEngineRefusesTest : public ::testing::Test {
   }
 };
 
-TEST_F(CudaEngineRefusesTest, OffloadAndOwnOptimizerNameTheKey) {
+TEST_F(CudaEngineRefusesTest, OwnOptimizerIsNamed) {
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> nccl, Communicator::CreateNccl(Store::Hash(), 0, 1, {}));
-  Config cfg = TrainConfig(3, 1);
-  cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
-  auto e = Engine::Create(cfg, nccl);
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(e.status().message().find("zero_optimization.offload_optimizer"), std::string::npos) << e.status();
-
   EngineOptions o;
   struct Own final : ElementwiseOptimizer {
     std::string Name() const override { return "Own"; }

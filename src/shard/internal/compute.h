@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "zero/dtype.h"
@@ -63,6 +64,19 @@ class ComputeTier {
   // Copies between host memory and the compute tier; the host waits until the copy is done.
   virtual void CopyToHostSync(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) = 0;
+  // Enqueues a copy of `bytes` from host memory into the compute tier on the stream; the host source must stay
+  // unchanged until the stream has run it (a device reads it then). The host tier copies at once.
+  virtual void CopyFromHost(void* dst, const void* host_src, size_t bytes) = 0;
+
+  // Offload's copy-stream work (offload/copy_stream.h: these run on its worker thread, one at a time).
+  // A task that lands n elements of compute-tier `src` in host memory (store or add, LandOnHost's arithmetic).
+  // On a device it first waits for the compute stream's work enqueued before this call (an event recorded
+  // now), so `src` may be the output of a collective joined into the stream.
+  virtual std::function<void()> LandOnHostTask(const void* src, DType sdt, void* host_dst, DType ddt, int64_t n,
+                                               bool add) = 0;
+  // Copies `bytes` from host memory into the compute tier and returns when they are there. Copy-stream only.
+  virtual void CopyInOnCopyStream(void* dst, const void* host_src, size_t bytes) = 0;
+
   // Joins a collective whose output the engine reads next: the host waits (host tier); a device makes the
   // stream wait for the op and returns at once (its errors surface through the communicator later).
   virtual Status Join(Work& w) = 0;
