@@ -3,6 +3,7 @@
 //   zero-gpt --model tiny --steps 20 --world 4 --config ds_zero3.json --json
 //   zero-run -n 4 -- zero-gpt --model small --config ds_zero2.json      # one rank per process
 //   zero-gpt --model small --recompute --config ds.json   # recompute blocks (ds.json's activation_checkpointing)
+//   zero-gpt --device cuda --model small --stage 3 --bf16  # on one GPU (NCCL, the CUDA engine)
 //
 // --world N runs N ranks as threads in one process (Gloo over loopback); under a launcher (RANK / WORLD_SIZE,
 // OpenMPI or Slurm variables) it runs this process's rank. Without --config, an embedded default is used
@@ -18,6 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "model.h"
 #include "train.h"
+#if ZERO_GPT_CUDA
+#include "train_cuda.h"
+#endif
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/logging.h"
@@ -34,14 +38,20 @@ struct Flags {
   int seq = 0;
   bool json = false;
   bool recompute = false;
+  bool bf16 = false;
   int blas_threads = 0;
   std::string data_file;
+  std::string device = "cpu";
 };
 
 void Usage() {
   std::fprintf(stderr,
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
+               "                [--device cpu|cuda] [--bf16]\n"
+               "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
+               "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
+               "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
                "  --recompute  recompute every block's activations in backward (every k-th with the config's\n"
                "               activation_checkpointing.number_checkpoints; checkpoints on the host with its\n"
                "               cpu_checkpointing); without it nothing is recomputed\n"
@@ -57,6 +67,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->json = true;
     } else if (a == "--recompute") {
       f->recompute = true;
+    } else if (a == "--bf16") {
+      f->bf16 = true;
     } else if (a == "--help" || a == "-h") {
       return false;
     } else if ((v = next()) == nullptr) {
@@ -80,12 +92,14 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->blas_threads = std::atoi(v);
     } else if (a == "--data") {
       f->data_file = v;
+    } else if (a == "--device") {
+      f->device = v;
     } else {
       std::fprintf(stderr, "zero-gpt: unknown flag %s\n", a.c_str());
       return false;
     }
   }
-  return f->world >= 1 && f->steps >= 0;
+  return f->world >= 1 && f->steps >= 0 && (f->device == "cpu" || f->device == "cuda");
 }
 
 bool UnderLauncher() {
@@ -130,7 +144,27 @@ int main(int argc, char** argv) {
     cfg = *c;
   }
   if (flags.stage >= 0) cfg.zero.stage = flags.stage;
+  if (flags.bf16) cfg.bf16.enabled = true;
   cfg.seed = flags.seed;
+  const bool cuda = flags.device == "cuda";
+#if !ZERO_GPT_CUDA
+  if (cuda) {
+    std::fprintf(stderr, "zero-gpt: --device cuda: this build has no CUDA (nvcc was not found at configure time)\n");
+    return 2;
+  }
+#endif
+  if (cuda && !UnderLauncher() && flags.world != 1) {
+    std::fprintf(stderr, "zero-gpt: --device cuda runs one rank per GPU: use --world 1, or a launcher (zero-run)\n");
+    return 2;
+  }
+  // One rank: on the CPU (Gloo) or the GPU (NCCL).
+  auto train_one = [&](std::shared_ptr<zero::Communicator> comm, const zero::gpt::TrainOptions& o,
+                       const std::function<void(const zero::gpt::StepLog&)>& cb) -> zero::StatusOr<zero::gpt::TrainResult> {
+#if ZERO_GPT_CUDA
+    if (cuda) return zero::gpt::TrainRankCuda(cfg, std::move(comm), o, cb);
+#endif
+    return zero::gpt::TrainRank(cfg, std::move(comm), o, cb);
+  };
 
   const bool launched = UnderLauncher();
   const int world = launched ? 0 : flags.world;
@@ -163,7 +197,7 @@ int main(int argc, char** argv) {
   if (launched) {
     zero::CommOptions copt;
     copt.timeout = absl::Seconds(cfg.comm_timeout_s);
-    auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo, copt);
+    auto comm = zero::Communicator::FromEnv(cuda ? zero::Backend::kNccl : zero::Backend::kGloo, copt);
     if (!comm.ok()) {
       std::fprintf(stderr, "zero-gpt: %s\n", comm.status().ToString().c_str());
       return 1;
@@ -171,10 +205,11 @@ int main(int argc, char** argv) {
     world_size = (*comm)->world_size();
     const char* lws = std::getenv("LOCAL_WORLD_SIZE");
     opt.local_world_size = lws ? std::max(1, std::atoi(lws)) : 1;
+    if (const char* lr = std::getenv("LOCAL_RANK"); cuda && lr != nullptr) opt.device = std::atoi(lr);
     std::shared_ptr<zero::Communicator> shared = std::move(*comm);
     const int rank = shared->rank();
-    results.push_back(zero::gpt::TrainRank(
-        cfg, shared, opt, rank == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr));
+    results.push_back(
+        train_one(shared, opt, rank == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr));
     if (rank != 0) {
       if (!results[0].ok()) std::fprintf(stderr, "zero-gpt: %s\n", results[0].status().ToString().c_str());
       return results[0].ok() ? 0 : 1;
@@ -190,13 +225,14 @@ int main(int argc, char** argv) {
         zero::CommOptions copt;
         copt.timeout = absl::Seconds(cfg.comm_timeout_s);
         copt.hostname = "127.0.0.1";
-        auto comm = zero::Communicator::CreateGloo(store, r, world, copt);
+        auto comm = cuda ? zero::Communicator::CreateNccl(store, r, world, copt)
+                         : zero::Communicator::CreateGloo(store, r, world, copt);
         if (!comm.ok()) {
           results[r] = comm.status();
           return;
         }
-        results[r] = zero::gpt::TrainRank(cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)), opt,
-                                          r == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr);
+        results[r] = train_one(std::shared_ptr<zero::Communicator>(std::move(*comm)), opt,
+                               r == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr);
       });
     }
     for (auto& t : threads) t.join();

@@ -1,4 +1,5 @@
 #include "train.h"
+#include "train_common.h"
 
 #include "support_threads.h"
 
@@ -16,7 +17,7 @@
 
 namespace zero::gpt {
 
-namespace {
+namespace internal {
 
 std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<gpt::ParamSpec>& specs) {
   std::vector<zero::ParamSpec> out;
@@ -33,7 +34,7 @@ double ProcessCpuMs() {
 }
 
 // Gathers every rank's memory report (int64 counters carried bit-exactly through f32 all-gather slots).
-StatusOr<std::vector<MemoryReport>> GatherReports(Communicator& comm, const MemoryReport& mine) {
+StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine, const HostAllGather& all_gather) {
   constexpr size_t kTiers = static_cast<size_t>(MemTier::kCount), kTags = static_cast<size_t>(MemTag::kCount);
   constexpr size_t kWords = kTiers * kTags * 2 + 1;
   std::vector<int64_t> flat;
@@ -44,11 +45,11 @@ StatusOr<std::vector<MemoryReport>> GatherReports(Communicator& comm, const Memo
     }
   }
   flat.push_back(mine.padding_bytes);
-  std::vector<float> send(kWords * 2), recv(kWords * 2 * comm.world_size());
+  std::vector<float> send(kWords * 2), recv(kWords * 2 * world);
   std::memcpy(send.data(), flat.data(), kWords * 8);
-  ZERO_RETURN_IF_ERROR(comm.AllGather(send.data(), recv.data(), send.size(), DType::kF32).Wait());
-  std::vector<MemoryReport> out(comm.world_size());
-  for (int r = 0; r < comm.world_size(); ++r) {
+  ZERO_RETURN_IF_ERROR(all_gather(send.data(), recv.data(), send.size()));
+  std::vector<MemoryReport> out(world);
+  for (int r = 0; r < world; ++r) {
     std::vector<int64_t> v(kWords);
     std::memcpy(v.data(), recv.data() + r * kWords * 2, kWords * 8);
     size_t k = 0;
@@ -62,6 +63,14 @@ StatusOr<std::vector<MemoryReport>> GatherReports(Communicator& comm, const Memo
   }
   return out;
 }
+
+}  // namespace internal
+
+namespace {
+
+using internal::GatherReports;
+using internal::ProcessCpuMs;
+using internal::ToEngineSpecs;
 
 // The model's math is fp32. Under fp16/bf16 the engine hands out 16-bit parameters and gradient buffers: the
 // trainer computes on an fp32 copy of the (rounded) 16-bit weights and adds its fp32 gradients, times the
@@ -222,7 +231,10 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   result.demand_gathers = engine->demand_gathers();
   result.peak_live_elements = engine->peak_live_elements();
   result.recompute = ckpt->stats();
-  ZERO_ASSIGN_OR_RETURN(result.all_ranks, GatherReports(*comm, result.memory));
+  ZERO_ASSIGN_OR_RETURN(result.all_ranks,
+                        GatherReports(world, result.memory, [&](const float* send, float* recv, size_t n) {
+                          return comm->AllGather(send, recv, n, DType::kF32).Wait();
+                        }));
   if (collect_final_params) {
     std::vector<UnitId> order = {root};
     order.insert(order.end(), blocks.begin(), blocks.end());

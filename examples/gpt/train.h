@@ -37,6 +37,8 @@ struct TrainOptions {
   // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
   // cpu_checkpointing). false: nothing is recomputed.
   bool recompute = false;
+  // CUDA path (train_cuda.h): the device ordinal to run on; -1 = the calling thread's current device.
+  int device = -1;
 };
 
 struct StepLog {
