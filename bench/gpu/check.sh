@@ -17,10 +17,11 @@
 #      with nvcc;
 #   4. NCCL world-size-1 collectives through zero's Communicator (zero-bench-comm --backend nccl --world 1),
 #      when built;
-#   5. the GPT step time per stage: not yet implemented.
+#   5. the GPT step time and tokens/s per stage: zero-gpt --device cuda --model small, bf16, stages 0-3 and
+#      2-3 with offload (12 steps each, median after warm-up).
 # Results go to $OUT (when set, e.g. by the device tool) or ./gpu-results: gpu-results.md (the table to copy
 # into bench/results/gpu-<date>.md), check.log (this whole transcript), nvidia-smi.txt, gtest.log, bench.log,
-# comm.log, build.log — at most 7 files, all in one folder. Designed to finish in < 8 minutes on an H200.
+# comm.log, gpt.log, build.log — at most 8 files, all in one folder. Designed to finish in < 8 minutes on an H200.
 #
 # Knobs: ZERO_CHECK_FORCE=1 runs every part even when no GPU is found (to test this script's logic on a
 # machine without one); ZERO_CHECK_NO_CMAKE=1 skips the CMake build (standalone bench only);
@@ -150,7 +151,7 @@ part_binaries() {
     return
   fi
   # Every test labelled gpu (from the tests' CMakeLists), the GPU bench, and the comm bench when it exists.
-  local targets=(zero-bench-gpu) name
+  local targets=(zero-bench-gpu zero-gpt) name
   for name in $(python3 - "$ROOT" <<'PY' 2>/dev/null || echo cuda_test
 import glob, re, sys
 for f in sorted(glob.glob(sys.argv[1] + "/tests/*/CMakeLists.txt")):
@@ -337,10 +338,71 @@ part_comm() {
   fi
 }
 
+# The small GPT (10.8 M params, seq 128) trained on this GPU by zero-gpt --device cuda at each stage in bf16,
+# and at stages 2-3 with offload: median step time and tokens/s over the steps after the first two (warm-up).
+GPT_MD=$(mktemp /tmp/zero-gpt-md.XXXXXX)
 part_gpt() {
   banner "5. GPT step time per stage"
-  echo "not yet implemented (examples/gpt on CUDA is not built yet)"
-  add_summary "GPT step time / tokens/s per stage" "not yet implemented" "-"
+  : > "$RES/gpt.log"
+  : > "$GPT_MD"
+  if [ -z "$BIN" ] || [ ! -x "$BIN/zero-gpt" ]; then
+    echo "zero-gpt was not built: skipped"
+    add_summary "GPT step time / tokens/s per stage" "skipped" "zero-gpt not built"
+    return
+  fi
+  local cfgdir stage off name t rc ran=0 failed=0
+  cfgdir=$(mktemp -d /tmp/zero-gpt-cfg.XXXXXX)
+  echo "| stage | offload | step ms (median) | tokens/s (median) | loss first -> last | device params+grads+master+optim MiB |" > "$GPT_MD"
+  echo "|---|---|---|---|---|---|" >> "$GPT_MD"
+  for name in 0 1 2 3 2o 3o; do
+    stage=${name%o}; off=none; [ "$name" != "$stage" ] && off=cpu
+    cat > "$cfgdir/$name.json" <<JSON
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
+ "zero_optimization": {"stage": $stage, "overlap_comm": true, "stage3_param_persistence_threshold": 0,
+   "offload_optimizer": {"device": "$off", "pin_memory": true}
+   $( [ "$off" = cpu ] && [ "$stage" = 3 ] && echo ', "offload_param": {"device": "cpu", "pin_memory": true}' )}}
+JSON
+    t=$(time_for 60)
+    if [ "$t" -lt 10 ]; then echo "time budget used up before stage $name"; break; fi
+    echo "--- zero-gpt --device cuda --model small --steps 12 --config $name.json (timeout ${t}s)" | tee -a "$RES/gpt.log"
+    timeout "$t" "$BIN/zero-gpt" --device cuda --model small --steps 12 --json --config "$cfgdir/$name.json" \
+      > "$cfgdir/$name.out" 2>> "$RES/gpt.log"
+    rc=$?
+    cat "$cfgdir/$name.out" >> "$RES/gpt.log"
+    echo "exit code $rc" | tee -a "$RES/gpt.log"
+    if [ "$rc" != 0 ]; then
+      failed=$((failed + 1))
+      echo "| $stage | $off | FAILED (exit $rc) | - | - | - |" >> "$GPT_MD"
+      continue
+    fi
+    ran=$((ran + 1))
+    python3 - "$cfgdir/$name.out" "$stage" "$off" >> "$GPT_MD" <<'PY'
+import json, statistics, sys
+steps, summary = [], {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"): continue
+    d = json.loads(line)
+    if "step" in d: steps.append(d)
+    elif "params" in d: summary = d
+warm = steps[2:] or steps
+ms = statistics.median(s["step_ms"] for s in warm)
+tps = statistics.median(s["tokens_per_s"] for s in warm)
+mem = summary.get("memory", {})
+dev = sum(v.get("current", 0) for k, v in mem.items()
+          if isinstance(v, dict) and v.get("tier") == "device" and k.split("@")[0] in ("params", "grads", "master", "optimizer"))
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {ms:.2f} | {tps:.0f} | {steps[0]['loss']:.4f} -> {steps[-1]['loss']:.4f} | {dev / 2**20:.1f} |")
+PY
+  done
+  rm -rf "$cfgdir"
+  cat "$GPT_MD"
+  if [ "$ran" = 0 ]; then
+    add_summary "GPT step time / tokens/s per stage" "FAILED" "no run finished (gpt.log)"
+  else
+    add_summary "GPT step time / tokens/s per stage" "ran ($ran runs, $failed failed)" "small GPT, bf16, B=8, T=128; table below"
+  fi
 }
 
 write_results() {
@@ -369,9 +431,9 @@ write_results() {
     echo
     if [ -s "$RES/comm.log" ]; then echo '```'; tail -40 "$RES/comm.log"; echo '```'; else echo "skipped"; fi
     echo
-    echo "## GPT step time per stage"
+    echo "## GPT step time per stage (zero-gpt --device cuda --model small, bf16)"
     echo
-    echo "not yet implemented"
+    if [ -s "$GPT_MD" ]; then cat "$GPT_MD"; else echo "not run"; fi
   } > "$md"
 }
 
@@ -395,7 +457,7 @@ main() {
   write_results
   banner "summary"
   cat "$RES/gpu-results.md"
-  rm -f "$BENCH_MD"
+  rm -f "$BENCH_MD" "$GPT_MD"
   return 0
 }
 

@@ -4,10 +4,10 @@
 # runs on the GPU machine (ZERO_BUILD_DIR=<bundle>). Run it here, after building, from the repository root:
 #
 #   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release   # CMAKE_CUDA_ARCHITECTURES defaults to 90
-#   cmake --build build-cuda --target cuda_test zero-bench-gpu [zero-bench-comm <other gpu tests>]
+#   cmake --build build-cuda --target cuda_test zero-bench-gpu zero-gpt [zero-bench-comm <other gpu tests>]
 #   bench/gpu/make_bundle.sh build-cuda build-gpu-bundle
 #
-# The bundle holds bin/ (every executable of a test labelled `gpu`, zero-bench-gpu, zero-bench-comm when
+# The bundle holds bin/ (every executable of a test labelled `gpu`, zero-bench-gpu, zero-bench-comm, zero-gpt when
 # built), lib/ (their non-system shared libraries), lib/compat/ (this machine's libstdc++/libgcc_s, used only
 # if the GPU machine's are older), gpu_tests.txt and MANIFEST. libcuda (the driver) and libnccl (218 MB) are
 # not bundled: check.sh finds NCCL on the GPU machine. `build-*` folders are git-ignored, so pass the bundle
@@ -57,7 +57,7 @@ rm -f "$DEST/.gpu_bins"
 if [ ! -s "$DEST/gpu_tests.txt" ] && [ -x "$BUILD/bin/cuda_test" ]; then  # no ctest metadata: the known one
   cp "$BUILD/bin/cuda_test" "$DEST/bin/" && echo cuda_test > "$DEST/gpu_tests.txt"
 fi
-for exe in zero-bench-gpu zero-bench-comm; do
+for exe in zero-bench-gpu zero-bench-comm zero-gpt; do
   [ -x "$BUILD/bin/$exe" ] && cp "$BUILD/bin/$exe" "$DEST/bin/"
 done
 
