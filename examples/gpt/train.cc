@@ -64,6 +64,42 @@ StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport&
   return out;
 }
 
+StatusOr<GptUnits> RegisterGpt(Engine& engine, const GptConfig& mc, uint64_t seed) {
+  GptUnits u;
+  ZERO_ASSIGN_OR_RETURN(u.root, engine.AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
+  for (int l = 0; l < mc.layers; ++l) {
+    ZERO_ASSIGN_OR_RETURN(UnitId b, engine.AddUnit(BlockUnitName(l), ToEngineSpecs(BlockParams(mc))));
+    u.blocks.push_back(b);
+  }
+  Status init_status;
+  ZERO_RETURN_IF_ERROR(engine.Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* out) {
+    Status s = InitParam(seed, mc, unit, gpt::ParamSpec{p.name, p.shape}, out);
+    if (!s.ok() && init_status.ok()) init_status = s;
+  }));
+  ZERO_RETURN_IF_ERROR(init_status);
+  return u;
+}
+
+StatusOr<ByteDataset> LoadData(const TrainOptions& options) {
+  ByteDatasetOptions dopt;
+  dopt.seed = options.seed;
+  if (!options.data_file.empty()) dopt.files = {options.data_file};
+  return ByteDataset::Load(dopt);
+}
+
+StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units) {
+  std::vector<UnitId> order = {units.root};
+  order.insert(order.end(), units.blocks.begin(), units.blocks.end());
+  std::vector<float> out;
+  for (UnitId u : order) {
+    for (const auto& p : engine.UnitParams(u)) {
+      ZERO_ASSIGN_OR_RETURN(std::vector<float> v, engine.GatherParam(u, p.name));
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  }
+  return out;
+}
+
 }  // namespace internal
 
 namespace {
@@ -130,24 +166,10 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   const int ga = static_cast<int>(cfg.accumulation_steps());
   const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
 
-  // Units: the root (embeddings, final layernorm, tied head) and one per block.
-  ZERO_ASSIGN_OR_RETURN(UnitId root, engine->AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
-  std::vector<UnitId> blocks;
-  for (int l = 0; l < mc.layers; ++l) {
-    ZERO_ASSIGN_OR_RETURN(UnitId b, engine->AddUnit(BlockUnitName(l), ToEngineSpecs(BlockParams(mc))));
-    blocks.push_back(b);
-  }
-  Status init_status;
-  ZERO_RETURN_IF_ERROR(engine->Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* out) {
-    Status s = InitParam(options.seed, mc, unit, gpt::ParamSpec{p.name, p.shape}, out);
-    if (!s.ok() && init_status.ok()) init_status = s;
-  }));
-  ZERO_RETURN_IF_ERROR(init_status);
-
-  ByteDatasetOptions dopt;
-  dopt.seed = options.seed;
-  if (!options.data_file.empty()) dopt.files = {options.data_file};
-  ZERO_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(dopt));
+  ZERO_ASSIGN_OR_RETURN(const internal::GptUnits units, internal::RegisterGpt(*engine, mc, options.seed));
+  const UnitId root = units.root;
+  const std::vector<UnitId>& blocks = units.blocks;
+  ZERO_ASSIGN_OR_RETURN(ByteDataset data, internal::LoadData(options));
 
   // Activations come from the Checkpointer's arena (a stack): per micro-step the residual stream x and its
   // gradient dx at the bottom, then each block's saved activations (kept, or only its input with
@@ -236,14 +258,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
                           return comm->AllGather(send, recv, n, DType::kF32).Wait();
                         }));
   if (collect_final_params) {
-    std::vector<UnitId> order = {root};
-    order.insert(order.end(), blocks.begin(), blocks.end());
-    for (UnitId u : order) {
-      for (const auto& p : engine->UnitParams(u)) {
-        ZERO_ASSIGN_OR_RETURN(std::vector<float> v, engine->GatherParam(u, p.name));
-        result.final_params.insert(result.final_params.end(), v.begin(), v.end());
-      }
-    }
+    ZERO_ASSIGN_OR_RETURN(result.final_params, internal::FinalParams(*engine, units));
   }
   return result;
 }

@@ -126,23 +126,10 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   const int ga = static_cast<int>(cfg.accumulation_steps());
   const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
 
-  ZERO_ASSIGN_OR_RETURN(UnitId root, engine->AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
-  std::vector<UnitId> blocks;
-  for (int l = 0; l < mc.layers; ++l) {
-    ZERO_ASSIGN_OR_RETURN(UnitId b, engine->AddUnit(BlockUnitName(l), ToEngineSpecs(BlockParams(mc))));
-    blocks.push_back(b);
-  }
-  Status init_status;
-  ZERO_RETURN_IF_ERROR(engine->Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* out) {
-    Status s = InitParam(options.seed, mc, unit, gpt::ParamSpec{p.name, p.shape}, out);
-    if (!s.ok() && init_status.ok()) init_status = s;
-  }));
-  ZERO_RETURN_IF_ERROR(init_status);
-
-  ByteDatasetOptions dopt;
-  dopt.seed = options.seed;
-  if (!options.data_file.empty()) dopt.files = {options.data_file};
-  ZERO_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(dopt));
+  ZERO_ASSIGN_OR_RETURN(const internal::GptUnits units, internal::RegisterGpt(*engine, mc, options.seed));
+  const UnitId root = units.root;
+  const std::vector<UnitId>& blocks = units.blocks;
+  ZERO_ASSIGN_OR_RETURN(ByteDataset data, internal::LoadData(options));
 
   // Activations: one device allocation for the whole model at this (B, T), reported in the device tier.
   MemoryTracker& tracker = engine->memory_tracker();
@@ -247,14 +234,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
         return Cuda(cudaMemcpy(recv, dr.data(), n * 4 * world, cudaMemcpyDeviceToHost), "report");
       }));
   if (collect_final_params) {
-    std::vector<UnitId> order = {root};
-    order.insert(order.end(), blocks.begin(), blocks.end());
-    for (UnitId u : order) {
-      for (const auto& p : engine->UnitParams(u)) {
-        ZERO_ASSIGN_OR_RETURN(std::vector<float> v, engine->GatherParam(u, p.name));
-        result.final_params.insert(result.final_params.end(), v.begin(), v.end());
-      }
-    }
+    ZERO_ASSIGN_OR_RETURN(result.final_params, internal::FinalParams(*engine, units));
   }
   return result;
 }

@@ -488,6 +488,19 @@ TEST(EmulationTest, BatchCopyCopiesEverySegmentExactly) {
   }
 }
 
+// Calls f(S{}, D{}) with the kernels' type tags for the dtypes st and dt.
+template <class F>
+void WithTypeTags(DType st, DType dt, F&& f) {
+  auto with_dst = [&](auto stag) {
+    if (dt == DType::kF32) f(stag, in::F32{});
+    if (dt == DType::kF16) f(stag, in::F16{});
+    if (dt == DType::kBF16) f(stag, in::BF16{});
+  };
+  if (st == DType::kF32) with_dst(in::F32{});
+  if (st == DType::kF16) with_dst(in::F16{});
+  if (st == DType::kBF16) with_dst(in::BF16{});
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Convert: bit for bit the host ConvertBuffer, for every alignment pair.
 
@@ -515,17 +528,9 @@ TEST(EmulationTest, ConvertMatchesHostBitForBit) {
           ConvertBuffer(src.data(), DType::kF32, s.data(), st, n);
           std::vector<unsigned char> ref(n * DTypeSize(dt));
           ConvertBuffer(s.data(), st, ref.data(), dt, n);
-          auto run = [&](auto stag, auto dtag) {
+          WithTypeTags(st, dt, [&](auto stag, auto dtag) {
             EmulateConvert<decltype(stag), decltype(dtag)>(s.data(), d.data(), n, 96);
-          };
-          auto with_dst = [&](auto stag) {
-            if (dt == DType::kF32) run(stag, in::F32{});
-            if (dt == DType::kF16) run(stag, in::F16{});
-            if (dt == DType::kBF16) run(stag, in::BF16{});
-          };
-          if (st == DType::kF32) with_dst(in::F32{});
-          if (st == DType::kF16) with_dst(in::F16{});
-          if (st == DType::kBF16) with_dst(in::BF16{});
+          });
           for (size_t i = 0; i < n; ++i) {
             const float a = LoadAsF32(d.data(), dt, i);
             const float b = LoadAsF32(ref.data(), dt, i);
@@ -569,15 +574,9 @@ TEST(EmulationTest, AddMatchesHostLandBitForBit) {
           std::vector<unsigned char> ref(n * DTypeSize(dt));
           ConvertBuffer(a.data(), DType::kF32, ref.data(), dt, n);
           internal::LandOnHost(s.data(), st, ref.data(), dt, static_cast<int64_t>(n), /*add=*/true);
-          auto run = [&](auto stag, auto dtag) { EmulateAdd<decltype(stag), decltype(dtag)>(s.data(), d.data(), n, 96); };
-          auto with_dst = [&](auto stag) {
-            if (dt == DType::kF32) run(stag, in::F32{});
-            if (dt == DType::kF16) run(stag, in::F16{});
-            if (dt == DType::kBF16) run(stag, in::BF16{});
-          };
-          if (st == DType::kF32) with_dst(in::F32{});
-          if (st == DType::kF16) with_dst(in::F16{});
-          if (st == DType::kBF16) with_dst(in::BF16{});
+          WithTypeTags(st, dt, [&](auto stag, auto dtag) {
+            EmulateAdd<decltype(stag), decltype(dtag)>(s.data(), d.data(), n, 96);
+          });
           size_t changed = 0;
           for (size_t i = 0; i < n; ++i) {
             const float x = LoadAsF32(d.data(), dt, i);
