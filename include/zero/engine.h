@@ -183,7 +183,11 @@ class Engine {
 
   // Waits for outstanding reductions, computes the global gradient norm, checks for non-finite gradients
   // (agreed across ranks), clips, runs the optimizer on this rank's shards, refreshes parameters, advances the
-  // LR schedule (not on skipped steps). Collective.
+  // LR schedule (not on skipped steps). Collective. On the CUDA engine this is the step's one host wait: the
+  // compute stream is synchronized to read the gradient statistics (16 bytes) that decide skipping and clipping
+  // on the host, as DeepSpeed's overflow check does; Forward/Backward and scope closes never block the host
+  // there (collectives are joined with Work::WaitStream), except while the engine's pools warm up in the
+  // first step (cudaMalloc).
   StatusOr<StepResult> Step();
 
   // Checked access to a parameter of an AVAILABLE unit outside a scope (kFailedPrecondition naming the unit if
