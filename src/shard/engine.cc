@@ -142,7 +142,7 @@ class Engine::Impl {
         stage_(cfg.zero.stage),
         rank_(comm_->rank()),
         world_(comm_->world_size()),
-        compute_(internal::MakeHostCompute(&tracker_)),
+        compute_(internal::MakeGlooEngineCompute(&tracker_)),
         gather_pool_(compute_, MemTag::kGather),
         bucket_pool_(compute_, MemTag::kBuckets),
         wire_pool_(compute_, MemTag::kBuckets) {}

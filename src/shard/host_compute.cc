@@ -2,6 +2,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "shard/internal/compute.h"
 #include "zero/dtype.h"
 #include "zero/features.h"
@@ -78,6 +79,25 @@ class HostCompute final : public ComputeTier {
 }  // namespace
 
 std::unique_ptr<ComputeTier> MakeHostCompute(MemoryTracker* tracker) { return std::make_unique<HostCompute>(tracker); }
+
+namespace {
+absl::Mutex g_factory_mu;
+ComputeTierFactory* g_factory ABSL_GUARDED_BY(g_factory_mu) = nullptr;
+}  // namespace
+
+std::unique_ptr<ComputeTier> MakeGlooEngineCompute(MemoryTracker* tracker) {
+  {
+    absl::MutexLock lock(&g_factory_mu);
+    if (g_factory != nullptr) return (*g_factory)(tracker);
+  }
+  return MakeHostCompute(tracker);
+}
+
+void SetGlooEngineComputeForTesting(ComputeTierFactory factory) {
+  absl::MutexLock lock(&g_factory_mu);
+  delete g_factory;
+  g_factory = factory ? new ComputeTierFactory(std::move(factory)) : nullptr;
+}
 
 #if !ZERO_HAVE_CUDA
 StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker*, int, CUstream_st*) {

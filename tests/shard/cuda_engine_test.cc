@@ -198,7 +198,13 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
   EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kOptimizer).current > 0, c.offload > 0);
   for (MemTag tag : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
     for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {  // the same placement as the host engine's
-      EXPECT_EQ(r.Get(tier, tag).current, th.after_last.Get(tier, tag).current) << MemTagName(tag) << "@" << MemTierName(tier);
+      // The device keeps low-communication mode's full gradients pooled (freeing would synchronize it).
+      if (tag == MemTag::kGrads && tier == MemTier::kDevice && c.mode == GradAccumulationMode::kLowCommunication) {
+        EXPECT_GT(r.Get(tier, tag).current, th.after_last.Get(tier, tag).current);
+        continue;
+      }
+      EXPECT_EQ(r.Get(tier, tag).current, th.after_last.Get(tier, tag).current)
+          << MemTagName(tag) << "@" << MemTierName(tier);
     }
   }
   for (int t = 0; t < static_cast<int>(MemTag::kCount); ++t) {

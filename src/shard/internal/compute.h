@@ -85,6 +85,12 @@ class ComputeTier {
 // Host DRAM, reported as the device tier (docs/design.md, "Tiers"). `tracker` must outlive it.
 std::unique_ptr<ComputeTier> MakeHostCompute(MemoryTracker* tracker);
 
+// The tier an engine over a Gloo communicator gets: MakeHostCompute, unless a test installed a factory (to run
+// the engine over an emulated asynchronous tier: tests/shard/async_tier_test.cc). Not for production use.
+using ComputeTierFactory = std::function<std::unique_ptr<ComputeTier>(MemoryTracker* tracker)>;
+std::unique_ptr<ComputeTier> MakeGlooEngineCompute(MemoryTracker* tracker);
+void SetGlooEngineComputeForTesting(ComputeTierFactory factory);  // empty: back to MakeHostCompute
+
 // The CUDA device `device` (the NCCL communicator's), on `stream` (the trainer's compute stream; nullptr: one
 // the tier creates and owns). kUnimplemented when zero was built without CUDA; kFailedPrecondition without a
 // device. `tracker` must outlive it.

@@ -1,0 +1,407 @@
+// The engine's CUDA-tier code paths, exercised in CI without a GPU: the engine runs over an emulated
+// asynchronous compute tier — every compute-tier operation is queued on a "late stream" (one thread that runs
+// them in order, each after a delay, so the engine's thread runs ahead of it as it runs ahead of a GPU) — and
+// must produce bit for bit what the ordinary host engine produces.
+//
+// What it proves about the device engine's logic (src/shard/engine.cc with ComputeTier::device() true): the
+// engine never reads or writes compute-tier memory on the host except through the tier (a direct access
+// would see the late stream's stale data), it joins every collective before enqueuing work on its output,
+// collectives see their inputs complete (the wrapper communicator below drains the stream before issuing,
+// as the NCCL communicator makes its stream wait on the producer stream), offload's copy-stream tasks wait
+// for the compute stream's work queued before them (as the CUDA tier's recorded event makes them), and the
+// device-only paths (host arrays staged through compute-tier copies, pooled full gradients, the stage-in of
+// host-tier parameter shards) compute the same numbers. What it cannot prove: CUDA's own semantics (events,
+// streams, NCCL) — tests/shard/cuda_engine_test.cc checks those on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "shard/internal/compute.h"
+#include "support/engine_helpers.h"
+#include "support/multi_rank.h"
+#include "zero/communicator.h"
+#include "zero/dtype.h"
+#include "zero/engine.h"
+
+namespace zero {
+namespace {
+
+using testing::Borrow;
+using testing::TrainConfig;
+
+// One thread running queued operations in FIFO order, each `delay` after it reaches the front.
+class LateStream {
+ public:
+  explicit LateStream(absl::Duration delay) : delay_(delay), thread_([this] { Run(); }) {}
+  ~LateStream() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  uint64_t Enqueue(std::function<void()> op) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(op));
+    return ++issued_;
+  }
+  // Until every operation queued so far ran.
+  void Drain() {
+    absl::MutexLock lock(&mu_);
+    const uint64_t target = issued_;
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= target; };
+    mu_.Await(absl::Condition(&done));
+  }
+  void WaitFor(uint64_t ticket) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ >= ticket; };
+    mu_.Await(absl::Condition(&done));
+  }
+  uint64_t issued() {
+    absl::MutexLock lock(&mu_);
+    return issued_;
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> op;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || stop_; };
+        mu_.Await(absl::Condition(&ready));
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::SleepFor(delay_);
+      op();
+      absl::MutexLock lock(&mu_);
+      ++done_;
+    }
+  }
+
+  const absl::Duration delay_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t issued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts after the state above exists
+};
+
+// The CUDA tier's contract (shard/internal/compute.h), on host memory, with every stream operation late.
+class AsyncTier final : public internal::ComputeTier {
+ public:
+  explicit AsyncTier(MemoryTracker* tracker) : host_(internal::MakeHostCompute(tracker)) {}
+
+  bool device() const override { return true; }  // the engine takes its device paths
+  CUstream_st* stream() const override { return nullptr; }
+  Status status() const override { return absl::OkStatus(); }
+
+  Buffer Alloc(MemTag tag, size_t bytes) override { return host_->Alloc(tag, bytes); }  // zeroed before return
+  void Zero(void* p, size_t bytes) override {
+    stream_.Enqueue([=] { std::memset(p, 0, bytes); });
+  }
+  void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) override {
+    stream_.Enqueue([=] { ConvertBuffer(src, sdt, dst, ddt, n); });
+  }
+  void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) override {
+    stream_.Enqueue([=] { internal::LandOnHost(src, sdt, dst, ddt, n, add); });
+  }
+  void AddGradStats(const void* g, DType dt, int64_t n) override {
+    if (n <= 0) return;
+    stream_.Enqueue([=, this] {
+      const GradStatsResult r = GradStats(g, dt, static_cast<size_t>(n));
+      stats_.sumsq += r.sumsq;
+      stats_.nonfinite += r.nonfinite;
+    });
+  }
+  GradStatsResult TakeGradStatsSync() override {
+    stream_.Drain();
+    return std::exchange(stats_, GradStatsResult{});
+  }
+  void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile) override {
+    // The state array is the engine's local: copy it, as a kernel launch copies its arguments.
+    std::vector<float*> states(u.state, u.state + opt.StateNames().size());
+    stream_.Enqueue([&opt, up = u, states, threads, tile]() mutable {
+      up.state = states.data();
+      ParallelUpdate(opt, up, threads, tile);
+    });
+  }
+  void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
+    stream_.Enqueue([=] { StochasticRoundToBF16(src, dst, n, key, first_index); });
+  }
+  void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
+    stream_.Drain();
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  }
+  void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) override {
+    stream_.Drain();
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  void CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
+    stream_.Enqueue([=] { std::memcpy(dst, host_src, bytes); });  // reads the source late, like a DMA
+  }
+  std::function<void()> LandOnHostTask(const void* src, DType sdt, void* host_dst, DType ddt, int64_t n,
+                                       bool add) override {
+    const uint64_t ready = stream_.issued();  // the CUDA tier's event: everything queued so far
+    return [=, this] {
+      stream_.WaitFor(ready);
+      internal::LandOnHost(src, sdt, host_dst, ddt, n, add);
+    };
+  }
+  void CopyInOnCopyStream(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  // Stronger than a stream wait (the host waits too), which changes no result.
+  Status Join(Work& w) override {
+    stream_.Drain();
+    return w.Wait();
+  }
+
+  void Drain() { stream_.Drain(); }
+
+ private:
+  std::unique_ptr<internal::ComputeTier> host_;
+  GradStatsResult stats_;  // the late stream's only
+  LateStream stream_{absl::Microseconds(50)};
+};
+
+// A communicator whose ops first wait for the late stream, as the NCCL communicator's stream waits on the
+// producer stream's event.
+class DrainingComm final : public Communicator {
+ public:
+  explicit DrainingComm(Communicator& inner) : inner_(inner) {}
+  void Bind(AsyncTier* tier) { tier_ = tier; }
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  Backend backend() const override { return inner_.backend(); }
+  MemoryReport memory_report() const override { return inner_.memory_report(); }
+  Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
+    Drain();
+    return inner_.AllGather(send, recv, count, dtype, s);
+  }
+  Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    Drain();
+    return inner_.ReduceScatter(send, recv, count, dtype, op, s);
+  }
+  Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                CUstream_st* s) override {
+    Drain();
+    return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
+  }
+  Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    Drain();
+    return inner_.AllReduce(buf, count, dtype, op, s);
+  }
+  Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
+    Drain();
+    return inner_.Broadcast(buf, count, dtype, root, s);
+  }
+  Work Barrier() override { return inner_.Barrier(); }
+
+ private:
+  void Drain() {
+    if (tier_ != nullptr) tier_->Drain();
+  }
+  Communicator& inner_;
+  AsyncTier* tier_ = nullptr;
+};
+
+// The rank thread's communicator being handed to Engine::Create, so the tier factory can bind the two.
+thread_local DrainingComm* t_binding = nullptr;
+thread_local AsyncTier* t_tier = nullptr;
+
+const std::vector<std::pair<std::string, std::vector<ParamSpec>>>& Units() {
+  static const auto* u = new std::vector<std::pair<std::string, std::vector<ParamSpec>>>{
+      {"a", {{"w", {37, 19}}, {"b", {19}}}},
+      {"b", {{"w", {19, 23}}}},
+      {"c", {{"v", {101}}}},
+      {"d", {{"w", {64, 33}}}},
+  };
+  return *u;
+}
+
+float InitValue(const std::string& unit, const std::string& param, int64_t i) {
+  const uint64_t h = std::hash<std::string>{}(unit + "/" + param) ^ static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) * 1e-4f;
+}
+
+struct Trace {
+  std::vector<StepResult> steps;
+  std::map<std::string, std::vector<float>> params;
+  MemoryReport memory;
+};
+
+// The trainer: per micro-step, every unit's gradient g_i = 0.01 sin(0.37 i + step + 0.5 micro + rank) +
+// 0.1 p_i is accumulated into its view in f32, rounded once. On the async tier the trainer's host accesses
+// wait for the late stream first (its kernels would run on the stream).
+void Train(Engine& e, AsyncTier* tier, int steps, int ga, Trace* t) {
+  std::vector<UnitId> ids;
+  for (const auto& [name, specs] : Units()) ids.push_back(e.FindUnit(name));
+  for (int k = 0; k < steps; ++k) {
+    for (int m = 0; m < ga; ++m) {
+      for (UnitId id : ids) {
+        auto f = e.Forward(id);
+        ASSERT_TRUE(f.ok()) << f.status();
+      }
+      for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+        auto b = e.Backward(*it);
+        ASSERT_TRUE(b.ok()) << b.status();
+        if (tier != nullptr) tier->Drain();
+        for (const ParamSpec& spec : e.UnitParams(*it)) {
+          const TensorView pv = b->param(spec.name), gv = b->grad(spec.name);
+          for (int64_t i = 0; i < gv.numel; ++i) {
+            const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + 0.5f * m +
+                                             static_cast<float>(e.rank())) +
+                            0.1f * LoadAsF32(pv.data, pv.dtype, i);
+            StoreFromF32(gv.data, gv.dtype, i, LoadAsF32(gv.data, gv.dtype, i) + g);
+          }
+        }
+      }
+    }
+    auto r = e.Step();
+    ASSERT_TRUE(r.ok()) << r.status();
+    t->steps.push_back(*r);
+  }
+  t->memory = e.memory_report();
+  for (size_t u = 0; u < ids.size(); ++u) {
+    for (const ParamSpec& spec : e.UnitParams(ids[u])) {
+      auto v = e.GatherParam(ids[u], spec.name);
+      ASSERT_TRUE(v.ok()) << v.status();
+      t->params[Units()[u].first + "." + spec.name] = *v;
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<Engine>> MakeEngine(const Config& cfg, std::shared_ptr<Communicator> comm) {
+  ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, std::move(comm)));
+  for (const auto& [name, specs] : Units()) ZERO_RETURN_IF_ERROR(e->AddUnit(name, specs).status());
+  ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string& unit, const ParamSpec& p, float* out) {
+    for (int64_t i = 0; i < p.numel(); ++i) out[i] = InitValue(unit, p.name, i);
+  }));
+  return e;
+}
+
+struct Case {
+  const char* name;
+  int world;
+  int stage;
+  DType dtype;
+  int ga;
+  GradAccumulationMode mode = GradAccumulationMode::kLowMemory;
+  bool stochastic = false;
+  int offload = 0;  // 1: offload_optimizer; 2: + offload_param
+  double ratio = 1.0;
+  double clip = 1.0;
+};
+
+Config CaseConfig(const Case& c) {
+  Config cfg = TrainConfig(c.stage, /*micro=*/1, c.ga, 3e-3, c.clip, c.mode);
+  cfg.bf16.enabled = c.dtype == DType::kBF16;
+  cfg.bf16.stochastic_rounding = c.stochastic;
+  cfg.fp16.enabled = c.dtype == DType::kF16;
+  cfg.zero.reduce_bucket_size = 3000;  // several reductions in flight, retired both at scope close and by the bound
+  if (c.offload >= 1) {
+    cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    cfg.zero.offload_optimizer.ratio = c.ratio;
+    cfg.zero.sub_group_size = 300;
+  }
+  if (c.offload >= 2) cfg.zero.offload_param.device = OffloadDevice::kCpu;
+  return cfg;
+}
+
+class AsyncTierTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void TearDown() override { internal::SetGlooEngineComputeForTesting({}); }
+};
+
+TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
+  const Case& c = GetParam();
+  const Config cfg = CaseConfig(c);
+  constexpr int kSteps = 4;
+  internal::SetGlooEngineComputeForTesting([](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
+    if (t_binding == nullptr) return internal::MakeHostCompute(tracker);  // the reference engine
+    auto tier = std::make_unique<AsyncTier>(tracker);
+    t_binding->Bind(tier.get());
+    t_tier = tier.get();
+    return tier;
+  });
+  testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
+    Trace host, async;
+    {
+      t_binding = nullptr;
+      auto e = MakeEngine(cfg, Borrow(comm));
+      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_FALSE((*e)->on_device());
+      ASSERT_NO_FATAL_FAILURE(Train(**e, nullptr, kSteps, c.ga, &host));
+    }
+    {
+      DrainingComm draining(comm);
+      t_binding = &draining;
+      auto e = MakeEngine(cfg, Borrow(draining));
+      t_binding = nullptr;
+      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_TRUE((*e)->on_device());
+      ASSERT_NO_FATAL_FAILURE(Train(**e, t_tier, kSteps, c.ga, &async));
+    }
+    for (int k = 0; k < kSteps; ++k) {
+      SCOPED_TRACE(::testing::Message() << "step " << k);
+      EXPECT_EQ(async.steps[k].skipped, host.steps[k].skipped);
+      EXPECT_EQ(async.steps[k].grad_norm, host.steps[k].grad_norm);
+      EXPECT_EQ(async.steps[k].loss_scale, host.steps[k].loss_scale);
+    }
+    size_t moved = 0;
+    for (const auto& [name, hv] : host.params) {
+      const std::vector<float>& av = async.params.at(name);
+      ASSERT_EQ(av.size(), hv.size());
+      for (size_t i = 0; i < hv.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&av[i], &hv[i], 4), 0) << name << "[" << i << "]: " << av[i] << " vs " << hv[i];
+        moved += hv[i] != InitValue(name.substr(0, 1), name.substr(2), static_cast<int64_t>(i));
+      }
+    }
+    EXPECT_GT(moved, 0u);
+    for (MemTag tag : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
+      for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
+        // The device keeps low-communication mode's full gradients pooled (freeing would synchronize it).
+        if (tag == MemTag::kGrads && tier == MemTier::kDevice && c.mode == GradAccumulationMode::kLowCommunication) {
+          EXPECT_GT(async.memory.Get(tier, tag).current, host.memory.Get(tier, tag).current);
+          continue;
+        }
+        EXPECT_EQ(async.memory.Get(tier, tag).current, host.memory.Get(tier, tag).current)
+            << MemTagName(tag) << "@" << MemTierName(tier);
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engine, AsyncTierTest,
+    ::testing::Values(
+        Case{"w1_s0_f32", 1, 0, DType::kF32, 1}, Case{"w2_s0_bf16_ga2", 2, 0, DType::kBF16, 2},
+        Case{"w2_s1_f32", 2, 1, DType::kF32, 1}, Case{"w2_s1_bf16_ga2", 2, 1, DType::kBF16, 2},
+        Case{"w2_s2_bf16", 2, 2, DType::kBF16, 1},
+        Case{"w2_s2_bf16_ga3_lowcomm", 2, 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication},
+        Case{"w3_s3_f32", 3, 3, DType::kF32, 1}, Case{"w2_s3_bf16_ga2", 2, 3, DType::kBF16, 2},
+        Case{"w2_s3_f16", 2, 3, DType::kF16, 1},
+        Case{"w2_s3_bf16_sr", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true},
+        Case{"w2_s1_bf16_offload", 2, 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1},
+        Case{"w2_s2_f32_offload_ga2", 2, 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 1},
+        Case{"w2_s3_bf16_offload_all", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2},
+        Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
+        Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1, 0.5}),
+    [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace zero
