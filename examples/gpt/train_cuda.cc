@@ -209,7 +209,8 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     if (world > 1) {  // the mean over ranks, through device memory (NCCL)
       ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(d_loss.data(), &loss, 4, cudaMemcpyHostToDevice, stream), "loss"));
       ZERO_RETURN_IF_ERROR(comm->AllReduce(d_loss.data(), 1, DType::kF32, ReduceOp::kAvg, stream).Wait());
-      ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpy(&loss, d_loss.data(), 4, cudaMemcpyDeviceToHost), "loss"));
+      ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&loss, d_loss.data(), 4, cudaMemcpyDeviceToHost, stream), "loss"));
+      ZERO_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "loss"));
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - cpu0,
@@ -229,9 +230,13 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
         Buffer dr;
         if (s.ok()) dr = Buffer::Device(nullptr, MemTag::kStaging, n * 4 * world, &s);
         ZERO_RETURN_IF_ERROR(s);
-        ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpy(ds.data(), send, n * 4, cudaMemcpyHostToDevice), "report"));
+        // On the compute stream, which the all-gather waits for (a cudaMemcpy on the legacy stream may return
+        // before its DMA lands, and NCCL's stream does not wait for the legacy one).
+        ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(ds.data(), send, n * 4, cudaMemcpyHostToDevice, stream), "report"));
         ZERO_RETURN_IF_ERROR(comm->AllGather(ds.data(), dr.data(), n, DType::kF32, stream).Wait());
-        return Cuda(cudaMemcpy(recv, dr.data(), n * 4 * world, cudaMemcpyDeviceToHost), "report");
+        ZERO_RETURN_IF_ERROR(
+            Cuda(cudaMemcpyAsync(recv, dr.data(), n * 4 * world, cudaMemcpyDeviceToHost, stream), "report"));
+        return Cuda(cudaStreamSynchronize(stream), "report");
       }));
   if (collect_final_params) {
     ZERO_ASSIGN_OR_RETURN(result.final_params, internal::FinalParams(*engine, units));
