@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu/check.sh — the one-shot GPU check (issue 8): on a machine with an NVIDIA GPU, from the repo root:
 #
-#   ZERO_BUILD_DIR=build-gpu-bundle bash bench/gpu/check.sh     # run prebuilt binaries (bench/gpu/make_bundle.sh)
+#   ZERO_BUILD_DIR=build-gpu-bundle.tar.xz bash bench/gpu/check.sh   # prebuilt binaries (bench/gpu/make_bundle.sh)
 #   bash bench/gpu/check.sh                                     # or build here (needs absl/Gloo/gtest/...),
 #                                                               # falling back to a standalone nvcc build of
 #                                                               # zero-bench-gpu (CUDA toolkit only)
@@ -78,23 +78,28 @@ temperature.gpu,power.draw,persistence_mode --format=csv >> "$RES/nvidia-smi.txt
   fi
 }
 
-# Adds the folder holding libnccl.so.2 (system, CUDA or the Python wheel) to LD_LIBRARY_PATH, for the
-# binaries that need it (zero-bench-comm, NCCL tests).
-find_nccl() {
+# Adds the folders holding libnccl.so.2 and libcublas.so.13 / libcublasLt.so.13 (system, CUDA, or the PyTorch
+# image's nvidia-* wheels) to LD_LIBRARY_PATH, for the binaries that need them (NCCL: the comm bench and the
+# engine; cuBLAS: the GPT on the GPU).
+find_lib_dir() {  # $1: library file name; prints its folder, "(system)", or nothing
   local d
-  if ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2'; then NCCL_DIR="(system)"; return; fi
+  if ldconfig -p 2>/dev/null | grep -q "$1"; then echo "(system)"; return; fi
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/local/lib; do
-    if [ -e "$d/libnccl.so.2" ]; then NCCL_DIR=$d; break; fi
+    if [ -e "$d/$1" ]; then echo "$d"; return; fi
   done
-  if [ -z "$NCCL_DIR" ]; then
-    # The PyTorch image ships NCCL as a Python wheel (site-packages/nvidia/nccl/lib).
-    d=$(timeout 30 find /opt /usr /root /home -name 'libnccl.so.2*' 2>/dev/null | head -1)
-    [ -n "$d" ] && NCCL_DIR=$(dirname "$d")
-  fi
-  if [ -n "$NCCL_DIR" ] && [ "$NCCL_DIR" != "(system)" ]; then
-    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$NCCL_DIR"
-  fi
-  echo "libnccl.so.2: ${NCCL_DIR:-not found}"
+  d=$(timeout 30 find /opt /usr /root /home -name "$1*" 2>/dev/null | head -1)
+  [ -n "$d" ] && dirname "$d"
+}
+find_nccl() {
+  local lib d
+  for lib in libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
+    d=$(find_lib_dir "$lib")
+    [ "$lib" = libnccl.so.2 ] && NCCL_DIR=$d
+    if [ -n "$d" ] && [ "$d" != "(system)" ] && [[ ":${LD_LIBRARY_PATH:-}:" != *":$d:"* ]]; then
+      export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+    fi
+    echo "$lib: ${d:-not found}"
+  done
 }
 
 # Prints the missing libraries of binary $1 (empty when it can be loaded).
@@ -104,6 +109,15 @@ part_binaries() {
   banner "1. binaries"
   if [ -n "${ZERO_BUILD_DIR:-}" ]; then
     local dir=$ZERO_BUILD_DIR
+    # A packed bundle (make_bundle.sh's DEST.tar.xz): unpack it next to itself, or in /tmp if that is read-only.
+    if [ -f "$dir" ] || [ -f "$ROOT/$dir" ]; then
+      local tarball=$dir unpack
+      [ -f "$tarball" ] || tarball="$ROOT/$dir"
+      unpack=$(mktemp -d /tmp/zero-bundle.XXXXXX)
+      echo "unpacking $tarball into $unpack"
+      tar xJf "$tarball" -C "$unpack" || echo "unpacking $tarball failed"
+      dir=$(find "$unpack" -mindepth 1 -maxdepth 1 -type d | head -1)
+    fi
     [ -d "$dir" ] || dir="$ROOT/$ZERO_BUILD_DIR"
     if [ -d "$dir/bin" ]; then BIN=$(cd "$dir/bin" && pwd); elif [ -d "$dir" ]; then BIN=$(cd "$dir" && pwd); fi
     if [ -z "$BIN" ]; then

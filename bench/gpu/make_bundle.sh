@@ -9,8 +9,10 @@
 #
 # The bundle holds bin/ (every executable of a test labelled `gpu`, zero-bench-gpu, zero-bench-comm, zero-gpt when
 # built), lib/ (their non-system shared libraries), lib/compat/ (this machine's libstdc++/libgcc_s, used only
-# if the GPU machine's are older), gpu_tests.txt and MANIFEST. libcuda (the driver) and libnccl (218 MB) are
-# not bundled: check.sh finds NCCL on the GPU machine. `build-*` folders are git-ignored, so pass the bundle
+# if the GPU machine's are older), gpu_tests.txt and MANIFEST. libcuda (the driver), libnccl (218 MB) and
+# libcublas/libcublasLt (570 MB) are not bundled: check.sh finds them on the GPU machine (system CUDA or the
+# PyTorch image's nvidia-* wheels). The folder is also packed as DEST.tar.xz (~9 MB with zero-gpt and
+# OpenBLAS, which alone is 35 MB unpacked): carry that, and pass it as ZERO_BUILD_DIR. `build-*` folders are git-ignored, so pass the bundle
 # in the device run's `carry`.
 set -euo pipefail
 BUILD=${1:?usage: make_bundle.sh BUILD_DIR [DEST]}
@@ -66,7 +68,7 @@ for exe in "$DEST"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
-    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libnvidia*|libnccl*) ;;
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libcuda.so*|libnvidia*|libnccl*|libcublas*) ;;
     libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$DEST/lib/compat/" ;;
     *) cp -L "$lib" "$DEST/lib/" ;;
   esac
@@ -86,7 +88,9 @@ cat "$DEST/MANIFEST"
 echo "gpu test binaries: $(tr '\n' ' ' < "$DEST/gpu_tests.txt")"
 ls "$DEST/bin"
 du -sh "$DEST"
-SIZE_KB=$(du -sk "$DEST" | cut -f1)
+tar cJf "$DEST.tar.xz" -C "$(dirname "$DEST")" "$(basename "$DEST")"
+ls -la "$DEST.tar.xz"
+SIZE_KB=$(du -sk "$DEST.tar.xz" | cut -f1)
 if [ "$SIZE_KB" -gt 40000 ]; then
-  echo "WARNING: the bundle is $((SIZE_KB / 1024)) MiB; the device run carries at most 64 MiB with the tree" >&2
+  echo "WARNING: the packed bundle is $((SIZE_KB / 1024)) MiB; the device run carries at most 64 MiB with the tree" >&2
 fi
