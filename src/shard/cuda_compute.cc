@@ -202,7 +202,13 @@ StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, i
     cudaGetLastError();
     return absl::FailedPreconditionError("the CUDA engine (an NCCL communicator): no CUDA device is visible");
   }
-  if (device < 0 || device >= count) {
+  if (device < 0) {  // the calling thread's current device
+    if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::InternalError(absl::StrCat("the CUDA engine: cudaGetDevice: ", cudaGetErrorString(e)));
+    }
+  }
+  if (device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("the CUDA engine: device ", device, " is not in [0, ", count, ")"));
   }
   if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
