@@ -18,10 +18,11 @@
 #   4. NCCL world-size-1 collectives through zero's Communicator (zero-bench-comm --backend nccl --world 1),
 #      when built;
 #   5. the GPT step time and tokens/s per stage: zero-gpt --device cuda --model small, bf16, stages 0-3 and
-#      2-3 with offload (12 steps each, median after warm-up).
+#      2-3 with offload (12 steps each, median after warm-up);
+#   6. with the time left: zero-bench-comm over Gloo on this machine's quiet CPU (issue 3's ratio criterion).
 # Results go to $OUT (when set, e.g. by the device tool) or ./gpu-results: gpu-results.md (the table to copy
 # into bench/results/gpu-<date>.md), check.log (this whole transcript), nvidia-smi.txt, gtest.log, bench.log,
-# comm.log, gpt.log, build.log — at most 8 files, all in one folder. Designed to finish in < 8 minutes on an H200.
+# comm.log, gpt.log, gloo.log, build.log — at most 9 files, all in one folder. Designed to finish in < 8 minutes on an H200.
 #
 # Knobs: ZERO_CHECK_FORCE=1 runs every part even when no GPU is found (to test this script's logic on a
 # machine without one); ZERO_CHECK_NO_CMAKE=1 skips the CMake build (standalone bench only);
@@ -419,6 +420,32 @@ PY
   fi
 }
 
+# Issue 3's criterion on a quiet host: the GPU machine's CPU (16 cores, nothing else running) measures the
+# Gloo communicator against raw Gloo, which the shared 2-core development host cannot resolve (its A/A control
+# spreads +-10%). Runs last, only with time left: three sweeps of AllGather/ReduceScatter >= 1 MiB, then the
+# A/A control.
+part_gloo() {
+  banner "6. Gloo collectives vs raw Gloo on this host's CPU (issue 3)"
+  : > "$RES/gloo.log"
+  if [ -z "$BIN" ] || [ ! -x "$BIN/zero-bench-comm" ]; then
+    add_summary "Gloo vs raw Gloo (CPU)" "skipped" "zero-bench-comm not built"
+    return
+  fi
+  local t run args
+  for run in 1 2 3 aa; do
+    t=$(time_for 90)
+    if [ "$t" -lt 30 ]; then echo "time budget used up before run $run"; break; fi
+    args=(--backend gloo --world 4 --min-bytes 1M --ops ag,rs)
+    [ "$run" = aa ] && args+=(--aa)
+    echo "--- run $run: zero-bench-comm ${args[*]} (timeout ${t}s)" | tee -a "$RES/gloo.log"
+    timeout "$t" "$BIN/zero-bench-comm" "${args[@]}" >> "$RES/gloo.log" 2>&1
+    echo "exit code $?" >> "$RES/gloo.log"
+  done
+  local below
+  below=$(awk '/^--- run (1|2|3):/ {r=$3} /^--- run aa:/ {r=""} /^  (AllGather|ReduceScatter) / && r != "" && $NF < 0.90 {n++} END {print n+0}' "$RES/gloo.log")
+  add_summary "Gloo vs raw Gloo (CPU)" "ran" "$(grep -c '^--- run' "$RES/gloo.log") sweeps; ratio < 0.90 at $below points of runs 1-3 (gloo.log)"
+}
+
 write_results() {
   local md="$RES/gpu-results.md" row
   {
@@ -445,6 +472,10 @@ write_results() {
     echo
     if [ -s "$RES/comm.log" ]; then echo '```'; tail -40 "$RES/comm.log"; echo '```'; else echo "skipped"; fi
     echo
+    echo "## Gloo collectives vs raw Gloo on this machine's CPU (world 4, ratios)"
+    echo
+    if [ -s "$RES/gloo.log" ]; then echo '```'; grep -E '^--- run|^  (AllGather|ReduceScatter) ' "$RES/gloo.log"; echo '```'; else echo "not run"; fi
+    echo
     echo "## GPT step time per stage (zero-gpt --device cuda --model small, bf16)"
     echo
     if [ -s "$GPT_MD" ]; then cat "$GPT_MD"; else echo "not run"; fi
@@ -468,6 +499,7 @@ main() {
   part_bench
   part_comm
   part_gpt
+  part_gloo
   write_results
   banner "summary"
   cat "$RES/gpu-results.md"
