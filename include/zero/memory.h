@@ -74,6 +74,9 @@ class MemoryTracker {
   void AddPadding(int64_t bytes) { padding_.fetch_add(bytes, std::memory_order_relaxed); }
   void ResetPeaks();
   MemoryReport Report() const;
+  // How many allocations were counted in `tier` so far (Add calls): equal before and after a training step
+  // when the step allocated nothing there (the steady state of the engine's pools).
+  int64_t allocations(MemTier tier) const { return adds_[static_cast<size_t>(tier)].load(std::memory_order_relaxed); }
 
  private:
   struct Counter {
@@ -82,6 +85,7 @@ class MemoryTracker {
   };
   std::array<std::array<Counter, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)> c_;
   std::atomic<int64_t> padding_{0};
+  std::array<std::atomic<int64_t>, static_cast<size_t>(MemTier::kCount)> adds_{};
 };
 
 // An owned, tagged, aligned host allocation (zero-filled). Move-only; frees and untracks on destruction.

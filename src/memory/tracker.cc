@@ -85,6 +85,7 @@ std::string MemoryReport::ToJson() const {
 }
 
 void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
+  adds_[static_cast<size_t>(tier)].fetch_add(1, std::memory_order_relaxed);
   Counter& c = c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
   int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t peak = c.peak.load(std::memory_order_relaxed);

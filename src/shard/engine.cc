@@ -271,13 +271,14 @@ class Engine::Impl {
     compute_->CopyToHostSync(recv, dr.data(), n * world_ * 4);
     return compute_->status();
   }
+  // Every step (the norm): the device scratch is kept, so the steady state allocates nothing.
   Status HostAllReduceSum(float* buf, size_t n) {
     if (!compute_->device()) return comm_->AllReduce(buf, n, DType::kF32, ReduceOp::kSum).Wait();
-    Buffer d = compute_->Alloc(MemTag::kStaging, n * 4);
+    if (reduce_scratch_.size() < n * 4) reduce_scratch_ = compute_->Alloc(MemTag::kStaging, n * 4);
     ZERO_RETURN_IF_ERROR(compute_->status());
-    compute_->CopyFromHostSync(d.data(), buf, n * 4);
-    ZERO_RETURN_IF_ERROR(comm_->AllReduce(d.data(), n, DType::kF32, ReduceOp::kSum, stream()).Wait());
-    compute_->CopyToHostSync(buf, d.data(), n * 4);
+    compute_->CopyFromHostSync(reduce_scratch_.data(), buf, n * 4);
+    ZERO_RETURN_IF_ERROR(comm_->AllReduce(reduce_scratch_.data(), n, DType::kF32, ReduceOp::kSum, stream()).Wait());
+    compute_->CopyToHostSync(buf, reduce_scratch_.data(), n * 4);
     return compute_->status();
   }
   // Writes n fp32 host values as `dtype` at `dst`, inside buffer `in` (compute or host tier).
@@ -1243,6 +1244,7 @@ class Engine::Impl {
   BufferPool gather_pool_, bucket_pool_, wire_pool_;
   BufferPool full_pool_{compute_, MemTag::kGrads};  // CUDA engine only: see TakeFull
   BufferPool stage_pool_{compute_, MemTag::kStaging};  // CUDA engine with offload_param: see IssueGather
+  Buffer reduce_scratch_;  // CUDA engine: the norm's all-reduce (see HostAllReduceSum)
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   std::vector<UnitRuntime> units_;

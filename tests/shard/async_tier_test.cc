@@ -242,6 +242,7 @@ struct Trace {
   std::vector<StepResult> steps;
   std::map<std::string, std::vector<float>> params;
   MemoryReport memory;
+  int64_t device_allocs_after_second = 0, device_allocs_after_last = 0;  // compute-tier allocations so far
 };
 
 // The trainer: per micro-step, every unit's gradient g_i = 0.01 sin(0.37 i + step + 0.5 micro + rank) +
@@ -274,7 +275,9 @@ void Train(Engine& e, AsyncTier* tier, int steps, int ga, Trace* t) {
     auto r = e.Step();
     ASSERT_TRUE(r.ok()) << r.status();
     t->steps.push_back(*r);
+    if (k == 1) t->device_allocs_after_second = e.memory_tracker().allocations(MemTier::kDevice);
   }
+  t->device_allocs_after_last = e.memory_tracker().allocations(MemTier::kDevice);
   t->memory = e.memory_report();
   for (size_t u = 0; u < ids.size(); ++u) {
     for (const ParamSpec& spec : e.UnitParams(ids[u])) {
@@ -372,6 +375,9 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
       }
     }
     EXPECT_GT(moved, 0u);
+    // The device paths allocate nothing after the pools warmed up (a cudaMalloc/cudaFree would synchronize
+    // the device every step).
+    EXPECT_EQ(async.device_allocs_after_last, async.device_allocs_after_second);
     for (MemTag tag : {MemTag::kParams, MemTag::kGrads, MemTag::kOptimizer, MemTag::kMaster}) {
       for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
         // The device keeps low-communication mode's full gradients pooled (freeing would synchronize it).

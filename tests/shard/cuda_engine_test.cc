@@ -45,6 +45,7 @@ struct Trace {
   std::vector<StepResult> steps;
   std::map<std::string, std::vector<float>> params;
   MemoryReport after_second, after_last;
+  int64_t device_allocs_after_second = 0, device_allocs_after_last = 0;
 };
 
 // Copies n elements between a view and host memory (a device view through the engine's stream).
@@ -99,9 +100,13 @@ void Train(Engine& e, int steps, int ga, Trace* t) {
     auto r = e.Step();
     ASSERT_TRUE(r.ok()) << r.status();
     t->steps.push_back(*r);
-    if (k == 1) t->after_second = e.memory_report();
+    if (k == 1) {
+      t->after_second = e.memory_report();
+      t->device_allocs_after_second = e.memory_tracker().allocations(MemTier::kDevice);
+    }
   }
   t->after_last = e.memory_report();
+  t->device_allocs_after_last = e.memory_tracker().allocations(MemTier::kDevice);
   for (size_t u = 0; u < ids.size(); ++u) {
     for (const ParamSpec& spec : e.UnitParams(ids[u])) {
       auto v = e.GatherParam(ids[u], spec.name);
@@ -191,6 +196,8 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
     }
   }
   EXPECT_GT(changed, 0u);  // training moved the parameters
+  // Steady-state steps allocate no device memory (no cudaMalloc/cudaFree after the pools warmed up).
+  EXPECT_EQ(td.device_allocs_after_last, td.device_allocs_after_second);
   // The model state is where the config puts it; steady-state steps allocate nothing more.
   const MemoryReport& r = td.after_last;
   EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kParams).current > 0, c.offload < 2);
