@@ -28,6 +28,7 @@
 #include "shard/internal/compute.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/synthetic_trainer.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
 #include "zero/engine.h"
@@ -223,79 +224,7 @@ class DrainingComm final : public Communicator {
 thread_local DrainingComm* t_binding = nullptr;
 thread_local AsyncTier* t_tier = nullptr;
 
-const std::vector<std::pair<std::string, std::vector<ParamSpec>>>& Units() {
-  static const auto* u = new std::vector<std::pair<std::string, std::vector<ParamSpec>>>{
-      {"a", {{"w", {37, 19}}, {"b", {19}}}},
-      {"b", {{"w", {19, 23}}}},
-      {"c", {{"v", {101}}}},
-      {"d", {{"w", {64, 33}}}},
-  };
-  return *u;
-}
-
-float InitValue(const std::string& unit, const std::string& param, int64_t i) {
-  const uint64_t h = std::hash<std::string>{}(unit + "/" + param) ^ static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) * 1e-4f;
-}
-
-struct Trace {
-  std::vector<StepResult> steps;
-  std::map<std::string, std::vector<float>> params;
-  MemoryReport memory;
-  int64_t device_allocs_after_second = 0, device_allocs_after_last = 0;  // compute-tier allocations so far
-};
-
-// The trainer: per micro-step, every unit's gradient g_i = 0.01 sin(0.37 i + step + 0.5 micro + rank) +
-// 0.1 p_i is accumulated into its view in f32, rounded once. On the async tier the trainer's host accesses
-// wait for the late stream first (its kernels would run on the stream).
-void Train(Engine& e, AsyncTier* tier, int steps, int ga, Trace* t) {
-  std::vector<UnitId> ids;
-  for (const auto& [name, specs] : Units()) ids.push_back(e.FindUnit(name));
-  for (int k = 0; k < steps; ++k) {
-    for (int m = 0; m < ga; ++m) {
-      for (UnitId id : ids) {
-        auto f = e.Forward(id);
-        ASSERT_TRUE(f.ok()) << f.status();
-      }
-      for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-        auto b = e.Backward(*it);
-        ASSERT_TRUE(b.ok()) << b.status();
-        if (tier != nullptr) tier->Drain();
-        for (const ParamSpec& spec : e.UnitParams(*it)) {
-          const TensorView pv = b->param(spec.name), gv = b->grad(spec.name);
-          for (int64_t i = 0; i < gv.numel; ++i) {
-            const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + 0.5f * m +
-                                             static_cast<float>(e.rank())) +
-                            0.1f * LoadAsF32(pv.data, pv.dtype, i);
-            StoreFromF32(gv.data, gv.dtype, i, LoadAsF32(gv.data, gv.dtype, i) + g);
-          }
-        }
-      }
-    }
-    auto r = e.Step();
-    ASSERT_TRUE(r.ok()) << r.status();
-    t->steps.push_back(*r);
-    if (k == 1) t->device_allocs_after_second = e.memory_tracker().allocations(MemTier::kDevice);
-  }
-  t->device_allocs_after_last = e.memory_tracker().allocations(MemTier::kDevice);
-  t->memory = e.memory_report();
-  for (size_t u = 0; u < ids.size(); ++u) {
-    for (const ParamSpec& spec : e.UnitParams(ids[u])) {
-      auto v = e.GatherParam(ids[u], spec.name);
-      ASSERT_TRUE(v.ok()) << v.status();
-      t->params[Units()[u].first + "." + spec.name] = *v;
-    }
-  }
-}
-
-StatusOr<std::unique_ptr<Engine>> MakeEngine(const Config& cfg, std::shared_ptr<Communicator> comm) {
-  ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, std::move(comm)));
-  for (const auto& [name, specs] : Units()) ZERO_RETURN_IF_ERROR(e->AddUnit(name, specs).status());
-  ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string& unit, const ParamSpec& p, float* out) {
-    for (int64_t i = 0; i < p.numel(); ++i) out[i] = InitValue(unit, p.name, i);
-  }));
-  return e;
-}
+using testing::SyntheticTrace;
 
 struct Case {
   const char* name;
@@ -342,22 +271,25 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
     return tier;
   });
   testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
-    Trace host, async;
+    SyntheticTrace host, async;
     {
       t_binding = nullptr;
-      auto e = MakeEngine(cfg, Borrow(comm));
+      auto e = testing::MakeSyntheticEngine(cfg, Borrow(comm));
       ASSERT_TRUE(e.ok()) << e.status();
       ASSERT_FALSE((*e)->on_device());
-      ASSERT_NO_FATAL_FAILURE(Train(**e, nullptr, kSteps, c.ga, &host));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kSteps, c.ga, testing::HostViewIo(), &host));
     }
     {
       DrainingComm draining(comm);
       t_binding = &draining;
-      auto e = MakeEngine(cfg, Borrow(draining));
+      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining));
       t_binding = nullptr;
       ASSERT_TRUE(e.ok()) << e.status();
       ASSERT_TRUE((*e)->on_device());
-      ASSERT_NO_FATAL_FAILURE(Train(**e, t_tier, kSteps, c.ga, &async));
+      // The trainer's host accesses wait for the late stream first (its kernels would run on the stream).
+      AsyncTier* tier = t_tier;
+      ASSERT_NO_FATAL_FAILURE(
+          testing::TrainSynthetic(**e, kSteps, c.ga, testing::HostViewIo([tier] { tier->Drain(); }), &async));
     }
     for (int k = 0; k < kSteps; ++k) {
       SCOPED_TRACE(::testing::Message() << "step " << k);
@@ -371,8 +303,8 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
       ASSERT_EQ(av.size(), hv.size());
       for (size_t i = 0; i < hv.size(); ++i) {
         ASSERT_EQ(std::memcmp(&av[i], &hv[i], 4), 0) << name << "[" << i << "]: " << av[i] << " vs " << hv[i];
-        moved += hv[i] != InitValue(name.substr(0, 1), name.substr(2), static_cast<int64_t>(i));
       }
+      moved += testing::MovedElements(name, hv);
     }
     EXPECT_GT(moved, 0u);
     // The device paths allocate nothing after the pools warmed up (a cudaMalloc/cudaFree would synchronize
@@ -382,10 +314,10 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
       for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
         // The device keeps low-communication mode's full gradients pooled (freeing would synchronize it).
         if (tag == MemTag::kGrads && tier == MemTier::kDevice && c.mode == GradAccumulationMode::kLowCommunication) {
-          EXPECT_GT(async.memory.Get(tier, tag).current, host.memory.Get(tier, tag).current);
+          EXPECT_GT(async.after_last.Get(tier, tag).current, host.after_last.Get(tier, tag).current);
           continue;
         }
-        EXPECT_EQ(async.memory.Get(tier, tag).current, host.memory.Get(tier, tag).current)
+        EXPECT_EQ(async.after_last.Get(tier, tag).current, host.after_last.Get(tier, tag).current)
             << MemTagName(tag) << "@" << MemTierName(tier);
       }
     }

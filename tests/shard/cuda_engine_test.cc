@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/engine_helpers.h"
+#include "support/synthetic_trainer.h"
 #include "zero/communicator.h"
 #include "zero/cuda_kernels.h"
 #include "zero/dtype.h"
@@ -26,103 +27,21 @@ namespace {
 
 using testing::TrainConfig;
 
-const std::vector<std::pair<std::string, std::vector<ParamSpec>>>& Units() {
-  static const auto* u = new std::vector<std::pair<std::string, std::vector<ParamSpec>>>{
-      {"a", {{"w", {37, 19}}, {"b", {19}}}},
-      {"b", {{"w", {19, 23}}}},
-      {"c", {{"v", {101}}}},
+using testing::SyntheticTrace;
+
+// The trainer reaches a device view through copies on the engine's stream.
+testing::ViewIo DeviceViewIo(const Engine& e) {
+  testing::ViewIo io;
+  io.read = [&e](const TensorView& v, std::vector<unsigned char>* out) {
+    out->resize(static_cast<size_t>(v.numel) * DTypeSize(v.dtype));
+    ASSERT_EQ(cudaMemcpyAsync(out->data(), v.data, out->size(), cudaMemcpyDeviceToHost, e.cuda_stream()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
   };
-  return *u;
-}
-
-float InitValue(const std::string& unit, const std::string& param, int64_t i) {
-  const uint64_t h = std::hash<std::string>{}(unit + "/" + param) ^ static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  return static_cast<float>(static_cast<int64_t>(h % 2001) - 1000) * 1e-4f;
-}
-
-// What one rank's training produced: per step (skipped, norm, lr) and every final fp32 parameter.
-struct Trace {
-  std::vector<StepResult> steps;
-  std::map<std::string, std::vector<float>> params;
-  MemoryReport after_second, after_last;
-  int64_t device_allocs_after_second = 0, device_allocs_after_last = 0;
-};
-
-// Copies n elements between a view and host memory (a device view through the engine's stream).
-void ViewToHost(const Engine& e, const TensorView& v, std::vector<unsigned char>* out) {
-  const size_t bytes = static_cast<size_t>(v.numel) * DTypeSize(v.dtype);
-  out->resize(bytes);
-  if (!e.on_device()) {
-    std::memcpy(out->data(), v.data, bytes);
-    return;
-  }
-  ASSERT_EQ(cudaMemcpyAsync(out->data(), v.data, bytes, cudaMemcpyDeviceToHost, e.cuda_stream()), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-}
-void HostToView(const Engine& e, const std::vector<unsigned char>& in, const TensorView& v) {
-  if (!e.on_device()) {
-    std::memcpy(v.data, in.data(), in.size());
-    return;
-  }
-  ASSERT_EQ(cudaMemcpyAsync(v.data, in.data(), in.size(), cudaMemcpyHostToDevice, e.cuda_stream()), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-}
-
-// Trains `steps` steps: in every micro-step each unit's gradient g_i = 0.01 sin(0.37 i + step + 0.5 micro) +
-// 0.1 p_i (p the parameter as the view holds it) is ACCUMULATED into the view, in f32 rounded once to the
-// compute dtype — the same host arithmetic for both engines, so only the engine differs.
-void Train(Engine& e, int steps, int ga, Trace* t) {
-  std::vector<UnitId> ids;
-  for (const auto& [name, specs] : Units()) ids.push_back(e.FindUnit(name));
-  std::vector<unsigned char> pbuf, gbuf;
-  for (int k = 0; k < steps; ++k) {
-    for (int m = 0; m < ga; ++m) {
-      for (UnitId id : ids) {
-        auto f = e.Forward(id);
-        ASSERT_TRUE(f.ok()) << f.status();
-      }
-      for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-        auto b = e.Backward(*it);
-        ASSERT_TRUE(b.ok()) << b.status();
-        for (const ParamSpec& spec : e.UnitParams(*it)) {
-          const TensorView pv = b->param(spec.name), gv = b->grad(spec.name);
-          ASSERT_NO_FATAL_FAILURE(ViewToHost(e, pv, &pbuf));
-          ASSERT_NO_FATAL_FAILURE(ViewToHost(e, gv, &gbuf));
-          for (int64_t i = 0; i < gv.numel; ++i) {
-            const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + 0.5f * m) +
-                            0.1f * LoadAsF32(pbuf.data(), pv.dtype, i);
-            StoreFromF32(gbuf.data(), gv.dtype, i, LoadAsF32(gbuf.data(), gv.dtype, i) + g);
-          }
-          ASSERT_NO_FATAL_FAILURE(HostToView(e, gbuf, gv));
-        }
-      }
-    }
-    auto r = e.Step();
-    ASSERT_TRUE(r.ok()) << r.status();
-    t->steps.push_back(*r);
-    if (k == 1) {
-      t->after_second = e.memory_report();
-      t->device_allocs_after_second = e.memory_tracker().allocations(MemTier::kDevice);
-    }
-  }
-  t->after_last = e.memory_report();
-  t->device_allocs_after_last = e.memory_tracker().allocations(MemTier::kDevice);
-  for (size_t u = 0; u < ids.size(); ++u) {
-    for (const ParamSpec& spec : e.UnitParams(ids[u])) {
-      auto v = e.GatherParam(ids[u], spec.name);
-      ASSERT_TRUE(v.ok()) << v.status();
-      t->params[Units()[u].first + "." + spec.name] = *v;
-    }
-  }
-}
-
-StatusOr<std::unique_ptr<Engine>> MakeEngine(const Config& cfg, std::shared_ptr<Communicator> comm) {
-  ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(cfg, std::move(comm)));
-  for (const auto& [name, specs] : Units()) ZERO_RETURN_IF_ERROR(e->AddUnit(name, specs).status());
-  ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string& unit, const ParamSpec& p, float* out) {
-    for (int64_t i = 0; i < p.numel(); ++i) out[i] = InitValue(unit, p.name, i);
-  }));
-  return e;
+  io.write = [&e](const std::vector<unsigned char>& in, const TensorView& v) {
+    ASSERT_EQ(cudaMemcpyAsync(v.data, in.data(), in.size(), cudaMemcpyHostToDevice, e.cuda_stream()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
+  };
+  return io;
 }
 
 struct Case {
@@ -167,15 +86,15 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
   const Config cfg = CaseConfig(c);
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> gloo, Communicator::CreateGloo(Store::Hash(), 0, 1, {}));
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> nccl, Communicator::CreateNccl(Store::Hash(), 0, 1, {}));
-  ASSERT_OK_AND_ASSIGN(auto host, MakeEngine(cfg, gloo));
-  ASSERT_OK_AND_ASSIGN(auto dev, MakeEngine(cfg, nccl));
+  ASSERT_OK_AND_ASSIGN(auto host, testing::MakeSyntheticEngine(cfg, gloo));
+  ASSERT_OK_AND_ASSIGN(auto dev, testing::MakeSyntheticEngine(cfg, nccl));
   ASSERT_FALSE(host->on_device());
   ASSERT_TRUE(dev->on_device());
   ASSERT_NE(dev->cuda_stream(), nullptr);
   constexpr int kSteps = 5;
-  Trace th, td;
-  ASSERT_NO_FATAL_FAILURE(Train(*host, kSteps, c.ga, &th));
-  ASSERT_NO_FATAL_FAILURE(Train(*dev, kSteps, c.ga, &td));
+  SyntheticTrace th, td;
+  ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*host, kSteps, c.ga, testing::HostViewIo(), &th));
+  ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*dev, kSteps, c.ga, DeviceViewIo(*dev), &td));
   for (int k = 0; k < kSteps; ++k) {
     SCOPED_TRACE(::testing::Message() << "step " << k);
     EXPECT_EQ(td.steps[k].skipped, th.steps[k].skipped);
@@ -192,8 +111,8 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
       } else {
         ASSERT_NEAR(dv[i], hv[i], 1e-6f * std::max(1.0f, std::fabs(hv[i]))) << name << "[" << i << "]";
       }
-      changed += hv[i] != InitValue(name.substr(0, 1), name.substr(2), static_cast<int64_t>(i));
     }
+    changed += testing::MovedElements(name, hv);
   }
   EXPECT_GT(changed, 0u);  // training moved the parameters
   // Steady-state steps allocate no device memory (no cudaMalloc/cudaFree after the pools warmed up).
