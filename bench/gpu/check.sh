@@ -394,14 +394,22 @@ JSON
     fi
     ran=$((ran + 1))
     python3 - "$cfgdir/$name.out" "$stage" "$off" >> "$GPT_MD" <<'PY'
-import json, statistics, sys
+import json, re, statistics, sys
 steps, summary = [], {}
 for line in open(sys.argv[1]):
     line = line.strip()
     if not line.startswith("{"): continue
-    d = json.loads(line)
+    # zero-gpt prints a skipped step's norm as inf (printf): make it JSON.
+    line = re.sub(r'(?<=: )(-?)(inf|nan)\b', lambda m: '"' + m.group(1) + m.group(2) + '"', line)
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
     if "step" in d: steps.append(d)
     elif "params" in d: summary = d
+if not steps:
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | no steps parsed | - | - | - |")
+    sys.exit(0)
 warm = steps[2:] or steps
 ms = statistics.median(s["step_ms"] for s in warm)
 tps = statistics.median(s["tokens_per_s"] for s in warm)

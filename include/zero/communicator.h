@@ -72,7 +72,9 @@ class Communicator {
   virtual Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream = nullptr) = 0;
 
   // Reduces `send` (world_size*count elements) across ranks and leaves block `rank` (count elements) of the
-  // result in `recv`. kAvg divides by world_size. 16-bit inputs are reduced in f32 and rounded once.
+  // result in `recv`. kAvg divides by world_size. 16-bit inputs: Gloo reduces them in f32 and rounds once;
+  // NCCL reduces in the 16-bit type at each step of its algorithm (as torch.distributed does), so at world
+  // sizes above 2 the two can differ in the last bits (the engine's default wire type is fp32 for this reason).
   virtual Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                              CUstream_st* stream = nullptr) = 0;
 
@@ -94,6 +96,16 @@ class Communicator {
   virtual Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* stream = nullptr) = 0;
 
   virtual Work Barrier() = 0;
+
+  // A Work that completes once every op issued before it has completed; it issues nothing and involves no
+  // other rank. Its Wait notices a dead or hung peer like an op's Wait (the communicator's timeout, NCCL's
+  // asynchronous error), which a stream-ordered join (Work::WaitStream) cannot: a host that only stream-waits
+  // and then synchronizes a stream behind a hung collective would block forever. NCCL: an event at the end of
+  // the communication stream. Gloo (whose Waits already notice failures): an already completed Work.
+  virtual Work Fence() { return Work(); }
+
+  // The CUDA device the communicator's memory and streams are on (NCCL), or -1 (Gloo: host memory).
+  virtual int cuda_device() const { return -1; }
 
   // Host-memory communicator over Gloo's TCP transport. Blocks until all `world_size` ranks connected
   // through `store` or `options.timeout` passed (kDeadlineExceeded naming the store key of a missing rank).

@@ -115,8 +115,9 @@ struct EngineOptions {
   // compute-tier work there and orders collectives against it by events; the trainer runs its forward and
   // backward kernels on it. nullptr: the engine creates a non-blocking stream (Engine::cuda_stream()).
   CUstream_st* cuda_stream = nullptr;
-  // The CUDA engine's device ordinal: -1 = the device current on the calling thread (the NCCL
-  // communicator's, when it was created on this thread).
+  // The CUDA engine's device ordinal: -1 = the NCCL communicator's (Communicator::cuda_device); another value
+  // must equal it. Engine::Create makes it the calling thread's current device; call the engine, and launch
+  // the trainer's kernels, from a thread with that device current.
   int cuda_device = -1;
 };
 
@@ -183,11 +184,13 @@ class Engine {
 
   // Waits for outstanding reductions, computes the global gradient norm, checks for non-finite gradients
   // (agreed across ranks), clips, runs the optimizer on this rank's shards, refreshes parameters, advances the
-  // LR schedule (not on skipped steps). Collective. On the CUDA engine this is the step's one host wait: the
-  // compute stream is synchronized to read the gradient statistics (16 bytes) that decide skipping and clipping
-  // on the host, as DeepSpeed's overflow check does; Forward/Backward and scope closes never block the host
-  // there (collectives are joined with Work::WaitStream), except while the engine's pools warm up in the
-  // first step (cudaMalloc).
+  // LR schedule (not on skipped steps). Collective. On the CUDA engine the host waits here, and only here in a
+  // training step: for the step's collectives (Communicator::Fence, which notices a dead peer), for the
+  // gradient statistics (16 bytes that decide skipping and clipping on the host, as DeepSpeed's overflow check
+  // does) and the norm's 2-float all-reduce, and, with offload, for the copy stream. Forward/Backward and scope
+  // closes never block the host there (collectives are joined with Work::WaitStream), except while the
+  // engine's pools fill in the first steps (cudaMalloc) and, with offload_param, for a shard in pageable
+  // memory (pin_memory false) staged in before its gather.
   StatusOr<StepResult> Step();
 
   // Checked access to a parameter of an AVAILABLE unit outside a scope (kFailedPrecondition naming the unit if

@@ -368,6 +368,33 @@ class NcclCommunicator final : public Communicator {
   }
 
   // A one-float all-reduce; the Work completes once every rank reached the barrier.
+  int cuda_device() const override { return device_; }
+
+  Work Fence() override {
+    OpDesc d{.kind = OpKind::kFence};
+    d.seq = next_seq_ - 1;  // the last op it covers
+    const std::string what = absl::StrCat(internal::DescribeOp(d), " on rank ", rank_, " of ", world_);
+    auto fail = [&](Status s) {
+      return Work(std::make_shared<internal::CompletedWorkState>(
+          d, absl::Status(s.code(), absl::StrCat(what, ": ", s.message()))));
+    };
+    if (shared_ == nullptr) return fail(absl::FailedPreconditionError("the communicator is not connected"));
+    ScopedDevice guard(device_);
+    absl::MutexLock lock(&shared_->mu_);
+    if (!shared_->broken_.ok()) {
+      return fail(absl::Status(shared_->broken_.code(),
+                               absl::StrCat("the communicator failed earlier: ", shared_->broken_.message())));
+    }
+    cudaEvent_t end = nullptr;
+    Status s = CudaToStatus(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), what);
+    if (s.ok()) s = CudaToStatus(cudaEventRecord(end, stream_), what);
+    if (!s.ok()) {
+      if (end != nullptr) (void)cudaEventDestroy(end);
+      return fail(s);
+    }
+    return Work(std::make_shared<NcclWorkState>(d, end, shared_, options_.timeout));
+  }
+
   Work Barrier() override {
     OpDesc d{.kind = OpKind::kBarrier};
     float* scalar = d_barrier_;

@@ -162,7 +162,8 @@ Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
   cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
   // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait for: finish it
-  // before any stream may use the buffer (allocation happens at set-up, not on the hot path).
+  // before any stream may use the buffer. This synchronizes the device: the engine allocates at Finalize and
+  // while its pools fill in the first steps, never in the steady state (tests/shard/async_tier_test.cc).
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e == cudaSuccess) {
     b.data_ = p;

@@ -61,18 +61,22 @@ class CudaCompute final : public ComputeTier {
     return b;
   }
   void Zero(void* p, size_t bytes) override {
+    UseDevice();  // launches go to a stream of the current device
     if (bytes > 0) Keep(cudaMemsetAsync(p, 0, bytes, stream_), "zeroing a buffer");
   }
   void Convert(const void* src, DType sdt, void* dst, DType ddt, int64_t n) override {
+    UseDevice();  // launches go to a stream of the current device
     if (n > 0) Keep(cuda::Convert(src, sdt, dst, ddt, static_cast<size_t>(n), stream_), "");
   }
   void Land(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) override {
+    UseDevice();  // launches go to a stream of the current device
     if (n <= 0) return;
     Keep(add ? cuda::Add(src, sdt, dst, ddt, static_cast<size_t>(n), stream_)
              : cuda::Convert(src, sdt, dst, ddt, static_cast<size_t>(n), stream_),
          "");
   }
   void AddGradStats(const void* g, DType dt, int64_t n) override {
+    UseDevice();  // launches go to a stream of the current device
     if (n <= 0) return;
     Keep(cuda::GradStats(g, dt, static_cast<size_t>(n), 1.0f, result_.as<cuda::GradStatsResult>(),
                          /*accumulate=*/stats_pending_, workspace_.data(), stream_),
@@ -93,6 +97,7 @@ class CudaCompute final : public ComputeTier {
     return r;
   }
   void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int, size_t) override {
+    UseDevice();  // launches go to a stream of the current device
     if (u.n == 0) return;
     if (const AdamParams* p = BuiltinAdamParams(opt)) {
       Keep(cuda::AdamStep(u, *p, stream_), "");
@@ -106,6 +111,7 @@ class CudaCompute final : public ComputeTier {
     }
   }
   void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
+    UseDevice();  // launches go to a stream of the current device
     Keep(cuda::StochasticRoundToBF16(src, dst, n, key, first_index, stream_), "");
   }
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
@@ -121,10 +127,12 @@ class CudaCompute final : public ComputeTier {
     Keep(cudaStreamSynchronize(stream_), "copy from the host");
   }
   void CopyFromHost(void* dst, const void* host_src, size_t bytes) override {
+    UseDevice();  // launches go to a stream of the current device
     if (bytes > 0) Keep(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "copy from the host");
   }
   std::function<void()> LandOnHostTask(const void* src, DType sdt, void* host_dst, DType ddt, int64_t n,
                                        bool add) override {
+    UseDevice();  // launches go to a stream of the current device
     if (n <= 0) return [] {};
     cudaEvent_t ready = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
@@ -162,6 +170,7 @@ class CudaCompute final : public ComputeTier {
   Status Join(Work& w) override { return w.WaitStream(stream_); }
 
  private:
+  // Makes the tier's device current on the calling thread (the engine's, or the copy-stream worker's).
   void UseDevice() {
     int current = -1;
     if (cudaGetDevice(&current) != cudaSuccess || current != device_) Keep(cudaSetDevice(device_), "cudaSetDevice");

@@ -93,6 +93,7 @@ class BufferPool {
   void Give(Buffer b) {
     if (!b.empty()) free_.emplace(b.size(), std::move(b));
   }
+  bool Has(size_t bytes) const { return free_.count(bytes) > 0; }
 
  private:
   const std::unique_ptr<internal::ComputeTier>& compute_;
@@ -216,7 +217,15 @@ class Engine::Impl {
 
   // The CUDA engine: an NCCL communicator computes in device memory on the trainer's stream.
   Status InitDevice() {
-    ZERO_ASSIGN_OR_RETURN(compute_, internal::MakeCudaCompute(&tracker_, opts_.cuda_device, opts_.cuda_stream));
+    int device = opts_.cuda_device;
+    const int comm_device = comm_->cuda_device();
+    if (device < 0) {
+      device = comm_device;
+    } else if (comm_device >= 0 && device != comm_device) {
+      return absl::InvalidArgumentError(absl::StrCat("EngineOptions::cuda_device ", device,
+                                                     " differs from the NCCL communicator's device ", comm_device));
+    }
+    ZERO_ASSIGN_OR_RETURN(compute_, internal::MakeCudaCompute(&tracker_, device, opts_.cuda_stream));
     return absl::OkStatus();
   }
 
@@ -505,10 +514,20 @@ class Engine::Impl {
   }
 
   // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT).
-  void IssueGather(UnitRuntime& u) {
+  // A failed compute-tier allocation (a device out of memory) is returned before any collective gets a null
+  // buffer: an NCCL error would abort the communicator for every rank.
+  Status AllocStatus(const Buffer& b, size_t bytes, const char* what, const UnitRuntime& u) {
+    if (!b.empty() || bytes == 0) return absl::OkStatus();
+    Status s = compute_->status();
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " of unit ", u.layout.name, " (", bytes, " bytes): ", s.ok() ? "allocation failed" : s.message()));
+  }
+
+  Status IssueGather(UnitRuntime& u) {
     ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.layout.name;
     const size_t cds = DTypeSize(cd_);
     u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
+    ZERO_RETURN_IF_ERROR(AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));
     // With offload_param the shard is in the host tier and the all-gather reads it from there: on the host
     // engine the transport reads host memory directly, so staging the shard into the compute tier is part of
     // the (prefetched, asynchronous) gather. NCCL reads device memory: the CUDA engine first copies the shard
@@ -516,12 +535,17 @@ class Engine::Impl {
     const void* send = u.params.data();
     if (compute_->device() && u.params.tier() == MemTier::kHost) {
       u.stage_in = stage_pool_.Take(u.params.size(), /*zero=*/false);
+      if (Status s = AllocStatus(u.stage_in, u.params.size(), "parameter stage-in buffer", u); !s.ok()) {
+        gather_pool_.Give(std::move(u.gather));
+        return s;
+      }
       compute_->CopyFromHost(u.stage_in.data(), send, u.params.size());
       send = u.stage_in.data();
     }
     u.gather_work = comm_->AllGather(send, u.gather.data(), u.layout.shard, cd_, stream());
     u.status = UnitStatus::kInflight;
     UpdateLive(u.layout.padded);
+    return absl::OkStatus();
   }
 
   Status WaitGather(UnitRuntime& u) {
@@ -565,7 +589,10 @@ class Engine::Impl {
       if (v.status != UnitStatus::kNotAvailable) continue;
       if (inflight + v.layout.padded > cfg_.zero.stage3_prefetch_bucket_size) break;
       if (live_elems_ + v.layout.padded > cfg_.zero.stage3_max_live_parameters) break;
-      IssueGather(v);
+      if (Status s = IssueGather(v); !s.ok()) {  // reported by the next call; prefetch stops here
+        if (deferred_.ok()) deferred_ = s;
+        break;
+      }
       inflight += v.layout.padded;
       ++prefetch_gathers_;
     }
@@ -600,7 +627,7 @@ class Engine::Impl {
       }
       this_step_order_.push_back(id);
       if (u.status == UnitStatus::kNotAvailable) {
-        IssueGather(u);
+        ZERO_RETURN_IF_ERROR(IssueGather(u));
         ++demand_gathers_;
       }
       ZERO_RETURN_IF_ERROR(WaitGather(u));
@@ -648,8 +675,11 @@ class Engine::Impl {
     if (stage_ <= 1) return absl::OkStatus();  // persistent full_grads, zeroed at Step
     if (ReduceEveryMicroStep()) {
       u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
-    } else if (u.full_grads.empty()) {
+      return AllocStatus(u.bucket, bytes, "gradient bucket", u);
+    }
+    if (u.full_grads.empty()) {
       u.full_grads = TakeFull(bytes);  // low-communication: lives until reduced
+      return AllocStatus(u.full_grads, bytes, "full gradient", u);
     }
     return absl::OkStatus();
   }
@@ -725,6 +755,7 @@ class Engine::Impl {
     void* send = src;
     if (src_dtype != comm_dtype_) {
       p.staging = wire_pool_.Take(n * DTypeSize(comm_dtype_), false);
+      ZERO_RETURN_IF_ERROR(AllocStatus(p.staging, n * DTypeSize(comm_dtype_), "wire-dtype copy of the gradient", u));
       compute_->Convert(src, src_dtype, p.staging.data(), comm_dtype_, n);
       send = p.staging.data();
       if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
@@ -742,7 +773,9 @@ class Engine::Impl {
         recv = dep.ptr;
         p.result = nullptr;
       } else {
+        ReclaimHeld(S * DTypeSize(comm_dtype_));
         p.recv = bucket_pool_.Take(S * DTypeSize(comm_dtype_), false);
+        ZERO_RETURN_IF_ERROR(AllocStatus(p.recv, S * DTypeSize(comm_dtype_), "reduce-scatter output", u));
         recv = p.recv.data();
         p.result = recv;
       }
@@ -860,6 +893,21 @@ class Engine::Impl {
     return absl::OkStatus();
   }
 
+  // Before allocating a reduce-scatter output of `bytes`: if none is pooled but one is held by a copy to the
+  // host tier, wait for that copy instead of allocating (so offload's steady state allocates nothing, however
+  // the copy stream and the compute keep pace).
+  void ReclaimHeld(size_t bytes) {
+    ReleaseHeld();
+    if (bucket_pool_.Has(bytes)) return;
+    for (const auto& [ticket, buffer] : held_) {
+      if (buffer.size() != bytes) continue;
+      const internal::CopyStream::Ticket t = ticket;
+      copies_.Wait(t);  // FIFO: every earlier copy ran too
+      ReleaseHeld();    // (invalidates the iteration: done)
+      return;
+    }
+  }
+
   // Returns to their pool the reduction buffers whose copy to the host tier has run.
   void ReleaseHeld() {
     while (!held_.empty() && copies_.Done(held_.front().first)) {
@@ -933,6 +981,15 @@ class Engine::Impl {
         return absl::FailedPreconditionError(absl::StrCat(
             "Step: unit ", u.layout.name, " received no gradient and zero_optimization.ignore_unused_parameters "
             "is false"));
+      }
+    }
+    if (compute_->device()) {
+      // The scopes joined collectives with stream waits, which do not notice a dead or hung peer; this host
+      // wait does (within comm_timeout_s, aborting the communicator), before anything below synchronizes a
+      // stream that would sit behind a hung collective forever.
+      Work fence = comm_->Fence();
+      if (Status s = fence.Wait(); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("Step: waiting for this step's collectives: ", s.message()));
       }
     }
     while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());

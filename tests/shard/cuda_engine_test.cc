@@ -153,7 +153,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"s3_bf16_ga2", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
                       Case{"s3_bf16_sr", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true, 0},
                       Case{"s3_f16", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s3_bf16_clip", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1.0},
+                      // fp32: with clipping a 1-ulp difference of the norm may flip a bf16 rounding, which the
+                      // next step's gradient (0.1 p) would carry past the tolerance.
+                      Case{"s3_f32_clip", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1.0},
                       Case{"s1_bf16_offload", 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
                       Case{"s2_f32_offload_ga2", 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1},
                       Case{"s3_bf16_offload", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},

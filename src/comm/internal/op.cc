@@ -42,6 +42,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kBroadcast: return "Broadcast";
     case OpKind::kBarrier: return "Barrier";
     case OpKind::kReduceScatterDestructive: return "ReduceScatterDestructive";
+    case OpKind::kFence: return "Fence after";
   }
   return "UnknownOp";
 }

@@ -23,6 +23,7 @@ enum class OpKind : uint8_t {
   kBroadcast = 4,
   kBarrier = 5,
   kReduceScatterDestructive = 6,
+  kFence = 7,  // not an op: Communicator::Fence
 };
 
 struct OpDesc {
