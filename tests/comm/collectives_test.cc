@@ -195,6 +195,22 @@ TEST_P(CollectivesTest, AllReduce) {
   }, MatrixOptions());
 }
 
+// Gloo's Fence: Waits there already notice failures, so it is a completed Work that issues nothing; host memory
+// has no CUDA device.
+TEST(GlooFenceTest, CompletedAndIssuesNothing) {
+  RunRanks(2, [](Communicator& comm, int) {
+    std::vector<float> v(8, 1.0f);
+    ASSERT_TRUE(comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait().ok());
+    Work f = comm.Fence();
+    EXPECT_TRUE(f.IsCompleted());
+    EXPECT_TRUE(f.Wait().ok());
+    Work next = comm.Barrier();
+    EXPECT_EQ(next.sequence(), 1);
+    EXPECT_TRUE(next.Wait().ok());
+    EXPECT_EQ(comm.cuda_device(), -1);
+  });
+}
+
 TEST_P(CollectivesTest, BroadcastAndBarrier) {
   const int world = GetParam();
   RunRanks(world, [world](Communicator& comm, int rank) {

@@ -128,6 +128,29 @@ TEST_F(NcclTest, SequenceNumbersAndDescriptions) {
   EXPECT_TRUE(absl::IsInvalidArgument(bad.Wait())) << bad.status();
 }
 
+// Fence: completes only after every op issued before it (a large all-gather queued behind a producer stream
+// that is still writing its input), names the last op it covers, issues no op, and knows the device.
+TEST_F(NcclTest, FenceCoversEarlierOpsAndIssuesNothing) {
+  const size_t bytes = size_t{256} << 20;
+  void* d_in = Device(bytes);
+  void* d_out = Device(bytes);
+  ASSERT_EQ(cudaMemsetAsync(d_in, 0x3C, bytes, stream_), cudaSuccess);
+  Work w = comm_->AllGather(d_in, d_out, bytes / 2, DType::kBF16, stream_);
+  Work f = comm_->Fence();
+  EXPECT_EQ(f.Describe().rfind("Fence after#0", 0), 0u) << f.Describe();
+  ASSERT_TRUE(f.Wait().ok()) << f.status();
+  EXPECT_TRUE(w.IsCompleted());  // the fence's end comes after the all-gather's on the one comm stream
+  std::vector<uint8_t> tail(4096);
+  ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (uint8_t b : tail) ASSERT_EQ(b, 0x3C);
+  Work next = comm_->Barrier();
+  EXPECT_EQ(next.sequence(), 1);  // the fence took no sequence number
+  EXPECT_TRUE(next.Wait().ok());
+  EXPECT_EQ(comm_->cuda_device(), 0);
+}
+
 TEST(NcclCreate, BadDeviceIsInvalidArgument) {
   SKIP_WITHOUT_GPU();
   CommOptions o;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "shard/internal/compute.h"
@@ -107,9 +108,17 @@ class AsyncTier final : public internal::ComputeTier {
 
   bool device() const override { return true; }  // the engine takes its device paths
   CUstream_st* stream() const override { return nullptr; }
-  Status status() const override { return absl::OkStatus(); }
+  Status status() const override { return status_; }
 
-  Buffer Alloc(MemTag tag, size_t bytes) override { return host_->Alloc(tag, bytes); }  // zeroed before return
+  // Zeroed before return. `fail_alloc` (tests) makes an allocation fail as a device out of memory would.
+  Buffer Alloc(MemTag tag, size_t bytes) override {
+    if (fail_alloc && fail_alloc(tag, bytes)) {
+      if (status_.ok()) status_ = absl::ResourceExhaustedError(absl::StrCat("out of device memory (", bytes, " bytes)"));
+      return Buffer();
+    }
+    return host_->Alloc(tag, bytes);
+  }
+  std::function<bool(MemTag, size_t)> fail_alloc;
   void Zero(void* p, size_t bytes) override {
     stream_.Enqueue([=] { std::memset(p, 0, bytes); });
   }
@@ -174,6 +183,7 @@ class AsyncTier final : public internal::ComputeTier {
 
  private:
   std::unique_ptr<internal::ComputeTier> host_;
+  Status status_;
   GradStatsResult stats_;  // the late stream's only
   LateStream stream_{absl::Microseconds(50)};
 };
@@ -191,19 +201,23 @@ class DrainingComm final : public Communicator {
   MemoryReport memory_report() const override { return inner_.memory_report(); }
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
+    CheckBuffers(send, recv, count);
     return inner_.AllGather(send, recv, count, dtype, s);
   }
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
+    CheckBuffers(send, recv, count);
     return inner_.ReduceScatter(send, recv, count, dtype, op, s);
   }
   Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                 CUstream_st* s) override {
     Drain();
+    CheckBuffers(send, recv, count);
     return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
   }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
+    CheckBuffers(buf, buf, count);
     return inner_.AllReduce(buf, count, dtype, op, s);
   }
   Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
@@ -215,6 +229,10 @@ class DrainingComm final : public Communicator {
  private:
   void Drain() {
     if (tier_ != nullptr) tier_->Drain();
+  }
+  // NCCL would fail a null buffer and abort the communicator for every rank.
+  static void CheckBuffers(const void* send, const void* recv, size_t count) {
+    if (count > 0 && (send == nullptr || recv == nullptr)) ADD_FAILURE() << "a collective got a null buffer";
   }
   Communicator& inner_;
   AsyncTier* tier_ = nullptr;
@@ -340,6 +358,40 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
         Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1, 0.5}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned
+// before any collective sees a null buffer (NCCL would abort the communicator for every rank).
+TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
+  for (MemTag failing : {MemTag::kGather, MemTag::kBuckets}) {
+    SCOPED_TRACE(MemTagName(failing));
+    internal::SetGlooEngineComputeForTesting([failing](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
+      if (t_binding == nullptr) return internal::MakeHostCompute(tracker);
+      auto tier = std::make_unique<AsyncTier>(tracker);
+      tier->fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; };
+      t_binding->Bind(tier.get());
+      t_tier = tier.get();
+      return tier;
+    });
+    testing::RunRanks(1, [&](Communicator& comm, int) {
+      DrainingComm draining(comm);
+      t_binding = &draining;
+      auto e = testing::MakeSyntheticEngine(TrainConfig(3, 1), Borrow(draining));
+      t_binding = nullptr;
+      ASSERT_TRUE(e.ok()) << e.status();
+      const UnitId a = (*e)->FindUnit("a");
+      Status s;
+      if (failing == MemTag::kGather) {
+        s = (*e)->Forward(a).status();
+      } else {
+        auto b = (*e)->Backward(a);  // the gather works; the gradient bucket fails
+        s = b.status();
+      }
+      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+      EXPECT_NE(s.message().find("unit a"), std::string::npos) << s;
+    });
+    internal::SetGlooEngineComputeForTesting({});
+  }
+}
 
 }  // namespace
 }  // namespace zero
