@@ -158,8 +158,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   // One rank: on the CPU (Gloo) or the GPU (NCCL).
+  using StepCallback = std::function<void(const zero::gpt::StepLog&)>;
   auto train_one = [&](std::shared_ptr<zero::Communicator> comm, const zero::gpt::TrainOptions& o,
-                       const std::function<void(const zero::gpt::StepLog&)>& cb) -> zero::StatusOr<zero::gpt::TrainResult> {
+                       const StepCallback& cb) -> zero::StatusOr<zero::gpt::TrainResult> {
 #if ZERO_GPT_CUDA
     if (cuda) return zero::gpt::TrainRankCuda(cfg, std::move(comm), o, cb);
 #endif

@@ -34,7 +34,8 @@ double ProcessCpuMs() {
 }
 
 // Gathers every rank's memory report (int64 counters carried bit-exactly through f32 all-gather slots).
-StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine, const HostAllGather& all_gather) {
+StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine,
+                                                  const HostAllGather& all_gather) {
   constexpr size_t kTiers = static_cast<size_t>(MemTier::kCount), kTags = static_cast<size_t>(MemTag::kCount);
   constexpr size_t kWords = kTiers * kTags * 2 + 1;
   std::vector<int64_t> flat;

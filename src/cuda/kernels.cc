@@ -118,8 +118,11 @@ Status Convert(const void* d_src, DType st, void* d_dst, DType dt, size_t n, Str
 Status Add(const void* d_src, DType st, void* d_dst, DType dt, size_t n, Stream stream) {
   if (n == 0) return absl::OkStatus();
   if (!ValidDType(st) || !ValidDType(dt)) return absl::InvalidArgumentError("Add: invalid dtype");
-  if (d_src == nullptr || d_dst == nullptr) return absl::InvalidArgumentError(absl::StrCat("Add: null pointer (n=", n, ")"));
-  return LaunchStatus(in::LaunchAdd(d_src, static_cast<in::Dt>(st), d_dst, static_cast<in::Dt>(dt), n, stream), "Add", n);
+  if (d_src == nullptr || d_dst == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("Add: null pointer (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchAdd(d_src, static_cast<in::Dt>(st), d_dst, static_cast<in::Dt>(dt), n, stream), "Add",
+                      n);
 }
 
 Status StochasticRoundToBF16(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key, int64_t first_index,

@@ -155,7 +155,8 @@ class CudaCompute final : public ComputeTier {
         into = land_staging_.data();
       }
       Keep(cudaStreamWaitEvent(copy_stream_, ready, 0), "offload: gradient copy to the host");
-      Keep(cudaMemcpyAsync(into, src, bytes, cudaMemcpyDeviceToHost, copy_stream_), "offload: gradient copy to the host");
+      Keep(cudaMemcpyAsync(into, src, bytes, cudaMemcpyDeviceToHost, copy_stream_),
+           "offload: gradient copy to the host");
       Keep(cudaStreamSynchronize(copy_stream_), "offload: gradient copy to the host");
       cudaEventDestroy(ready);
       if (!direct) LandOnHost(into, sdt, host_dst, ddt, n, add);

@@ -519,8 +519,8 @@ class Engine::Impl {
   Status AllocStatus(const Buffer& b, size_t bytes, const char* what, const UnitRuntime& u) {
     if (!b.empty() || bytes == 0) return absl::OkStatus();
     Status s = compute_->status();
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, " of unit ", u.layout.name, " (", bytes, " bytes): ", s.ok() ? "allocation failed" : s.message()));
+    return absl::ResourceExhaustedError(absl::StrCat(what, " of unit ", u.layout.name, " (", bytes,
+                                                     " bytes): ", s.ok() ? "allocation failed" : s.message()));
   }
 
   Status IssueGather(UnitRuntime& u) {
@@ -1175,7 +1175,9 @@ class Engine::Impl {
           }
         }
         if (compute_->device()) {
-          hs.copy_to_compute = [c = compute_.get()](void* d, const void* src, size_t b) { c->CopyInOnCopyStream(d, src, b); };
+          hs.copy_to_compute = [c = compute_.get()](void* d, const void* src, size_t b) {
+            c->CopyInOnCopyStream(d, src, b);
+          };
         }
         hs.threads = threads_;
         hs.optimizer_tile = opt_tile;

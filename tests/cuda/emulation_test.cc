@@ -608,7 +608,9 @@ TEST(EmulationTest, StochasticRoundMatchesHostBitForBit) {
     for (int64_t first : {int64_t{0}, int64_t{4096 + 3}}) {
       std::vector<uint16_t> ref(n), got(n, 0xFFFF);
       StochasticRoundToBF16(src.data(), ref.data(), n, key, first);
-      for (size_t t = 0; t < 37; ++t) in::StochasticRoundThread(src.data(), got.data(), n, in::SplitMix(key), first, t, 37);
+      for (size_t t = 0; t < 37; ++t) {
+        in::StochasticRoundThread(src.data(), got.data(), n, in::SplitMix(key), first, t, 37);
+      }
       for (size_t i = 0; i < n; ++i) {
         if (std::isnan(src[i])) continue;
         ASSERT_EQ(got[i], ref[i]) << "i=" << i << " key=" << key << " first=" << first;

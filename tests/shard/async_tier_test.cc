@@ -113,7 +113,9 @@ class AsyncTier final : public internal::ComputeTier {
   // Zeroed before return. `fail_alloc` (tests) makes an allocation fail as a device out of memory would.
   Buffer Alloc(MemTag tag, size_t bytes) override {
     if (fail_alloc && fail_alloc(tag, bytes)) {
-      if (status_.ok()) status_ = absl::ResourceExhaustedError(absl::StrCat("out of device memory (", bytes, " bytes)"));
+      if (status_.ok()) {
+        status_ = absl::ResourceExhaustedError(absl::StrCat("out of device memory (", bytes, " bytes)"));
+      }
       return Buffer();
     }
     return host_->Alloc(tag, bytes);
@@ -364,7 +366,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
   for (MemTag failing : {MemTag::kGather, MemTag::kBuckets}) {
     SCOPED_TRACE(MemTagName(failing));
-    internal::SetGlooEngineComputeForTesting([failing](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
+    internal::SetGlooEngineComputeForTesting([failing](MemoryTracker* tracker)
+                                                 -> std::unique_ptr<internal::ComputeTier> {
       if (t_binding == nullptr) return internal::MakeHostCompute(tracker);
       auto tier = std::make_unique<AsyncTier>(tracker);
       tier->fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; };
