@@ -115,7 +115,8 @@ class Communicator {
 
   // Device-memory communicator over NCCL (ncclUniqueId exchanged through `store`). kUnimplemented when zero
   // was built without CUDA. `stream` arguments of ops name the stream the input was produced on: the
-  // library's communication stream waits for it by event.
+  // library's communication stream waits for it by event. Leaves options.device the calling thread's current
+  // device (as torch.cuda.set_device would), so that thread's later CUDA work goes to the same GPU.
   static StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 

@@ -95,6 +95,9 @@ ncclRedOp_t ToNccl(ReduceOp op) {
 }
 
 // Makes `device` current for the scope and restores the caller's device.
+// Used around ops and in the destructor: the caller's device is restored (it already has a context there, so
+// restoring creates none). Creation instead leaves the communicator's device current (MakeDeviceCurrent):
+// restoring a thread's never-chosen default device 0 would create a context on GPU 0 in every local rank.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device) {
@@ -109,6 +112,13 @@ class ScopedDevice {
  private:
   int previous_ = -1;
 };
+
+Status MakeDeviceCurrent(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return absl::OkStatus();
+  ZERO_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), "CreateNccl: cudaSetDevice");
+  return absl::OkStatus();
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // State shared by the communicator and its Works (a Work may outlive its communicator).
@@ -298,7 +308,7 @@ class NcclCommunicator final : public Communicator {
       return absl::InvalidArgumentError(
           absl::StrCat("CreateNccl: CUDA device ", device_, " does not exist (", count, " devices visible)"));
     }
-    ScopedDevice guard(device_);
+    ZERO_RETURN_IF_ERROR(MakeDeviceCurrent(device_));
     ZERO_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "CreateNccl: stream");
     ZERO_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "CreateNccl: event");
     ZERO_CUDA_RETURN_IF_ERROR(cudaMalloc(&d_barrier_, sizeof(float)), "CreateNccl: barrier scalar");
@@ -307,7 +317,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Status Connect(const ncclUniqueId& id, absl::Time deadline) {
-    ScopedDevice guard(device_);
+    ZERO_RETURN_IF_ERROR(MakeDeviceCurrent(device_));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
