@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "comm/internal/work_state.h"
 #include "shard/internal/compute.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
@@ -227,6 +228,16 @@ class DrainingComm final : public Communicator {
     return inner_.Broadcast(buf, count, dtype, root, s);
   }
   Work Barrier() override { return inner_.Barrier(); }
+  // What the NCCL communicator's fence reports when a peer died (tests set fail_fence); counts the calls.
+  Work Fence() override {
+    ++fences;
+    if (!fail_fence) return inner_.Fence();
+    internal::OpDesc d{.kind = internal::OpKind::kFence};
+    return Work(std::make_shared<internal::CompletedWorkState>(
+        d, absl::UnavailableError("Fence after#41 on rank 0 of 2: a peer was lost")));
+  }
+  bool fail_fence = false;
+  int fences = 0;
 
  private:
   void Drain() {
@@ -394,6 +405,39 @@ TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
     });
     internal::SetGlooEngineComputeForTesting({});
   }
+}
+
+// The device engine's stream-ordered joins cannot see a dead peer; Step waits on the communicator's fence
+// first, once per step, and a failed fence is Step's error (not a hang behind a stream synchronize).
+TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
+  internal::SetGlooEngineComputeForTesting([](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
+    auto tier = std::make_unique<AsyncTier>(tracker);
+    if (t_binding != nullptr) t_binding->Bind(tier.get());
+    t_tier = tier.get();
+    return tier;
+  });
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    DrainingComm draining(comm);
+    t_binding = &draining;
+    auto e = testing::MakeSyntheticEngine(TrainConfig(2, 1), Borrow(draining));
+    t_binding = nullptr;
+    ASSERT_TRUE(e.ok()) << e.status();
+    AsyncTier* tier = t_tier;
+    testing::SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(
+        testing::TrainSynthetic(**e, 2, 1, testing::HostViewIo([tier] { tier->Drain(); }), &t));
+    EXPECT_EQ(draining.fences, 2);  // one per step
+    draining.fail_fence = true;
+    for (UnitId id = 0; id < 4; ++id) {
+      auto b = (*e)->Backward(id);
+      ASSERT_TRUE(b.ok()) << b.status();
+    }
+    auto r = (*e)->Step();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+    EXPECT_NE(r.status().message().find("waiting for this step's collectives"), std::string::npos) << r.status();
+  });
+  internal::SetGlooEngineComputeForTesting({});
 }
 
 }  // namespace
