@@ -377,34 +377,21 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // A one-float all-reduce; the Work completes once every rank reached the barrier.
   int cuda_device() const override { return device_; }
 
+  // No op: the Work of an event at the communication stream's current end (Communicator::Fence).
   Work Fence() override {
     OpDesc d{.kind = OpKind::kFence};
     d.seq = next_seq_ - 1;  // the last op it covers
     const std::string what = absl::StrCat(internal::DescribeOp(d), " on rank ", rank_, " of ", world_);
-    auto fail = [&](Status s) {
-      return Work(std::make_shared<internal::CompletedWorkState>(
-          d, absl::Status(s.code(), absl::StrCat(what, ": ", s.message()))));
-    };
-    if (shared_ == nullptr) return fail(absl::FailedPreconditionError("the communicator is not connected"));
+    if (shared_ == nullptr) return Failed(d, what, absl::FailedPreconditionError("the communicator is not connected"));
     ScopedDevice guard(device_);
     absl::MutexLock lock(&shared_->mu_);
-    if (!shared_->broken_.ok()) {
-      return fail(absl::Status(shared_->broken_.code(),
-                               absl::StrCat("the communicator failed earlier: ", shared_->broken_.message())));
-    }
-    cudaEvent_t end = nullptr;
-    Status s = CudaToStatus(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), what);
-    if (s.ok()) s = CudaToStatus(cudaEventRecord(end, stream_), what);
-    if (!s.ok()) {
-      if (end != nullptr) (void)cudaEventDestroy(end);
-      return fail(s);
-    }
-    return Work(std::make_shared<NcclWorkState>(d, end, shared_, options_.timeout));
+    if (!shared_->broken_.ok()) return Failed(d, what, BrokenLocked());
+    return EndOfStreamLocked(d, what);
   }
 
+  // A one-float all-reduce; the Work completes once every rank reached the barrier.
   Work Barrier() override {
     OpDesc d{.kind = OpKind::kBarrier};
     float* scalar = d_barrier_;
@@ -418,35 +405,43 @@ class NcclCommunicator final : public Communicator {
   Work Issue(OpDesc d, CUstream_st* producer, Call call) {
     d.seq = next_seq_++;
     const std::string what = absl::StrCat(internal::DescribeOp(d), " on rank ", rank_, " of ", world_);
-    auto fail = [&](Status s) {
-      return Work(std::make_shared<internal::CompletedWorkState>(
-          d, absl::Status(s.code(), absl::StrCat(what, ": ", s.message()))));
-    };
-    if (shared_ == nullptr) return fail(absl::FailedPreconditionError("the communicator is not connected"));
+    if (shared_ == nullptr) return Failed(d, what, absl::FailedPreconditionError("the communicator is not connected"));
     ScopedDevice guard(device_);
     absl::MutexLock lock(&shared_->mu_);
-    if (!shared_->broken_.ok()) {
-      return fail(absl::Status(shared_->broken_.code(),
-                               absl::StrCat("not run: the communicator failed earlier: ", shared_->broken_.message())));
-    }
+    if (!shared_->broken_.ok()) return Failed(d, what, BrokenLocked());
     // Cross-stream order by events only: the comm stream waits for the producer's work so far. One event is
     // reused because cudaStreamWaitEvent captures the event's most recent record at the time of the call.
     Status s = CudaToStatus(cudaEventRecord(ready_, producer), what);
     if (s.ok()) s = CudaToStatus(cudaStreamWaitEvent(stream_, ready_, 0), what);
-    if (!s.ok()) return fail(s);
+    if (!s.ok()) return Failed(d, what, s);
     if (d.count > 0 || d.kind == OpKind::kBarrier) {
       s = NcclToStatus(call(shared_->comm_, stream_), what, shared_->comm_);
       if (s.ok()) s = shared_->AwaitNotInProgressLocked(absl::Now() + options_.timeout, what);
-      if (!s.ok()) return fail(shared_->AbortLocked(s));
+      if (!s.ok()) return Failed(d, what, shared_->AbortLocked(s));
     }
+    return EndOfStreamLocked(d, what);
+  }
+
+  // A Work that completes when the communication stream reaches its current end (an event recorded now).
+  Work EndOfStreamLocked(const OpDesc& d, const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu_) {
     cudaEvent_t end = nullptr;
-    s = CudaToStatus(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), what);
+    Status s = CudaToStatus(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), what);
     if (s.ok()) s = CudaToStatus(cudaEventRecord(end, stream_), what);
     if (!s.ok()) {
       if (end != nullptr) (void)cudaEventDestroy(end);
-      return fail(s);
+      return Failed(d, what, s);
     }
     return Work(std::make_shared<NcclWorkState>(d, end, shared_, options_.timeout));
+  }
+
+  Status BrokenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu_) {
+    return absl::Status(shared_->broken_.code(),
+                        absl::StrCat("not run: the communicator failed earlier: ", shared_->broken_.message()));
+  }
+
+  static Work Failed(const OpDesc& d, const std::string& what, const Status& s) {
+    return Work(std::make_shared<internal::CompletedWorkState>(
+        d, absl::Status(s.code(), absl::StrCat(what, ": ", s.message()))));
   }
 
   const std::shared_ptr<Store> store_;
