@@ -1,5 +1,7 @@
-// Casts between f32, f16 and bf16 on the device. The bit manipulation is that of zero/dtype.h (shared through
-// cuda/internal/device_math.cuh), so device and host casts agree bit for bit (tests/cuda/cast_test.cc).
+// Element-wise kernels between f32, f16 and bf16 on the device: casts, the add-into of a reduced gradient, and
+// stochastic rounding. The bit manipulation is that of zero/dtype.h (shared through
+// cuda/internal/device_math.cuh), so device and host agree bit for bit (tests/cuda/cast_test.cc,
+// tests/cuda/emulation_test.cc).
 #include <cuda_runtime.h>
 
 #include "cuda/internal/convert.cuh"
@@ -9,45 +11,18 @@ namespace zero::cuda::internal {
 
 namespace {
 
-template <class S, class D>
-__global__ void __launch_bounds__(kThreads) ConvertKernel(const void* src, void* dst, VecPlan plan) {
+// What a (src, dst) kernel does per thread: dst = src (cast), or dst = dst + src (add).
+enum class PairOp { kConvert, kAdd };
+
+template <PairOp kOp, class S, class D>
+__global__ void __launch_bounds__(kThreads) PairKernel(const void* src, void* dst, VecPlan plan) {
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
-  ConvertThread<S, D>(src, dst, plan, tid, nthreads);
-}
-
-template <class S, class D>
-cudaError_t LaunchTyped(const void* src, void* dst, size_t n, cudaStream_t stream) {
-  const PlanBuffer bufs[2] = {{src, sizeof(typename S::Elem)}, {dst, sizeof(typename D::Elem)}};
-  const VecPlan plan = MakeVecPlan(bufs, 2, n);
-  const size_t work = plan.nvec > plan.ScalarCount() ? plan.nvec : plan.ScalarCount();
-  if (work == 0) return cudaSuccess;
-  int wave = 0;
-  if (cudaError_t e = FullWaveBlocks(reinterpret_cast<const void*>(&ConvertKernel<S, D>), kThreads, &wave);
-      e != cudaSuccess) {
-    return e;
+  if constexpr (kOp == PairOp::kConvert) {
+    ConvertThread<S, D>(src, dst, plan, tid, nthreads);
+  } else {
+    AddThread<S, D>(src, dst, plan, tid, nthreads);
   }
-  size_t blocks = (work + kThreads - 1) / kThreads;
-  if (blocks > static_cast<size_t>(wave)) blocks = static_cast<size_t>(wave);
-  ConvertKernel<S, D><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, dst, plan);
-  return cudaGetLastError();
-}
-
-template <class S>
-cudaError_t DispatchDst(const void* src, void* dst, Dt dt, size_t n, cudaStream_t stream) {
-  switch (dt) {
-    case Dt::kF32: return LaunchTyped<S, F32>(src, dst, n, stream);
-    case Dt::kF16: return LaunchTyped<S, F16>(src, dst, n, stream);
-    case Dt::kBF16: return LaunchTyped<S, BF16>(src, dst, n, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <class S, class D>
-__global__ void __launch_bounds__(kThreads) AddKernel(const void* src, void* dst, VecPlan plan) {
-  const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
-  AddThread<S, D>(src, dst, plan, tid, nthreads);
 }
 
 __global__ void __launch_bounds__(kThreads) StochasticRoundKernel(const float* src, uint16_t* dst, size_t n,
@@ -57,7 +32,7 @@ __global__ void __launch_bounds__(kThreads) StochasticRoundKernel(const float* s
   StochasticRoundThread(src, dst, n, mixed_key, first_index, tid, nthreads);
 }
 
-// One full wave (at most) of `kernel` for `work` thread-items.
+// At most one full wave of `kernel` for `work` thread-items (grid-stride kernels loop over the rest).
 cudaError_t Blocks(const void* kernel, size_t work, unsigned* blocks) {
   int wave = 0;
   if (cudaError_t e = FullWaveBlocks(kernel, kThreads, &wave); e != cudaSuccess) return e;
@@ -67,40 +42,52 @@ cudaError_t Blocks(const void* kernel, size_t work, unsigned* blocks) {
   return cudaSuccess;
 }
 
-template <class S, class D>
-cudaError_t LaunchAddTyped(const void* src, void* dst, size_t n, cudaStream_t stream) {
+template <PairOp kOp, class S, class D>
+cudaError_t LaunchTyped(const void* src, void* dst, size_t n, cudaStream_t stream) {
   const PlanBuffer bufs[2] = {{src, sizeof(typename S::Elem)}, {dst, sizeof(typename D::Elem)}};
   const VecPlan plan = MakeVecPlan(bufs, 2, n);
   const size_t work = plan.nvec > plan.ScalarCount() ? plan.nvec : plan.ScalarCount();
   if (work == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&AddKernel<S, D>), work, &blocks); e != cudaSuccess) {
+  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&PairKernel<kOp, S, D>), work, &blocks);
+      e != cudaSuccess) {
     return e;
   }
-  AddKernel<S, D><<<blocks, kThreads, 0, stream>>>(src, dst, plan);
+  PairKernel<kOp, S, D><<<blocks, kThreads, 0, stream>>>(src, dst, plan);
   return cudaGetLastError();
 }
 
-template <class S>
-cudaError_t DispatchAddDst(const void* src, void* dst, Dt dt, size_t n, cudaStream_t stream) {
+template <PairOp kOp, class S>
+cudaError_t DispatchDst(const void* src, void* dst, Dt dt, size_t n, cudaStream_t stream) {
   switch (dt) {
-    case Dt::kF32: return LaunchAddTyped<S, F32>(src, dst, n, stream);
-    case Dt::kF16: return LaunchAddTyped<S, F16>(src, dst, n, stream);
-    case Dt::kBF16: return LaunchAddTyped<S, BF16>(src, dst, n, stream);
+    case Dt::kF32: return LaunchTyped<kOp, S, F32>(src, dst, n, stream);
+    case Dt::kF16: return LaunchTyped<kOp, S, F16>(src, dst, n, stream);
+    case Dt::kBF16: return LaunchTyped<kOp, S, BF16>(src, dst, n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <PairOp kOp>
+cudaError_t Dispatch(const void* src, Dt st, void* dst, Dt dt, size_t n, cudaStream_t stream) {
+  switch (st) {
+    case Dt::kF32: return DispatchDst<kOp, F32>(src, dst, dt, n, stream);
+    case Dt::kF16: return DispatchDst<kOp, F16>(src, dst, dt, n, stream);
+    case Dt::kBF16: return DispatchDst<kOp, BF16>(src, dst, dt, n, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
+cudaError_t LaunchConvert(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (st == dt) return cudaMemcpyAsync(d_dst, d_src, n * DtSize(st), cudaMemcpyDeviceToDevice, stream);
+  return Dispatch<PairOp::kConvert>(d_src, st, d_dst, dt, n, stream);
+}
+
 cudaError_t LaunchAdd(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  switch (st) {
-    case Dt::kF32: return DispatchAddDst<F32>(d_src, d_dst, dt, n, stream);
-    case Dt::kF16: return DispatchAddDst<F16>(d_src, d_dst, dt, n, stream);
-    case Dt::kBF16: return DispatchAddDst<BF16>(d_src, d_dst, dt, n, stream);
-  }
-  return cudaErrorInvalidValue;
+  return Dispatch<PairOp::kAdd>(d_src, st, d_dst, dt, n, stream);
 }
 
 cudaError_t LaunchStochasticRound(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key, int64_t first_index,
@@ -112,17 +99,6 @@ cudaError_t LaunchStochasticRound(const float* d_src, uint16_t* d_dst, size_t n,
   }
   StochasticRoundKernel<<<blocks, kThreads, 0, stream>>>(d_src, d_dst, n, SplitMix(key), first_index);
   return cudaGetLastError();
-}
-
-cudaError_t LaunchConvert(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (st == dt) return cudaMemcpyAsync(d_dst, d_src, n * DtSize(st), cudaMemcpyDeviceToDevice, stream);
-  switch (st) {
-    case Dt::kF32: return DispatchDst<F32>(d_src, d_dst, dt, n, stream);
-    case Dt::kF16: return DispatchDst<F16>(d_src, d_dst, dt, n, stream);
-    case Dt::kBF16: return DispatchDst<BF16>(d_src, d_dst, dt, n, stream);
-  }
-  return cudaErrorInvalidValue;
 }
 
 }  // namespace zero::cuda::internal
