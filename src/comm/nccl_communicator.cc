@@ -85,10 +85,16 @@ ncclDataType_t ToNccl(DType t) {
   return ncclFloat32;
 }
 
-ncclRedOp_t ToNccl(ReduceOp op) {
+// At world size 1 an average is the sum (x / 1 == x exactly), and asking NCCL for ncclAvg there is wrong:
+// with one rank NCCL runs ncclAvg as a single-rank "pre-multiplied sum" kernel (oneRankReduce) whose blocks
+// split the count by floor division, so an out-of-place reduction leaves the last count % blocks elements of
+// the output unwritten (NVIDIA/nccl#1950, fixed in NCCL 2.29.7). Seen here on an H200 with NCCL 2.28: stage 2-3
+// reduce-scatters of 49984-element units lost their last 12 gradients every step
+// (bench/results/gpu-2026-11-30.md). ncclSum at one rank is a plain copy.
+ncclRedOp_t ToNccl(ReduceOp op, int world) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kAvg: return world == 1 ? ncclSum : ncclAvg;
     case ReduceOp::kMax: return ncclMax;
   }
   return ncclSum;
@@ -352,15 +358,17 @@ class NcclCommunicator final : public Communicator {
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                      CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kReduceScatter, .dtype = dtype, .reduce = op, .count = count};
+    const ncclRedOp_t rop = ToNccl(op, world_);
     return Issue(d, stream, [=](ncclComm_t comm, cudaStream_t s) {
-      return ncclReduceScatter(send, recv, count, ToNccl(dtype), ToNccl(op), comm, s);
+      return ncclReduceScatter(send, recv, count, ToNccl(dtype), rop, comm, s);
     });
   }
 
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllReduce, .dtype = dtype, .reduce = op, .count = count};
+    const ncclRedOp_t rop = ToNccl(op, world_);
     return Issue(d, stream, [=](ncclComm_t comm, cudaStream_t s) {
-      return ncclAllReduce(buf, buf, count, ToNccl(dtype), ToNccl(op), comm, s);
+      return ncclAllReduce(buf, buf, count, ToNccl(dtype), rop, comm, s);
     });
   }
 

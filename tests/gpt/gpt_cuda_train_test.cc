@@ -8,7 +8,10 @@
 // below 1e-3 relative in fp32 losses; bf16 rounds the weights after every step, which can amplify a last-bit
 // difference into a bf16 ulp (2^-8 relative) for a few weights, so its bound is 1e-2. Loose enough for
 // summation order, tight enough that a wrong gradient anywhere (which moves the loss by O(1) within a few
-// steps) fails.
+// steps) fails. The gradient norm is held to the same bound: the loss hardly sees a few lost gradients (AdamW's
+// first steps move each weight by about lr whatever its gradient's size), the norm does — NCCL's single-rank
+// average dropping each block's last 12 gradients (nccl_communicator.cc, ToNccl) moved step 0's norm by 4.4%
+// and later steps' by under 1%.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,7 +84,7 @@ TEST_P(GptCudaTrainTest, MatchesTheCpuRun) {
     SCOPED_TRACE(::testing::Message() << "step " << k);
     EXPECT_TRUE(std::isfinite(gpu->steps[k].loss));
     EXPECT_NEAR(gpu->steps[k].loss, cpu->steps[k].loss, tol * std::fabs(cpu->steps[k].loss));
-    EXPECT_NEAR(gpu->steps[k].grad_norm, cpu->steps[k].grad_norm, 10 * tol * cpu->steps[k].grad_norm);
+    EXPECT_NEAR(gpu->steps[k].grad_norm, cpu->steps[k].grad_norm, tol * cpu->steps[k].grad_norm);
   }
   EXPECT_LT(gpu->steps.back().loss, gpu->steps.front().loss);  // it learns
   // The model state is in the same tiers, with the same bytes, as on the CPU engine.
