@@ -173,7 +173,9 @@ std::string VariantName(in::FusedGrid grid) {
     if (V::kHint == in::CacheHint::kStreaming) s += " cs";
     if (V::kHint == in::CacheHint::kStreamingPf256) s += " cs+L2::256B";
     s += grid == in::FusedGrid::kOnePass ? ", one pass" : ", full wave";
-    if (std::is_same_v<V, in::FusedProductionVariant> && grid == in::FusedGrid::kFullWave) s += " [production]";
+    if (std::is_same_v<V, in::FusedProductionVariant> && (grid == in::FusedGrid::kOnePass) == in::kProductionOnePass) {
+      s += " [production]";
+    }
     return s;
   }
 }
@@ -546,12 +548,13 @@ int main(int argc, char** argv) {
           r.bytes = bytes;
         });
       };
-      const std::string prod = VariantName<in::FusedProductionVariant>(in::FusedGrid::kFullWave);
+      constexpr in::FusedGrid kProdGrid = in::kProductionOnePass ? in::FusedGrid::kOnePass : in::FusedGrid::kFullWave;
+      const std::string prod = VariantName<in::FusedProductionVariant>(kProdGrid);
       fused_row("stream 4R+3W, " + prod, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
                 [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
                 [&](const in::FusedArgs& a) {
                   return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
-                      a, StreamOp{}, in::FusedGrid::kFullWave, stream);
+                      a, StreamOp{}, kProdGrid, stream);
                 });
       refill();
       // The production entry point (what zero::cuda::AdamStep calls), one row per configuration.
@@ -641,7 +644,7 @@ int main(int argc, char** argv) {
                     [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
                     [&](const in::FusedArgs& a) {
                       return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
-                          a, StreamOp{}, in::FusedGrid::kFullWave, stream);
+                          a, StreamOp{}, kProdGrid, stream);
                     });
           refill();
           fused_row("fp32 | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, op,

@@ -17,18 +17,14 @@ namespace zero::cuda::internal {
 
 namespace {
 
-// The production launch stays the first version — the one measured on an H200 (0.82-0.84 of copy bandwidth,
-// bench/results/gpu-2026-11-29.md) and tested on the device — until a GPU run of zero-bench-gpu's variant sweep
-// shows FusedProductionVariant (or another) faster; set kUseTiledVariant then. Both give identical bits.
-constexpr bool kUseTiledVariant = false;
-
+// The production launch: FusedProductionVariant, one tile per block. On the 2026-11-30 H200 run of
+// zero-bench-gpu's sweep (bench/results/gpu-2026-11-30.md) it moved 0.96-0.98 of the copy bandwidth in the three
+// AdamW configurations; the first version (LaunchFusedV1, kept for the sweep) moved 0.81-0.84, the same
+// variant on a full wave of looping blocks 0.90-0.92. Every variant gives identical bits (tests/cuda).
 template <class G, class P, class Op>
 cudaError_t LaunchTyped(const FusedArgs& a, const Op& op, cudaStream_t stream) {
-  if constexpr (kUseTiledVariant) {
-    return LaunchFusedTiled<G, P, Op, FusedProductionVariant>(a, op, FusedGrid::kFullWave, stream);
-  } else {
-    return LaunchFusedV1<G, P, Op>(a, op, stream);
-  }
+  return LaunchFusedTiled<G, P, Op, FusedProductionVariant>(
+      a, op, kProductionOnePass ? FusedGrid::kOnePass : FusedGrid::kFullWave, stream);
 }
 
 template <class G, class Op>
