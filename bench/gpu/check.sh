@@ -232,7 +232,7 @@ part_tests() {
       echo "--- $name cannot be loaded here (missing: $m): not run"
       notes+="$name not run (missing $m); "; status="INCOMPLETE"; continue
     fi
-    t=$(time_for 200)
+    t=$(time_for 120)
     if [ "$t" -lt 15 ]; then notes+="$name not run (time budget); "; status="INCOMPLETE"; continue; fi
     echo "--- $name (timeout ${t}s)"
     timeout "$t" "$exe" --gtest_color=no > "$tmp" 2>&1
