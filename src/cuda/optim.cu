@@ -1,9 +1,9 @@
 // Fused optimizer kernels (AdamW / Adam-L2 / SGD) on flat fp32 shards. The per-element work is Op::Apply
-// (cuda/internal/fused_optim.cuh); this file can instantiate the candidate variant of the tiled step
+// (cuda/internal/fused_optim.cuh); this file instantiates the production variant of the tiled step
 // (FusedProductionVariant: 16 elements per thread per iteration as four warp-contiguous 16-byte f32 accesses per
 // buffer, all loads before any math, evict-first hints) for every gradient type x write-back type, and launches
-// one full wave of blocks that loop over the shard's tiles. zero-bench-gpu times it against the other variants
-// and against the first version (cuda/internal/fused_kernel.cuh).
+// one block per tile. zero-bench-gpu times it against the other variants and against the first version
+// (cuda/internal/fused_kernel.cuh).
 #include <cuda_runtime.h>
 
 #include <map>
