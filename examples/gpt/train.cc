@@ -65,6 +65,8 @@ StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport&
   return out;
 }
 
+namespace {
+
 StatusOr<GptUnits> RegisterGpt(Engine& engine, const GptConfig& mc, uint64_t seed) {
   GptUnits u;
   ZERO_ASSIGN_OR_RETURN(u.root, engine.AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
@@ -86,6 +88,20 @@ StatusOr<ByteDataset> LoadData(const TrainOptions& options) {
   dopt.seed = options.seed;
   if (!options.data_file.empty()) dopt.files = {options.data_file};
   return ByteDataset::Load(dopt);
+}
+
+}  // namespace
+
+StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
+                         const GptConfig& mc, const TrainOptions& options) {
+  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, std::move(comm), engine_options));
+  const Config& cfg = engine->config();
+  const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
+  ZERO_ASSIGN_OR_RETURN(GptUnits units, RegisterGpt(*engine, mc, options.seed));
+  ZERO_ASSIGN_OR_RETURN(ByteDataset data, LoadData(options));
+  const int B = static_cast<int>(cfg.micro_batch());
+  const int ga = static_cast<int>(cfg.accumulation_steps());
+  return GptRun{std::move(engine), B, ga, dtype, std::move(units), std::move(data)};
 }
 
 StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units) {
@@ -161,16 +177,15 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
 
   EngineOptions eopt;
   eopt.local_world_size = local;
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, comm, eopt));
+  ZERO_ASSIGN_OR_RETURN(internal::GptRun run, internal::OpenRun(config, comm, eopt, mc, options));
+  const std::unique_ptr<Engine>& engine = run.engine;
   const Config& cfg = engine->config();
-  const int B = static_cast<int>(cfg.micro_batch());
-  const int ga = static_cast<int>(cfg.accumulation_steps());
-  const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
-
-  ZERO_ASSIGN_OR_RETURN(const internal::GptUnits units, internal::RegisterGpt(*engine, mc, options.seed));
+  const int B = run.micro_batch, ga = run.accumulation_steps;
+  const DType dtype = run.dtype;
+  const internal::GptUnits& units = run.units;
   const UnitId root = units.root;
   const std::vector<UnitId>& blocks = units.blocks;
-  ZERO_ASSIGN_OR_RETURN(ByteDataset data, internal::LoadData(options));
+  ByteDataset& data = run.data;
 
   // Activations come from the Checkpointer's arena (a stack): per micro-step the residual stream x and its
   // gradient dx at the bottom, then each block's saved activations (kept, or only its input with

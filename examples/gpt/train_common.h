@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "data.h"
@@ -32,10 +33,19 @@ struct GptUnits {
   UnitId root = -1;
   std::vector<UnitId> blocks;
 };
-// Registers the units and finalizes the engine with the model's initial values (seeded). Collective.
-StatusOr<GptUnits> RegisterGpt(Engine& engine, const GptConfig& mc, uint64_t seed);
-// The byte corpus of the options (their seed and data file).
-StatusOr<ByteDataset> LoadData(const TrainOptions& options);
+// What both training loops start from: the engine (created with `engine_options`, the model's units registered
+// and finalized with their seeded initial values), the run's shape from the engine's resolved config, and the
+// byte corpus of the options (their seed and data file). Collective.
+struct GptRun {
+  std::unique_ptr<Engine> engine;
+  int micro_batch = 0;
+  int accumulation_steps = 0;
+  DType dtype = DType::kF32;  // the compute dtype the engine hands out (fp16/bf16/f32)
+  GptUnits units;
+  ByteDataset data;
+};
+StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
+                         const GptConfig& mc, const TrainOptions& options);
 // Every final parameter in fp32, unit by unit in registration order (the master weights). Collective.
 StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units);
 

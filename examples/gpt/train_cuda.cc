@@ -120,16 +120,14 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   EngineOptions eopt;
   eopt.cuda_stream = ctx.stream();
   eopt.local_world_size = std::max(1, options.local_world_size);
-  ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, comm, eopt));
-  const Config& cfg = engine->config();
-  const int B = static_cast<int>(cfg.micro_batch());
-  const int ga = static_cast<int>(cfg.accumulation_steps());
-  const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
-
-  ZERO_ASSIGN_OR_RETURN(const internal::GptUnits units, internal::RegisterGpt(*engine, mc, options.seed));
+  ZERO_ASSIGN_OR_RETURN(internal::GptRun run, internal::OpenRun(config, comm, eopt, mc, options));
+  const std::unique_ptr<Engine>& engine = run.engine;
+  const int B = run.micro_batch, ga = run.accumulation_steps;
+  const DType dtype = run.dtype;
+  const internal::GptUnits& units = run.units;
   const UnitId root = units.root;
   const std::vector<UnitId>& blocks = units.blocks;
-  ZERO_ASSIGN_OR_RETURN(ByteDataset data, internal::LoadData(options));
+  ByteDataset& data = run.data;
 
   // Activations: one device allocation for the whole model at this (B, T), reported in the device tier.
   MemoryTracker& tracker = engine->memory_tracker();
