@@ -234,9 +234,22 @@ struct BlockScratch {
   std::unique_ptr<std::byte[]> owned_;
 };
 
+// The head's saved activations as views (shared by HeadActs and the CUDA path's DeviceHeadActs).
+struct HeadActViews {
+  int B = 0;
+  int T = 0;
+  float* x_in = nullptr;       // [B*T, C] copy of the input of the final layernorm
+  float* lnf = nullptr;        // [B*T, C]
+  float* lnf_mean = nullptr;   // [B*T]
+  float* lnf_rstd = nullptr;   // [B*T]
+  float* probs = nullptr;      // [B*T, V] softmax of the logits (dlogits after HeadBackward)
+  float* dlnf = nullptr;       // [B*T, C] backward temporary
+  int32_t* targets = nullptr;  // [B*T] copy of the targets
+};
+
 // What HeadBackward needs from HeadForward. Same ownership model as BlockActs. HeadBackward turns `probs`
 // into dlogits in place, so one HeadForward is followed by at most one HeadBackward.
-struct HeadActs {
+struct HeadActs : HeadActViews {
   // 3 B*T*C floats + B*T*V floats + 2 B*T floats + B*T int32 targets, each rounded up to 64 bytes.
   static size_t Bytes(const GptConfig& cfg, int B, int T);
 
@@ -248,16 +261,6 @@ struct HeadActs {
 
   void Allocate(const GptConfig& cfg, int B, int T);
   void Bind(const GptConfig& cfg, int B, int T, void* memory);
-
-  int B = 0;
-  int T = 0;
-  float* x_in = nullptr;       // [B*T, C] copy of the input of the final layernorm
-  float* lnf = nullptr;        // [B*T, C]
-  float* lnf_mean = nullptr;   // [B*T]
-  float* lnf_rstd = nullptr;   // [B*T]
-  float* probs = nullptr;      // [B*T, V] softmax of the logits (dlogits after HeadBackward)
-  float* dlnf = nullptr;       // [B*T, C] backward temporary
-  int32_t* targets = nullptr;  // [B*T] copy of the targets
 
  private:
   std::unique_ptr<std::byte[]> owned_;

@@ -38,17 +38,9 @@ struct DeviceBlockScratch {
   float* datt = nullptr;  // [B, heads, T, T]
 };
 
-// What HeadBackward needs from HeadForward (as model.h's HeadActs) plus the loss, which stays on the device.
-struct DeviceHeadActs {
-  int B = 0;
-  int T = 0;
-  float* x_in = nullptr;       // [B*T, C] copy of the input of the final layernorm
-  float* lnf = nullptr;        // [B*T, C]
-  float* lnf_mean = nullptr;   // [B*T]
-  float* lnf_rstd = nullptr;   // [B*T]
-  float* probs = nullptr;      // [B*T, V] softmax of the logits (dlogits after HeadBackward)
-  float* dlnf = nullptr;       // [B*T, C] backward temporary
-  int32_t* targets = nullptr;  // [B*T] copy of the targets
+// What HeadBackward needs from HeadForward (model.h's views, as HeadActs) plus the loss, which stays on the
+// device.
+struct DeviceHeadActs : HeadActViews {
   double* row_loss = nullptr;  // [B*T] per-row cross-entropy (summed in row order into *loss)
   float* loss = nullptr;       // [1] mean cross-entropy of the last HeadForward
 };
