@@ -92,6 +92,21 @@ StatusOr<ByteDataset> LoadData(const TrainOptions& options) {
 
 }  // namespace
 
+void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
+                const std::function<void(const StepLog&)>& on_step, TrainResult* result) {
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started.wall).count();
+  StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - started.cpu_ms, tokens / (ms / 1000.0), r.skipped};
+  result->steps.push_back(log);
+  if (rank == 0 && on_step) on_step(log);
+}
+
+void RecordEngineStats(const Engine& engine, TrainResult* result) {
+  result->memory = engine.memory_report();
+  result->prefetch_gathers = engine.prefetch_gathers();
+  result->demand_gathers = engine.demand_gathers();
+  result->peak_live_elements = engine.peak_live_elements();
+}
+
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, std::move(comm), engine_options));
@@ -122,7 +137,6 @@ StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units) 
 namespace {
 
 using internal::GatherReports;
-using internal::ProcessCpuMs;
 using internal::ToEngineSpecs;
 
 // The model's math is fp32. Under fp16/bf16 the engine hands out 16-bit parameters and gradient buffers: the
@@ -214,8 +228,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   TrainResult result;
   result.params = engine->num_params();
   for (int64_t step = 0; step < options.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = ProcessCpuMs();
+    const internal::StepClock started;
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
       // Micro-step m of this step covers global sequences [(m*world + rank)*B, +B): the same sequences a
@@ -258,16 +271,9 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     ZERO_ASSIGN_OR_RETURN(StepResult r, engine->Step());
     float loss = static_cast<float>(loss_sum / ga);
     ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - cpu0,
-                static_cast<double>(B) * T * world * ga / (ms / 1000.0), r.skipped};
-    result.steps.push_back(log);
-    if (rank == 0 && on_step) on_step(log);
+    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
   }
-  result.memory = engine->memory_report();
-  result.prefetch_gathers = engine->prefetch_gathers();
-  result.demand_gathers = engine->demand_gathers();
-  result.peak_live_elements = engine->peak_live_elements();
+  internal::RecordEngineStats(*engine, &result);
   result.recompute = ckpt->stats();
   ZERO_ASSIGN_OR_RETURN(result.all_ranks,
                         GatherReports(world, result.memory, [&](const float* send, float* recv, size_t n) {

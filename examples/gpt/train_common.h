@@ -1,6 +1,7 @@
 // examples/gpt/train_common.h — pieces the host (train.cc) and CUDA (train_cuda.cc) training loops share.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -46,6 +47,17 @@ struct GptRun {
 };
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options);
+// When a step started (wall clock and this process's CPU time), for its StepLog.
+struct StepClock {
+  std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
+  double cpu_ms = ProcessCpuMs();
+};
+// Appends step `step`'s log (loss already averaged over ranks; `tokens` = tokens of the step over all ranks) and
+// hands it to `on_step` on rank 0.
+void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
+                const std::function<void(const StepLog&)>& on_step, TrainResult* result);
+// The engine's end-of-run figures: memory report, gather counts, peak live parameter elements.
+void RecordEngineStats(const Engine& engine, TrainResult* result);
 // Every final parameter in fp32, unit by unit in registration order (the master weights). Collective.
 StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units);
 

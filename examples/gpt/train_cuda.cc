@@ -3,7 +3,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -21,7 +20,6 @@ namespace {
 
 namespace gc = ::zero::gpt::cuda;
 using internal::GatherReports;
-using internal::ProcessCpuMs;
 using internal::ToEngineSpecs;
 
 Status Cuda(cudaError_t e, const char* what) {
@@ -158,8 +156,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   TrainResult result;
   result.params = engine->num_params();
   for (int64_t step = 0; step < options.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = ProcessCpuMs();
+    const internal::StepClock started;
     for (int m = 0; m < ga; ++m) {
       data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
       // From pageable memory: the copy has read the host vectors when it returns, so they may be refilled.
@@ -210,16 +207,9 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
       ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&loss, d_loss.data(), 4, cudaMemcpyDeviceToHost, stream), "loss"));
       ZERO_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "loss"));
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - cpu0,
-                static_cast<double>(B) * T * world * ga / (ms / 1000.0), r.skipped};
-    result.steps.push_back(log);
-    if (rank == 0 && on_step) on_step(log);
+    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
   }
-  result.memory = engine->memory_report();
-  result.prefetch_gathers = engine->prefetch_gathers();
-  result.demand_gathers = engine->demand_gathers();
-  result.peak_live_elements = engine->peak_live_elements();
+  internal::RecordEngineStats(*engine, &result);
   // Every rank's report through device copies (NCCL reads device memory).
   ZERO_ASSIGN_OR_RETURN(
       result.all_ranks, GatherReports(world, result.memory, [&](const float* send, float* recv, size_t n) -> Status {
