@@ -127,15 +127,16 @@ class FloatScratch {
 };
 
 // Gloo's ReduceScatterHalvingDoubling with three changes, all on top of Gloo's own construction (buffers,
-// slots, offsets, peers are Gloo's; nothing about the wire protocol changes):
+// slots, offsets, peers are Gloo's; the messages on the wire are Gloo's):
 //
-// 1. run() waits for this run's sends to complete before the distribution phase writes results into the
-//    buffer. Gloo's run() copies the received result block into buffer[0, block) while an earlier send from
-//    that region can still be in flight (at world 4, rank 2's second-step send of [0, block) to rank 0 is
-//    not acknowledged before rank 2 receives its result from rank 1), so a slow reader got half-overwritten
-//    data: measured as 1.7 million wrong elements in one 256 MiB reduce-scatter on a loaded host. It also
-//    makes run() return only after every send completed, so the caller may rewrite the buffer at once.
-//    run() is otherwise Gloo's, step for step.
+// 1. run() never overwrites a region that a send of this run still reads from. Gloo's run() copies the
+//    received result block into buffer[0, block) while an earlier send from that region can still be in
+//    flight (at world 4, rank 2's second-step send of [0, block) to rank 0 is not acknowledged before rank 2
+//    receives its result from rank 1), so a slow reader got half-overwritten data: measured as 1.7 million
+//    wrong elements in one 256 MiB reduce-scatter on a loaded host. When the result goes to the buffer's
+//    start, run() waits for its sends before the distribution phase; when it goes to a separate output that
+//    no send reads, the waits move to the end. Either way run() returns only after every send completed, so
+//    the caller may rewrite its buffers at once.
 //
 // 2. Retarget() points it at another input buffer without reconstructing it. Reconstruction is not an option
 //    when only this rank's buffer moved: construction takes slot numbers from a per-context counter, so the
@@ -144,15 +145,23 @@ class FloatScratch {
 //    buffers), so Retarget rebuilds the send buffers exactly as Gloo's constructor does (same peers, same
 //    slots, same order: run() indexes them) and swaps the pointer. The replaced send buffers are kept alive,
 //    not destroyed: the TCP transport unregisters a buffer's slot when it is destroyed, and a send buffer
-//    shares its slot number with a live receive buffer.
+//    shares its slot number with a live receive buffer. SetOutput() sends the distribution phase's result to
+//    a caller's buffer instead of the buffer's start (ReduceScatterDestructive with a separate `recv`).
 //
-// 3. SetInput() lets run() read a const input instead of a staged copy of it (power-of-two worlds): step 0
-//    sends from the input and reduces out of place into the buffer, and the distribution phase writes the
-//    result into the caller's output instead of the buffer's start. The staged copy it replaces cost a quarter
-//    of a 16 MiB reduce-scatter at world 4 (bench/results/comm-gloo-world4.md).
+// 3. SetInput() lets run() read a const input instead of a staged copy of it (power-of-two worlds), and work
+//    in Gloo's own receive buffer instead of a buffer of the input's size. Step 0 sends its half from the
+//    input and reduces input + received in place in the receive region of step 0, W = recvBuf_[0, half);
+//    W holds the part of the buffer, [recvOffsets_[0], + half), where every later step works, so those steps
+//    send from W (send buffers over W with Gloo's slots) and the distribution phase writes the result into
+//    the caller's output. Its memory traffic is the raw in-place call's: step 0 reads two streams and writes
+//    a line it has just read, where an out-of-place reduce into a third buffer also paid a read for each line
+//    it wrote. W is overwritten by the step-0 peer's next run, which starts once that peer has this rank's
+//    step-0 notification (Gloo's "consumed" message), so in this mode that notification is sent at the end of
+//    run(), after every send from W completed and the result left W.
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.
+  // `data` is the buffer the plain run() works in; an instance used only with SetInput never touches it.
   RetargetableReduceScatter(const std::shared_ptr<gloo::Context>& context, float* data, int total,
                             std::vector<int> recv_elems, const gloo::ReductionFunction<float>* fn,
                             MemoryTracker* tracker)
@@ -165,34 +174,46 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
 
   void run() override {
     if (contextSize_ == 1) return;  // one buffer, one rank: nothing to reduce or move
-    float* const data = ptrs_[0];
-    std::vector<gloo::transport::Buffer*> sent;  // sends of this run, waited for before the distribution phase
+    const bool from_input = input_ != nullptr;  // change 3 (power-of-two worlds only)
+    // The region every step after step 0 works in: the buffer, or W (change 3), which holds [base, + half).
+    const size_t base = from_input ? recvOffsets_[0] : 0;
+    float* const work = from_input ? recvBuf_.data() : ptrs_[0];
+    std::vector<gloo::transport::Buffer*> sent;  // sends of this run not yet waited for
 
     // Reduce-scatter within this rank's binary block (recursive halving).
     size_t buffer_offset = 0;
     size_t items = stepsWithinBlock_ > 0 ? chunkSize_ << (steps_ - 1) : count_;
     for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
-      // With an input set (change 3), step 0 sends from it and reduces out of place into the buffer.
-      const bool from_input = i == 0 && input_ != nullptr;
+      const bool step0_from_input = from_input && i == 0;
       if (sendOffsets_[i] < static_cast<size_t>(count_)) {
-        gloo::transport::Buffer* b = from_input ? input_send_.get() : sendDataBufs_[i].get();
-        b->send(sendOffsets_[i] * sizeof(float), sendCounts_[i] * sizeof(float));
+        gloo::transport::Buffer* b;
+        size_t offset = sendOffsets_[i];
+        if (step0_from_input) {
+          b = input_send_.get();
+        } else if (from_input) {
+          b = work_step_sends_[i].get();
+          offset -= base;
+        } else {
+          b = sendDataBufs_[i].get();
+        }
+        b->send(offset * sizeof(float), sendCounts_[i] * sizeof(float));
         sent.push_back(b);
       }
       if (recvOffsets_[i] < static_cast<size_t>(count_)) {
         recvDataBufs_[i]->waitRecv();
-        if (from_input) {
-          ReduceOutOfPlace(&data[recvOffsets_[i]], &input_[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+        if (step0_from_input) {  // W = input + received, in place in W (buffer_offset is 0)
+          Reduce(recvBuf_.data(), &input_[recvOffsets_[0]], recvBuf_.data(), recvCounts_[0]);
         } else {
-          fn_->call(&data[recvOffsets_[i]], &recvBuf_[buffer_offset], recvCounts_[i]);
+          fn_->call(&work[recvOffsets_[i] - base], &recvBuf_[buffer_offset], recvCounts_[i]);
         }
       }
       buffer_offset += items;
-      sendNotificationBufs_[i]->send();
+      if (!step0_from_input) sendNotificationBufs_[i]->send();  // change 3: sent at the end instead
       items >>= 1;
     }
 
     // Non-power-of-two worlds: fold in the next smaller binary block, hand over to the next larger one.
+    float* const data = ptrs_[0];
     int send_notify_offset = static_cast<int>(stepsWithinBlock_);
     if (nextSmallerBlockSize_ != 0 && smallerBlockRecvDataBuf_ != nullptr) {
       smallerBlockRecvDataBuf_->waitRecv();
@@ -218,15 +239,18 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     size_t index = 0;
     for (const auto& d : distMapForSend_) {
       if (d.rank == my) continue;
-      distSendDataBufs_[index]->send(d.offset * sizeof(float), d.itemCount * sizeof(float));
-      sent.push_back(distSendDataBufs_[index].get());
+      gloo::transport::Buffer* b = from_input ? work_dist_sends_[index].get() : distSendDataBufs_[index].get();
+      b->send((d.offset - base) * sizeof(float), d.itemCount * sizeof(float));
+      sent.push_back(b);
       ++index;
     }
-    // The fix: nothing below may overwrite a region a send of this run still reads from.
-    for (gloo::transport::Buffer* b : sent) b->waitSend();
-
-    // With an input set (change 3) the result goes straight to the caller's output, not into the buffer.
-    float* const result = input_ != nullptr && output_ != nullptr ? output_ : data;
+    // Change 1: the result overwrites the buffer's start, or an output that overlaps the input, only after
+    // every send of this run completed.
+    float* const result = output_ != nullptr ? output_ : data;
+    if (result == data || output_overlaps_input_) {
+      for (gloo::transport::Buffer* b : sent) b->waitSend();
+      sent.clear();
+    }
     index = 0;
     buffer_offset = 0;
     for (const auto& d : distMapForRecv_) {
@@ -234,11 +258,13 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
         distRecvDataBufs_[index++]->waitRecv();
         std::memcpy(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
         sendNotificationBufs_[send_notify_offset++]->send();
-      } else if (my != 0 || result != data) {  // rank 0's own piece is already in place in the buffer
-        std::memmove(&result[buffer_offset], &data[d.offset], d.itemCount * sizeof(float));
+      } else if (&result[buffer_offset] != &work[d.offset - base]) {  // rank 0's plain run: already in place
+        std::memmove(&result[buffer_offset], &work[d.offset - base], d.itemCount * sizeof(float));
       }
       buffer_offset += d.itemCount;
     }
+    for (gloo::transport::Buffer* b : sent) b->waitSend();
+    if (from_input) sendNotificationBufs_[0]->send();
     // Peers acknowledge consuming our data, so the next run cannot overwrite their receive buffers early.
     for (auto& b : recvNotificationBufs_) b->waitRecv();
   }
@@ -246,23 +272,36 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   float* data() const { return ptrs_[0]; }
   size_t retired() const { return retired_.size(); }
 
-  // Change 3: the next run() reads a const `input` instead of a copy of it in the buffer. Power-of-two worlds
-  // only (every rank reduces at step 0 and never reads the half it sent away again): step 0 sends its half
-  // from `input` and writes input + received into the buffer's other half, where every later step works.
-  // nullptr returns to the plain run(). Requires that no run() is in progress.
+  // Change 3: the next run() reads a const `input` instead of a copy of it in the buffer, and writes this
+  // rank's block of the result to `output`. Power-of-two worlds only (every rank reduces at step 0 and never
+  // reads the half it sent away again). `output` may overlap `input`. nullptr returns to the plain run().
+  // Requires that no run() is in progress.
   static bool CanRunFromInput(int world, size_t total) {
     return world >= 2 && (world & (world - 1)) == 0 && total >= static_cast<size_t>(world) * kMinInputRunElems;
   }
-  // `output` (this rank's block, distinct from the buffer) receives the result instead of the buffer's start.
   void SetInput(const float* input, float* output) {
-    output_ = output;
     if (input != nullptr && input != input_send_over_) {
       if (input_send_ != nullptr) retired_.push_back(std::move(input_send_));  // see Retarget
       const int peer = context_->rank ^ 1;  // step 0's peer (the constructor's bitmask 1)
       input_send_ = context_->getPair(peer)->createSendBuffer(DataSlot(peer), const_cast<float*>(input), bytes_);
       input_send_over_ = input;
     }
+    if (input != nullptr && work_step_sends_.empty()) BuildWorkSends();
     input_ = input;
+    output_ = input != nullptr ? output : nullptr;
+    output_overlaps_input_ = false;
+    if (input != nullptr) {
+      const auto in = reinterpret_cast<uintptr_t>(input), out = reinterpret_cast<uintptr_t>(output);
+      const size_t block = static_cast<size_t>(count_) / contextSize_;
+      output_overlaps_input_ = out < in + bytes_ && in < out + block * sizeof(float);
+    }
+  }
+
+  // The plain run()'s result goes to `output` (this rank's block, not overlapping the buffer) instead of the
+  // buffer's start; nullptr restores the buffer's start. Requires that no run() is in progress.
+  void SetOutput(float* output) {
+    output_ = output;
+    output_overlaps_input_ = false;
   }
 
   // Requires that no run() is in progress and all of the previous run's sends completed.
@@ -276,12 +315,11 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       v->clear();
     }
     const int my = context_->rank;
-    auto data_slot = [&](int peer) { return DataSlot(peer); };
     // Steps within the binary block (constructor: the loop over stepsWithinBlock_).
     uint32_t bitmask = 1;
     for (uint32_t i = 0; i < stepsWithinBlock_; ++i) {
       const int peer = my ^ static_cast<int>(bitmask);
-      sendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(data_slot(peer), data, bytes_));
+      sendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(DataSlot(peer), data, bytes_));
       bitmask <<= 1;
     }
     // Sends to the next larger binary block (non-power-of-two worlds).
@@ -293,15 +331,11 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       for (uint32_t i = 0; i < sends; ++i) {
         const int peer = static_cast<int>(
             offset_to_larger + ReverseLastNBits(dest_ordinal, static_cast<uint32_t>(log2(nextLargerBlockSize_))));
-        largerBlockSendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(data_slot(peer), data, bytes_));
+        largerBlockSendDataBufs_.push_back(context_->getPair(peer)->createSendBuffer(DataSlot(peer), data, bytes_));
         ++dest_ordinal;
       }
     }
-    // Distribution phase sends.
-    for (const auto& d : distMapForSend_) {
-      if (d.rank == my) continue;
-      distSendDataBufs_.push_back(context_->getPair(d.rank)->createSendBuffer(data_slot(d.rank) + 2, data, bytes_));
-    }
+    AppendDistSends(data, bytes_, &distSendDataBufs_);
     ptrs_[0] = data;
   }
 
@@ -315,8 +349,28 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     return slotOffset_ + 2 * (std::min(my, peer) * contextSize_ + std::max(my, peer));
   }
 
-  // out = a (+ or max) b, element-wise: step 0's reduction with the input left untouched.
-  void ReduceOutOfPlace(float* out, const float* a, const float* b, size_t n) const {
+  // The distribution phase's send buffers over [ptr, + bytes), one per peer in distMapForSend_ order.
+  void AppendDistSends(float* ptr, size_t bytes, std::vector<std::unique_ptr<gloo::transport::Buffer>>* out) {
+    for (const auto& d : distMapForSend_) {
+      if (d.rank == context_->rank) continue;
+      out->push_back(context_->getPair(d.rank)->createSendBuffer(DataSlot(d.rank) + 2, ptr, bytes));
+    }
+  }
+
+  // Change 3's send buffers over W for the steps after step 0 (index i for step i; step 0 sends from the
+  // input) and for the distribution phase. W never moves, so they are built once.
+  void BuildWorkSends() {
+    const size_t w_bytes = (chunkSize_ << (steps_ - 1)) * sizeof(float);
+    work_step_sends_.resize(1);
+    for (uint32_t i = 1; i < stepsWithinBlock_; ++i) {
+      const int peer = context_->rank ^ (1 << i);
+      work_step_sends_.push_back(context_->getPair(peer)->createSendBuffer(DataSlot(peer), recvBuf_.data(), w_bytes));
+    }
+    AppendDistSends(recvBuf_.data(), w_bytes, &work_dist_sends_);
+  }
+
+  // out = a (+ or max) b, element-wise; `out` may be `b`.
+  void Reduce(float* out, const float* a, const float* b, size_t n) const {
     if (fn_ == gloo::ReductionFunction<float>::max) {
       for (size_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
     } else {
@@ -328,8 +382,11 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   const int64_t gloo_bytes_;
   const float* input_ = nullptr;
   float* output_ = nullptr;
+  bool output_overlaps_input_ = false;
   std::unique_ptr<gloo::transport::Buffer> input_send_;  // step 0's send buffer over input_send_over_
   const float* input_send_over_ = nullptr;
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> work_step_sends_;  // change 3, see BuildWorkSends
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> work_dist_sends_;
 
   // Gloo's private helper of the same name: the last n bits of ctr, reversed.
   static uint32_t ReverseLastNBits(uint32_t ctr, uint32_t n) {
@@ -348,15 +405,17 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
 // One constructed reduce-scatter. Construction allocates Gloo's receive buffers (about 2x the input,
 // zero-filled) and registers slots with every pair, so instances are cached per key. Every rank makes the
 // same hit/miss/evict decisions because the key does not involve buffer addresses (which differ between
-// ranks): the staged variant runs over a buffer the entry owns; the destructive variant is retargeted to the
+// ranks): the staged variant runs over a buffer the entry owns; the input-reading variant (change 3) reads
+// the caller's input and works in Gloo's receive buffer; the destructive variant is retargeted to the
 // caller's buffer, which is a local change. Retargeting retires a few send-buffer objects; every
 // GlooReduceScatterRebuildEvery() uses (a count all ranks share) the instance is rebuilt to drop them.
+enum class RsMode { kStaged, kFromInput, kExternal };
 struct RsKey {
   size_t total = 0;                  // elements of all ranks' blocks together
   ReduceOp reduce = ReduceOp::kSum;  // kSum or kMax (kAvg runs as kSum, then divides)
-  bool external = false;             // true: over the caller's buffer (ReduceScatterDestructive)
+  RsMode mode = RsMode::kStaged;
   bool operator<(const RsKey& o) const {
-    return std::tie(total, reduce, external) < std::tie(o.total, o.reduce, o.external);
+    return std::tie(total, reduce, mode) < std::tie(o.total, o.reduce, o.mode);
   }
   bool operator==(const RsKey& o) const { return !(*this < o) && !(o < *this); }
 };
@@ -615,9 +674,10 @@ class GlooCommunicator final : public Communicator {
     return internal::CompareFingerprints(all.data(), world_);
   }
 
-  // Returns the cached algorithm for `key`, constructed on a miss (over a buffer of its own, or over
-  // `external`) and pointed at `external` for the destructive variant.
-  RsCacheEntry& GetReduceScatter(const RsKey& key, float* external) {
+  // Returns the cached algorithm for `key`, constructed on a miss, over a buffer of its own (kStaged) or over
+  // `over` (kExternal: the caller's buffer, to which it is retargeted on every use; kFromInput: the caller's
+  // input, which that variant's run() only reads through SetInput's buffers).
+  RsCacheEntry& GetReduceScatter(const RsKey& key, float* over) {
     ++rs_clock_;
     RsCacheEntry* entry = nullptr;
     for (auto& e : rs_cache_) {
@@ -634,19 +694,19 @@ class GlooCommunicator final : public Communicator {
       rs_cache_.emplace_back();
       entry = &rs_cache_.back();
       entry->key = key;
-      if (!key.external) entry->owned = TrackedFloats(&tracker_, key.total);
+      if (key.mode == RsMode::kStaged) entry->owned = TrackedFloats(&tracker_, key.total);
     }
     entry->last_use = rs_clock_;
     if (entry->algorithm == nullptr || ++entry->uses % internal::GlooReduceScatterRebuildEvery() == 0) {
       entry->algorithm.reset();  // before constructing: a destroyed buffer unregisters its slot
       const size_t block = key.total / world_;
       entry->algorithm = std::make_unique<RetargetableReduceScatter>(
-          rs_ctx_, key.external ? external : entry->owned.get(), static_cast<int>(key.total),
+          rs_ctx_, key.mode == RsMode::kStaged ? entry->owned.get() : over, static_cast<int>(key.total),
           std::vector<int>(world_, static_cast<int>(block)),
           key.reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum,
           &tracker_);
     }
-    if (key.external) entry->algorithm->Retarget(external);
+    if (key.mode == RsMode::kExternal) entry->algorithm->Retarget(over);
     return *entry;
   }
 
@@ -666,10 +726,11 @@ class GlooCommunicator final : public Communicator {
   }
 
   // Reduce-scatter of `count` elements per rank. Gloo's algorithm works in place on a float buffer of all
-  // ranks' blocks and leaves this rank's reduced block at the buffer's start. The staged variant (our `send`
-  // is const) copies, or converts from 16 bit, the input into the algorithm's own buffer; the destructive
-  // variant on f32 runs on the caller's buffer directly. Inputs above the int-sized limit run as several
-  // reduce-scatters over column chunks of every rank's block (always staged).
+  // ranks' blocks and leaves this rank's reduced block at the buffer's start. Three variants: the destructive
+  // one on f32 runs on the caller's buffer directly; the const one on f32 at power-of-two worlds reads the
+  // input and works in Gloo's receive buffer (change 3); otherwise (16-bit inputs, other worlds, small
+  // counts) the input is copied, or widened from 16 bit, into a buffer of the entry's own. Inputs above the
+  // int-sized limit run as several reduce-scatters over column chunks of every rank's block (staged).
   void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, uint32_t tag,
                         bool destructive) {
     const size_t esize = DTypeSize(dtype);
@@ -684,16 +745,24 @@ class GlooCommunicator final : public Communicator {
     const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
     if (destructive && dtype == DType::kF32 && count <= chunk) {
       float* data = const_cast<float*>(static_cast<const float*>(send));
-      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, true}, data);
+      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, RsMode::kExternal}, data);
+      // A `recv` outside the buffer receives the result directly; one inside it (send + rank*count, or any
+      // other overlap) gets it from the buffer's start.
+      const size_t bytes = count * esize;
+      const bool apart = out + bytes <= in || in + bytes * world_ <= out;
+      float* const result = apart ? reinterpret_cast<float*>(out) : data;
+      e.algorithm->SetOutput(apart ? result : nullptr);
       RunReduceScatterAlgorithm(e, tag);
-      if (divisor != 1.0f) DivideInPlace(data, count, divisor);
-      if (out != in) std::memmove(out, data, count * esize);
+      e.algorithm->SetOutput(nullptr);
+      if (divisor != 1.0f) DivideInPlace(result, count, divisor);
+      if (!apart && out != in) std::memmove(out, data, bytes);
       return;
     }
     if (dtype == DType::kF32 && count <= chunk && RetargetableReduceScatter::CanRunFromInput(world_, count * world_)) {
       // No staging copy: the algorithm reads the const input at step 0 (change 3 above).
-      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, false}, nullptr);
-      e.algorithm->SetInput(static_cast<const float*>(send), reinterpret_cast<float*>(out));
+      auto* input = const_cast<float*>(static_cast<const float*>(send));
+      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, RsMode::kFromInput}, input);
+      e.algorithm->SetInput(input, reinterpret_cast<float*>(out));
       RunReduceScatterAlgorithm(e, tag);
       e.algorithm->SetInput(nullptr, nullptr);
       if (divisor != 1.0f) DivideInPlace(reinterpret_cast<float*>(out), count, divisor);
@@ -701,7 +770,7 @@ class GlooCommunicator final : public Communicator {
     }
     for (size_t off = 0; off < count; off += chunk) {
       const size_t c = std::min(chunk, count - off);
-      RsCacheEntry& e = GetReduceScatter(RsKey{c * world_, reduce, false}, nullptr);
+      RsCacheEntry& e = GetReduceScatter(RsKey{c * world_, reduce, RsMode::kStaged}, nullptr);
       float* buf = e.algorithm->data();
       if (c == count) {
         ConvertBuffer(in, dtype, buf, DType::kF32, count * world_);

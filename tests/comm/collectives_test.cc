@@ -336,8 +336,9 @@ TEST(Collectives, ConstInputReduceScatterReadsTheInputInPlace) {
 }
 
 // The communicator reports what its cached reduce-scatter holds: at world 4 Gloo's instance keeps two receive
-// buffers of the whole input (recvBuf_ = chunk << steps, recvBufDist_ = count), and the const-input variant
-// a working buffer of the input's size as well; the destructive one works in the caller's buffer.
+// buffers of the whole input (recvBuf_ = chunk << steps, recvBufDist_ = count) and nothing else: the
+// destructive variant works in the caller's buffer, the const-input one in Gloo's step-0 receive region.
+// Staging a 16-bit input adds a working buffer of the input's size (in f32).
 TEST(Collectives, MemoryReportCountsGlooReceiveBuffers) {
   RunRanks(4, [](Communicator& comm, int rank) {
     const size_t n = 4096, total = 4 * n;
@@ -347,7 +348,10 @@ TEST(Collectives, MemoryReportCountsGlooReceiveBuffers) {
     ASSERT_TRUE(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
     EXPECT_EQ(staging() - before, static_cast<int64_t>(2 * total * 4));
     ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
-    EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 3) * total * 4));  // a second cached instance
+    EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 2) * total * 4));  // a second cached instance
+    std::vector<uint16_t> send16(total, F32ToBF16(1.0f)), recv16(n);
+    ASSERT_TRUE(comm.ReduceScatter(send16.data(), recv16.data(), n, DType::kBF16, ReduceOp::kSum).Wait().ok());
+    EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 2 + 3) * total * 4));  // a third, staged
   });
 }
 
