@@ -155,9 +155,10 @@ class FloatScratch {
 //    send from W (send buffers over W with Gloo's slots) and the distribution phase writes the result into
 //    the caller's output. Its memory traffic is the raw in-place call's: step 0 reads two streams and writes
 //    a line it has just read, where an out-of-place reduce into a third buffer also paid a read for each line
-//    it wrote. W is overwritten by the step-0 peer's next run, which starts once that peer has this rank's
-//    step-0 notification (Gloo's "consumed" message), so in this mode that notification is sent at the end of
-//    run(), after every send from W completed and the result left W.
+//    it wrote; and the instance needs no buffer of the input's size. W is overwritten by the step-0 peer's
+//    next run, which starts once that peer has this rank's step-0 notification (Gloo's "consumed" message),
+//    so in this mode that notification is sent late: once every send from W completed and this rank's own
+//    piece left W, before the pieces of the other ranks are awaited.
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.
@@ -251,6 +252,18 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       for (gloo::transport::Buffer* b : sent) b->waitSend();
       sent.clear();
     }
+    // Change 3: this rank's own piece leaves W first, so that W is released (the step-0 notification) while
+    // the pieces of other ranks are still on their way.
+    if (from_input) {
+      size_t at = 0;
+      for (const auto& d : distMapForRecv_) {
+        if (d.rank == my) std::memcpy(&result[at], &work[d.offset - base], d.itemCount * sizeof(float));
+        at += d.itemCount;
+      }
+      for (gloo::transport::Buffer* b : sent) b->waitSend();
+      sent.clear();
+      sendNotificationBufs_[0]->send();
+    }
     index = 0;
     buffer_offset = 0;
     for (const auto& d : distMapForRecv_) {
@@ -258,13 +271,12 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
         distRecvDataBufs_[index++]->waitRecv();
         std::memcpy(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
         sendNotificationBufs_[send_notify_offset++]->send();
-      } else if (&result[buffer_offset] != &work[d.offset - base]) {  // rank 0's plain run: already in place
-        std::memmove(&result[buffer_offset], &work[d.offset - base], d.itemCount * sizeof(float));
+      } else if (!from_input && &result[buffer_offset] != &work[d.offset]) {  // rank 0's: already in place
+        std::memmove(&result[buffer_offset], &work[d.offset], d.itemCount * sizeof(float));
       }
       buffer_offset += d.itemCount;
     }
     for (gloo::transport::Buffer* b : sent) b->waitSend();
-    if (from_input) sendNotificationBufs_[0]->send();
     // Peers acknowledge consuming our data, so the next run cannot overwrite their receive buffers early.
     for (auto& b : recvNotificationBufs_) b->waitRecv();
   }
