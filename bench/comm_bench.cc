@@ -1,7 +1,7 @@
 // zero-bench-comm: collective bandwidth of zero::Communicator beside the raw engine call on the same buffers.
 //
 //   zero-bench-comm --world 4 [--backend gloo|nccl] [--json] [--min-bytes 1K] [--max-bytes 256M] [--iters N]
-//                   [--ops ag,rs,rsd,ar] [--aa]
+//                   [--ops ag,rs,rsd,ar] [--aa] [--phased]
 //
 // Ranks are threads of this process (Gloo: one communicator each over a HashStore, TCP on 127.0.0.1; NCCL: one
 // GPU each, so --world must not exceed the device count). For each size it first runs zero's op once on
@@ -21,6 +21,10 @@
 // busbw = algbw * (n-1)/n (AllGather, ReduceScatter) or 2(n-1)/n (AllReduce). raw_time and raw_busbw are the
 // same for the raw call; ratio = the median over iterations of raw_time_i / time_i, each pair timed back to
 // back (close to busbw / raw_busbw, less sensitive to a busy machine).
+//
+// --phased times all of zero's iterations first, then all of the raw call's, and reports ratio =
+// median raw_time / median time: a cross-check that interleaving does not move cost from one call into the
+// other's window (a thread woken by one op that only gets a core during the next one would).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -75,6 +79,7 @@ struct Args {
   size_t max_bytes = size_t{256} << 20;
   int iters = 0;  // 0 = by size
   bool aa = false;  // A/A control: time the raw call in place of zero's, to show the measurement's noise
+  bool phased = false;  // all of zero's iterations, then all of the raw call's (unpaired ratio of medians)
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -93,8 +98,9 @@ size_t ParseBytes(const std::string& s) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
-               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa]\n"
-               "  --aa  A/A control: both columns time the raw call, so ratio shows the noise of the method\n");
+               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--phased]\n"
+               "  --aa      A/A control: both columns time the raw call, so ratio shows the noise of the method\n"
+               "  --phased  time zero's iterations, then the raw call's; ratio = median raw_time / median time\n");
   std::exit(2);
 }
 
@@ -110,6 +116,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--backend") a.backend = value();
     else if (k == "--json") a.json = true;
     else if (k == "--aa") a.aa = true;
+    else if (k == "--phased") a.phased = true;
     else if (k == "--min-bytes") a.min_bytes = ParseBytes(value());
     else if (k == "--max-bytes") a.max_bytes = ParseBytes(value());
     else if (k == "--iters") a.iters = std::atoi(value().c_str());
@@ -137,8 +144,10 @@ size_t ElementsFor(size_t bytes, int world) { return std::max<size_t>(bytes / 4 
 
 int ItersFor(const Args& a, size_t bytes) {
   if (a.iters > 0) return a.iters;
-  // About 256 MiB of traffic per measurement, between 11 and 51 iterations (odd: a true median).
-  return static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 11, 51)) | 1;
+  // About 1 GiB of traffic per measurement, between 21 and 201 iterations (odd: a true median). Paired ratios
+  // on a shared 2-core host spread about +-10 % over 11-51 iterations and +-3.5 % over 501 (A/A control at
+  // 1-4 MiB, bench/results/comm-gloo-world4.md); this is the middle ground that keeps a full sweep in minutes.
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 21, 201)) | 1;
 }
 
 // What each rank thread does for one measurement; the driver is backend-independent.
@@ -486,8 +495,11 @@ int main(int argc, char** argv) {
 
   if (!args.json) {
     std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads; time = median over "
-                "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
-                args.backend.c_str(), world, args.aa ? "; A/A CONTROL: 'time' is the raw call too" : "");
+                "iterations of the slowest rank (us); ratio = %s%s\n",
+                args.backend.c_str(), world,
+                args.phased ? "median raw_time / median time, PHASED (zero's iterations, then the raw call's)"
+                            : "median of paired raw_time/time",
+                args.aa ? "; A/A CONTROL: 'time' is the raw call too" : "");
     std::printf("# %-13s %12s %11s %5s %5s %11s %8s %8s %7s %11s %9s %6s\n", "op", "size", "count", "type", "redop",
                 "time", "algbw", "busbw", "#wrong", "raw_time", "raw_busbw", "ratio");
     std::fflush(stdout);
@@ -514,11 +526,21 @@ int main(int argc, char** argv) {
           rank->TimeRaw(op, total);
           zero_t[r].assign(iters, 0);
           raw_t[r].assign(iters, 0);
-          for (int it = 0; it < iters; ++it) {
+          auto time_zero = [&] { return args.aa ? rank->TimeRaw(op, total) : rank->TimeZero(op, total); };
+          if (args.phased) {
+            for (int it = 0; it < iters; ++it) {
+              sync.arrive_and_wait();
+              zero_t[r][it] = time_zero();
+            }
+            for (int it = 0; it < iters; ++it) {
+              sync.arrive_and_wait();
+              raw_t[r][it] = rank->TimeRaw(op, total);
+            }
+          }
+          for (int it = 0; it < iters && !args.phased; ++it) {
             // Alternate which call goes first so neither always follows the other.
             const bool zero_first = it % 2 == 0;
             sync.arrive_and_wait();
-            auto time_zero = [&] { return args.aa ? rank->TimeRaw(op, total) : rank->TimeZero(op, total); };
             double a = zero_first ? time_zero() : rank->TimeRaw(op, total);
             sync.arrive_and_wait();
             double b = zero_first ? rank->TimeRaw(op, total) : time_zero();
@@ -544,14 +566,16 @@ int main(int argc, char** argv) {
             const size_t size = total * 4;
             const double algbw = size / t / 1e9, raw_algbw = size / traw / 1e9;
             const double busbw = algbw * BusFactor(op, world), raw_busbw = raw_algbw * BusFactor(op, world);
-            const double ratio = Median(paired);
+            const double ratio = args.phased ? traw / t : Median(paired);
             const char* redop = op == Op::kAllGather ? "none" : "sum";
             if (args.json) {
               std::printf("{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                           "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
-                          "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s}\n",
+                          "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
+                          "\"phased\":%s}\n",
                           args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw,
-                          traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false");
+                          traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false",
+                          args.phased ? "true" : "false");
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
                           total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
