@@ -1,7 +1,7 @@
 // zero-bench-comm: collective bandwidth of zero::Communicator beside the raw engine call on the same buffers.
 //
 //   zero-bench-comm --world 4 [--backend gloo|nccl] [--json] [--min-bytes 1K] [--max-bytes 256M] [--iters N]
-//                   [--ops ag,rs,rsd,ar] [--aa] [--phased]
+//                   [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]
 //
 // Ranks are threads of this process (Gloo: one communicator each over a HashStore, TCP on 127.0.0.1; NCCL: one
 // GPU each, so --world must not exceed the device count). For each size it first runs zero's op once on
@@ -22,9 +22,10 @@
 // same for the raw call; ratio = the median over iterations of raw_time_i / time_i, each pair timed back to
 // back (close to busbw / raw_busbw, less sensitive to a busy machine).
 //
-// --phased times all of zero's iterations first, then all of the raw call's, and reports ratio =
-// median raw_time / median time: a cross-check that interleaving does not move cost from one call into the
-// other's window (a thread woken by one op that only gets a core during the next one would).
+// --only zero|raw times one of the two calls and never runs the other (ratio and the other time print as 0):
+// two processes, one per call, see no trace of each other, a cross-check that interleaving does not move cost
+// from one call into the other's window (a thread woken by one op that only gets a core during the next one
+// would). bench/scripts/comm_separate.sh alternates such processes and pairs them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -79,7 +80,7 @@ struct Args {
   size_t max_bytes = size_t{256} << 20;
   int iters = 0;  // 0 = by size
   bool aa = false;  // A/A control: time the raw call in place of zero's, to show the measurement's noise
-  bool phased = false;  // all of zero's iterations, then all of the raw call's (unpaired ratio of medians)
+  std::string only;     // "zero" or "raw": time only that call
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -98,9 +99,9 @@ size_t ParseBytes(const std::string& s) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
-               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--phased]\n"
-               "  --aa      A/A control: both columns time the raw call, so ratio shows the noise of the method\n"
-               "  --phased  time zero's iterations, then the raw call's; ratio = median raw_time / median time\n");
+               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
+               "  --aa  A/A control: both columns time the raw call, so ratio shows the noise of the method\n"
+               "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n");
   std::exit(2);
 }
 
@@ -116,7 +117,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--backend") a.backend = value();
     else if (k == "--json") a.json = true;
     else if (k == "--aa") a.aa = true;
-    else if (k == "--phased") a.phased = true;
+    else if (k == "--only") a.only = value();
     else if (k == "--min-bytes") a.min_bytes = ParseBytes(value());
     else if (k == "--max-bytes") a.max_bytes = ParseBytes(value());
     else if (k == "--iters") a.iters = std::atoi(value().c_str());
@@ -133,7 +134,8 @@ Args ParseArgs(int argc, char** argv) {
       Usage();
     }
   }
-  if (a.world < 1 || (a.backend != "gloo" && a.backend != "nccl") || a.min_bytes < 4 || a.max_bytes < a.min_bytes) {
+  if (a.world < 1 || (a.backend != "gloo" && a.backend != "nccl") || a.min_bytes < 4 || a.max_bytes < a.min_bytes ||
+      !(a.only.empty() || a.only == "zero" || a.only == "raw") || (!a.only.empty() && a.aa)) {
     Usage();
   }
   return a;
@@ -495,11 +497,12 @@ int main(int argc, char** argv) {
 
   if (!args.json) {
     std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads; time = median over "
-                "iterations of the slowest rank (us); ratio = %s%s\n",
+                "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
                 args.backend.c_str(), world,
-                args.phased ? "median raw_time / median time, PHASED (zero's iterations, then the raw call's)"
-                            : "median of paired raw_time/time",
-                args.aa ? "; A/A CONTROL: 'time' is the raw call too" : "");
+                args.aa ? "; A/A CONTROL: 'time' is the raw call too"
+                : args.only == "zero" ? "; ONLY ZERO'S CALL is run"
+                : args.only == "raw"  ? "; ONLY THE RAW CALL is run"
+                                      : "");
     std::printf("# %-13s %12s %11s %5s %5s %11s %8s %8s %7s %11s %9s %6s\n", "op", "size", "count", "type", "redop",
                 "time", "algbw", "busbw", "#wrong", "raw_time", "raw_busbw", "ratio");
     std::fflush(stdout);
@@ -519,25 +522,23 @@ int main(int argc, char** argv) {
           const int iters = ItersFor(args, total * 4);
           rank->Prepare(op, total);
           sync.arrive_and_wait();
-          wrong[r] = rank->Check(op, total);
+          wrong[r] = args.only == "raw" ? 0 : rank->Check(op, total);
           // Warm-up (first-touch of pages, zero's reduce-scatter cache, Gloo's raw algorithm).
-          rank->TimeZero(op, total);
+          if (args.only != "raw") rank->TimeZero(op, total);
           sync.arrive_and_wait();
-          rank->TimeRaw(op, total);
+          if (args.only != "zero") rank->TimeRaw(op, total);
           zero_t[r].assign(iters, 0);
           raw_t[r].assign(iters, 0);
           auto time_zero = [&] { return args.aa ? rank->TimeRaw(op, total) : rank->TimeZero(op, total); };
-          if (args.phased) {
+          if (!args.only.empty()) {
+            const bool zero = args.only == "zero";
             for (int it = 0; it < iters; ++it) {
               sync.arrive_and_wait();
-              zero_t[r][it] = time_zero();
-            }
-            for (int it = 0; it < iters; ++it) {
-              sync.arrive_and_wait();
-              raw_t[r][it] = rank->TimeRaw(op, total);
+              zero_t[r][it] = zero ? time_zero() : 0;
+              raw_t[r][it] = zero ? 0 : rank->TimeRaw(op, total);
             }
           }
-          for (int it = 0; it < iters && !args.phased; ++it) {
+          for (int it = 0; it < iters && args.only.empty(); ++it) {
             // Alternate which call goes first so neither always follows the other.
             const bool zero_first = it % 2 == 0;
             sync.arrive_and_wait();
@@ -564,18 +565,18 @@ int main(int argc, char** argv) {
             std::vector<double> paired(iters);
             for (int it = 0; it < iters; ++it) paired[it] = rt[it] / zt[it];
             const size_t size = total * 4;
-            const double algbw = size / t / 1e9, raw_algbw = size / traw / 1e9;
+            const double algbw = t > 0 ? size / t / 1e9 : 0, raw_algbw = traw > 0 ? size / traw / 1e9 : 0;
             const double busbw = algbw * BusFactor(op, world), raw_busbw = raw_algbw * BusFactor(op, world);
-            const double ratio = args.phased ? traw / t : Median(paired);
+            const double ratio = !args.only.empty() ? 0 : Median(paired);
             const char* redop = op == Op::kAllGather ? "none" : "sum";
             if (args.json) {
               std::printf("{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                           "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
                           "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
-                          "\"phased\":%s}\n",
+                          "\"only\":\"%s\"}\n",
                           args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw,
                           traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false",
-                          args.phased ? "true" : "false");
+                          args.only.c_str());
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
                           total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
