@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zero's collectives vs the raw Gloo call, each timed in a process of its own (zero-bench-comm --only), the
-# two alternating REPS times: nothing one call leaves behind (a thread still waking up, a cache state) can
+# two alternating REPS times (which goes first alternates too): nothing one call leaves behind (a thread still waking up, a cache state) can
 # land in the other's time. Per size: the median over repetitions of raw_time/time, each repetition pairing
 # the two processes run back to back, and every repetition's ratio.
 #   bench/scripts/comm_separate.sh [BUILD_DIR] [REPS] [zero-bench-comm args...]
@@ -9,7 +9,8 @@ set -euo pipefail
 B=${1:-build}; REPS=${2:-5}; shift 2 || true
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for i in $(seq "$REPS"); do
-  for side in zero raw; do
+  order="zero raw"; [ $((i % 2)) -eq 0 ] && order="raw zero"  # alternate which process goes first
+  for side in $order; do
     "$B/bin/zero-bench-comm" "$@" --only "$side" --json > "$tmp/$i.$side.json"
   done
 done

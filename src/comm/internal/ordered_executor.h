@@ -12,9 +12,10 @@
 // thread on wake-up, and runs jobs under the normal policy: its wake-ups use idle cores, not the time of
 // threads doing work. On a host with more busy threads than cores those wake-ups had preempted the ranks'
 // own threads in the middle of their collectives: a reduce-scatter of 1-4 MiB at world 4, four rank threads
-// on 2 cores, read 0.88-0.97 of the raw Gloo call with the normal policy and 0.94-1.03 with this
-// (bench/results/comm-gloo-world4.md). The cost: on a host whose cores are all busy, a job nobody waits for
-// may start up to a scheduler tick later than the grace period.
+// on 2 cores, read 0.85-0.99 of the raw Gloo call with the normal policy and 0.91-1.00 with this, three
+// interleaved runs each; an all-gather of 2 MiB timed in separate processes leaned the other way, within that
+// method's wider noise (bench/results/comm-gloo-world4.md). The cost: on a host whose cores are all busy, a
+// job nobody waits for may start up to a scheduler tick later than the grace period.
 #pragma once
 
 #include <sched.h>
