@@ -209,7 +209,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
         }
       }
       buffer_offset += items;
-      if (!step0_from_input) sendNotificationBufs_[i]->send();  // change 3: sent at the end instead
+      if (!step0_from_input) sendNotificationBufs_[i]->send();  // change 3: sent once W is released
       items >>= 1;
     }
 
