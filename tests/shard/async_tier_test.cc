@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -257,6 +258,20 @@ thread_local AsyncTier* t_tier = nullptr;
 
 using testing::SyntheticTrace;
 
+// Makes the Gloo engine's compute tier an AsyncTier (set up by `configure`) bound to the rank's DrainingComm
+// for engines created while t_binding is set, and the host tier for the others (the reference engines).
+void InstallAsyncTier(std::function<void(AsyncTier&)> configure = {}) {
+  internal::SetGlooEngineComputeForTesting(
+      [configure = std::move(configure)](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
+        if (t_binding == nullptr) return internal::MakeHostCompute(tracker);
+        auto tier = std::make_unique<AsyncTier>(tracker);
+        if (configure) configure(*tier);
+        t_binding->Bind(tier.get());
+        t_tier = tier.get();
+        return tier;
+      });
+}
+
 struct Case {
   const char* name;
   int world;
@@ -294,13 +309,7 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
   const Case& c = GetParam();
   const Config cfg = CaseConfig(c);
   constexpr int kSteps = 4;
-  internal::SetGlooEngineComputeForTesting([](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
-    if (t_binding == nullptr) return internal::MakeHostCompute(tracker);  // the reference engine
-    auto tier = std::make_unique<AsyncTier>(tracker);
-    t_binding->Bind(tier.get());
-    t_tier = tier.get();
-    return tier;
-  });
+  InstallAsyncTier();
   testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
     SyntheticTrace host, async;
     {
@@ -377,14 +386,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
   for (MemTag failing : {MemTag::kGather, MemTag::kBuckets}) {
     SCOPED_TRACE(MemTagName(failing));
-    internal::SetGlooEngineComputeForTesting([failing](MemoryTracker* tracker)
-                                                 -> std::unique_ptr<internal::ComputeTier> {
-      if (t_binding == nullptr) return internal::MakeHostCompute(tracker);
-      auto tier = std::make_unique<AsyncTier>(tracker);
-      tier->fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; };
-      t_binding->Bind(tier.get());
-      t_tier = tier.get();
-      return tier;
+    InstallAsyncTier([failing](AsyncTier& tier) {
+      tier.fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; };
     });
     testing::RunRanks(1, [&](Communicator& comm, int) {
       DrainingComm draining(comm);
@@ -410,12 +413,7 @@ TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
 // The device engine's stream-ordered joins cannot see a dead peer; Step waits on the communicator's fence
 // first, once per step, and a failed fence is Step's error (not a hang behind a stream synchronize).
 TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
-  internal::SetGlooEngineComputeForTesting([](MemoryTracker* tracker) -> std::unique_ptr<internal::ComputeTier> {
-    auto tier = std::make_unique<AsyncTier>(tracker);
-    if (t_binding != nullptr) t_binding->Bind(tier.get());
-    t_tier = tier.get();
-    return tier;
-  });
+  InstallAsyncTier();
   testing::RunRanks(1, [&](Communicator& comm, int) {
     DrainingComm draining(comm);
     t_binding = &draining;
