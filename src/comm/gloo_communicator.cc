@@ -126,6 +126,12 @@ class FloatScratch {
   TrackedFloats data_;
 };
 
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (compared as addresses: the buffers are unrelated).
+bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
 // Gloo's ReduceScatterHalvingDoubling with three changes, all on top of Gloo's own construction (buffers,
 // slots, offsets, peers are Gloo's; the messages on the wire are Gloo's):
 //
@@ -303,9 +309,8 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     output_ = input != nullptr ? output : nullptr;
     output_overlaps_input_ = false;
     if (input != nullptr) {
-      const auto in = reinterpret_cast<uintptr_t>(input), out = reinterpret_cast<uintptr_t>(output);
       const size_t block = static_cast<size_t>(count_) / contextSize_;
-      output_overlaps_input_ = out < in + bytes_ && in < out + block * sizeof(float);
+      output_overlaps_input_ = Overlaps(output, block * sizeof(float), input, bytes_);
     }
   }
 
@@ -761,7 +766,7 @@ class GlooCommunicator final : public Communicator {
       // A `recv` outside the buffer receives the result directly; one inside it (send + rank*count, or any
       // other overlap) gets it from the buffer's start.
       const size_t bytes = count * esize;
-      const bool apart = out + bytes <= in || in + bytes * world_ <= out;
+      const bool apart = !Overlaps(out, bytes, in, bytes * world_);
       float* const result = apart ? reinterpret_cast<float*>(out) : data;
       e.algorithm->SetOutput(apart ? result : nullptr);
       RunReduceScatterAlgorithm(e, tag);
