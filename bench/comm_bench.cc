@@ -13,7 +13,10 @@
 //   raw AllReduce      gloo::allreduce, RING, in place               | ncclAllReduce
 // RS-destructive is zero's ReduceScatterDestructive (input used as scratch; no staging copy on Gloo f32) beside
 // the same raw reduce-scatter. Its check pass refills the input before the one checked call.
-// Gloo's raw calls run on contexts of their own (one per API family), not on the communicator's.
+// Gloo's raw calls run on contexts of their own (one per API family) over a TCP device of their own, not on
+// the communicator's. --aa (A/A control) times the raw call in zero's place: for Gloo over a second such set of
+// contexts and device, so that it differs from the raw column in what zero's call differs in (its connections
+// and the device's event-loop thread); for NCCL on the same communicator.
 //
 // Columns follow nccl-tests: size = bytes of the full buffer (AllGather output, ReduceScatter input,
 // AllReduce buffer), count = its elements, time = median over iterations of the slowest rank's time for one op
@@ -100,7 +103,8 @@ size_t ParseBytes(const std::string& s) {
   std::fprintf(stderr,
                "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
                "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
-               "  --aa  A/A control: both columns time the raw call, so ratio shows the noise of the method\n"
+               "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
+               "        zero's communicator has, so ratio shows the noise of the method\n"
                "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n");
   std::exit(2);
 }
@@ -163,6 +167,8 @@ class RankBackend {
   // One timed call each; return seconds.
   virtual double TimeZero(Op op, size_t total) = 0;
   virtual double TimeRaw(Op op, size_t total) = 0;
+  // --aa: the raw call again, in place of zero's, over resources as separate from TimeRaw's as zero's are.
+  virtual double TimeControl(Op op, size_t total) { return TimeRaw(op, total); }
 };
 
 // Input element i of rank r, and the reduced and gathered values, exact in f32.
@@ -174,7 +180,7 @@ float SumValue(int world, size_t i) { return static_cast<float>(world * (world +
 
 class GlooRank final : public RankBackend {
  public:
-  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store) : rank_(rank), world_(world) {
+  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store, bool aa) : rank_(rank), world_(world) {
     zero::CommOptions o;
     o.hostname = "127.0.0.1";
     o.timeout = absl::Seconds(300);
@@ -185,28 +191,21 @@ class GlooRank final : public RankBackend {
     }
     comm_ = std::move(*c);
     if (world_ > 1) {
-      // The raw calls get their own contexts, one per Gloo API family (as zero's communicator does).
-      gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      auto* native = static_cast<gloo::rendezvous::Store*>(store->NativeHandle());
-      for (auto* ctx : {&raw_fn_, &raw_rs_}) {
-        *ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-        (*ctx)->setTimeout(std::chrono::seconds(300));
-        gloo::rendezvous::PrefixStore ps(ctx == &raw_fn_ ? "bench/raw_fn" : "bench/raw_rs", *native);
-        (*ctx)->connectFullMesh(ps, device_);
-      }
+      raw_.Connect(rank, world, *store, "bench/raw");
+      if (aa) control_.Connect(rank, world, *store, "bench/control");
     }
   }
 
   void Prepare(Op op, size_t total) override {
     send_.assign(op == Op::kAllGather ? total / world_ : total, 0.f);
     recv_.assign(IsRs(op) ? total / world_ : total, 0.f);
-    raw_rs_algo_.reset();
-    if (IsRs(op) && world_ > 1) {
-      raw_rs_algo_ = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-          raw_rs_, std::vector<float*>{send_.data()}, static_cast<int>(total),
-          std::vector<int>(world_, static_cast<int>(total / world_)));
+    for (RawGloo* raw : {&raw_, &control_}) {
+      raw->rs_algo.reset();
+      if (IsRs(op) && raw->rs != nullptr) {
+        raw->rs_algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+            raw->rs, std::vector<float*>{send_.data()}, static_cast<int>(total),
+            std::vector<int>(world_, static_cast<int>(total / world_)));
+      }
     }
   }
 
@@ -252,13 +251,37 @@ class GlooRank final : public RankBackend {
     return absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
-  double TimeRaw(Op op, size_t total) override {
+  double TimeRaw(Op op, size_t total) override { return TimeGloo(raw_, op, total); }
+  double TimeControl(Op op, size_t total) override { return TimeGloo(control_, op, total); }
+
+ private:
+  // Raw Gloo: its own TCP device and one context per API family, as zero's communicator has.
+  struct RawGloo {
+    void Connect(int rank, int world, zero::Store& store, const std::string& prefix) {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      device = gloo::transport::tcp::CreateDevice(attr);
+      auto* native = static_cast<gloo::rendezvous::Store*>(store.NativeHandle());
+      for (auto* ctx : {&fn, &rs}) {
+        *ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+        (*ctx)->setTimeout(std::chrono::seconds(300));
+        gloo::rendezvous::PrefixStore ps(prefix + (ctx == &fn ? "_fn" : "_rs"), *native);
+        (*ctx)->connectFullMesh(ps, device);
+      }
+    }
+    std::shared_ptr<gloo::transport::Device> device;
+    std::shared_ptr<gloo::rendezvous::Context> fn;
+    std::shared_ptr<gloo::rendezvous::Context> rs;
+    std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs_algo;
+  };
+
+  double TimeGloo(RawGloo& raw, Op op, size_t total) {
     if (world_ == 1) return TimeZero(op, total);
     const size_t block = total / world_;
     const absl::Time t0 = absl::Now();
     switch (op) {
       case Op::kAllGather: {
-        gloo::AllgatherOptions o(raw_fn_);
+        gloo::AllgatherOptions o(raw.fn);
         o.setTag(++raw_tag_);
         o.setInput(send_.data(), block);
         o.setOutput(recv_.data(), total);
@@ -267,10 +290,10 @@ class GlooRank final : public RankBackend {
       }
       case Op::kReduceScatter:
       case Op::kReduceScatterDestructive:
-        raw_rs_algo_->run();
+        raw.rs_algo->run();
         break;
       case Op::kAllReduce: {
-        gloo::AllreduceOptions o(raw_fn_);
+        gloo::AllreduceOptions o(raw.fn);
         o.setTag(++raw_tag_);
         o.setOutput(recv_.data(), total);
         o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
@@ -282,7 +305,6 @@ class GlooRank final : public RankBackend {
     return absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
- private:
   zero::Work ZeroReduceScatter(Op op, size_t block) {
     if (op == Op::kReduceScatterDestructive) {
       return comm_->ReduceScatterDestructive(send_.data(), recv_.data(), block, zero::DType::kF32,
@@ -302,10 +324,8 @@ class GlooRank final : public RankBackend {
   const int rank_;
   const int world_;
   std::unique_ptr<zero::Communicator> comm_;
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> raw_fn_;
-  std::shared_ptr<gloo::rendezvous::Context> raw_rs_;
-  std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> raw_rs_algo_;
+  RawGloo raw_;
+  RawGloo control_;  // --aa only
   std::vector<float> send_, recv_;
   uint32_t raw_tag_ = 0;
 };
@@ -464,6 +484,22 @@ class ThreadBarrier {
   uint64_t generation_ = 0;
 };
 
+// The kernel's default TCP congestion control, which every loopback connection of this process uses ("?" if
+// unreadable). Under BBR each connection keeps its own pacing-rate estimate, and on a busy 2-core host two
+// identical Gloo calls over two sets of connections differed by up to 1.4x for a whole run, either way
+// (bench/results/comm-gloo-world4.md); under cubic the same control stayed within a few percent.
+std::string TcpCongestionControl() {
+  std::FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+  if (f == nullptr) return "?";
+  char buf[64] = {};
+  const bool ok = std::fgets(buf, sizeof(buf), f) != nullptr;
+  std::fclose(f);
+  if (!ok) return "?";
+  std::string cc(buf);
+  while (!cc.empty() && (cc.back() == '\n' || cc.back() == ' ')) cc.pop_back();
+  return cc;
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -495,11 +531,16 @@ int main(int argc, char** argv) {
   std::vector<long> wrong(world);
   ThreadBarrier sync(world);
 
+  const std::string tcp_cc = args.backend == "gloo" ? TcpCongestionControl() : "n/a";
+  if (tcp_cc == "bbr" && world > 1) {
+    std::fprintf(stderr, "zero-bench-comm: note: TCP congestion control is bbr; its per-connection pacing state "
+                         "makes Gloo timings over different connections disagree for a whole run (check with --aa)\n");
+  }
   if (!args.json) {
-    std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads; time = median over "
+    std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads, tcp_cc %s; time = median over "
                 "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
-                args.backend.c_str(), world,
-                args.aa ? "; A/A CONTROL: 'time' is the raw call too"
+                args.backend.c_str(), world, tcp_cc.c_str(),
+                args.aa ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
                 : args.only == "zero" ? "; ONLY ZERO'S CALL is run"
                 : args.only == "raw"  ? "; ONLY THE RAW CALL is run"
                                       : "");
@@ -515,7 +556,7 @@ int main(int argc, char** argv) {
 #if ZERO_HAVE_CUDA
       if (args.backend == "nccl") rank = std::make_unique<NcclRank>(r, world, store, raw_id);
 #endif
-      if (rank == nullptr) rank = std::make_unique<GlooRank>(r, world, store);
+      if (rank == nullptr) rank = std::make_unique<GlooRank>(r, world, store, args.aa);
       for (Op op : args.ops) {
         for (size_t bytes : sizes) {
           const size_t total = ElementsFor(bytes, world);
@@ -534,7 +575,7 @@ int main(int argc, char** argv) {
           }
           zero_t[r].assign(iters, 0);
           raw_t[r].assign(iters, 0);
-          auto time_zero = [&] { return args.aa ? rank->TimeRaw(op, total) : rank->TimeZero(op, total); };
+          auto time_zero = [&] { return args.aa ? rank->TimeControl(op, total) : rank->TimeZero(op, total); };
           if (!args.only.empty()) {
             const bool zero = args.only == "zero";
             for (int it = 0; it < iters; ++it) {
@@ -578,10 +619,10 @@ int main(int argc, char** argv) {
               std::printf("{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                           "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
                           "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
-                          "\"only\":\"%s\"}\n",
+                          "\"only\":\"%s\",\"tcp_cc\":\"%s\"}\n",
                           args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw,
                           traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false",
-                          args.only.c_str());
+                          args.only.c_str(), tcp_cc.c_str());
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
                           total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
