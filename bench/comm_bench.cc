@@ -485,9 +485,9 @@ class ThreadBarrier {
 };
 
 // The kernel's default TCP congestion control, which every loopback connection of this process uses ("?" if
-// unreadable). Under BBR each connection keeps its own pacing-rate estimate, and on a busy 2-core host two
-// identical Gloo calls over two sets of connections differed by up to 1.4x for a whole run, either way
-// (bench/results/comm-gloo-world4.md); under cubic the same control stayed within a few percent.
+// unreadable). Under BBR each connection keeps its own pacing-rate estimate, and on the 2-core development host
+// two identical Gloo calls over two sets of connections read 0.80-1.23 of each other at 1-2 MiB for a whole
+// run (bench/results/comm-gloo-world4.md); under cubic the same control read 0.95-1.05.
 std::string TcpCongestionControl() {
   std::FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
   if (f == nullptr) return "?";
