@@ -109,7 +109,9 @@ class Communicator {
 
   // Host-memory communicator over Gloo's TCP transport. Blocks until all `world_size` ranks connected
   // through `store` or `options.timeout` passed (kDeadlineExceeded naming the store key of a missing rank).
-  // The communicator keeps `store` alive. Destroying it waits for its queued ops to finish or fail.
+  // The communicator keeps `store` alive. Destroying it waits for its queued ops to finish or fail, then for
+  // the other ranks to destroy theirs (a barrier, at most min(timeout, 60 s), skipped once an op failed), so
+  // that no rank closes its connections while a peer is still finishing an op with it.
   static StatusOr<std::unique_ptr<Communicator>> CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 

@@ -18,4 +18,10 @@ size_t GlooReduceScatterChunkLimit();
 void SetGlooReduceScatterRebuildEveryForTesting(uint64_t uses);
 uint64_t GlooReduceScatterRebuildEvery();
 
+// On worlds that are not a power of two, rank `rank` sleeps this long in every reduce-scatter before it waits
+// for the data of the next smaller binary block (if it receives any), so that the sender can finish its run
+// and start the next one meanwhile. Tests use it to show that the sender waits until that data was reduced.
+// A negative `rank` (the default) turns it off.
+void SetGlooReduceScatterFoldDelayForTesting(int rank, int64_t microseconds);
+
 }  // namespace zero::internal
