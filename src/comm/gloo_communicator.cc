@@ -540,7 +540,10 @@ class GlooCommunicator final : public Communicator {
     if (!connected_ || !broken_.ok()) return;
     try {
       gloo::BarrierOptions o(fn_ctx_);
-      o.setTag(static_cast<uint32_t>(next_seq_) & 0x7fffffffu);  // the next op's tag: every rank issued the same ops
+      // Gloo keys a barrier's messages by its tag on barrier-only slots. Op tags never set the high bit (check
+      // mode's fingerprints do, on allgather slots), so a rank that is still issuing ops cannot mistake this
+      // barrier for one of its Barrier ops.
+      o.setTag(static_cast<uint32_t>(next_seq_) | 0x80000000u);
       o.setTimeout(internal::ToGlooTimeout(std::min(options_.timeout, kClosingTimeout)));
       gloo::barrier(o);
     } catch (...) {
