@@ -350,15 +350,12 @@ TEST(Collectives, NonPowerOfTwoReduceScatterWithADelayedReceiver) {
       RunRanks(world, [world, slow](Communicator& comm, int rank) {
         const size_t n = 1000;
         constexpr int kQueued = 4;
-        auto input = [&](int call, size_t i) { return static_cast<float>((rank + 1) * ((i + call) % 13 + 1)); };
-        auto want = [&](int call, size_t i) {
-          return static_cast<float>(world * (world + 1) / 2 * ((i + call) % 13 + 1));
-        };
         std::vector<std::vector<float>> send(kQueued, std::vector<float>(n * world));
         std::vector<std::vector<float>> recv(kQueued, std::vector<float>(n));
         std::vector<Work> works;
         for (int call = 0; call < kQueued; ++call) {
-          for (size_t i = 0; i < n * world; ++i) send[call][i] = input(call, i);
+          // Shifting the index by the call changes every element from one call to the next.
+          for (size_t i = 0; i < n * world; ++i) send[call][i] = SumInput(rank, i + call, DType::kF32);
           // The staged const-input op and the destructive one (Gloo's algorithm on the caller's buffer).
           works.push_back(call % 2 == 0
                               ? comm.ReduceScatter(send[call].data(), recv[call].data(), n, DType::kF32,
@@ -370,7 +367,7 @@ TEST(Collectives, NonPowerOfTwoReduceScatterWithADelayedReceiver) {
           Status s = works[call].Wait();
           ASSERT_TRUE(s.ok()) << "world " << world << ", slow rank " << slow << ": " << s;
           for (size_t i = 0; i < n; ++i) {
-            ASSERT_EQ(recv[call][i], want(call, rank * n + i))
+            ASSERT_EQ(recv[call][i], SumExpected(world, rank * n + i + call, DType::kF32))
                 << "world " << world << ", slow rank " << slow << ", call " << call << ", element " << i;
           }
         }
