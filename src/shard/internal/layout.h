@@ -1,5 +1,5 @@
 // Unit layout: where each parameter lives in its unit's flat buffer and how the buffer is cut into shards.
-// defines: UnitLayout, MakeUnitLayout, kShardAlignElems.
+// defines: kShardAlignElems, ParamSlot, UnitLayout, PaddedNumel.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +42,5 @@ inline int64_t PaddedNumel(int64_t numel, int world_size) {
   const int64_t q = kShardAlignElems * world_size;
   return (numel + q - 1) / q * q;
 }
-
-// Canonical text of a registration, one line per parameter, used for the cross-rank agreement check.
-std::string DescribeRegistration(const std::vector<UnitLayout>& units);
-uint64_t Fnv1a64(const std::string& s);
 
 }  // namespace zero::internal

@@ -1,0 +1,118 @@
+// shard/gather.cc — stage-3 gathers, release and prefetch (shard/internal/gather.h).
+#include "shard/internal/gather.h"
+
+#include "zero/logging.h"
+
+namespace zero::internal {
+
+Status GatherScheduler::Issue(Unit& u) {
+  ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
+  EngineContext& c = *ctx_;
+  const size_t cds = DTypeSize(c.cd());
+  u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
+  ZERO_RETURN_IF_ERROR(c.AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));
+  // With offload_param the shard is in the host tier and the all-gather reads it from there: on the host
+  // engine the transport reads host memory directly, so staging the shard into the compute tier is part of
+  // the (prefetched, asynchronous) gather. NCCL reads device memory: the CUDA engine first copies the shard
+  // H2D on the compute stream, which the all-gather then waits for (its producer stream).
+  const void* send = u.params.data();
+  if (c.compute->device() && u.params.tier() == MemTier::kHost) {
+    u.stage_in = stage_pool_.Take(u.params.size(), /*zero=*/false);
+    if (Status s = c.AllocStatus(u.stage_in, u.params.size(), "parameter stage-in buffer", u); !s.ok()) {
+      gather_pool_.Give(std::move(u.gather));
+      return s;
+    }
+    c.compute->CopyFromHost(u.stage_in.data(), send, u.params.size());
+    send = u.stage_in.data();
+  }
+  u.gather_work = c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream());
+  u.status = UnitStatus::kInflight;
+  UpdateLive(u.layout.padded);
+  return absl::OkStatus();
+}
+
+Status GatherScheduler::Wait(Unit& u) {
+  ZERO_CHECK(u.status == UnitStatus::kInflight);
+  const auto t0 = Clock::now();
+  Status s = ctx_->compute->Join(u.gather_work);  // the host waits; a device stream-waits
+  ctx_->times.gather_wait_ms += MsSince(t0);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", u.name(), ": ", s.message()));
+  stage_pool_.Give(std::move(u.stage_in));  // the gather is joined into the compute stream
+  u.status = UnitStatus::kAvailable;
+  return absl::OkStatus();
+}
+
+void GatherScheduler::Release(Unit& u) {
+  ZERO_CHECK(u.status != UnitStatus::kNotAvailable);
+  bool failed = false;
+  if (u.status == UnitStatus::kInflight) {
+    Status s = ctx_->compute->Join(u.gather_work);  // never reuse a buffer an op is still writing
+    failed = !s.ok();
+    if (failed) ctx_->Defer(s);
+  }
+  if (failed && !u.gather_work.IsCompleted()) {
+    ctx_->Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
+    ctx_->Quarantine(std::move(u.stage_in));
+  }
+  stage_pool_.Give(std::move(u.stage_in));
+  gather_pool_.Give(std::move(u.gather));
+  u.status = UnitStatus::kNotAvailable;
+  UpdateLive(-u.layout.padded);
+}
+
+void GatherScheduler::Prefetch() {
+  const ZeroOptimizationConfig& z = ctx_->cfg.zero;
+  int64_t inflight = 0;
+  for (const auto& u : ctx_->units) {
+    if (u.status == UnitStatus::kInflight) inflight += u.layout.padded;
+  }
+  for (size_t j = order_pos_; j < order_.size(); ++j) {
+    Unit& v = ctx_->units[order_[j]];
+    if (v.status != UnitStatus::kNotAvailable) continue;
+    if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
+    if (live_elems_ + v.layout.padded > z.stage3_max_live_parameters) break;
+    if (Status s = Issue(v); !s.ok()) {  // reported by the next call; prefetch stops here
+      ctx_->Defer(s);
+      break;
+    }
+    inflight += v.layout.padded;
+    ++prefetch_gathers_;
+  }
+}
+
+Status GatherScheduler::Acquire(UnitId id, int64_t step) {
+  Unit& u = ctx_->units[id];
+  // Recorded order: this step's sequence; prefetch only while the step follows the recorded one.
+  if (order_valid_ && !order_broken_) {
+    if (order_pos_ < order_.size() && order_[order_pos_] == id) {
+      ++order_pos_;
+    } else {
+      order_broken_ = true;
+      ZERO_LOG_ONCE(WARNING) << "unit gather order changed at step " << step << " (expected "
+                             << (order_pos_ < order_.size() ? ctx_->units[order_[order_pos_]].name() : "<end>")
+                             << ", got " << u.name() << "); prefetch pauses and the order is re-recorded this step";
+    }
+  }
+  this_step_order_.push_back(id);
+  if (u.status == UnitStatus::kNotAvailable) {
+    ZERO_RETURN_IF_ERROR(Issue(u));
+    ++demand_gathers_;
+  }
+  ZERO_RETURN_IF_ERROR(Wait(u));
+  if (order_valid_ && !order_broken_) Prefetch();
+  return absl::OkStatus();
+}
+
+Status GatherScheduler::EndStep() {
+  for (auto& u : ctx_->units) {
+    if (u.sharded_params() && u.status != UnitStatus::kNotAvailable) Release(u);
+  }
+  if (!order_valid_ || order_broken_ || this_step_order_ != order_) order_ = this_step_order_;
+  order_valid_ = !order_.empty();
+  order_broken_ = false;
+  order_pos_ = 0;
+  this_step_order_.clear();
+  return ctx_->TakeDeferredError();
+}
+
+}  // namespace zero::internal

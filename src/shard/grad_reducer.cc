@@ -1,0 +1,254 @@
+// shard/grad_reducer.cc — gradient buffers, reductions and their landing (shard/internal/grad_reducer.h).
+#include "shard/internal/grad_reducer.h"
+
+#include <cstring>
+
+namespace zero::internal {
+
+Status GradReducer::BeginBackward(UnitId id) {
+  Unit& u = ctx_->units[id];
+  // A reduction of this unit's previous micro-step may still read its gradient buffer.
+  ZERO_RETURN_IF_ERROR(RetireUnit(id));
+  ++u.backward_count;
+  const size_t bytes = u.layout.padded * DTypeSize(ctx_->cd());
+  if (ctx_->stage() <= 1) return absl::OkStatus();  // persistent full_grads, zeroed at Step
+  if (ctx_->policy.ReduceEveryMicroStep()) {
+    u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
+    return ctx_->AllocStatus(u.bucket, bytes, "gradient bucket", u);
+  }
+  if (u.full_grads.empty()) {
+    u.full_grads = TakeFull(bytes);  // low-communication: lives until reduced
+    return ctx_->AllocStatus(u.full_grads, bytes, "full gradient", u);
+  }
+  return absl::OkStatus();
+}
+
+Buffer GradReducer::TakeFull(size_t bytes) {
+  return ctx_->compute->device() ? full_pool_.Take(bytes, /*zero=*/true) : ctx_->compute->Alloc(MemTag::kGrads, bytes);
+}
+
+void GradReducer::FreeFull(Buffer& b) {
+  if (ctx_->compute->device()) {
+    full_pool_.Give(std::move(b));
+  } else {
+    b.Reset();
+  }
+}
+
+// Issues the reduction of `src` (the unit's full padded gradient, `src_dtype`): an average all-reduce whose
+// result is deposited in full, or an average reduce-scatter whose shard is deposited.
+Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
+  EngineContext& c = *ctx_;
+  const DType wire = c.policy.wire;
+  ReleaseHeld();
+  const int64_t n = u.layout.padded, S = u.layout.shard;
+  p.unit = static_cast<UnitId>(&u - c.units.data());
+  p.dep = dep;
+  p.elems = n;
+  void* send = src;
+  if (src_dtype != wire) {
+    p.staging = wire_pool_.Take(n * DTypeSize(wire), false);
+    ZERO_RETURN_IF_ERROR(c.AllocStatus(p.staging, n * DTypeSize(wire), "wire-dtype copy of the gradient", u));
+    c.compute->Convert(src, src_dtype, p.staging.data(), wire, n);
+    send = p.staging.data();
+    if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
+      c.compute->Zero(p.zero_after, p.zero_bytes);
+      p.zero_after = nullptr;
+    }
+  }
+  if (allreduce) {
+    p.work = c.comm->AllReduce(send, n, wire, ReduceOp::kAvg, c.stream());
+    p.result = send == dep.ptr ? nullptr : send;
+    p.result_elems = n;
+  } else {
+    void* recv;
+    if (dep.dtype == wire && !dep.add && u.host_n() == 0) {
+      recv = dep.ptr;
+      p.result = nullptr;
+    } else {
+      ReclaimHeld(S * DTypeSize(wire));
+      p.recv = bucket_pool_.Take(S * DTypeSize(wire), false);
+      ZERO_RETURN_IF_ERROR(c.AllocStatus(p.recv, S * DTypeSize(wire), "reduce-scatter output", u));
+      recv = p.recv.data();
+      p.result = recv;
+    }
+    p.result_elems = S;
+    // A pooled bucket or staging copy is scratch: let the backend reduce in it instead of copying it first.
+    const bool scratch = !p.staging.empty() || (!p.bucket.empty() && send == p.bucket.data());
+    p.work = scratch ? c.comm->ReduceScatterDestructive(send, recv, S, wire, ReduceOp::kAvg, c.stream())
+                     : c.comm->ReduceScatter(send, recv, S, wire, ReduceOp::kAvg, c.stream());
+  }
+  p.result_dtype = wire;
+  // Bound the gradient elements in flight by reduce_bucket_size, then queue.
+  while (!pending_.empty() && pending_elems_ + p.elems > c.cfg.zero.reduce_bucket_size) {
+    ZERO_RETURN_IF_ERROR(RetireOldest());
+  }
+  pending_elems_ += p.elems;
+  pending_.push_back(std::move(p));
+  if (!c.cfg.zero.overlap_comm) {
+    while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+  }
+  return absl::OkStatus();
+}
+
+Status GradReducer::Reduce(Unit& u) {
+  EngineContext& c = *ctx_;
+  const DType cd = c.cd();
+  const bool last_micro = u.backward_count == c.ga();
+  const int64_t S = u.layout.shard;
+  const size_t cds = DTypeSize(cd);
+  void* G = u.GradBase();
+  PendingReduce p;
+  if (c.policy.ReduceEveryMicroStep()) {
+    Deposit dep{u.grad_shard.data(), u.grad_shard_dtype(), /*add=*/u.backward_count > 1};
+    if (c.stage() == 1) {  // the persistent full gradient is read by the op, then zeroed for the next micro-step
+      p.zero_after = G;
+      p.zero_bytes = u.layout.padded * cds;
+    } else {
+      p.bucket = std::move(u.bucket);
+    }
+    return Issue(u, G, cd, /*allreduce=*/false, dep, std::move(p));
+  }
+  // Accumulate locally; reduce once after the last micro-step.
+  void* src = G;
+  DType src_dtype = cd;
+  if (c.policy.Accumulate16()) {
+    if (u.accum_full.empty()) u.accum_full = TakeFull(u.layout.padded * 4);
+    float* acc = u.accum_full.as<float>();
+    c.compute->Land(G, cd, acc, DType::kF32, u.layout.padded, /*add=*/true);
+    c.compute->Zero(G, u.layout.padded * cds);
+    src = acc;
+    src_dtype = DType::kF32;
+  }
+  if (!last_micro) return absl::OkStatus();
+  if (c.stage() == 0) {
+    return Issue(u, src, src_dtype, /*allreduce=*/true, Deposit{src, src_dtype, false}, std::move(p));
+  }
+  if (c.stage() == 1) {
+    Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * S * cds, cd, false};
+    return Issue(u, src, src_dtype, false, dep, std::move(p));
+  }
+  p.free_full_after = true;
+  return Issue(u, src, src_dtype, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype(), false}, std::move(p));
+}
+
+Status GradReducer::RetireOldest() {
+  EngineContext& c = *ctx_;
+  PendingReduce p = std::move(pending_.front());
+  pending_.pop_front();
+  pending_elems_ -= p.elems;
+  Unit& u = c.units[p.unit];
+  const auto t0 = Clock::now();
+  Status s = c.compute->Join(p.work);  // the host waits; a device stream-waits
+  c.times.reduce_wait_ms += MsSince(t0);
+  if (!s.ok() && !p.work.IsCompleted()) {
+    // The wait failed (timeout, dead peer) with the op still running: its buffers must outlive it.
+    for (Buffer* b : {&p.bucket, &p.recv, &p.staging}) c.Quarantine(std::move(*b));
+  }
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.name(), ": ", s.message()));
+  }
+  if (p.result != nullptr) {
+    // A reduce-scatter's host part [0, host_n) streams to the host tier on the copy stream while backward goes
+    // on; the device part [host_n, shard) lands here. An all-reduce (stage 0) has no host part.
+    const int64_t hn = u.host_n();  // > 0 only at stages 1-3, which reduce-scatter
+    const size_t rs = DTypeSize(p.result_dtype);
+    c.compute->Land(static_cast<const char*>(p.result) + hn * rs, p.result_dtype, p.dep.ptr, p.dep.dtype,
+                    p.result_elems - hn, p.dep.add);
+    if (hn > 0) {
+      // On a device the task's D2H copy waits for the compute stream, which has joined the reduction.
+      const auto ticket = copies_->Enqueue(
+          c.compute->LandOnHostTask(p.result, p.result_dtype, u.host_grad.data(), u.grad_shard_dtype(), hn, p.dep.add));
+      held_.emplace_back(ticket, std::move(p.recv));  // the copy reads it: back to the pool once it ran
+    }
+  }
+  if (p.zero_after != nullptr) c.compute->Zero(p.zero_after, p.zero_bytes);
+  if (p.free_full_after) {
+    FreeFull(u.full_grads);
+    FreeFull(u.accum_full);
+  }
+  bucket_pool_.Give(std::move(p.bucket));
+  bucket_pool_.Give(std::move(p.recv));
+  wire_pool_.Give(std::move(p.staging));
+  return absl::OkStatus();
+}
+
+Status GradReducer::RetireCompleted() {
+  while (!pending_.empty() && pending_.front().work.IsCompleted()) ZERO_RETURN_IF_ERROR(RetireOldest());
+  return absl::OkStatus();
+}
+
+// Before allocating a reduce-scatter output of `bytes`: if none is pooled but one is held by a copy to the host
+// tier, wait for that copy instead of allocating (so offload's steady state allocates nothing, however the copy
+// stream and the compute keep pace).
+void GradReducer::ReclaimHeld(size_t bytes) {
+  ReleaseHeld();
+  if (bucket_pool_.Has(bytes)) return;
+  for (const auto& [ticket, buffer] : held_) {
+    if (buffer.size() != bytes) continue;
+    const CopyStream::Ticket t = ticket;
+    copies_->Wait(t);  // FIFO: every earlier copy ran too
+    ReleaseHeld();     // (invalidates the iteration: done)
+    return;
+  }
+}
+
+// Returns to their pool the reduction buffers whose copy to the host tier has run.
+void GradReducer::ReleaseHeld() {
+  while (!held_.empty() && copies_->Done(held_.front().first)) {
+    bucket_pool_.Give(std::move(held_.front().second));
+    held_.pop_front();
+  }
+}
+
+Status GradReducer::RetireUnit(UnitId unit) {
+  size_t last = pending_.size();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].unit == unit) last = i;
+  }
+  if (last == pending_.size()) return absl::OkStatus();
+  for (size_t i = 0; i <= last; ++i) ZERO_RETURN_IF_ERROR(RetireOldest());
+  return absl::OkStatus();
+}
+
+Status GradReducer::Drain() {
+  while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+  copies_->Sync();  // every host-tier gradient has landed
+  ReleaseHeld();
+  return absl::OkStatus();
+}
+
+std::pair<void*, DType> GradReducer::OptGrad(Unit& u) const {
+  const EngineContext& c = *ctx_;
+  const size_t cds = DTypeSize(c.cd());
+  if (c.stage() == 0) {
+    return c.policy.Accumulate16() ? std::make_pair(u.accum_full.data(), DType::kF32)
+                                   : std::make_pair(u.full_grads.data(), c.cd());
+  }
+  if (c.stage() == 1 && !c.policy.Accumulate16()) {
+    return {static_cast<char*>(u.full_grads.data()) + (static_cast<int64_t>(c.rank) * u.layout.shard + u.host_n()) * cds,
+            c.cd()};
+  }
+  return {u.grad_shard.data(), u.grad_shard_dtype()};
+}
+
+void GradReducer::ZeroGrads() {
+  for (auto& u : ctx_->units) {
+    for (Buffer* b : {&u.full_grads, &u.grad_shard, &u.accum_full}) {
+      if (!b->empty()) ctx_->compute->Zero(b->data(), b->size());
+    }
+    if (!u.host_grad.empty()) std::memset(u.host_grad.data(), 0, u.host_grad.size());
+    u.backward_count = 0;
+  }
+}
+
+bool GradReducer::WaitAllForShutdown() {
+  bool unfinished = false;
+  for (auto& p : pending_) {
+    (void)p.work.Wait();
+    unfinished |= !p.work.IsCompleted();
+  }
+  return unfinished;
+}
+
+}  // namespace zero::internal

@@ -1,0 +1,60 @@
+// shard/internal/engine_impl.h — Engine::Impl: the shared context and the components, wired (shard/engine.cc);
+// values in and out live in shard/values.cc. defines: Engine::Impl.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "offload/copy_stream.h"
+#include "shard/internal/context.h"
+#include "shard/internal/gather.h"
+#include "shard/internal/grad_reducer.h"
+#include "shard/internal/plan.h"
+#include "shard/internal/registration.h"
+#include "shard/internal/step.h"
+#include "zero/engine.h"
+
+namespace zero {
+
+class Engine::Impl {
+ public:
+  Impl(const Config& cfg, std::shared_ptr<Communicator> comm, EngineOptions opts);
+  ~Impl();
+
+  Status Init();
+  StatusOr<UnitId> AddUnit(const std::string& name, std::vector<ParamSpec> params);
+  UnitId FindUnit(const std::string& name) const;
+  // The placement plan of the units registered so far under this engine's policy.
+  internal::StagePlan Plan() const;
+  Status Finalize(const ParamInit& init);
+  Status CopyIn(UnitId id, const std::string& name, const float* values);
+  StatusOr<UnitScope> Open(Engine* engine, UnitId id, bool backward);
+  Status Close(UnitId id, bool backward);
+  StatusOr<StepResult> Step();
+  StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const;
+  TensorView ScopeView(UnitId id, const std::string& name, bool grad) const;
+  StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
+  // A registered unit; aborts naming the accessor on an id no unit has (a caller bug, like a bad view dtype).
+  const internal::Unit& CheckedUnit(UnitId id, const char* what) const;
+
+  // Members in construction order; destroyed in reverse, so the copy stream (last) finishes every queued copy
+  // while the buffers it reads still exist.
+  internal::EngineContext ctx;
+  internal::HostCollectives host;
+  internal::GatherScheduler gathers;
+  internal::GradReducer reducer;
+  internal::ShardedStep step;
+  int64_t num_params_ = 0;
+  internal::CopyStream copies;
+
+ private:
+  Status InitDevice();
+  Status CheckUnit(UnitId id, const char* what) const;
+  // Finalize: every rank evaluates each parameter in full and keeps its part.
+  Status InitialValues(const ParamInit& init);
+  // Writes n fp32 host values as `dtype` at `dst`, inside buffer `in` (compute or host tier).
+  void ToCompute(const float* values, const Buffer& in, void* dst, DType dtype, int64_t n);
+};
+
+}  // namespace zero

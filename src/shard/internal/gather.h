@@ -1,0 +1,58 @@
+// shard/internal/gather.h — stage-3 parameter gathers: issue, wait, release, and prefetch by the recorded order.
+// defines: GatherScheduler.
+//
+// Every step records the sequence of gathers. From the second step on, each gather that matches the recorded
+// order triggers prefetches of the next units in it, bounded by stage3_prefetch_bucket_size (elements in flight,
+// not yet opened) and stage3_max_live_parameters (elements gathered or in flight). A gather that does not match
+// logs once, stops prefetching for the rest of the step, and that step's sequence becomes the recorded order
+// (DeepSpeed's PartitionedParameterCoordinator with its trace modes). Every rank runs the same trainer code, so
+// every rank issues the same prefetch collectives at the same points.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "shard/internal/buffer_pool.h"
+#include "shard/internal/context.h"
+
+namespace zero::internal {
+
+class GatherScheduler {
+ public:
+  explicit GatherScheduler(EngineContext* ctx)
+      : ctx_(ctx), gather_pool_(ctx->compute, MemTag::kGather), stage_pool_(ctx->compute, MemTag::kStaging) {}
+
+  // Opening a scope on sharded unit `id`: records it in this step's order, gathers it (or waits for its
+  // prefetch) and prefetches ahead while the step follows the recorded order. Collective.
+  Status Acquire(UnitId id, int64_t step);
+  // Closing its scope: the unit goes back to NOT_AVAILABLE (FSDP's reshard-after-forward).
+  void Release(Unit& u);
+  // At Step: releases prefetched units nobody opened and adopts this step's order for the next one.
+  Status EndStep();
+
+  int64_t prefetch_gathers() const { return prefetch_gathers_; }
+  int64_t demand_gathers() const { return demand_gathers_; }
+  int64_t peak_live_elements() const { return peak_live_; }
+
+ private:
+  // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT).
+  Status Issue(Unit& u);
+  Status Wait(Unit& u);  // INFLIGHT -> AVAILABLE
+  void Prefetch();
+  void UpdateLive(int64_t delta) {
+    live_elems_ += delta;
+    peak_live_ = std::max(peak_live_, live_elems_);
+  }
+
+  EngineContext* ctx_;
+  BufferPool gather_pool_;
+  BufferPool stage_pool_;  // CUDA engine with offload_param: see Issue
+  std::vector<UnitId> order_, this_step_order_;
+  bool order_valid_ = false, order_broken_ = false;
+  size_t order_pos_ = 0;
+  int64_t live_elems_ = 0, peak_live_ = 0;
+  int64_t prefetch_gathers_ = 0, demand_gathers_ = 0;
+};
+
+}  // namespace zero::internal

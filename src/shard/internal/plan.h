@@ -1,0 +1,134 @@
+// shard/internal/plan.h — the placement plan: which buffers each unit has on this rank, by stage, precision and
+// offload. defines: PlanPolicy, BufferRole, PlannedBuffer, UnitPlan, StagePlan, MakePlan.
+//
+// A pure function of (config, world size, rank, unit sizes): no threads, no communicator, no memory. The engine
+// allocates exactly what the plan lists (shard/engine.cc, Finalize), so its memory report equals the plan's, and
+// the ZeRO byte formulas follow from the plan alone (tests/shard/plan_test.cc checks them over every stage ×
+// dtype × offload × accumulation mode × world size).
+//
+// Buffers per unit (cd = compute dtype; Ψ_u = padded unit size, S = Ψ_u / N; "dev" = the compute tier):
+//   stage 0: params[Ψ_u] cd, grads[Ψ_u] cd, master[Ψ_u] f32 (mixed only), state[Ψ_u] f32 each
+//   stage 1: params[Ψ_u] cd, grads[Ψ_u] cd, master[S] (mixed only), state[S]
+//   stage 2: params[Ψ_u] cd, reduced grad shard[S], master[S] (mixed only), state[S]
+//   stage 3: params[S] cd (or [Ψ_u] when persistent), reduced grad shard[S], master[S] (mixed), state[S]
+// With fp32 compute the master IS the parameter shard (params + rank*S, or the stage-3 shard), which is what
+// makes the fp32 model-state formulas 16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N hold. 16-bit gradients accumulated over
+// several micro-steps get an fp32 accumulator (the full one at stage 0, else an fp32 shard). Optimizer offload
+// moves the host part [0, host_n) of the shard's reduced gradient, master and state to the host tier (all of it,
+// or ratio × S with Twin-Flow); offload_param keeps the stage-3 parameter shards there.
+//
+// Not in the plan: the transient buffers the engine pools (stage-3 gathers, gradient buckets, wire copies,
+// the full gradient of low-communication mode while it lives) and the communicator's own staging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "zero/config.h"
+#include "zero/dtype.h"
+#include "zero/memory.h"
+#include "zero/status.h"
+
+namespace zero::internal {
+
+// The config's decisions that shape placement, in one place. Every stage × precision × offload rule the engine
+// follows is a predicate here.
+struct PlanPolicy {
+  int stage = 0;
+  int world = 1;
+  int rank = 0;
+  DType compute = DType::kF32;   // fp16/bf16 mixed precision, else fp32
+  DType wire = DType::kF32;      // communication_data_type: f32, or the compute dtype
+  int accumulation_steps = 1;
+  GradAccumulationMode accumulation_mode = GradAccumulationMode::kLowMemory;
+  bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device "cpu", stages 1-3
+  bool offload_param = false;      // zero_optimization.offload_param.device "cpu", stage 3
+  double offload_ratio = 1.0;      // Twin-Flow: the share of each shard updated on the host
+  bool pin_optimizer = false, pin_param = false;
+  int64_t persistence_threshold = 0;        // stage3_param_persistence_threshold (elements, per unit)
+  int64_t model_persistence_threshold = 0;  // stage3_model_persistence_threshold (elements, in total)
+  int64_t sub_group_size = 1;
+  int optimizer_states = 0;  // fp32 buffers the optimizer keeps per element (Adam 2, SGD with momentum 1)
+
+  // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
+  static StatusOr<PlanPolicy> FromConfig(const Config& cfg, int world, int rank);
+
+  bool mixed() const { return compute != DType::kF32; }
+  // 16-bit gradients accumulated over several micro-steps go through an fp32 accumulator, never a 16-bit sum.
+  bool Accumulate16() const { return mixed() && accumulation_steps > 1; }
+  // Whether a unit's gradient is reduce-scattered after every micro-step into the sharded accumulator (low
+  // memory) rather than accumulated in full locally and reduced once after the last micro-step (low
+  // communication, FSDP's no_sync). Stage 0 always accumulates locally; stage 1 does too unless it accumulates
+  // 16-bit gradients (then an fp32 shard accumulator beats an fp32 copy of the full gradient).
+  bool ReduceEveryMicroStep() const {
+    if (stage == 0) return false;
+    if (stage == 1) return Accumulate16();
+    return accumulation_mode == GradAccumulationMode::kLowMemory;
+  }
+  // fp32 training with the parameter shards on the host: those shards are the master weights (as the
+  // parameters are without offload), so no separate host master is kept.
+  bool MasterIsHostParams() const { return offload_param && !mixed(); }
+  // Elements of a shard of S updated on the host: all of it with offload_optimizer, ratio * S rounded down to
+  // whole 32-element blocks with Twin-Flow (ratio < 1), none without offload.
+  int64_t HostElems(int64_t S) const;
+  // The dtype of the reduced gradient shard: the compute dtype when there is nothing to accumulate, else f32.
+  DType GradShardDType() const { return (compute == DType::kF32 || accumulation_steps > 1) ? DType::kF32 : compute; }
+};
+
+enum class BufferRole : uint8_t {
+  kParams,      // compute dtype: full (stages 0-2, persistent units) or the stage-3 shard (host tier: offload_param)
+  kFullGrads,   // compute dtype, full, persistent: stages 0-1
+  kAccumFull,   // f32, full: stage 0's accumulator of 16-bit gradients over micro-steps
+  kGradShard,   // the reduced gradient's device part [host_n, range)
+  kHostGrad,    // the reduced gradient's host part [0, host_n)
+  kHostMaster,  // fp32 master of the host part (absent when the host parameter shard is itself the master)
+  kMaster,      // fp32 master of the device part, mixed precision only
+  kState,       // one optimizer state buffer of the device part (state_index)
+  kHostState,   // one optimizer state buffer of the host part (state_index)
+};
+const char* BufferRoleName(BufferRole role);
+
+struct PlannedBuffer {
+  BufferRole role;
+  int state_index = -1;  // kState / kHostState
+  int64_t elems = 0;
+  DType dtype = DType::kF32;
+  MemTier tier = MemTier::kDevice;  // kDevice: the compute tier; kHost: what offload moved out of it
+  MemTag tag = MemTag::kParams;
+  bool pinned = false;              // host tier only: page-locked when zero was built with CUDA
+  int64_t padding_elems = 0;        // of `elems`, how many are padding this rank holds
+  int64_t bytes() const { return elems * static_cast<int64_t>(DTypeSize(dtype)); }
+};
+
+struct UnitPlan {
+  int64_t numel = 0;   // Ψ_u, unpadded
+  int64_t padded = 0;  // numel rounded up to world × 32
+  int64_t shard = 0;   // padded / world
+  bool persistent = false;      // stage 3: kept gathered (below stage3_param_persistence_threshold)
+  bool sharded_params = false;  // stage 3 and not persistent: only the shard is resident between scopes
+  int64_t host_n = 0;           // optimizer offload: elements [0, host_n) of the rank's range live on the host
+  DType grad_shard_dtype = DType::kF32;
+  std::vector<PlannedBuffer> buffers;  // in allocation order
+
+  const PlannedBuffer* Find(BufferRole role, int state_index = -1) const;
+};
+
+struct StagePlan {
+  PlanPolicy policy;
+  std::vector<UnitPlan> units;
+  // Offload's copy-back staging (offload/host_step.h StagingPair): two host buffers of pipeline_tile elements
+  // of the compute dtype, when some unit has a host part and the parameters live in the compute tier.
+  size_t pipeline_tile = 0;
+  std::vector<PlannedBuffer> staging;
+
+  // The bytes the plan places, by tier and tag (current == peak), and the padding among them: what the
+  // engine's own tracker reports right after Finalize.
+  MemoryReport Report() const;
+};
+
+// Lays out units of `numels` elements (registration order) under `policy`. Persistence at stage 3 is decided in
+// order, as the engine registers units, against stage3_model_persistence_threshold.
+StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels);
+
+}  // namespace zero::internal

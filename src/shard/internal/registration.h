@@ -1,0 +1,44 @@
+// shard/internal/registration.h — small collectives over host arrays, and the check that every rank registered
+// the same units. defines: HostCollectives, DescribeRegistration, Fnv1a64, CheckRegistrationAgrees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shard/internal/compute.h"
+#include "shard/internal/layout.h"
+#include "zero/communicator.h"
+#include "zero/memory.h"
+#include "zero/status.h"
+
+namespace zero::internal {
+
+// Collectives over small host arrays (the registration check, the norm, GatherParam). The NCCL communicator
+// reads device memory only, so on the CUDA engine they go through compute-tier copies; all of them wait.
+class HostCollectives {
+ public:
+  HostCollectives(Communicator* comm, const std::unique_ptr<ComputeTier>& compute) : comm_(comm), compute_(compute) {}
+  Status AllGather(const float* send, float* recv, size_t n);
+  // Every step (the norm): the device scratch is kept, so the steady state allocates nothing.
+  Status AllReduceSum(float* buf, size_t n);
+  // All-gather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
+  StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine);
+
+ private:
+  Communicator* comm_;
+  const std::unique_ptr<ComputeTier>& compute_;
+  Buffer reduce_scratch_;  // CUDA engine: the norm's all-reduce
+};
+
+// Canonical text of a registration, one line per parameter, used for the cross-rank agreement check.
+std::string DescribeRegistration(const std::vector<UnitLayout>& units);
+uint64_t Fnv1a64(const std::string& s);
+
+// Finalize's check: the ranks' registration hashes agree, or the first differing line against rank 0's is
+// named ("rank 0 has `unit h.1 param w shape [4,4]` where rank 2 has `... [4,5]`"). Collective.
+Status CheckRegistrationAgrees(HostCollectives& host, int world, const std::vector<UnitLayout>& layouts);
+
+}  // namespace zero::internal

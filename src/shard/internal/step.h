@@ -1,0 +1,69 @@
+// shard/internal/step.h — the sharded optimizer step: drain, norm, skip/clip decision, the optimizer on this
+// rank's shards (compute tier and host tier), parameter refresh, times. defines: ShardedStep.
+//
+// 1. Retire every queued reduction; release stage-3 units nobody opened; adopt the step's gather order.
+// 2. GradStats over this rank's owned, unpadded gradient elements; one all-reduce of {sum of squares,
+//    non-finite flag}, so every rank takes the same decision.
+// 3. grad_norm = sqrt(sum) / (accumulation_steps × loss_scale); clipping and unscaling fuse into one factor.
+// 4. fp16: the LossScaler decides; bf16/fp32: a non-finite step is skipped (or an error, bf16.nonfinite_grads).
+// 5. The optimizer runs element-wise on the shard; with offload the host part runs on the host, pipelined
+//    with the copy-back of the updated parameters (offload/host_step.h).
+// 6. Stages 1-2 (and persistent stage-3 units) all-gather the updated parameters in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "offload/copy_stream.h"
+#include "offload/host_step.h"
+#include "shard/internal/context.h"
+#include "shard/internal/gather.h"
+#include "shard/internal/grad_reducer.h"
+#include "shard/internal/registration.h"
+#include "zero/mixed_precision.h"
+#include "zero/optimizer.h"
+
+namespace zero::internal {
+
+class ShardedStep {
+ public:
+  ShardedStep(EngineContext* ctx, GatherScheduler* gathers, GradReducer* reducer, HostCollectives* host,
+              CopyStream* copies)
+      : ctx_(ctx), gathers_(gathers), reducer_(reducer), host_(host), copies_(copies) {}
+
+  // Init: the optimizer (the trainer's, or the config's), the LR schedule and the loss scaler.
+  Status Init();
+  // Finalize: the copy-back staging the plan lists (offload only); the clock of the first step starts.
+  void Allocate(const StagePlan& plan);
+  StatusOr<StepResult> Run();
+
+  const ElementwiseOptimizer& optimizer() const { return *optimizer_; }
+  double loss_scale() const { return scaler_.scale(); }
+  int64_t applied_steps() const { return applied_steps_; }
+
+ private:
+  Status CheckReady() const;  // no scope open, every unit's micro-steps complete
+  Status Drain();             // reductions, copies, stage-3 releases
+  // The global norm's two all-reduced numbers over owned elements: {sum of squares, non-finite flag}.
+  Status GradNorm(float red[2]);
+  Status ApplyOptimizer(float grad_scale, double lr);
+  void FinishTimes(StepResult& result);
+  void MaybeLog(const StepResult& r) const;
+
+  EngineContext* ctx_;
+  GatherScheduler* gathers_;
+  GradReducer* reducer_;
+  HostCollectives* host_;
+  CopyStream* copies_;
+  LossScaler scaler_{LossScaler::Options{}};
+  std::shared_ptr<const ElementwiseOptimizer> optimizer_;
+  std::unique_ptr<LrScheduler> scheduler_;
+  int64_t applied_steps_ = 0, skipped_steps_ = 0;
+  size_t pipeline_tile_ = 0;
+  StagingPair opt_staging_;  // host tier: updated parameters on their way back to the compute tier
+  double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
+  Clock::time_point last_step_end_ = Clock::now();
+};
+
+}  // namespace zero::internal

@@ -1,0 +1,184 @@
+// shard/plan.cc — the placement plan (shard/internal/plan.h): stage × precision × offload → buffers per unit.
+#include "shard/internal/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "shard/internal/layout.h"
+
+namespace zero::internal {
+
+StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int rank) {
+  PlanPolicy p;
+  p.stage = cfg.zero.stage;
+  p.world = world;
+  p.rank = rank;
+  if (cfg.fp16.enabled) {
+    p.compute = DType::kF16;
+  } else if (cfg.bf16.enabled) {
+    p.compute = DType::kBF16;
+  }
+  if (cfg.communication_data_type.has_value()) {
+    ZERO_ASSIGN_OR_RETURN(p.wire, ParseDType(*cfg.communication_data_type));
+    if (p.wire != DType::kF32 && p.wire != p.compute) {
+      return absl::InvalidArgumentError(absl::StrCat("communication_data_type: \"", *cfg.communication_data_type,
+                                                     "\" must be fp32 or the compute dtype (",
+                                                     std::string(DTypeName(p.compute)), ")"));
+    }
+  }
+  if (cfg.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+      cfg.zero.offload_param.device == OffloadDevice::kNvme) {
+    return absl::UnimplementedError("zero_optimization.offload_*.device \"nvme\": not implemented in zero");
+  }
+  p.offload_optimizer = cfg.zero.offload_optimizer.device == OffloadDevice::kCpu && p.stage >= 1;
+  p.offload_param = cfg.zero.offload_param.device == OffloadDevice::kCpu && p.stage == 3;
+  p.offload_ratio = cfg.zero.offload_optimizer.ratio;
+  if (p.offload_param && p.offload_optimizer && p.offload_ratio < 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.offload_optimizer.ratio: ", p.offload_ratio,
+        " with offload_param.device \"cpu\": the device part of a Twin-Flow step updates parameters in device "
+        "memory, but offload_param keeps them on the host; use ratio 1 or offload_param.device \"none\""));
+  }
+  p.pin_optimizer = cfg.zero.offload_optimizer.pin_memory;
+  p.pin_param = cfg.zero.offload_param.pin_memory;
+  p.accumulation_steps = cfg.accumulation_steps();
+  p.accumulation_mode = cfg.gradient_accumulation_mode;
+  p.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  p.model_persistence_threshold = cfg.zero.stage3_model_persistence_threshold;
+  p.sub_group_size = cfg.zero.sub_group_size;
+  return p;
+}
+
+int64_t PlanPolicy::HostElems(int64_t S) const {
+  if (!offload_optimizer) return 0;
+  if (offload_ratio >= 1.0) return S;
+  const int64_t q = kShardAlignElems;
+  return static_cast<int64_t>(offload_ratio * static_cast<double>(S)) / q * q;
+}
+
+const char* BufferRoleName(BufferRole role) {
+  switch (role) {
+    case BufferRole::kParams: return "params";
+    case BufferRole::kFullGrads: return "full_grads";
+    case BufferRole::kAccumFull: return "accum_full";
+    case BufferRole::kGradShard: return "grad_shard";
+    case BufferRole::kHostGrad: return "host_grad";
+    case BufferRole::kHostMaster: return "host_master";
+    case BufferRole::kMaster: return "master";
+    case BufferRole::kState: return "state";
+    case BufferRole::kHostState: return "host_state";
+  }
+  return "?";
+}
+
+const PlannedBuffer* UnitPlan::Find(BufferRole role, int state_index) const {
+  for (const auto& b : buffers) {
+    if (b.role == role && b.state_index == state_index) return &b;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// One unit's buffers on this rank. `persistent` is decided by the caller (it depends on the units before).
+UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent) {
+  UnitPlan u;
+  u.numel = numel;
+  u.padded = PaddedNumel(numel, p.world);
+  u.shard = u.padded / p.world;
+  u.persistent = persistent;
+  u.sharded_params = p.stage == 3 && !persistent;
+  const DType cd = p.compute;
+  const int64_t owned = std::clamp<int64_t>(numel - static_cast<int64_t>(p.rank) * u.shard, 0, u.shard);
+  const int64_t pad_full = u.padded - numel;
+  const int64_t pad_shard = u.shard - owned;
+  // Optimizer offload splits this rank's range into a host part [0, host_n) and a device part; the padding sits
+  // at the end of the shard, so each part's share of it is what lies past the owned elements.
+  u.host_n = p.HostElems(u.shard);
+  const int64_t range = p.stage == 0 ? u.padded : u.shard;
+  const int64_t n_dev = range - u.host_n;
+  const int64_t pad_range = p.stage == 0 ? pad_full : pad_shard;
+  const int64_t pad_host = std::max<int64_t>(0, u.host_n - owned);
+  const int64_t pad_dev = pad_range - pad_host;
+  u.grad_shard_dtype = p.GradShardDType();
+  auto add = [&](BufferRole role, int64_t elems, DType dtype, MemTier tier, MemTag tag, bool pinned,
+                 int64_t padding, int state_index = -1) {
+    u.buffers.push_back(PlannedBuffer{role, state_index, elems, dtype, tier, tag, pinned, padding});
+  };
+  constexpr MemTier kDev = MemTier::kDevice, kHost = MemTier::kHost;
+  // Parameters.
+  if (u.sharded_params) {
+    add(BufferRole::kParams, u.shard, cd, p.offload_param ? kHost : kDev, MemTag::kParams,
+        p.offload_param && p.pin_param, pad_shard);
+  } else {
+    add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
+  }
+  // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.
+  if (p.stage <= 1) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
+  if (p.Accumulate16() && p.stage == 0) add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
+  if ((p.stage >= 2 || (p.stage == 1 && p.Accumulate16())) && n_dev > 0) {
+    add(BufferRole::kGradShard, n_dev, u.grad_shard_dtype, kDev, MemTag::kGrads, false, pad_dev);
+  }
+  if (u.host_n > 0) {
+    add(BufferRole::kHostGrad, u.host_n, u.grad_shard_dtype, kHost, MemTag::kGrads, p.pin_optimizer, pad_host);
+    if (!p.MasterIsHostParams()) {
+      add(BufferRole::kHostMaster, u.host_n, DType::kF32, kHost, MemTag::kMaster, p.pin_optimizer, pad_host);
+    }
+  }
+  if (p.mixed() && n_dev > 0) add(BufferRole::kMaster, n_dev, DType::kF32, kDev, MemTag::kMaster, false, pad_dev);
+  // Optimizer state.
+  for (int s = 0; s < p.optimizer_states; ++s) {
+    if (n_dev > 0) add(BufferRole::kState, n_dev, DType::kF32, kDev, MemTag::kOptimizer, false, pad_dev, s);
+    if (u.host_n > 0) {
+      add(BufferRole::kHostState, u.host_n, DType::kF32, kHost, MemTag::kOptimizer, p.pin_optimizer, pad_host, s);
+    }
+  }
+  return u;
+}
+
+}  // namespace
+
+StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels) {
+  StagePlan plan;
+  plan.policy = policy;
+  int64_t persistent_total = 0, max_host = 0;
+  for (int64_t numel : numels) {
+    bool persistent = false;
+    if (policy.stage == 3 && numel < policy.persistence_threshold &&
+        persistent_total + numel <= policy.model_persistence_threshold) {
+      persistent = true;
+      persistent_total += numel;
+    }
+    plan.units.push_back(PlanUnit(policy, numel, persistent));
+    max_host = std::max(max_host, plan.units.back().host_n);
+  }
+  // Double-buffered staging for the host step's copy-back: tiles of min(sub_group_size, 1 M) elements, no larger
+  // than the largest host part. With offload_param the parameters are updated where they live: nothing to copy.
+  if (max_host > 0 && !policy.offload_param) {
+    plan.pipeline_tile = static_cast<size_t>(
+        std::min<int64_t>({std::max<int64_t>(policy.sub_group_size, 1), int64_t{1} << 20, max_host}));
+    for (int i = 0; i < 2; ++i) {
+      plan.staging.push_back(PlannedBuffer{BufferRole::kParams, -1, static_cast<int64_t>(plan.pipeline_tile),
+                                           policy.compute, MemTier::kHost, MemTag::kStaging, policy.pin_optimizer, 0});
+    }
+  }
+  return plan;
+}
+
+MemoryReport StagePlan::Report() const {
+  MemoryReport r;
+  auto count = [&r](const PlannedBuffer& b) {
+    MemoryUsage& m = r.usage[static_cast<size_t>(b.tier)][static_cast<size_t>(b.tag)];
+    m.current += b.bytes();
+    m.peak = m.current;
+    r.padding_bytes += b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype));
+  };
+  for (const auto& u : units) {
+    for (const auto& b : u.buffers) count(b);
+  }
+  for (const auto& b : staging) count(b);
+  return r;
+}
+
+}  // namespace zero::internal

@@ -1,0 +1,303 @@
+// shard/step.cc — the sharded optimizer step (shard/internal/step.h).
+#include "shard/internal/step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "zero/logging.h"
+
+namespace zero::internal {
+
+Status ShardedStep::Init() {
+  const Config& cfg = ctx_->cfg;
+  scaler_ = LossScaler::FromConfig(cfg.fp16);
+  if (ctx_->opts.optimizer) {
+    optimizer_ = ctx_->opts.optimizer;
+  } else if (cfg.optimizer.has_value()) {
+    ZERO_ASSIGN_OR_RETURN(auto opt, MakeOptimizer(*cfg.optimizer));
+    optimizer_ = std::move(opt);
+  } else {
+    return absl::InvalidArgumentError(
+        "optimizer: the config has no \"optimizer\" section and EngineOptions::optimizer is null; give one");
+  }
+  const double base_lr = cfg.optimizer.has_value() ? cfg.optimizer->lr : 1e-3;
+  ZERO_ASSIGN_OR_RETURN(scheduler_, MakeLrScheduler(cfg.scheduler, base_lr));
+  return absl::OkStatus();
+}
+
+void ShardedStep::Allocate(const StagePlan& plan) {
+  pipeline_tile_ = plan.pipeline_tile;
+  for (size_t i = 0; i < plan.staging.size(); ++i) opt_staging_.buffers[i] = ctx_->Allocate(plan.staging[i]);
+  last_step_end_ = Clock::now();
+}
+
+Status ShardedStep::CheckReady() const {
+  for (const auto& u : ctx_->units) {
+    if (u.scope_open) {
+      return absl::FailedPreconditionError(absl::StrCat("Step: unit ", u.name(), " still has an open ",
+                                                        u.scope_backward ? "backward" : "forward",
+                                                        " scope (gradients outstanding); close it first"));
+    }
+    if (u.backward_count != 0 && u.backward_count != ctx_->ga()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Step: unit ", u.name(), " ran ", u.backward_count, " backward passes since the last Step but "
+          "gradient_accumulation_steps is ", ctx_->ga(), " (gradients outstanding)"));
+    }
+    if (u.backward_count == 0 && !ctx_->cfg.zero.ignore_unused_parameters) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Step: unit ", u.name(), " received no gradient and zero_optimization.ignore_unused_parameters is false"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status ShardedStep::Drain() {
+  if (ctx_->compute->device()) {
+    // The scopes joined collectives with stream waits, which do not notice a dead or hung peer; this host wait
+    // does (within comm_timeout_s, aborting the communicator), before anything below synchronizes a stream that
+    // would sit behind a hung collective forever.
+    Work fence = ctx_->comm->Fence();
+    if (Status s = fence.Wait(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("Step: waiting for this step's collectives: ", s.message()));
+    }
+  }
+  ZERO_RETURN_IF_ERROR(reducer_->Drain());
+  // Stage 3: release prefetched units nobody opened; adopt this step's order for the next one.
+  if (ctx_->stage() == 3) ZERO_RETURN_IF_ERROR(gathers_->EndStep());
+  return absl::OkStatus();
+}
+
+Status ShardedStep::GradNorm(float red[2]) {
+  EngineContext& c = *ctx_;
+  double local = 0.0;
+  uint64_t local_nonfinite = 0;
+  for (auto& u : c.units) {
+    // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so the
+    // all-reduce adds every element exactly once, as at the other stages.
+    auto [g, gt] = reducer_->OptGrad(u);
+    const int64_t begin = c.stage() == 0 ? static_cast<int64_t>(c.rank) * u.layout.shard : 0;
+    const int64_t owned = u.layout.OwnedElems(c.rank);
+    const int64_t on_host = std::min(owned, u.host_n());
+    // One read-only pass per tier: sum of squares (in double) and the inf/NaN count (zero/mixed_precision.h):
+    // the host part here, the compute-tier part through the compute tier (a kernel on a device).
+    if (on_host > 0) {
+      const GradStatsResult gs = GradStats(u.host_grad.data(), u.grad_shard_dtype(), static_cast<size_t>(on_host));
+      local += gs.sumsq;
+      local_nonfinite += gs.nonfinite;
+    }
+    c.compute->AddGradStats(static_cast<const char*>(g) + begin * DTypeSize(gt), gt, owned - on_host);
+  }
+  const GradStatsResult dev = c.compute->TakeGradStatsSync();
+  ZERO_RETURN_IF_ERROR(c.compute->status());
+  local += dev.sumsq;
+  local_nonfinite += dev.nonfinite;
+  red[0] = static_cast<float>(local);
+  red[1] = local_nonfinite > 0 ? 1.0f : 0.0f;
+  return host_->AllReduceSum(red, 2);
+}
+
+StatusOr<StepResult> ShardedStep::Run() {
+  EngineContext& c = *ctx_;
+  ZERO_RETURN_IF_ERROR(CheckReady());
+  ZERO_RETURN_IF_ERROR(Drain());
+
+  const auto t_norm = Clock::now();
+  float red[2];
+  ZERO_RETURN_IF_ERROR(GradNorm(red));
+  const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
+  c.times.norm_ms += MsSince(t_norm);
+  StepResult result;
+  const double scale = scaler_.scale();
+  result.loss_scale = scale;
+  const double inv = 1.0 / (static_cast<double>(c.ga()) * scale);
+  result.grad_norm = nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(static_cast<double>(red[0])) * inv;
+  result.lr = scheduler_->LrAt(applied_steps_);
+  // The decision: every rank saw the same all-reduced flag, so every rank's scaler decides alike.
+  if (c.cfg.fp16.enabled) {
+    ZERO_RETURN_IF_ERROR(scaler_.Update(nonfinite).status());
+  } else if (nonfinite && c.cfg.bf16.enabled && c.cfg.bf16.nonfinite_grads == NonFinitePolicy::kError) {
+    return absl::DataLossError(
+        absl::StrCat("step ", applied_steps_, ": non-finite gradients on some rank (bf16.nonfinite_grads is \"error\")"));
+  }
+  if (nonfinite) {
+    ++skipped_steps_;
+    ZERO_LOG(WARNING) << "step " << applied_steps_ << ": non-finite gradients on some rank; step skipped ("
+                      << skipped_steps_ << " skipped so far"
+                      << (c.cfg.fp16.enabled ? absl::StrCat(", loss scale now ", scaler_.scale()) : std::string())
+                      << ")";
+    result.skipped = true;
+  } else {
+    double coef = 1.0;
+    if (c.cfg.gradient_clipping > 0 && result.grad_norm > c.cfg.gradient_clipping) {
+      coef = c.cfg.gradient_clipping / (result.grad_norm + 1e-6);
+    }
+    ZERO_RETURN_IF_ERROR(ApplyOptimizer(static_cast<float>(coef * inv), result.lr));
+    ++applied_steps_;
+  }
+  reducer_->ZeroGrads();
+  result.step = applied_steps_;
+  FinishTimes(result);
+  ZERO_RETURN_IF_ERROR(c.compute->status());
+  MaybeLog(result);
+  c.times = StepTimes{};
+  last_step_end_ = Clock::now();
+  return result;
+}
+
+void ShardedStep::FinishTimes(StepResult& result) {
+  StepTimes& t = ctx_->times;
+  const double busy = copies_->busy_ms(), waited = copies_->wait_ms();
+  t.offload_copy_ms = busy - last_copy_busy_ms_;
+  t.offload_wait_ms = waited - last_copy_wait_ms_;
+  last_copy_busy_ms_ = busy;
+  last_copy_wait_ms_ = waited;
+  t.total_ms = MsSince(last_step_end_);
+  // The optimizer's own waits for a staging buffer are inside optimizer_ms already.
+  const double outside_opt_wait = std::max(0.0, t.offload_wait_ms - opt_copy_wait_ms_);
+  t.compute_ms = std::max(0.0, t.total_ms - t.gather_wait_ms - t.reduce_wait_ms - t.norm_ms - t.optimizer_ms -
+                                   t.allgather_ms - outside_opt_wait);
+  opt_copy_wait_ms_ = 0;
+  result.times = t;
+}
+
+Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
+  EngineContext& c = *ctx_;
+  const int stage = c.stage(), rank = c.rank;
+  const DType cd = c.cd();
+  std::vector<Work> gathers;
+  const size_t cds = DTypeSize(cd);
+  const bool stochastic = cd == DType::kBF16 && c.cfg.bf16.stochastic_rounding;
+  const size_t opt_tile = static_cast<size_t>(std::max<int64_t>(c.cfg.zero.sub_group_size, 1));
+  const auto t_opt = Clock::now();
+  const double wait_before = copies_->wait_ms();
+  // Stages 1-2 all-gather each unit's updated slice once it is back in the compute tier. With offload the gather
+  // of unit k is issued after unit k+1's host step, so unit k's last copy runs during that step instead of being
+  // waited for at once (units keep their order, so every rank issues the same sequence).
+  int deferred_unit = -1;
+  CopyStream::Ticket deferred_copy = 0;
+  auto issue_deferred_gather = [&] {
+    if (deferred_unit < 0) return;
+    Unit& d = c.units[deferred_unit];
+    const int64_t dS = d.layout.shard;
+    char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank) * dS * cds;
+    copies_->Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
+    gathers.push_back(c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // refresh in place
+    deferred_unit = -1;
+  };
+  for (size_t ui = 0; ui < c.units.size(); ++ui) {
+    Unit& u = c.units[ui];
+    const int64_t S = u.layout.shard;
+    const int64_t offset = stage == 0 || u.sharded_params() ? 0 : static_cast<int64_t>(rank) * S;
+    char* param_here = static_cast<char*>(u.params.data()) + offset * cds;  // this rank's part, compute dtype
+    // Counter-based randomness keyed by (seed, step, unit, global element): reproducible at any world size.
+    const uint64_t key = c.cfg.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
+                         (static_cast<uint64_t>(ui) << 40);
+    const int64_t first_global = stage == 0 ? 0 : static_cast<int64_t>(rank) * S;
+    const int64_t hn = u.host_n(), n_dev = (stage == 0 ? u.layout.padded : S) - hn;
+    ShardUpdate base;
+    base.grad_scale = grad_scale;
+    base.step = applied_steps_ + 1;
+    base.lr = lr;
+    base.param_out_dtype = cd;
+    // The device part [host_n, range): the optimizer over compute-tier buffers (all of it without offload).
+    if (n_dev > 0) {
+      ShardUpdate up = base;
+      char* params_dev = param_here + hn * cds;
+      std::vector<float*> states;
+      for (auto& b : u.state) states.push_back(b.as<float>());
+      up.state = states.data();
+      std::tie(up.grad, up.grad_dtype) = reducer_->OptGrad(u);
+      up.n = n_dev;
+      if (c.mixed()) {
+        up.master = u.master.as<float>();
+        up.param_out = stochastic ? nullptr : params_dev;  // fused 16-bit write-back (round to nearest even)
+      } else {
+        up.master = reinterpret_cast<float*>(params_dev);  // fp32: the parameters are the master
+      }
+      c.compute->Update(*optimizer_, up, c.threads, opt_tile);
+      if (stochastic) {
+        c.compute->StochasticRound(up.master, reinterpret_cast<uint16_t*>(params_dev), up.n, key, first_global + hn);
+      }
+    }
+    // The host part [0, host_n): the optimizer over host-tier buffers, the updated parameters streamed back to
+    // the compute tier tile by tile (offload/host_step.h).
+    CopyStream::Ticket copied = 0;
+    if (hn > 0) {
+      HostStep hs;
+      hs.u = base;
+      std::vector<float*> states;
+      for (auto& b : u.host_state) states.push_back(b.as<float>());
+      hs.u.state = states.data();
+      hs.u.grad = u.host_grad.data();
+      hs.u.grad_dtype = u.grad_shard_dtype();
+      hs.u.n = hn;
+      if (c.policy.MasterIsHostParams()) {
+        hs.u.master = reinterpret_cast<float*>(param_here);  // fp32 host shard: the parameters are the master
+      } else {
+        hs.u.master = u.host_master.as<float>();
+        hs.u.param_out_dtype = cd;  // f32 when computing in fp32: a plain copy of the updated master
+        if (c.policy.offload_param) {
+          hs.param_host = param_here;  // the parameters live on the host: written in place, nothing to copy
+        } else {
+          hs.u.param_out = param_here;
+        }
+      }
+      if (c.compute->device()) {
+        hs.copy_to_compute = [t = c.compute.get()](void* d, const void* src, size_t b) {
+          t->CopyInOnCopyStream(d, src, b);
+        };
+      }
+      hs.threads = c.threads;
+      hs.optimizer_tile = opt_tile;
+      hs.pipeline_tile = pipeline_tile_;
+      hs.stochastic = stochastic;
+      hs.stochastic_key = key;
+      hs.first_index = first_global;
+      copied = RunHostStep(*optimizer_, hs, *copies_, opt_staging_);
+    }
+    if (stage >= 1 && !u.sharded_params()) {
+      issue_deferred_gather();  // the previous unit's
+      deferred_unit = static_cast<int>(ui);
+      deferred_copy = copied;
+      if (copied == 0) issue_deferred_gather();  // nothing to wait for: refresh at once
+    }
+  }
+  issue_deferred_gather();
+  copies_->Sync();  // stage 3: the next forward's gathers read the copied-back shards
+  opt_copy_wait_ms_ += copies_->wait_ms() - wait_before;
+  c.times.optimizer_ms += MsSince(t_opt);
+  const auto t_ag = Clock::now();
+  for (auto& g : gathers) {
+    Status s = c.compute->Join(g);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("all-gather of updated parameters: ", s.message()));
+  }
+  c.times.allgather_ms += MsSince(t_ag);
+  return absl::OkStatus();
+}
+
+// steps_per_print: a progress line from rank 0; with wall_clock_breakdown, where the time went.
+void ShardedStep::MaybeLog(const StepResult& r) const {
+  const Config& cfg = ctx_->cfg;
+  const int64_t every = cfg.steps_per_print.value_or(0);
+  const int64_t n = applied_steps_ + skipped_steps_;
+  if (ctx_->rank != 0 || every <= 0 || n % every != 0) return;
+  std::string line = absl::StrCat("step ", n, ": lr ", r.lr, ", grad_norm ", r.grad_norm, ", loss_scale ",
+                                  r.loss_scale, ", skipped ", skipped_steps_);
+  if (cfg.wall_clock_breakdown) {
+    const StepTimes& t = r.times;
+    absl::StrAppend(&line, " | ms: total ", t.total_ms, ", compute ", t.compute_ms, ", gather_wait ",
+                    t.gather_wait_ms, ", reduce_wait ", t.reduce_wait_ms, ", norm ", t.norm_ms, ", optimizer ",
+                    t.optimizer_ms, ", allgather ", t.allgather_ms);
+    if (ctx_->policy.offload_optimizer || ctx_->policy.offload_param) {
+      absl::StrAppend(&line, " | offload ms: copy stream busy ", t.offload_copy_ms, " (overlapped), waited ",
+                      t.offload_wait_ms);
+    }
+  }
+  ZERO_LOG(INFO) << line;
+}
+
+}  // namespace zero::internal
