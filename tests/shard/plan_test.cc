@@ -153,7 +153,9 @@ TEST_P(PlanTableTest, FormulasHoldAtEveryWorldSizeAndRank) {
           ASSERT_TRUE(b.elems == u.padded || b.elems == u.shard) << internal::BufferRoleName(b.role);
           (b.elems == u.padded && u.padded != u.shard ? full_bytes_per_pad : shard_bytes_per_pad) +=
               DTypeSize(b.dtype);
-          if (b.tier == MemTier::kDevice) EXPECT_FALSE(b.pinned);
+          if (b.tier == MemTier::kDevice) {
+            EXPECT_FALSE(b.pinned);
+          }
         }
         break;  // the first unit's roles are every unit's
       }
@@ -182,7 +184,7 @@ std::vector<PlanCase> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Plan, PlanTableTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& i) {
                            const PlanCase& c = i.param;
-                           return absl::StrCat("stage", c.stage, "_", DTypeName(c.cd), "_", OffloadName(c.off), "_",
+                           return absl::StrCat("stage", c.stage, "_", std::string(DTypeName(c.cd)), "_", OffloadName(c.off), "_",
                                                c.mode == GradAccumulationMode::kLowMemory ? "lowmem" : "lowcomm",
                                                "_ga", c.ga);
                          });
