@@ -103,6 +103,22 @@ struct StepResult {
   StepTimes times;
 };
 
+// How Finalize and CopyIn make the ranks agree on a parameter's values. Every rank evaluates the values itself;
+// a forgotten seed (torch's process-wide generator, a rank-dependent RNG) would otherwise train a different
+// model on every rank, and at stage 3 a patchwork of the ranks' shards. PyTorch DDP broadcasts rank 0's
+// parameters when it wraps a model; FSDP's sync_module_states does the same.
+enum class InitialValueSync {
+  // Default: a 64-bit hash of each rank's values per parameter is all-gathered (8 bytes per rank); where any
+  // rank's differs, rank 0's values are broadcast (one parameter at a time) and every rank keeps its part of
+  // them. The parameters that differed are logged once.
+  kFromRank0,
+  // The same hash check, but a difference is an error (kFailedPrecondition) on every rank, naming the first
+  // differing parameter and the ranks whose values are not rank 0's.
+  kRequireEqual,
+  // No check and no collective: for trainers that guarantee agreement (CopyIn is then local to the rank).
+  kTrust,
+};
+
 struct EngineOptions {
   // Threads for this rank's optimizer step (0 = hardware threads / ranks on this host, at least 1).
   int cpu_threads = 0;
@@ -119,6 +135,8 @@ struct EngineOptions {
   // must equal it. Engine::Create makes it the calling thread's current device; call the engine, and launch
   // the trainer's kernels, from a thread with that device current.
   int cuda_device = -1;
+  // Finalize's and CopyIn's agreement on parameter values across ranks (see InitialValueSync).
+  InitialValueSync initial_value_sync = InitialValueSync::kFromRank0;
 };
 
 class Engine;
@@ -169,10 +187,13 @@ class Engine {
 
   // Lays out and pads every unit, allocates this rank's state, evaluates `init`, and checks that every rank
   // registered the same units, names, shapes and order (a hash exchange, then the first difference is named).
-  // Collective.
+  // The ranks then agree on every parameter's values as EngineOptions::initial_value_sync says (by default
+  // rank 0's values win). Collective.
   Status Finalize(const ParamInit& init);
 
-  // Copies a full parameter's values (fp32, numel elements) in after Finalize; each rank keeps its part.
+  // Copies a full parameter's values (fp32, numel elements) in after Finalize; each rank keeps its part. The
+  // ranks agree on the values as in Finalize, so it is collective (every rank, same order) unless
+  // initial_value_sync is kTrust.
   Status CopyIn(UnitId unit, const std::string& param, const float* values);
 
   // Opens a forward scope: gathers the unit if it is sharded (stage 3), waiting for a prefetch if one is in

@@ -23,10 +23,11 @@ std::string DescribeRegistration(const std::vector<UnitLayout>& units) {
   return out;
 }
 
-uint64_t Fnv1a64(const std::string& s) {
+uint64_t Fnv1a64(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
+  for (size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
     h *= 1099511628211ull;
   }
   return h;
@@ -51,6 +52,21 @@ Status HostCollectives::AllReduceSum(float* buf, size_t n) {
   ZERO_RETURN_IF_ERROR(
       comm_->AllReduce(reduce_scratch_.data(), n, DType::kF32, ReduceOp::kSum, compute_->stream()).Wait());
   compute_->CopyToHostSync(buf, reduce_scratch_.data(), n * 4);
+  return compute_->status();
+}
+
+Status HostCollectives::Broadcast(float* buf, size_t n, int root) {
+  if (n == 0) return absl::OkStatus();
+  if (!compute_->device()) return comm_->Broadcast(buf, n, DType::kF32, root).Wait();
+  const size_t chunk = std::min(n, kBroadcastChunk);
+  Buffer d = compute_->Alloc(MemTag::kStaging, chunk * 4);
+  ZERO_RETURN_IF_ERROR(compute_->status());
+  for (size_t off = 0; off < n; off += chunk) {
+    const size_t m = std::min(chunk, n - off);
+    if (comm_->rank() == root) compute_->CopyFromHostSync(d.data(), buf + off, m * 4);
+    ZERO_RETURN_IF_ERROR(comm_->Broadcast(d.data(), m, DType::kF32, root, compute_->stream()).Wait());
+    compute_->CopyToHostSync(buf + off, d.data(), m * 4);
+  }
   return compute_->status();
 }
 

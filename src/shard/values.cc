@@ -1,10 +1,14 @@
-// shard/values.cc — values in and out of the engine: Finalize's initial values, CopyIn, GatherParam.
+// shard/values.cc — values in and out of the engine: Finalize's initial values, CopyIn, GatherParam, and the
+// ranks' agreement on the values that come in (EngineOptions::initial_value_sync).
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "shard/internal/engine_impl.h"
+#include "zero/logging.h"
 
 namespace zero {
 
@@ -22,24 +26,78 @@ void Engine::Impl::ToCompute(const float* values, const Buffer& in, void* dst, D
 }
 
 Status Engine::Impl::InitialValues(const ParamInit& init) {
+  std::vector<std::string> differed;
   for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
-    for (const auto& slot : ctx.units[ui].layout.params) {
-      std::vector<float> values(slot.numel);
-      if (init) init(ctx.units[ui].name(), slot.spec, values.data());
-      ZERO_RETURN_IF_ERROR(CopyIn(static_cast<UnitId>(ui), slot.spec.name, values.data()));
+    const Unit& u = ctx.units[ui];
+    for (const auto& slot : u.layout.params) {
+      std::vector<float> values(slot.numel);  // one parameter at a time: the most any rank holds beyond its part
+      if (init) init(u.name(), slot.spec, values.data());
+      ZERO_ASSIGN_OR_RETURN(const std::vector<int> ranks, DifferingRanks(u, slot, values.data(), "Finalize"));
+      if (!ranks.empty()) {
+        ZERO_RETURN_IF_ERROR(host.Broadcast(values.data(), values.size(), 0));
+        if (differed.size() < 8) {
+          differed.push_back(absl::StrCat(u.name(), ".", slot.spec.name, " (ranks ", absl::StrJoin(ranks, ","), ")"));
+        } else if (differed.size() == 8) {
+          differed.push_back("...");
+        }
+      }
+      ZERO_RETURN_IF_ERROR(Place(static_cast<UnitId>(ui), slot, values.data()));
     }
+  }
+  if (!differed.empty() && ctx.rank == 0) {
+    ZERO_LOG(WARNING) << "Finalize: the ranks' initial values differed for " << absl::StrJoin(differed, ", ")
+                      << "; every rank now holds rank 0's values (EngineOptions::initial_value_sync; seed every "
+                         "rank's initializer alike to skip the broadcast)";
   }
   return absl::OkStatus();
 }
 
+StatusOr<std::vector<int>> Engine::Impl::DifferingRanks(const Unit& u, const internal::ParamSlot& slot,
+                                                        const float* values, const char* what) {
+  std::vector<int> ranks;
+  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1) return ranks;
+  const uint64_t h = internal::Fnv1a64(values, static_cast<size_t>(slot.numel) * sizeof(float));
+  float send[2];
+  std::memcpy(send, &h, sizeof(h));
+  std::vector<float> recv(2 * ctx.world);
+  ZERO_RETURN_IF_ERROR(host.AllGather(send, recv.data(), 2));
+  uint64_t h0;
+  std::memcpy(&h0, recv.data(), sizeof(h0));
+  for (int r = 1; r < ctx.world; ++r) {
+    uint64_t hr;
+    std::memcpy(&hr, recv.data() + 2 * r, sizeof(hr));
+    if (hr != h0) ranks.push_back(r);
+  }
+  if (!ranks.empty() && ctx.opts.initial_value_sync == InitialValueSync::kRequireEqual) {
+    // Every rank saw the same hashes, so every rank fails here alike.
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the values of unit ", u.name(), " parameter ", slot.spec.name, " differ across ranks: ",
+        ranks.size() > 1 ? "ranks " : "rank ", absl::StrJoin(ranks, ","), ranks.size() > 1 ? " hold" : " holds",
+        " other values than rank 0 (a rank-dependent seed?); initial_value_sync is kRequireEqual (kFromRank0 takes "
+        "rank 0's values instead)"));
+  }
+  return ranks;
+}
+
 Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* values) {
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
-  Unit& u = ctx.units[id];
-  const internal::ParamSlot* found = u.Slot(name);
-  if (found == nullptr) {
+  const Unit& u = ctx.units[id];
+  const internal::ParamSlot* slot = u.Slot(name);
+  if (slot == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.name(), " has no parameter \"", name, "\""));
   }
-  const internal::ParamSlot& slot = *found;
+  ZERO_ASSIGN_OR_RETURN(const std::vector<int> ranks, DifferingRanks(u, *slot, values, "CopyIn"));
+  if (ranks.empty()) return Place(id, *slot, values);
+  ZERO_LOG_ONCE(WARNING) << "CopyIn: the ranks' values of unit " << u.name() << " parameter " << name
+                         << " differed (ranks " << absl::StrJoin(ranks, ",") << " against rank 0); every rank now "
+                         << "holds rank 0's (logged once)";
+  std::vector<float> agreed(values, values + slot->numel);
+  ZERO_RETURN_IF_ERROR(host.Broadcast(agreed.data(), agreed.size(), 0));
+  return Place(id, *slot, agreed.data());
+}
+
+Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const float* values) {
+  Unit& u = ctx.units[id];
   const DType cd = ctx.cd();
   const size_t cds = DTypeSize(cd);
   if (!u.sharded_params()) {

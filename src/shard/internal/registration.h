@@ -24,6 +24,10 @@ class HostCollectives {
   Status AllGather(const float* send, float* recv, size_t n);
   // Every step (the norm): the device scratch is kept, so the steady state allocates nothing.
   Status AllReduceSum(float* buf, size_t n);
+  // Rank `root`'s n values into every rank's `buf`. On the CUDA engine through a device buffer of at most
+  // kBroadcastChunk elements at a time, so no rank holds more than that beyond `buf`.
+  Status Broadcast(float* buf, size_t n, int root);
+  static constexpr size_t kBroadcastChunk = size_t{1} << 20;
   // All-gather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
   StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine);
 
@@ -33,9 +37,12 @@ class HostCollectives {
   Buffer reduce_scratch_;  // CUDA engine: the norm's all-reduce
 };
 
+// FNV-1a over bytes: the registration hash and the per-parameter value hash of InitialValueSync.
+uint64_t Fnv1a64(const void* data, size_t bytes);
+
 // Canonical text of a registration, one line per parameter, used for the cross-rank agreement check.
 std::string DescribeRegistration(const std::vector<UnitLayout>& units);
-uint64_t Fnv1a64(const std::string& s);
+inline uint64_t Fnv1a64(const std::string& s) { return Fnv1a64(s.data(), s.size()); }
 
 // Finalize's check: the ranks' registration hashes agree, or the first differing line against rank 0's is
 // named ("rank 0 has `unit h.1 param w shape [4,4]` where rank 2 has `... [4,5]`"). Collective.
