@@ -33,6 +33,34 @@ uint64_t Fnv1a64(const void* data, size_t bytes) {
   return h;
 }
 
+uint64_t HashValues(const float* values, size_t n) {
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;  // odd: multiplication by it is a bijection mod 2^64
+  uint64_t lane[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull, 0x082EFA98EC4E6C89ull};
+  const size_t words = n / 2;  // two floats per 64-bit word
+  size_t i = 0;
+  for (; i + 4 <= words; i += 4) {
+    for (int l = 0; l < 4; ++l) {
+      uint64_t w;
+      std::memcpy(&w, values + 2 * (i + l), 8);
+      lane[l] = (lane[l] ^ w) * kMul;
+      lane[l] ^= lane[l] >> 29;
+    }
+  }
+  uint64_t h = static_cast<uint64_t>(n) * kMul;
+  for (; i < words; ++i) {
+    uint64_t w;
+    std::memcpy(&w, values + 2 * i, 8);
+    h = ((h ^ w) * kMul) ^ (h >> 31);
+  }
+  if (n % 2 != 0) {
+    uint32_t w;
+    std::memcpy(&w, values + n - 1, 4);
+    h = ((h ^ w) * kMul) ^ (h >> 31);
+  }
+  for (uint64_t l : lane) h = ((h ^ l) * kMul) ^ (h >> 31);
+  return h;
+}
+
 Status HostCollectives::AllGather(const float* send, float* recv, size_t n) {
   if (!compute_->device()) return comm_->AllGather(send, recv, n, DType::kF32).Wait();
   const int world = comm_->world_size();

@@ -56,7 +56,7 @@ StatusOr<std::vector<int>> Engine::Impl::DifferingRanks(const Unit& u, const int
                                                         const float* values, const char* what) {
   std::vector<int> ranks;
   if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1) return ranks;
-  const uint64_t h = internal::Fnv1a64(values, static_cast<size_t>(slot.numel) * sizeof(float));
+  const uint64_t h = internal::HashValues(values, static_cast<size_t>(slot.numel));
   float send[2];
   std::memcpy(send, &h, sizeof(h));
   std::vector<float> recv(2 * ctx.world);

@@ -37,8 +37,12 @@ class HostCollectives {
   Buffer reduce_scratch_;  // CUDA engine: the norm's all-reduce
 };
 
-// FNV-1a over bytes: the registration hash and the per-parameter value hash of InitialValueSync.
+// FNV-1a over bytes: the registration hash.
 uint64_t Fnv1a64(const void* data, size_t bytes);
+// The per-parameter value hash of InitialValueSync: every bit of every value counts (-0 and +0, NaN payloads);
+// four independent 64-bit multiply-xor lanes over 8-byte words, so it runs near memory speed where a bytewise
+// FNV-1a would add about 40 % to Finalize (measured on the small GPT, bench/results/initial-value-sync.md).
+uint64_t HashValues(const float* values, size_t n);
 
 // Canonical text of a registration, one line per parameter, used for the cross-rank agreement check.
 std::string DescribeRegistration(const std::vector<UnitLayout>& units);
