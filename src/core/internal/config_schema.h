@@ -6,10 +6,9 @@
 //   const AliasSpec* a = FindAlias("zero_optimization.prefetch_bucket_size");
 //
 // A row holds a key's dotted path, its type, DeepSpeed's default (from DeepSpeed's source, not its docs, which
-// disagree in places; see /work/shared/research/deepspeed.md §1.4), the rule the value must satisfy, whether
-// zero implements it, whether "auto" is accepted, where the value is stored in zero::Config, and a one-line
-// description. Cross-key rules cannot live in one row; they are listed in CrossRules() with the text that
-// both the error messages and the reference use.
+// disagree in places), the rule the value must satisfy, whether zero implements it, whether "auto" is accepted,
+// where the value is stored in zero::Config, and a one-line description. Cross-key rules cannot live in one row;
+// they are listed in CrossRules() with the text that both the error messages and the reference use.
 #pragma once
 
 #include <cmath>
