@@ -38,7 +38,7 @@ enum class KeyType : uint8_t {
 // Whether zero does what the key asks.
 enum class Support : uint8_t {
   kYes,       // implemented (enum values listed in `unimplemented` excepted)
-  kOffOnly,   // DeepSpeed feature zero lacks: accepted only at its off/default value, else "not implemented"
+  kOffOnly,   // DeepSpeed feature zero lacks: accepted only at its off/default value, else kUnimplemented
   kNoEffect,  // accepted at any valid value but changes nothing in zero (a warning names it when not default)
   kIgnored,   // a top-level section of another DeepSpeed subsystem: accepted with a one-line warning
   kRejected,  // known to DeepSpeed and always an error here, with the message in `note` (max_grad_norm)
