@@ -5,7 +5,8 @@
 //   zero-config --default                  # Config::Default() with every default filled in
 //   zero-config --reference > docs/config.md   # the markdown reference generated from the schema table
 //
-// Invalid configs exit 1 with every problem on stderr (key path, value, rule); bad usage exits 2. Warnings
+// Invalid configs exit 1 with every problem on stderr (key path, value, rule), as do configs that ask for
+// DeepSpeed features zero does not implement (said so on stderr); bad usage exits 2. Warnings
 // (deprecated spellings, ignored DeepSpeed sections, keys without effect) go to stderr through zero's logger.
 #include <cstdio>
 #include <cstdlib>
@@ -78,7 +79,10 @@ int main(int argc, char** argv) {
     return zero::Config::FromJsonFile(file);
   }();
   if (!cfg.ok()) {
-    std::cerr << "zero-config: invalid config:\n" << cfg.status().message() << "\n";
+    // A DeepSpeed-valid config that zero cannot run is not "invalid": say which it is.
+    const bool unimplemented = cfg.status().code() == absl::StatusCode::kUnimplemented;
+    std::cerr << "zero-config: " << (unimplemented ? "not implemented in zero" : "invalid config") << ":\n"
+              << cfg.status().message() << "\n";
     return 1;
   }
   if (world != 0) {

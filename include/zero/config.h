@@ -9,7 +9,7 @@
 // src/core/config_schema.cc; the parser, the validator, ToJson, `zero-config --reference` and docs/config.md
 // (the reference, checked by a test) all come from it. Unknown keys are errors with the JSON path and a "did
 // you mean"; keys DeepSpeed knows that zero does not implement are accepted only at their "off"/default value
-// (and are otherwise "not implemented in zero" errors); sections of other
+// (and are otherwise kUnimplemented "not implemented in zero" errors); sections of other
 // DeepSpeed subsystems (tensorboard, wandb, flops_profiler, ...) are accepted with a warning that zero
 // ignores them. Deprecated aliases map to current keys with a warning. Nothing is silently ignored.
 #pragma once
@@ -34,8 +34,8 @@ enum class OffloadDevice : uint8_t { kNone, kCpu, kNvme };
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;
-  bool pin_memory = false;
+  std::string nvme_path;   // NVMe offload only; zero lacks it, so always empty
+  bool pin_memory = true;  // page-locked host buffers where the build and the machine allow it
   int64_t buffer_count = 4;
   bool fast_init = false;
   double ratio = 1.0;  // fraction of each shard updated on the host (Twin-Flow, stage 3 only when < 1)
@@ -47,8 +47,8 @@ struct OffloadOptimizerConfig {
 
 struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;
-  bool pin_memory = false;
+  std::string nvme_path;   // NVMe offload only; zero lacks it, so always empty
+  bool pin_memory = true;  // page-locked host buffers where the build and the machine allow it
   int64_t buffer_count = 5;
   int64_t buffer_size = 100'000'000;
   int64_t max_in_cpu = 1'000'000'000;
@@ -152,10 +152,9 @@ struct ActivationCheckpointingConfig {
   bool operator==(const ActivationCheckpointingConfig&) const = default;
 };
 
-// Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py). Parsed and
-// validated so DeepSpeed configs load; zero has no NVMe tier yet, so nothing reads them (docs/config.md).
+// Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py). zero has no NVMe
+// tier yet, so only DeepSpeed's defaults are accepted (others are kUnimplemented) and nothing reads them.
 struct AioConfig {
-  std::string io_backend = "async_io";  // "async_io" or "posix"
   int64_t block_size = 1'048'576;       // bytes, a power of 2
   int64_t queue_depth = 8;
   int64_t intra_op_parallelism = 1;     // DeepSpeed's older name: thread_count
@@ -193,7 +192,8 @@ class Config {
   AioConfig aio;
 
   // Parses and validates everything that needs no world size. Errors: kInvalidArgument with the JSON path,
-  // the value and the rule (malformed JSON: line and column).
+  // the value and the rule (malformed JSON: line and column); kUnimplemented when every problem is a DeepSpeed
+  // feature zero does not implement ("<path>: not implemented in zero; got <value>").
   static StatusOr<Config> FromJsonString(const std::string& json);
   static StatusOr<Config> FromJsonFile(const std::string& path);
   // The built-in default config (stage 0, fp32, AdamW) used by demos.
@@ -201,7 +201,8 @@ class Config {
 
   // Fills a key that was "auto" (dotted path, e.g. "zero_optimization.reduce_bucket_size"; DeepSpeed's alias
   // spellings such as "zero_optimization.prefetch_bucket_size" are accepted too). kNotFound if the key was not
-  // "auto"; kInvalidArgument if the value breaks the key's rule or a cross-key rule (then nothing changes).
+  // "auto"; kInvalidArgument if the value breaks the key's rule or a cross-key rule, kUnimplemented if zero lacks
+  // the feature the value asks for (then nothing changes).
   // An integer key accepts a double only when it is integral (8.0 yes, 3.5 no), as in the JSON.
   [[nodiscard]] Status Resolve(const std::string& path, double value);
   [[nodiscard]] Status Resolve(const std::string& path, const std::string& value);

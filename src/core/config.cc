@@ -186,7 +186,7 @@ class ConfigParser {
     p.ApplyDefaults("");
     p.Walk(root, "", "");
     p.AfterWalk();
-    if (!p.errors_.empty()) return absl::InvalidArgumentError(JoinLines(p.errors_));
+    if (!p.errors_.empty()) return p.ErrorStatus();
     c.warnings_ = p.warnings_;
     for (const std::string& w : p.warnings_) ZERO_LOG(WARNING) << "config: " << w;
     return c;
@@ -212,7 +212,7 @@ class ConfigParser {
       p.ApplyDerived();
       p.CrossCheck(/*world_size=*/0);
     }
-    if (!p.errors_.empty()) return absl::InvalidArgumentError(JoinLines(p.errors_));
+    if (!p.errors_.empty()) return p.ErrorStatus();
     for (const std::string& w : p.warnings_) {
       ZERO_LOG(WARNING) << "config: " << w;
       copy.warnings_.push_back(w);
@@ -233,7 +233,7 @@ class ConfigParser {
     }
     p.CrossCheck(world_size);
     if (copy.unresolved_.empty()) p.DeriveBatch(world_size);
-    if (!p.errors_.empty()) return absl::InvalidArgumentError(JoinLines(p.errors_));
+    if (!p.errors_.empty()) return p.ErrorStatus();
     *config = std::move(copy);
     return absl::OkStatus();
   }
@@ -314,6 +314,17 @@ class ConfigParser {
   }
 
   void Error(std::string msg) { errors_.push_back(std::move(msg)); }
+  // A value DeepSpeed accepts that asks for a feature zero lacks: the config is valid, zero cannot run it.
+  void NotImplemented(std::string msg) {
+    errors_.push_back(std::move(msg));
+    ++not_implemented_;
+  }
+  // kUnimplemented only when every problem is a missing feature, so that callers can tell "fix your config"
+  // from "zero cannot do this yet"; any invalid value makes the whole config invalid.
+  Status ErrorStatus() const {
+    const std::string msg = JoinLines(errors_);
+    return not_implemented_ == errors_.size() ? absl::UnimplementedError(msg) : absl::InvalidArgumentError(msg);
+  }
   void Warn(std::string msg) { warnings_.push_back(std::move(msg)); }
 
   bool Given(const std::string& canon) const { return c_->given_.count(canon) != 0; }
@@ -390,7 +401,7 @@ class ConfigParser {
       }
       const KeySpec* k = FindKey(canon);
       if (k == nullptr) {
-        Error(spelled + ": unknown key" + Suggest(canon_prefix, key, spelled_prefix));
+        Error(spelled + ": " + UnknownKeyText(canon_prefix, key, spelled_prefix));
         continue;
       }
       if (k->support == Support::kIgnored) {
@@ -416,6 +427,19 @@ class ConfigParser {
       }
       ApplyLeaf(*k, val, spelled);
     }
+  }
+
+  // Why `key` under `canon_prefix` is not accepted. A top-level key nested in a section (aio under
+  // zero_optimization) is named as such: a "did you mean" would suggest whatever sibling happens to be closest.
+  std::string UnknownKeyText(const std::string& canon_prefix, const std::string& key,
+                             const std::string& spelled_prefix) {
+    if (!canon_prefix.empty()) {
+      // Top-level rows and aliases have no dot, so the bare key finds exactly them.
+      if (FindKey(key) != nullptr || FindAlias(key) != nullptr) {
+        return "\"" + key + "\" is a top-level key, not part of " + spelled_prefix;
+      }
+    }
+    return "unknown key" + Suggest(canon_prefix, key, spelled_prefix);
   }
 
   // " (did you mean \"x\"?)" for an unknown key: the closest sibling by edit distance, else a known key of the
@@ -483,12 +507,17 @@ class ConfigParser {
     }
     std::string why;
     Json norm;
-    if (!Normalize(k, val, &norm, &why)) {
-      Error(spelled + ": " + why);
+    bool not_implemented = false;
+    if (!Normalize(k, val, &norm, &why, &not_implemented)) {
+      if (not_implemented) {
+        NotImplemented(spelled + ": " + why);
+      } else {
+        Error(spelled + ": " + why);
+      }
       return;
     }
     if (k.support == Support::kOffOnly && !IsOff(k, norm)) {
-      Error(spelled + ": not implemented in zero; got " + Show(val) + " (accepted: " + OffText(k) + ")");
+      NotImplemented(spelled + ": not implemented in zero; got " + Show(val) + " (accepted: " + OffText(k) + ")");
       return;
     }
     if (k.support == Support::kNoEffect && norm != Json::parse(k.default_json)) {
@@ -527,8 +556,9 @@ class ConfigParser {
   }
 
   // Checks `v` against the row's type and rule and converts it to the stored form (int64 for integers, the
-  // canonical spelling for enums). On failure `why` says "must be <rule>; got <value>".
-  bool Normalize(const KeySpec& k, const Json& v, Json* out, std::string* why) {
+  // canonical spelling for enums). On failure `why` says "must be <rule>; got <value>", or, for an enum value
+  // DeepSpeed has and zero does not implement, "not implemented in zero; ..." with *not_implemented set.
+  bool Normalize(const KeySpec& k, const Json& v, Json* out, std::string* why, bool* not_implemented = nullptr) {
     auto fail = [&](const std::string& extra = "") {
       *why = "must be " + RuleText(k) + "; got " + Show(v) + extra;
       return false;
@@ -604,6 +634,7 @@ class ConfigParser {
         for (const std::string& c : SplitList(k.unimplemented)) {
           if (same(c) || Lower(c) == Lower(s)) {
             *why = "not implemented in zero; got " + Show(v) + " (accepted: " + RuleText(k) + ")";
+            if (not_implemented != nullptr) *not_implemented = true;
             return false;
           }
         }
@@ -714,12 +745,13 @@ class ConfigParser {
   // Everything after the walk: deprecated pin memory, required types, params that belong to another type,
   // the Adam rule, derived defaults, cross-key rules.
   void AfterWalk() {
-    if (pin_value_) {
-      Warn(pin_alias_ + ": deprecated DeepSpeed key, read as pin_memory true for offload_optimizer and "
-                        "offload_param where not given");
+    // false matters too: pin_memory defaults to true, so the old key may be what turns pinning off.
+    if (!pin_alias_.empty()) {
+      Warn(pin_alias_ + ": deprecated DeepSpeed key, read as pin_memory " + (pin_value_ ? "true" : "false") +
+           " for offload_optimizer and offload_param where not given");
       for (const char* p :
            {"zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory"}) {
-        if (!Given(p)) ApplyLeaf(*FindKey(p), Json(true), pin_alias_);
+        if (!Given(p)) ApplyLeaf(*FindKey(p), Json(pin_value_), pin_alias_);
       }
     }
     const std::string& type_rule = FindRule("type_required").text;
@@ -892,6 +924,7 @@ class ConfigParser {
 
   Config* c_;
   std::vector<std::string> errors_;
+  size_t not_implemented_ = 0;  // how many of errors_ are NotImplemented
   std::vector<std::string> warnings_;
   std::string pin_alias_;
   bool pin_value_ = false;

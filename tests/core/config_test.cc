@@ -65,6 +65,16 @@ class ConfigTest : public ::testing::Test {
     for (const std::string& p : parts) EXPECT_THAT(msg, HasSubstr(p)) << json;
     return msg;
   }
+
+  // The config is valid for DeepSpeed but asks for a feature zero lacks: kUnimplemented, the message naming the
+  // key and saying it is not implemented in zero.
+  static void ExpectNotImplemented(const std::string& json, const std::string& path) {
+    StatusOr<Config> c = Config::FromJsonString(json);
+    EXPECT_FALSE(c.ok()) << "accepted: " << json;
+    if (c.ok()) return;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << c.status();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(path + ": not implemented in zero")) << json;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -234,7 +244,7 @@ TEST_F(ConfigTest, AdamWWithAdamWModeFalseIsRejected) {
 
 TEST_F(ConfigTest, OptimizerTypeRules) {
   EXPECT_EQ(MustParse(R"({"optimizer": {"type": "sgd", "params": {"momentum": 0.9}}})").optimizer->type, "SGD");
-  ExpectRejected(R"({"optimizer": {"type": "Lamb"}})", {"optimizer.type", "not implemented in zero", "\"Lamb\""});
+  ExpectNotImplemented(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type");
   ExpectRejected(R"({"optimizer": {"type": "AdamX"}})", {"optimizer.type", "\"AdamX\"", "did you mean"});
   ExpectRejected(R"({"optimizer": {"params": {"lr": 0.1}}})", {"optimizer.type", "required"});
 }
@@ -281,7 +291,7 @@ TEST_F(ConfigTest, SchedulerParamsPerTypeAsInDeepSpeedsLrSchedules) {
   ExpectRejected(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
                  {"scheduler.params.warmup_type", "\"cosine\"", "`log`"});
   ExpectRejected(R"({"scheduler": {"type": "WarmupLr"}})", {"scheduler.type", "did you mean \"WarmupLR\""});
-  ExpectRejected(R"({"scheduler": {"type": "OneCycle"}})", {"scheduler.type", "not implemented in zero"});
+  ExpectNotImplemented(R"({"scheduler": {"type": "OneCycle"}})", "scheduler.type");
   Config warn = MustParse(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10,
                               "warmup_num_steps": 100}}})");
   EXPECT_TRUE(HasWarning(warn, "scheduler.params.total_num_steps"));
@@ -429,8 +439,11 @@ TEST_F(ConfigTest, OffloadRatioRules) {
 }
 
 TEST_F(ConfigTest, PowerOfTwoAndEvenRules) {
+  // The rule is checked before support: an invalid block size is invalid, a valid one other than the default
+  // is not implemented (no NVMe tier).
   ExpectRejected(R"({"aio": {"block_size": 1000000}})", {"aio.block_size", "1000000", "a power of 2"});
-  EXPECT_EQ(MustParse(R"({"aio": {"block_size": 262144}})").aio.block_size, 262144);
+  ExpectNotImplemented(R"({"aio": {"block_size": 262144}})", "aio.block_size");
+  EXPECT_EQ(MustParse(R"({"aio": {"block_size": 1048576}})").aio.block_size, 1'048'576);
   ExpectRejected(R"({"zero_optimization": {"allgather_bucket_size": 5}})",
                  {"zero_optimization.allgather_bucket_size", "got 5", "a multiple of 2"});
 }
@@ -438,8 +451,8 @@ TEST_F(ConfigTest, PowerOfTwoAndEvenRules) {
 TEST_F(ConfigTest, OffloadDeviceMustBeNoneCpuOrNvme) {
   ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})",
                  {"zero_optimization.offload_param.device", "\"gpu\"", "`none`, `cpu`"});
-  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/nvme"}}})",
-                 {"zero_optimization.offload_param.device", "not implemented in zero", "\"nvme\""});
+  ExpectNotImplemented(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
+                       "zero_optimization.offload_param.device");
 }
 
 TEST_F(ConfigTest, WrongTypesAreRejected) {
@@ -511,9 +524,7 @@ TEST_F(ConfigTest, UnimplementedKeysAreErrorsWhenTurnedOn) {
       {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})",
        "zero_optimization.offload_optimizer.device"},
   };
-  for (const auto& [json, path] : cases) {
-    ExpectRejected(json, {std::string(path) + ": not implemented in zero"});
-  }
+  for (const auto& [json, path] : cases) ExpectNotImplemented(json, path);
 }
 
 TEST_F(ConfigTest, KeysWithoutEffectWarnOnlyWhenNotDefault) {
@@ -521,26 +532,191 @@ TEST_F(ConfigTest, KeysWithoutEffectWarnOnlyWhenNotDefault) {
                                "memory_efficient_linear": true}})");
   EXPECT_TRUE(quiet.warnings().empty());
   Config loud = MustParse(R"({"zero_optimization": {"use_multi_rank_bucket_allreduce": false,
-                              "override_module_apply": false}, "aio": {"queue_depth": 32}})");
+                              "override_module_apply": false}, "bf16": {"check_grad_overflow": false}})");
   EXPECT_TRUE(HasWarning(loud, "zero_optimization.use_multi_rank_bucket_allreduce"));
   EXPECT_TRUE(HasWarning(loud, "zero_optimization.override_module_apply"));
-  EXPECT_TRUE(HasWarning(loud, "aio.queue_depth"));
-  EXPECT_EQ(loud.aio.queue_depth, 32);
+  EXPECT_TRUE(HasWarning(loud, "bf16.check_grad_overflow"));
 }
 
 TEST_F(ConfigTest, OtherDeepSpeedSubsystemsAreIgnoredWithAOneLineWarning) {
   Config c = MustParse(R"({"tensorboard": {"enabled": true, "output_path": "/tmp/tb"},
       "wandb": {"enabled": true}, "flops_profiler": {"enabled": false}, "comms_logger": {"enabled": true},
-      "zero_allow_untested_optimizer": true, "prescale_gradients": false, "checkpoint": {"tag_validation": "Warn"},
+      "zero_allow_untested_optimizer": true, "seq_parallel_communication_data_type": "bf16",
       "zero_optimization": {"stage": 1}})");
   for (const char* key : {"tensorboard", "wandb", "flops_profiler", "comms_logger", "zero_allow_untested_optimizer",
-                          "prescale_gradients", "checkpoint"}) {
+                          "seq_parallel_communication_data_type"}) {
     EXPECT_TRUE(HasWarning(c, std::string(key) + ": ")) << key;
   }
-  EXPECT_EQ(c.warnings().size(), 7u);
+  EXPECT_EQ(c.warnings().size(), 6u);
   for (const std::string& w : c.warnings()) {
     EXPECT_THAT(w, HasSubstr("zero ignores it"));
     EXPECT_EQ(w.find('\n'), std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Drift against DeepSpeed's current source (runtime/constants.py, zero/config.py, offload_config.py,
+// precision_config.py, swap_tensor/aio_config.py)
+
+TEST_F(ConfigTest, SeqParallelCommunicationDataTypeIsSpelledAsInDeepSpeed) {
+  Config c = MustParse(R"({"seq_parallel_communication_data_type": "bf16"})");
+  EXPECT_TRUE(HasWarning(c, "seq_parallel_communication_data_type: "));
+  ExpectRejected(R"({"seq_parallel_comm_data_type": "bf16"})",
+                 {"seq_parallel_comm_data_type: unknown key", "did you mean \"seq_parallel_communication_data_type\""});
+}
+
+TEST_F(ConfigTest, LogLevelIsAcceptedWithoutEffect) {
+  Config c = MustParse(R"({"log_level": "info"})");
+  EXPECT_TRUE(HasWarning(c, "log_level: accepted but has no effect in zero"));
+  EXPECT_TRUE(HasWarning(c, "ZERO_LOG_LEVEL"));
+  EXPECT_EQ(nlohmann::json::parse(c.ToJson())["log_level"], "info");
+  // Reading a config changes no process-wide state: zero's own level is untouched.
+  const LogLevel before = CurrentLogLevel();
+  MustParse(R"({"log_level": "debug"})");
+  EXPECT_EQ(CurrentLogLevel(), before);
+  EXPECT_TRUE(MustParse(R"({"log_level": null})").warnings().empty());
+}
+
+TEST_F(ConfigTest, PinMemoryAndBf16CheckGradOverflowDefaultToTrueAsUpstream) {
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                           "offload_param": {"device": "cpu"}}})");
+  EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
+  EXPECT_TRUE(c.zero.offload_param.pin_memory);
+  EXPECT_TRUE(Config().zero.offload_optimizer.pin_memory);
+  EXPECT_TRUE(Config().zero.offload_param.pin_memory);
+  EXPECT_FALSE(MustParse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                             "pin_memory": false}}})").zero.offload_optimizer.pin_memory);
+  // With true the default, DeepSpeed's deprecated cpu_offload_use_pin_memory false is what turns pinning off.
+  Config unpinned = MustParse(R"({"zero_optimization": {"stage": 3, "cpu_offload_use_pin_memory": false,
+                                  "offload_param": {"device": "cpu"}}})");
+  EXPECT_FALSE(unpinned.zero.offload_optimizer.pin_memory);
+  EXPECT_FALSE(unpinned.zero.offload_param.pin_memory);
+  EXPECT_TRUE(HasWarning(unpinned, "zero_optimization.cpu_offload_use_pin_memory"));
+  nlohmann::json j = nlohmann::json::parse(c.ToJson());
+  EXPECT_EQ(j["bf16"]["check_grad_overflow"], true);
+  EXPECT_EQ(j["zero_optimization"]["offload_param"]["pin_memory"], true);
+  // At the new default nothing warns; false warns that zero checks anyway.
+  EXPECT_TRUE(MustParse(R"({"bf16": {"enabled": true, "check_grad_overflow": true}})").warnings().empty());
+  EXPECT_TRUE(HasWarning(MustParse(R"({"bf16": {"enabled": true, "check_grad_overflow": false}})"),
+                         "bf16.check_grad_overflow"));
+}
+
+TEST_F(ConfigTest, KeysDeepSpeedNeverHadAreUnknown) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
+                     "convert_grad_on_cpu": true}}})",
+                 {"zero_optimization.offload_optimizer.convert_grad_on_cpu: unknown key"});
+  ExpectRejected(R"({"zero_optimization": {"stage3_partition_stream_chunk_size": 0}})",
+                 {"zero_optimization.stage3_partition_stream_chunk_size: unknown key"});
+  ExpectRejected(R"({"zero_optimization": {"partition_stream_chunk_size": 0}})",
+                 {"zero_optimization.partition_stream_chunk_size: unknown key"});
+  ExpectRejected(R"({"aio": {"io_backend": "posix"}})", {"aio.io_backend: unknown key"});
+}
+
+TEST_F(ConfigTest, KeysThatChangeTheMathAreNotImplementedAtNonDefaultValues) {
+  ExpectNotImplemented(R"({"gradient_predivide_factor": 2.0})", "gradient_predivide_factor");
+  ExpectNotImplemented(R"({"prescale_gradients": true})", "prescale_gradients");
+  ExpectNotImplemented(R"({"gradient_allreduce_op": "sum"})", "gradient_allreduce_op");
+  ExpectNotImplemented(R"({"gradient_allreduce_op": "SUM"})", "gradient_allreduce_op");  // DeepSpeed lowercases
+  ExpectNotImplemented(R"({"checkpoint": {"load_universal": true}})", "checkpoint.load_universal");
+  StatusOr<Config> f = Config::FromJsonFile(Fixture("unimplemented_predivide.json"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(f.status().message()),
+              HasSubstr("unimplemented_predivide.json: gradient_predivide_factor: not implemented in zero; got 2.0"));
+  ExpectRejected(R"({"gradient_allreduce_op": "max"})", {"gradient_allreduce_op", "\"max\"", "`mean`"});
+  ExpectRejected(R"({"gradient_predivide_factor": "2"})", {"gradient_predivide_factor", "a number"});
+  // DeepSpeed's defaults are accepted without a word.
+  Config c = MustParse(R"({"gradient_predivide_factor": 1, "prescale_gradients": false,
+                           "gradient_allreduce_op": "Mean", "checkpoint": {"load_universal": false}})");
+  EXPECT_TRUE(c.warnings().empty()) << c.warnings().front();
+}
+
+TEST_F(ConfigTest, NvmeKeysAreNotImplementedAtNonDefaultValues) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "nvme_path": "/nvme"}}})",
+       "zero_optimization.offload_param.nvme_path"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_count": 8}}})",
+       "zero_optimization.offload_param.buffer_count"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 1e9}}})",
+       "zero_optimization.offload_param.buffer_size"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "max_in_cpu": 1e8}}})",
+       "zero_optimization.offload_param.max_in_cpu"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme"}}})",
+       "zero_optimization.offload_optimizer.nvme_path"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "buffer_count": 5}}})",
+       "zero_optimization.offload_optimizer.buffer_count"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pipeline_read": true}}})",
+       "zero_optimization.offload_optimizer.pipeline_read"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pipeline_write": true}}})",
+       "zero_optimization.offload_optimizer.pipeline_write"},
+      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true}}})",
+       "zero_optimization.offload_optimizer.fast_init"},
+      {R"({"aio": {"block_size": 2097152}})", "aio.block_size"},
+      {R"({"aio": {"queue_depth": 32}})", "aio.queue_depth"},
+      {R"({"aio": {"intra_op_parallelism": 4}})", "aio.intra_op_parallelism"},
+      {R"({"aio": {"thread_count": 4}})", "aio.thread_count"},
+      {R"({"aio": {"single_submit": true}})", "aio.single_submit"},
+      {R"({"aio": {"overlap_events": false}})", "aio.overlap_events"},
+      {R"({"aio": {"use_gds": true}})", "aio.use_gds"},
+  };
+  for (const auto& [json, path] : cases) ExpectNotImplemented(json, path);
+  // DeepSpeed's defaults, spelled out as its docs print them, are accepted without a word.
+  Config c = MustParse(R"({"zero_optimization": {"stage": 3,
+      "offload_param": {"device": "cpu", "nvme_path": null, "buffer_count": 5, "buffer_size": 1e8,
+                        "max_in_cpu": 1e9},
+      "offload_optimizer": {"device": "cpu", "nvme_path": null, "buffer_count": 4, "pipeline_read": false,
+                            "pipeline_write": false, "fast_init": false}},
+      "aio": {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": false,
+              "overlap_events": true, "use_gds": false}})");
+  EXPECT_TRUE(c.warnings().empty()) << c.warnings().front();
+}
+
+TEST_F(ConfigTest, AnInvalidValueMakesTheWholeConfigInvalidNotUnimplemented) {
+  // Both problems are reported; the code says the config must be fixed before anything else.
+  ExpectRejected(R"({"gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 9}})",
+                 {"gradient_predivide_factor: not implemented in zero", "zero_optimization.stage"});
+}
+
+TEST_F(ConfigTest, ATopLevelKeyInsideASectionSaysItIsTopLevel) {
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "aio": {"block_size": 1048576}}})",
+                 {"zero_optimization.aio: \"aio\" is a top-level key, not part of zero_optimization"});
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "aio": {}}}})",
+                 {"zero_optimization.offload_param.aio: \"aio\" is a top-level key, not part of "
+                  "zero_optimization.offload_param"});
+  ExpectRejected(R"({"fp16": {"bf16": {"enabled": true}}})",
+                 {"fp16.bf16: \"bf16\" is a top-level key, not part of fp16"});
+  ExpectRejected(R"({"bfloat16": {"gradient_clipping": 1.0}})",
+                 {"bfloat16.gradient_clipping: \"gradient_clipping\" is a top-level key, not part of bfloat16"});
+  ExpectRejected(R"({"zero_optimization": {"bfloat16": {}}})",
+                 {"zero_optimization.bfloat16: \"bfloat16\" is a top-level key"});
+}
+
+TEST_F(ConfigTest, CheckpointOptionsSayZeroHasNoCheckpointApiYet) {
+  Config quiet = MustParse(R"({"checkpoint": {"tag_validation": "warn", "use_node_local_storage": false,
+                               "parallel_write": {"pipeline_stage": false}}})");
+  EXPECT_TRUE(quiet.warnings().empty()) << quiet.warnings().front();
+  Config loud = MustParse(R"({"checkpoint": {"tag_validation": "Fail", "use_node_local_storage": true,
+                              "writer": {"type": "fast"}}})");
+  for (const char* key : {"checkpoint.tag_validation", "checkpoint.use_node_local_storage", "checkpoint.writer"}) {
+    EXPECT_TRUE(HasWarning(loud, std::string(key) + ": accepted but has no effect in zero (zero has no checkpoint "
+                                                     "API yet)"))
+        << key;
+  }
+  ExpectRejected(R"({"checkpoint": {"tag_validation": "Strict"}})", {"checkpoint.tag_validation", "\"Strict\""});
+  ExpectRejected(R"({"checkpoint": {"load_universel": true}})",
+                 {"checkpoint.load_universel: unknown key", "did you mean \"checkpoint.load_universal\""});
+  const std::string md = ConfigReferenceMarkdown();
+  for (const char* promise : {"its own checkpoint API", "checkpoints always hold"}) {
+    EXPECT_EQ(md.find(promise), std::string::npos) << promise;
+  }
+  EXPECT_NE(md.find("zero has no checkpoint API yet"), std::string::npos);
+}
+
+TEST_F(ConfigTest, TheReferenceStandsAlone) {
+  // No path outside the repository: the reference is read on other machines and in other checkouts.
+  const std::string md = ConfigReferenceMarkdown();
+  for (const char* outside : {"/work/", "shared/", "research/", "/home/"}) {
+    EXPECT_EQ(md.find(outside), std::string::npos) << outside;
   }
 }
 
@@ -567,14 +743,14 @@ TEST_F(ConfigTest, PydanticFieldNamesAreSynonymsWithoutWarning) {
 TEST_F(ConfigTest, DeprecatedAliasesMapWithAWarning) {
   Config c = MustParse(R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true,
       "cpu_offload": true, "cpu_offload_param": true, "cpu_offload_use_pin_memory": true},
-      "bfloat16": {"enabled": true}, "aio": {"thread_count": 4}})");
+      "bfloat16": {"enabled": true}, "aio": {"thread_count": 1}})");
   EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
   EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
   EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kCpu);
   EXPECT_TRUE(c.zero.offload_optimizer.pin_memory);
   EXPECT_TRUE(c.zero.offload_param.pin_memory);
   EXPECT_TRUE(c.bf16.enabled);
-  EXPECT_EQ(c.aio.intra_op_parallelism, 4);
+  EXPECT_EQ(c.aio.intra_op_parallelism, 1);
   for (const char* key : {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
                           "zero_optimization.cpu_offload:",
                           "zero_optimization.cpu_offload_param", "zero_optimization.cpu_offload_use_pin_memory",
@@ -695,11 +871,15 @@ TEST_F(ConfigTest, ResolveTakesEveryValueKind) {
   ASSERT_TRUE(c.ResolveJson("optimizer.params.lr", "1e-4").ok());
   ASSERT_TRUE(c.Resolve("scheduler.params.warmup_max_lr", 1e-4).ok());
   ASSERT_TRUE(c.Resolve("zero_optimization.offload_optimizer.device", "cpu").ok());
-  ASSERT_TRUE(c.Resolve("zero_optimization.offload_optimizer.nvme_path", std::string("/local_nvme")).ok());
+  // Without an NVMe tier a path is not implemented; null (DeepSpeed's None) is accepted.
+  Status nvme = c.Resolve("zero_optimization.offload_optimizer.nvme_path", std::string("/local_nvme"));
+  EXPECT_EQ(nvme.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(nvme.message()), HasSubstr("zero_optimization.offload_optimizer.nvme_path: not implemented"));
+  ASSERT_TRUE(c.ResolveJson("zero_optimization.offload_optimizer.nvme_path", "null").ok());
   EXPECT_DOUBLE_EQ(c.optimizer->beta1, 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer->lr, 1e-4);
   EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
-  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "/local_nvme");
+  EXPECT_EQ(c.zero.offload_optimizer.nvme_path, "");
   EXPECT_TRUE(c.unresolved().empty());
 }
 
@@ -744,6 +924,10 @@ TEST_F(ConfigTest, ToJsonRoundTripsToTheSameEffectiveConfig) {
       "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 50, "warmup_type": "linear"}},
       "zero_optimization": {"stage": "auto", "use_multi_rank_bucket_allreduce": false, "mics_shard_size": 0},
       "data_types": {"grad_accum_dtype": "fp32"}, "communication_data_type": "fp16", "seed": 7})"));
+  configs.push_back(MustParse(R"({"log_level": "info", "gradient_allreduce_op": "mean",
+      "checkpoint": {"tag_validation": "Fail", "writer": {"type": "fast"}, "parallel_write": {"pipeline_stage": true}},
+      "bf16": {"check_grad_overflow": false},
+      "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": false}}})"));
   Config validated = Config::Default();
   ASSERT_TRUE(validated.Validate(3).ok());
   configs.push_back(validated);
@@ -852,6 +1036,27 @@ TEST_F(ConfigTest, ZeroConfigToolExitCodes) {
   RunResult dup = RunZeroConfig(Fixture("invalid_duplicate.json"));
   EXPECT_EQ(dup.code, 1);
   EXPECT_THAT(dup.err, HasSubstr("zero_optimization.reduce_bucket_size"));
+
+  // DeepSpeed's current spellings pass; a key that changes the math is refused as not implemented (not as an
+  // invalid config); aio under zero_optimization names the top level.
+  RunResult current = RunZeroConfig(Fixture("deepspeed_current_keys.json"));
+  EXPECT_EQ(current.code, 0) << current.err;
+  nlohmann::json cj = nlohmann::json::parse(current.out);
+  EXPECT_EQ(cj["log_level"], "info");
+  EXPECT_EQ(cj["zero_optimization"]["offload_optimizer"]["pin_memory"], true);
+  EXPECT_EQ(cj["bf16"]["check_grad_overflow"], true);
+  EXPECT_THAT(current.err, HasSubstr("seq_parallel_communication_data_type"));  // the ignored-section warning
+  RunResult predivide = RunZeroConfig(Fixture("unimplemented_predivide.json"));
+  EXPECT_EQ(predivide.code, 1);
+  EXPECT_THAT(predivide.err, AllOf(HasSubstr("zero-config: not implemented in zero:"),
+                                   HasSubstr("gradient_predivide_factor: not implemented in zero"),
+                                   Not(HasSubstr("invalid config"))));
+  EXPECT_TRUE(predivide.out.empty());
+  RunResult aio = RunZeroConfig(Fixture("invalid_aio_under_zero.json"));
+  EXPECT_EQ(aio.code, 1);
+  EXPECT_THAT(aio.err, AllOf(HasSubstr("zero-config: invalid config:"),
+                             HasSubstr("zero_optimization.aio: \"aio\" is a top-level key, not part of "
+                                       "zero_optimization")));
 
   RunResult ref = RunZeroConfig("--reference");
   EXPECT_EQ(ref.code, 0);

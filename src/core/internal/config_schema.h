@@ -6,10 +6,9 @@
 //   const AliasSpec* a = FindAlias("zero_optimization.prefetch_bucket_size");
 //
 // A row holds a key's dotted path, its type, DeepSpeed's default (from DeepSpeed's source, not its docs, which
-// disagree in places; see /work/shared/research/deepspeed.md §1.4), the rule the value must satisfy, whether
-// zero implements it, whether "auto" is accepted, where the value is stored in zero::Config, and a one-line
-// description. Cross-key rules cannot live in one row; they are listed in CrossRules() with the text that
-// both the error messages and the reference use.
+// disagree in places), the rule the value must satisfy, whether zero implements it, whether "auto" is accepted,
+// where the value is stored in zero::Config, and a one-line description. Cross-key rules cannot live in one row;
+// they are listed in CrossRules() with the text that both the error messages and the reference use.
 #pragma once
 
 #include <cmath>
@@ -39,7 +38,7 @@ enum class KeyType : uint8_t {
 // Whether zero does what the key asks.
 enum class Support : uint8_t {
   kYes,       // implemented (enum values listed in `unimplemented` excepted)
-  kOffOnly,   // DeepSpeed feature zero lacks: accepted only at its off/default value, else "not implemented"
+  kOffOnly,   // DeepSpeed feature zero lacks: accepted only at its off/default value, else kUnimplemented
   kNoEffect,  // accepted at any valid value but changes nothing in zero (a warning names it when not default)
   kIgnored,   // a top-level section of another DeepSpeed subsystem: accepted with a one-line warning
   kRejected,  // known to DeepSpeed and always an error here, with the message in `note` (max_grad_norm)
