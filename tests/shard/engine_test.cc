@@ -1,5 +1,5 @@
-// Engine tests on real Gloo with N ranks as N threads: layout and memory formulas, misuse errors, and
-// end-to-end parity of the tiny GPT across world sizes and stages.
+// Engine tests on real Gloo with N ranks as N threads: layout and memory formulas, misuse errors, and the
+// gradient each rank's shard receives (analytically). The tiny GPT's end-to-end parity is gpt_parity_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
