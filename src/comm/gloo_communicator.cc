@@ -8,8 +8,8 @@
 //            fingerprint exchange of check mode;
 //   rs_ctx_  the legacy Algorithm class ReduceScatterHalvingDoubling, the only reduce-scatter in this Gloo.
 // They are kept apart because mixing the two API families on one context stalled 64 MiB all-gathers for
-// seconds (research/performance.md §4). ReduceScatterHalvingDoubling registers its buffers with the pairs
-// when constructed, so constructed instances are cached (see RsCacheEntry).
+// seconds when measured. ReduceScatterHalvingDoubling registers its buffers with the pairs when constructed,
+// so constructed instances are cached (see RsCacheEntry).
 //
 // All Gloo exceptions are caught here (and in store.cc) and converted by GlooExceptionToStatus.
 #include <signal.h>

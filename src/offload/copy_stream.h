@@ -4,8 +4,9 @@
 //
 // It plays the part a CUDA copy stream plays on a GPU — FIFO order, a ticket per task (an event), the caller
 // blocks only in Wait/Sync — and on the host engine its tasks are memcpys and the dtype conversions that land a
-// reduced gradient in the host tier. (A CUDA engine would enqueue cudaMemcpyAsync + events instead; it is not
-// built yet.)
+// reduced gradient in the host tier. On the CUDA engine its tasks issue cudaMemcpyAsync on the engine's own
+// non-blocking CUDA copy stream (created in src/shard/cuda_compute.cc's Init; a gradient's copy first waits on an
+// event of the compute stream) and synchronize that stream before the task ends.
 #pragma once
 
 #include <condition_variable>

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "comm/internal/gloo_testing.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 
 namespace zero {
@@ -114,14 +115,14 @@ TEST_P(CollectivesTest, AllGather) {
         auto send = Make(n, t);
         FillPattern(send, n, t, rank);
         auto recv = Make(n * world, t);
-        ASSERT_TRUE(comm.AllGather(send.data(), recv.data(), n, t).Wait().ok());
+        ASSERT_OK(comm.AllGather(send.data(), recv.data(), n, t).Wait());
         for (int r = 0; r < world; ++r) {
           ASSERT_TRUE(SamePattern(recv.data() + r * n * DTypeSize(t), n, t, r)) << "block of rank " << r;
         }
         // In place: this rank's block already sits in the output.
         auto inplace = Make(n * world, t);
         std::memcpy(inplace.data() + rank * n * DTypeSize(t), send.data(), n * DTypeSize(t));
-        ASSERT_TRUE(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait().ok());
+        ASSERT_OK(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait());
         ASSERT_EQ(inplace, recv);
       }
     }
@@ -141,7 +142,7 @@ TEST_P(CollectivesTest, ReduceScatter) {
           const auto send_before = send;
           auto recv = Make(n, t);
           Status s = comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait();
-          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_OK(s);
           ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "");
           ASSERT_EQ(send, send_before) << "ReduceScatter must not modify its input";
         }
@@ -168,7 +169,7 @@ TEST_P(CollectivesTest, ReduceScatterDestructive) {
           auto recv = Make(n, t);
           uint8_t* out = call % 2 == 0 ? recv.data() : send.data() + rank * n * DTypeSize(t);
           Status s = comm.ReduceScatterDestructive(send.data(), out, n, t, op).Wait();
-          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_OK(s);
           std::vector<uint8_t> got(out, out + n * DTypeSize(t));
           ASSERT_EQ(CheckReduced(got, t, n, op, world, rank * n), "");
         }
@@ -188,7 +189,7 @@ TEST_P(CollectivesTest, AllReduce) {
           auto buf = Make(n, t);
           for (size_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, Input(op, rank, i, world, t));
           Status s = comm.AllReduce(buf.data(), n, t, op).Wait();
-          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_OK(s);
           ASSERT_EQ(CheckReduced(buf, t, n, op, world, 0), "");
         }
       }
@@ -201,13 +202,13 @@ TEST_P(CollectivesTest, AllReduce) {
 TEST(GlooFenceTest, CompletedAndIssuesNothing) {
   RunRanks(2, [](Communicator& comm, int) {
     std::vector<float> v(8, 1.0f);
-    ASSERT_TRUE(comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK(comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait());
     Work f = comm.Fence();
     EXPECT_TRUE(f.IsCompleted());
-    EXPECT_TRUE(f.Wait().ok());
+    EXPECT_OK(f.Wait());
     Work next = comm.Barrier();
     EXPECT_EQ(next.sequence(), 1);
-    EXPECT_TRUE(next.Wait().ok());
+    EXPECT_OK(next.Wait());
     EXPECT_EQ(comm.cuda_device(), -1);
   });
 }
@@ -221,9 +222,9 @@ TEST_P(CollectivesTest, BroadcastAndBarrier) {
           SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " root ", root));
           auto buf = Make(n, t);
           if (rank == root) FillPattern(buf, n, t, root);
-          ASSERT_TRUE(comm.Broadcast(buf.data(), n, t, root).Wait().ok());
+          ASSERT_OK(comm.Broadcast(buf.data(), n, t, root).Wait());
           ASSERT_TRUE(SamePattern(buf.data(), n, t, root));
-          ASSERT_TRUE(comm.Barrier().Wait().ok());
+          ASSERT_OK(comm.Barrier().Wait());
         }
       }
     }
@@ -246,9 +247,9 @@ TEST(Collectives, PipelinedOpsCompleteInOrder) {
     for (int k = 0; k < kOpsInFlight; ++k) {
       EXPECT_EQ(works[k].sequence(), k);
       EXPECT_EQ(works[k].Describe(), absl::StrCat("AllReduce#", k, "(f32, 513 elements, max)"));
-      ASSERT_TRUE(works[k].Wait().ok());
+      ASSERT_OK(works[k].Wait());
       EXPECT_TRUE(works[k].IsCompleted());
-      EXPECT_TRUE(works[k].status().ok());
+      EXPECT_OK(works[k].status());
       for (size_t i = 0; i < bufs[k].size(); ++i) ASSERT_EQ(bufs[k][i], static_cast<float>(2 + k + i % 5));
     }
   });
@@ -266,7 +267,7 @@ TEST(Collectives, ChunkedReduceScatter) {
             auto send = Make(n * world, t);
             for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
             auto recv = Make(n, t);
-            ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait().ok());
+            ASSERT_OK(comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait());
             ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "") << "n " << n;
           }
         }
@@ -291,7 +292,7 @@ TEST(Collectives, DestructiveReduceScatterSurvivesRebuilds) {
         }
         auto recv = Make(n, DType::kF32);
         Status s = comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait();
-        ASSERT_TRUE(s.ok()) << s;
+        ASSERT_OK(s);
         ASSERT_EQ(CheckReduced(recv, DType::kF32, n, ReduceOp::kSum, world, rank * n), "") << "call " << call;
       }
     });
@@ -319,14 +320,14 @@ TEST(Collectives, ConstInputReduceScatterReadsTheInputInPlace) {
           const auto before = send;
           if (call == 6) {  // the output is this rank's block of the input itself
             uint8_t* out = send.data() + rank * n * 4;
-            ASSERT_TRUE(comm.ReduceScatter(send.data(), out, n, DType::kF32, op).Wait().ok());
+            ASSERT_OK(comm.ReduceScatter(send.data(), out, n, DType::kF32, op).Wait());
             std::vector<uint8_t> got(out, out + n * 4);
             ASSERT_EQ(CheckReduced(got, DType::kF32, n, op, world, rank * n), "");
             continue;
           }
           auto recv = Make(n, DType::kF32);
           Status s = comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, op).Wait();
-          ASSERT_TRUE(s.ok()) << s;
+          ASSERT_OK(s);
           ASSERT_EQ(CheckReduced(recv, DType::kF32, n, op, world, rank * n), "");
           ASSERT_EQ(send, before) << "ReduceScatter must not modify its input";
         }
@@ -365,7 +366,7 @@ TEST(Collectives, NonPowerOfTwoReduceScatterWithADelayedReceiver) {
         }
         for (int call = 0; call < kQueued; ++call) {
           Status s = works[call].Wait();
-          ASSERT_TRUE(s.ok()) << "world " << world << ", slow rank " << slow << ": " << s;
+          ASSERT_OK(s) << "world " << world << ", slow rank " << slow;
           for (size_t i = 0; i < n; ++i) {
             ASSERT_EQ(recv[call][i], SumExpected(world, rank * n + i + call, DType::kF32))
                 << "world " << world << ", slow rank " << slow << ", call " << call << ", element " << i;
@@ -387,12 +388,12 @@ TEST(Collectives, MemoryReportCountsGlooReceiveBuffers) {
     auto staging = [&] { return comm.memory_report().Get(MemTier::kHost, MemTag::kStaging).current; };
     const int64_t before = staging();
     std::vector<float> send(total, 1.0f), recv(n);
-    ASSERT_TRUE(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK(comm.ReduceScatterDestructive(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait());
     EXPECT_EQ(staging() - before, static_cast<int64_t>(2 * total * 4));
-    ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK(comm.ReduceScatter(send.data(), recv.data(), n, DType::kF32, ReduceOp::kSum).Wait());
     EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 2) * total * 4));  // a second cached instance
     std::vector<uint16_t> send16(total, F32ToBF16(1.0f)), recv16(n);
-    ASSERT_TRUE(comm.ReduceScatter(send16.data(), recv16.data(), n, DType::kBF16, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK(comm.ReduceScatter(send16.data(), recv16.data(), n, DType::kBF16, ReduceOp::kSum).Wait());
     EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 2 + 3) * total * 4));  // a third, staged
   });
 }
@@ -403,7 +404,7 @@ TEST(Collectives, SixteenBitSumsAccumulateInF32) {
     // Rank 0 holds 1.0, the others 2^-10 each: the exact sum 1 + 7 * 2^-10 rounds (bf16, 8 bits) to
     // 1 + 8 * 2^-10 = 1.0078125. Summing in bf16 starting from rank 0's 1.0 would round each step back to 1.0.
     std::vector<uint16_t> buf(4, F32ToBF16(rank == 0 ? 1.0f : 0.0009765625f));
-    ASSERT_TRUE(comm.AllReduce(buf.data(), buf.size(), DType::kBF16, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK(comm.AllReduce(buf.data(), buf.size(), DType::kBF16, ReduceOp::kSum).Wait());
     for (uint16_t v : buf) EXPECT_EQ(BF16ToF32(v), 1.0078125f);
   });
 }

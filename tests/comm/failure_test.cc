@@ -1,18 +1,24 @@
 // Work semantics and failures on thread-ranks: desync detection, timeouts of ranks that hang or never
 // arrive, invalid arguments, and a broken communicator failing later ops at once. Timeouts are 1 s.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 
 namespace zero {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 using testing::RunRanks;
 using testing::RunRanksOptions;
@@ -28,8 +34,8 @@ RunRanksOptions ShortTimeout(bool check_order) {
 TEST(Work, DefaultIsCompleteAndOk) {
   Work w;
   EXPECT_TRUE(w.IsCompleted());
-  EXPECT_TRUE(w.Wait().ok());
-  EXPECT_TRUE(w.status().ok());
+  EXPECT_OK(w.Wait());
+  EXPECT_OK(w.status());
   EXPECT_EQ(w.sequence(), -1);
 }
 
@@ -37,7 +43,7 @@ TEST(Work, MovedFromWorkIsEmpty) {
   RunRanks(1, [](Communicator& comm, int) {
     Work a = comm.Barrier();
     Work b = std::move(a);
-    EXPECT_TRUE(b.Wait().ok());
+    EXPECT_OK(b.Wait());
     EXPECT_EQ(b.sequence(), 0);
     EXPECT_EQ(b.Describe(), "Barrier#0");
   });
@@ -49,18 +55,16 @@ TEST(Desync, CheckModeNamesBothOps) {
       2,
       [](Communicator& comm, int rank) {
         std::vector<float> a(1000), b(2000), c(250);
-        ASSERT_TRUE(comm.Barrier().Wait().ok());  // Barrier#0 agrees
+        ASSERT_OK(comm.Barrier().Wait());  // Barrier#0 agrees
         Status s = rank == 0 ? comm.AllGather(a.data(), b.data(), 1000, DType::kF32).Wait()
                              : comm.ReduceScatter(a.data(), c.data(), 250, DType::kF32, ReduceOp::kSum).Wait();
-        EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
-        EXPECT_TRUE(absl::StrContains(s.message(), "rank 0 issued AllGather#1(f32, 1000 elements) but rank 1 issued "
-                                                   "ReduceScatter#1(f32, 250 elements, sum)"))
-            << s;
+        EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("rank 0 issued AllGather#1(f32, 1000 elements) but rank 1 issued "
+                                          "ReduceScatter#1(f32, 250 elements, sum)")));
         // The communicator is broken: later ops fail at once with the cause.
         Status later = comm.Barrier().Wait();
-        EXPECT_TRUE(absl::IsFailedPrecondition(later)) << later;
-        EXPECT_TRUE(absl::StrContains(later.message(), "Barrier#2")) << later;
-        EXPECT_TRUE(absl::StrContains(later.message(), "failed earlier")) << later;
+        EXPECT_THAT(later, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    AllOf(HasSubstr("Barrier#2"), HasSubstr("failed earlier"))));
       },
       ShortTimeout(/*check_order=*/true));
 }
@@ -71,8 +75,8 @@ TEST(Desync, CountMismatchIsCaught) {
       [](Communicator& comm, int rank) {
         std::vector<float> buf(100);
         Status s = comm.AllReduce(buf.data(), rank == 2 ? 99 : 100, DType::kF32, ReduceOp::kSum).Wait();
-        EXPECT_TRUE(absl::StrContains(s.message(), "rank 0 issued AllReduce#0(f32, 100 elements, sum) but rank 2 "
-                                                   "issued AllReduce#0(f32, 99 elements, sum)"))
+        EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 issued AllReduce#0(f32, 100 elements, sum) but rank 2 "
+                                                        "issued AllReduce#0(f32, 99 elements, sum)"))
             << s;
       },
       ShortTimeout(true));
@@ -87,8 +91,8 @@ TEST(Desync, MixedReduceScatterVariantsAreCaught) {
         Status s = rank == 0 ? comm.ReduceScatter(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait()
                              : comm.ReduceScatterDestructive(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
                                    .Wait();
-        EXPECT_TRUE(
-            absl::StrContains(s.message(), "but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
+        EXPECT_THAT(std::string(s.message()),
+                    HasSubstr("but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
             << s;
       },
       ShortTimeout(true));
@@ -103,9 +107,9 @@ TEST(Desync, WithoutCheckModeTimesOut) {
         const absl::Time start = absl::Now();
         Status s = rank == 0 ? comm.AllGather(a.data(), b.data(), 64, DType::kF32).Wait()
                              : comm.AllReduce(a.data(), 64, DType::kF32, ReduceOp::kSum).Wait();
-        EXPECT_FALSE(s.ok());
-        EXPECT_TRUE(absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) << s;
-        EXPECT_TRUE(absl::StrContains(s.message(), rank == 0 ? "AllGather#0" : "AllReduce#0")) << s;
+        const auto names_op = HasSubstr(rank == 0 ? "AllGather#0" : "AllReduce#0");
+        EXPECT_THAT(s, AnyOf(StatusIs(absl::StatusCode::kDeadlineExceeded, names_op),
+                             StatusIs(absl::StatusCode::kUnavailable, names_op)));
         EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
       },
       ShortTimeout(false));
@@ -125,8 +129,8 @@ TEST(Timeout, RankThatHangs) {
         std::vector<float> v(1000, 1.0f);
         const absl::Time start = absl::Now();
         Status s = comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait();
-        EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
-        EXPECT_TRUE(absl::StrContains(s.message(), "AllReduce#0(f32, 1000 elements, sum) on rank")) << s;
+        EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                HasSubstr("AllReduce#0(f32, 1000 elements, sum) on rank")));
         EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
         if (++finished == 2) others_done.Notify();
       },
@@ -141,9 +145,7 @@ TEST(Timeout, RankThatNeverArrives) {
   RunThreads(2, [&](int rank) {
     const absl::Time start = absl::Now();
     auto comm = Communicator::CreateGloo(store, rank, /*world_size=*/3, options);
-    ASSERT_FALSE(comm.ok());
-    EXPECT_TRUE(absl::IsDeadlineExceeded(comm.status())) << comm.status();
-    EXPECT_TRUE(absl::StrContains(comm.status().message(), "never arrived")) << comm.status();
+    EXPECT_THAT(comm, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never arrived")));
     EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "hang guard";
   });
 }
@@ -158,13 +160,12 @@ TEST(Work, WaitWithShortTimeoutLeavesOpPending) {
     Work w = comm.AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum);
     if (rank == 0) {
       Status early = w.Wait(absl::Milliseconds(20));
-      EXPECT_TRUE(absl::IsDeadlineExceeded(early)) << early;
-      EXPECT_TRUE(absl::StrContains(early.message(), "still pending")) << early;
+      EXPECT_THAT(early, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("still pending")));
       EXPECT_FALSE(w.IsCompleted());
-      EXPECT_TRUE(absl::IsUnavailable(w.status())) << w.status();
+      EXPECT_THAT(w.status(), StatusIs(absl::StatusCode::kUnavailable));
       go.Notify();
     }
-    EXPECT_TRUE(w.Wait().ok());
+    EXPECT_OK(w.Wait());
     EXPECT_EQ(v[0], 2.0f);
   });
 }
@@ -173,27 +174,28 @@ TEST(Args, InvalidArgumentsFailTheOpAndBreakTheCommunicator) {
   RunRanks(1, [](Communicator& comm, int) {
     std::vector<float> v(4);
     Status bad_root = comm.Broadcast(v.data(), 4, DType::kF32, /*root=*/3).Wait();
-    EXPECT_TRUE(absl::IsInvalidArgument(bad_root)) << bad_root;
-    EXPECT_TRUE(absl::StrContains(bad_root.message(), "Broadcast#0(f32, 4 elements, root 3)")) << bad_root;
+    EXPECT_THAT(bad_root,
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Broadcast#0(f32, 4 elements, root 3)")));
     Status later = comm.Barrier().Wait();
-    EXPECT_TRUE(absl::IsInvalidArgument(later)) << later;
+    EXPECT_THAT(later, StatusIs(absl::StatusCode::kInvalidArgument));
   });
   RunRanks(1, [](Communicator& comm, int) {
     Status null_buf = comm.AllReduce(nullptr, 4, DType::kF32, ReduceOp::kSum).Wait();
-    EXPECT_TRUE(absl::IsInvalidArgument(null_buf)) << null_buf;
+    EXPECT_THAT(null_buf, StatusIs(absl::StatusCode::kInvalidArgument));
     // Zero elements with a null pointer is fine.
   });
   RunRanks(1, [](Communicator& comm, int) {
-    EXPECT_TRUE(comm.AllReduce(nullptr, 0, DType::kF32, ReduceOp::kSum).Wait().ok());
+    EXPECT_OK(comm.AllReduce(nullptr, 0, DType::kF32, ReduceOp::kSum).Wait());
   });
 }
 
 TEST(Args, CreateGlooRejectsBadRankAndStore) {
-  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(Store::Hash(), 2, 2).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(nullptr, 0, 1).status()));
+  EXPECT_THAT(Communicator::CreateGloo(Store::Hash(), 2, 2), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Communicator::CreateGloo(nullptr, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument));
   CommOptions zero_timeout;
   zero_timeout.timeout = absl::ZeroDuration();
-  EXPECT_TRUE(absl::IsInvalidArgument(Communicator::CreateGloo(Store::Hash(), 0, 1, zero_timeout).status()));
+  EXPECT_THAT(Communicator::CreateGloo(Store::Hash(), 0, 1, zero_timeout),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

@@ -1,16 +1,20 @@
 // Launcher variables (torchrun, OpenMPI, Slurm, zero-run) and environment overrides, read through an injected
 // environment; plus FromEnv itself in a process without launcher variables (world size 1).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "comm/internal/env.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 internal::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
@@ -22,7 +26,7 @@ internal::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
 
 TEST(LaunchEnv, NoLauncherMeansWorldOfOne) {
   auto e = internal::ReadLaunchEnv(FakeEnv({}));
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e);
   EXPECT_EQ(e->rank, 0);
   EXPECT_EQ(e->world_size, 1);
   EXPECT_EQ(e->source, "default");
@@ -34,7 +38,7 @@ TEST(LaunchEnv, Torchrun) {
                                             {"LOCAL_RANK", "1"},
                                             {"MASTER_ADDR", "10.0.0.1"},
                                             {"MASTER_PORT", "29500"}}));
-  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_OK(e);
   EXPECT_EQ(e->rank, 5);
   EXPECT_EQ(e->world_size, 8);
   EXPECT_EQ(e->local_rank, 1);
@@ -46,7 +50,7 @@ TEST(LaunchEnv, Torchrun) {
 TEST(LaunchEnv, OpenMpi) {
   auto e = internal::ReadLaunchEnv(FakeEnv(
       {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}}));
-  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_OK(e);
   EXPECT_EQ(e->rank, 3);
   EXPECT_EQ(e->world_size, 4);
   EXPECT_EQ(e->local_rank, 3);
@@ -55,7 +59,7 @@ TEST(LaunchEnv, OpenMpi) {
 
 TEST(LaunchEnv, Slurm) {
   auto e = internal::ReadLaunchEnv(FakeEnv({{"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "3"}}));
-  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_OK(e);
   EXPECT_EQ(e->rank, 7);
   EXPECT_EQ(e->world_size, 16);
   EXPECT_EQ(e->local_rank, 3);
@@ -66,7 +70,7 @@ TEST(LaunchEnv, TorchrunWinsOverSlurm) {
   // torchrun inside a Slurm allocation: the torchrun variables describe this process.
   auto e = internal::ReadLaunchEnv(
       FakeEnv({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e);
   EXPECT_EQ(e->source, "torchrun");
   EXPECT_EQ(e->rank, 1);
   EXPECT_EQ(e->local_rank, 1);  // LOCAL_RANK missing: defaults to the rank
@@ -74,15 +78,14 @@ TEST(LaunchEnv, TorchrunWinsOverSlurm) {
 
 TEST(LaunchEnv, ZeroRunStoreDir) {
   auto e = internal::ReadLaunchEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"ZERO_STORE_DIR", "/tmp/x"}}));
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e);
   EXPECT_EQ(e->store_dir, "/tmp/x");
 }
 
 TEST(LaunchEnv, ErrorsNameTheVariable) {
   auto bad = [](std::map<std::string, std::string> vars, const std::string& needle) {
     auto e = internal::ReadLaunchEnv(FakeEnv(vars));
-    EXPECT_TRUE(absl::IsInvalidArgument(e.status())) << e.status();
-    EXPECT_TRUE(absl::StrContains(e.status().message(), needle)) << e.status();
+    EXPECT_THAT(e, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(needle)));
   };
   bad({{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "RANK='x'");
   bad({{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not in [0, WORLD_SIZE=2)");
@@ -96,17 +99,17 @@ TEST(LaunchEnv, ErrorsNameTheVariable) {
 TEST(CommEnv, Overrides) {
   CommOptions base;
   auto o = internal::ApplyCommEnvOverrides(base, FakeEnv({{"ZERO_COMM_CHECK", "1"}, {"ZERO_COMM_TIMEOUT_S", "2.5"}}));
-  ASSERT_TRUE(o.ok());
+  ASSERT_OK(o);
   EXPECT_TRUE(o->check_order);
   EXPECT_EQ(o->timeout, absl::Milliseconds(2500));
   base.check_order = true;
   o = internal::ApplyCommEnvOverrides(base, FakeEnv({{"ZERO_COMM_CHECK", "off"}}));
-  ASSERT_TRUE(o.ok());
+  ASSERT_OK(o);
   EXPECT_FALSE(o->check_order);
-  EXPECT_TRUE(absl::IsInvalidArgument(
-      internal::ApplyCommEnvOverrides(base, FakeEnv({{"ZERO_COMM_CHECK", "maybe"}})).status()));
+  EXPECT_THAT(internal::ApplyCommEnvOverrides(base, FakeEnv({{"ZERO_COMM_CHECK", "maybe"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   auto t = internal::ApplyCommEnvOverrides(base, FakeEnv({{"ZERO_COMM_TIMEOUT_S", "-1"}}));
-  EXPECT_TRUE(absl::StrContains(t.status().message(), "ZERO_COMM_TIMEOUT_S")) << t.status();
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("ZERO_COMM_TIMEOUT_S")) << t.status();
 }
 
 TEST(FromEnv, WithoutLauncherBuildsAWorldOfOne) {
@@ -115,11 +118,11 @@ TEST(FromEnv, WithoutLauncherBuildsAWorldOfOne) {
     ::unsetenv(v);
   }
   auto comm = Communicator::FromEnv(Backend::kGloo);
-  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_OK(comm);
   EXPECT_EQ((*comm)->world_size(), 1);
   EXPECT_EQ((*comm)->backend(), Backend::kGloo);
   float x[3] = {1, 2, 3};
-  ASSERT_TRUE((*comm)->AllReduce(x, 3, DType::kF32, ReduceOp::kAvg).Wait().ok());
+  ASSERT_OK((*comm)->AllReduce(x, 3, DType::kF32, ReduceOp::kAvg).Wait());
   EXPECT_EQ(x[2], 3.0f);
 }
 
@@ -132,8 +135,7 @@ TEST(FromEnv, MultiRankWithoutRendezvousIsAnError) {
   auto comm = Communicator::FromEnv(Backend::kGloo);
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
-  EXPECT_TRUE(absl::IsInvalidArgument(comm.status())) << comm.status();
-  EXPECT_TRUE(absl::StrContains(comm.status().message(), "ZERO_STORE_DIR")) << comm.status();
+  EXPECT_THAT(comm, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_STORE_DIR")));
 }
 
 }  // namespace

@@ -8,11 +8,13 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/match.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 
 namespace zero {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 bool HaveGpu() {
   int n = 0;
@@ -29,7 +31,7 @@ class NcclTest : public ::testing::Test {
     CommOptions o;
     o.timeout = absl::Seconds(60);
     auto c = Communicator::CreateNccl(Store::Hash(), 0, 1, o);
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     comm_ = std::move(*c);
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
   }
@@ -79,10 +81,10 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
     void* d_out = Device(bytes);
     std::vector<uint8_t> back(bytes);
     auto check = [&](Work w, const char* what) {
-      ASSERT_TRUE(w.WaitStream(stream_).ok()) << what;
+      ASSERT_OK(w.WaitStream(stream_)) << what;
       ASSERT_EQ(cudaMemcpyAsync(back.data(), d_out, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-      ASSERT_TRUE(w.Wait().ok()) << what;
+      ASSERT_OK(w.Wait()) << what;
       // Where they differ, not just that they do (a missed tail shows as its first index).
       const size_t es = DTypeSize(t);
       size_t wrong = 0, first = n;
@@ -107,9 +109,9 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
     }
   }
   Work b = comm_->Barrier();
-  EXPECT_TRUE(b.Wait(absl::Seconds(30)).ok());
+  EXPECT_OK(b.Wait(absl::Seconds(30)));
   EXPECT_TRUE(b.IsCompleted());
-  EXPECT_TRUE(b.status().ok());
+  EXPECT_OK(b.status());
 }
 
 // The op must see work queued earlier on its producer stream: a large memset on `stream_` followed at once by
@@ -122,7 +124,7 @@ TEST_F(NcclTest, OpWaitsForProducerStream) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(d_in, 0x5A, bytes, stream_), cudaSuccess);
   Work w = comm_->AllGather(d_in, d_out, bytes / 2, DType::kBF16, stream_);
-  ASSERT_TRUE(w.Wait().ok());
+  ASSERT_OK(w.Wait());
   std::vector<uint8_t> tail(4096);
   ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(),
                        cudaMemcpyDeviceToHost),
@@ -137,10 +139,10 @@ TEST_F(NcclTest, SequenceNumbersAndDescriptions) {
   EXPECT_EQ(a.sequence(), 0);
   EXPECT_EQ(b.sequence(), 1);
   EXPECT_EQ(b.Describe(), "Broadcast#1(f32, 16 elements, root 0)");
-  EXPECT_TRUE(a.Wait().ok());
-  EXPECT_TRUE(b.Wait().ok());
+  EXPECT_OK(a.Wait());
+  EXPECT_OK(b.Wait());
   Work bad = comm_->Broadcast(d, 16, DType::kF32, 1, stream_);
-  EXPECT_TRUE(absl::IsInvalidArgument(bad.Wait())) << bad.status();
+  EXPECT_THAT(bad.Wait(), StatusIs(absl::StatusCode::kInvalidArgument)) << bad.status();
 }
 
 // Fence: completes only after every op issued before it (a large all-gather queued behind a producer stream
@@ -153,7 +155,7 @@ TEST_F(NcclTest, FenceCoversEarlierOpsAndIssuesNothing) {
   Work w = comm_->AllGather(d_in, d_out, bytes / 2, DType::kBF16, stream_);
   Work f = comm_->Fence();
   EXPECT_EQ(f.Describe().rfind("Fence after#0", 0), 0u) << f.Describe();
-  ASSERT_TRUE(f.Wait().ok()) << f.status();
+  ASSERT_OK(f.Wait()) << f.status();
   EXPECT_TRUE(w.IsCompleted());  // the fence's end comes after the all-gather's on the one comm stream
   std::vector<uint8_t> tail(4096);
   ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(),
@@ -162,7 +164,7 @@ TEST_F(NcclTest, FenceCoversEarlierOpsAndIssuesNothing) {
   for (uint8_t b : tail) ASSERT_EQ(b, 0x3C);
   Work next = comm_->Barrier();
   EXPECT_EQ(next.sequence(), 1);  // the fence took no sequence number
-  EXPECT_TRUE(next.Wait().ok());
+  EXPECT_OK(next.Wait());
   EXPECT_EQ(comm_->cuda_device(), 0);
 }
 
@@ -171,7 +173,7 @@ TEST(NcclCreate, BadDeviceIsInvalidArgument) {
   CommOptions o;
   o.device = 1000;
   auto c = Communicator::CreateNccl(Store::Hash(), 0, 1, o);
-  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(NcclCreate, FailsCleanlyWithoutGpu) {

@@ -1,5 +1,6 @@
 // Stores: Hash (threads), File (processes: the flock'd Add is tested across fork), TCP (a real server and
 // clients), and Gloo rendezvous over each.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,11 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 #include "zero/store.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
@@ -27,23 +32,22 @@ std::string TempDir(const std::string& name) {
 }
 
 void ExerciseStore(Store& store) {
-  ASSERT_TRUE(store.Set("a", Bytes("hello")).ok());
+  ASSERT_OK(store.Set("a", Bytes("hello")));
   auto v = store.Get("a", absl::Seconds(1));
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v);
   EXPECT_EQ(*v, Bytes("hello"));
   // Write-once keys.
   Status again = store.Set("a", Bytes("other"));
-  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kAlreadyExists));
   // A missing key times out naming the key.
   auto missing = store.Get("never", absl::Milliseconds(50));
-  EXPECT_TRUE(absl::IsDeadlineExceeded(missing.status())) << missing.status();
-  EXPECT_NE(missing.status().message().find("never"), std::string::npos) << missing.status();
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never")));
   // Counters.
   EXPECT_EQ(*store.Add("c", 5), 5);
   EXPECT_EQ(*store.Add("c", -2), 3);
   EXPECT_EQ(*store.Add("d", 1), 1);
   // Empty values round-trip.
-  ASSERT_TRUE(store.Set("empty", {}).ok());
+  ASSERT_OK(store.Set("empty", {}));
 }
 
 TEST(Store, Hash) { ExerciseStore(*Store::Hash()); }
@@ -57,8 +61,7 @@ TEST(Store, File) {
 TEST(Store, FileInUncreatableDirectoryFailsEveryCall) {
   auto store = Store::File("/proc/zero-cannot-create-this");
   Status s = store->Set("k", Bytes("v"));
-  EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("/proc/zero-cannot-create-this"), std::string::npos) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("/proc/zero-cannot-create-this")));
   EXPECT_FALSE(store->Add("k", 1).ok());
   EXPECT_FALSE(Communicator::CreateGloo(store, 0, 2, testing::TestCommOptions()).ok());
 }
@@ -91,45 +94,44 @@ TEST(Store, FileAddIsAtomicAcrossProcesses) {
 
 TEST(Store, Tcp) {
   auto server = Store::Tcp("127.0.0.1", 0, /*is_server=*/true, absl::Seconds(5));
-  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_OK(server);
   const int port = (*server)->port();
   ASSERT_GT(port, 0);
   ExerciseStore(**server);
   auto client = Store::Tcp("127.0.0.1", port, /*is_server=*/false, absl::Seconds(5));
-  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_OK(client);
   // The client sees the server's keys and shares its counters.
   EXPECT_EQ(*(*client)->Get("a", absl::Seconds(1)), Bytes("hello"));
   EXPECT_EQ(*(*client)->Add("c", 10), 13);
   // A Get blocks until another client sets the key.
   std::thread setter([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    EXPECT_TRUE((*server)->Set("late", Bytes("x")).ok());
+    EXPECT_OK((*server)->Set("late", Bytes("x")));
   });
   auto late = (*client)->Get("late", absl::Seconds(10));
   setter.join();
-  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_OK(late);
   EXPECT_EQ(*late, Bytes("x"));
 }
 
 TEST(Store, TcpClientWithoutServerTimesOut) {
   // Bind-and-release a port so nothing listens there.
   auto probe = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(1));
-  ASSERT_TRUE(probe.ok());
+  ASSERT_OK(probe);
   const int port = (*probe)->port();
   probe->reset();
   auto client = Store::Tcp("127.0.0.1", port, false, absl::Milliseconds(300));
-  EXPECT_TRUE(absl::IsDeadlineExceeded(client.status())) << client.status();
-  EXPECT_NE(client.status().message().find(absl::StrCat(port)), std::string::npos) << client.status();
+  EXPECT_THAT(client, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr(absl::StrCat(port))));
 }
 
 TEST(Store, TcpClientSeesServerLoss) {
   auto server = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(5));
-  ASSERT_TRUE(server.ok());
+  ASSERT_OK(server);
   auto client = Store::Tcp("127.0.0.1", (*server)->port(), false, absl::Seconds(5));
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   server->reset();
   auto v = (*client)->Get("k", absl::Seconds(5));
-  EXPECT_TRUE(absl::IsUnavailable(v.status())) << v.status();
+  EXPECT_THAT(v, StatusIs(absl::StatusCode::kUnavailable));
 }
 
 // Rendezvous over each kind of store, then one collective to prove the contexts are connected.
@@ -137,9 +139,9 @@ void RendezvousOver(const std::vector<std::shared_ptr<Store>>& stores) {
   const int world = static_cast<int>(stores.size());
   testing::RunThreads(world, [&](int rank) {
     auto comm = Communicator::CreateGloo(stores[rank], rank, world, testing::TestCommOptions());
-    ASSERT_TRUE(comm.ok()) << comm.status();
+    ASSERT_OK(comm);
     std::vector<float> v(10, static_cast<float>(rank));
-    ASSERT_TRUE((*comm)->AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait().ok());
+    ASSERT_OK((*comm)->AllReduce(v.data(), v.size(), DType::kF32, ReduceOp::kSum).Wait());
     EXPECT_EQ(v[0], static_cast<float>(world * (world - 1) / 2));
   });
 }
@@ -154,11 +156,11 @@ TEST(Store, GlooRendezvousOverFileStore) {
 
 TEST(Store, GlooRendezvousOverTcpStore) {
   auto server = Store::Tcp("127.0.0.1", 0, true, absl::Seconds(5));
-  ASSERT_TRUE(server.ok());
+  ASSERT_OK(server);
   std::vector<std::shared_ptr<Store>> stores = {*server};
   for (int r = 1; r < 3; ++r) {
     auto c = Store::Tcp("127.0.0.1", (*server)->port(), false, absl::Seconds(5));
-    ASSERT_TRUE(c.ok());
+    ASSERT_OK(c);
     stores.push_back(*c);
   }
   RendezvousOver(stores);

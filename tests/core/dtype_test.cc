@@ -1,5 +1,6 @@
 #include "zero/dtype.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,8 +8,13 @@
 #include <random>
 #include <vector>
 
+#include "support/status_matchers.h"
+
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 bool IsNaN16(uint16_t h, DType t) {
   return t == DType::kF16 ? ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0)
@@ -141,9 +147,7 @@ TEST(DtypeTest, NamesAndSizes) {
   EXPECT_EQ(*ParseDType("fp16"), DType::kF16);
   EXPECT_EQ(*ParseDType("FP32"), DType::kF32);
   auto bad = ParseDType("int8");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("int8"), std::string::npos);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("int8")));
 }
 
 }  // namespace

@@ -1,9 +1,16 @@
 #include "zero/status.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "support/status_matchers.h"
 
 namespace zero {
 namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 Status Fails() { return absl::InvalidArgumentError("zero_optimization.stage: 7 is not in 0..3"); }
 Status PassesThrough() {
@@ -27,26 +34,24 @@ Status AssignExisting(bool ok, int* out) {
 
 TEST(StatusTest, ReturnIfErrorKeepsCodeAndAddsBreadcrumb) {
   Status s = PassesThrough();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("zero_optimization.stage"), std::string::npos);
-  EXPECT_NE(s.message().find("status_test.cc:"), std::string::npos) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          AllOf(HasSubstr("zero_optimization.stage"), HasSubstr("status_test.cc:"))));
 }
 
 TEST(StatusTest, AssignOrReturn) {
   auto ok = AddOne(true);
-  ASSERT_TRUE(ok.ok());
+  ASSERT_OK(ok);
   EXPECT_EQ(*ok, 42);
   auto bad = AddOne(false);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(bad.status().message().find("rank 2 gone [status_test.cc:"), std::string::npos) << bad.status();
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 2 gone [status_test.cc:")));
   int out = 0;
-  EXPECT_TRUE(AssignExisting(true, &out).ok());
+  EXPECT_OK(AssignExisting(true, &out));
   EXPECT_EQ(out, 41);
   EXPECT_FALSE(AssignExisting(false, &out).ok());
 }
 
 TEST(StatusTest, OkPassesUntouched) {
-  EXPECT_TRUE(internal::AnnotateStatus(absl::OkStatus(), "x.cc", 1).ok());
+  EXPECT_OK(internal::AnnotateStatus(absl::OkStatus(), "x.cc", 1));
 }
 
 TEST(StatusDeathTest, CheckPrintsBothSides) {

@@ -1,14 +1,20 @@
 // The CUDA API's host-side contract, checked without a GPU: bad arguments are kInvalidArgument before any CUDA
 // call, and on a machine without a device the calls fail with a Status instead of crashing.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "support/status_matchers.h"
 #include "zero/cuda_kernels.h"
 #include "zero/device_memory.h"
 
 namespace zero {
 namespace {
+
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::zero::testing::StatusIs;
 
 // Fake device addresses: the checks under test never dereference them.
 float* Fake(uintptr_t a) { return reinterpret_cast<float*>(a); }
@@ -34,7 +40,7 @@ TEST(CudaApiTest, OptimizerArgumentsAreChecked) {
   const AdamParams adam;
   auto expect_invalid = [&](ShardUpdate u, const char* what) {
     const Status s = cuda::AdamStep(u, adam, nullptr);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what << ": " << s;
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << what;
   };
   ShardUpdate u = ValidShard(states);
   u.master = nullptr;
@@ -66,35 +72,35 @@ TEST(CudaApiTest, OptimizerArgumentsAreChecked) {
 
   AdamParams bad = adam;
   bad.beta1 = 1.0;
-  EXPECT_EQ(cuda::AdamStep(ValidShard(states), bad, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::AdamStep(ValidShard(states), bad, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
   SgdParams nesterov;
   nesterov.nesterov = true;  // needs momentum > 0
-  EXPECT_EQ(cuda::SgdStep(ValidShard(states), nesterov, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::SgdStep(ValidShard(states), nesterov, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
 
   // n == 0 is a no-op, whatever the pointers.
   ShardUpdate empty;
   empty.n = 0;
-  EXPECT_TRUE(cuda::AdamStep(empty, adam, nullptr).ok());
-  EXPECT_TRUE(cuda::SgdStep(empty, SgdParams{}, nullptr).ok());
+  EXPECT_OK(cuda::AdamStep(empty, adam, nullptr));
+  EXPECT_OK(cuda::SgdStep(empty, SgdParams{}, nullptr));
 }
 
 TEST(CudaApiTest, OtherArgumentsAreChecked) {
   auto* out = reinterpret_cast<cuda::GradStatsResult*>(0x1000);
-  EXPECT_EQ(cuda::GradStats(nullptr, DType::kF32, 4, 1.0f, out, false, Fake(0x2000), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::GradStats(Fake(0x3000), DType::kF32, 4, 1.0f, out, false, Fake(0x2000 + 4), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::GradStats(nullptr, DType::kF32, 4, 1.0f, out, false, Fake(0x2000), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cuda::GradStats(Fake(0x3000), DType::kF32, 4, 1.0f, out, false, Fake(0x2000 + 4), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   cuda::CopySegment seg{nullptr, Fake(0x1000), 8};
-  EXPECT_EQ(cuda::BatchCopy(&seg, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(cuda::BatchCopy(nullptr, 0, nullptr).ok());
+  EXPECT_THAT(cuda::BatchCopy(&seg, 1, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(cuda::BatchCopy(nullptr, 0, nullptr));
   cuda::DeviceSpan part{Fake(0x1000), 8};
-  EXPECT_EQ(cuda::Flatten(&part, 1, nullptr, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::Unflatten(nullptr, &part, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::Convert(nullptr, DType::kF32, Fake(0x1000), DType::kBF16, 4, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::Flatten(&part, 1, nullptr, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cuda::Unflatten(nullptr, &part, 1, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cuda::Convert(nullptr, DType::kF32, Fake(0x1000), DType::kBF16, 4, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   DevicePoolOptions bad;
   bad.max_fit_ratio = 0.5;
-  EXPECT_EQ(DevicePool::Create(nullptr, bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DevicePool::Create(nullptr, bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Without a device, well-formed calls fail with a Status (the launch cannot happen) instead of crashing.
@@ -102,10 +108,9 @@ TEST(CudaApiTest, WithoutDeviceCallsFailCleanly) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a device is present (the fake pointers would be used)";
   float* states[2];
   const Status s = cuda::AdamStep(ValidShard(states), AdamParams{}, nullptr);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
-  EXPECT_FALSE(s.message().empty());
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInternal, Not(IsEmpty())));
   auto pool = DevicePool::Create(nullptr);
-  EXPECT_EQ(pool.status().code(), absl::StatusCode::kFailedPrecondition) << pool.status();
+  EXPECT_THAT(pool, StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "support/status_matchers.h"
 #include "zero/cuda_kernels.h"
 
 namespace zero {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 using testing_cuda::DeviceBuffer;
 
@@ -45,7 +48,7 @@ TEST_F(CudaCopyTest, BatchCopyAnySizesAndAlignments) {
     ZERO_ASSERT_CUDA(ddst.Poison());
     std::vector<cuda::CopySegment> segs(count);
     for (size_t i = 0; i < count; ++i) segs[i] = {dsrc.get() + src_off[i], ddst.get() + dst_off[i], sizes[i]};
-    ZERO_ASSERT_OK(cuda::BatchCopy(segs.data(), count, nullptr));
+    ASSERT_OK(cuda::BatchCopy(segs.data(), count, nullptr));
     std::vector<unsigned char> dst(dst_total);
     ZERO_ASSERT_CUDA(ddst.Download(dst.data(), dst_total));
     std::vector<char> inside(dst_total, 0);
@@ -81,7 +84,7 @@ TEST_F(CudaCopyTest, FlattenThenUnflattenRoundTrips) {
   }
   DeviceBuffer flat(total);
   ZERO_ASSERT_CUDA(flat.Poison());
-  ZERO_ASSERT_OK(cuda::Flatten(parts.data(), parts.size(), flat.get(), nullptr));
+  ASSERT_OK(cuda::Flatten(parts.data(), parts.size(), flat.get(), nullptr));
   std::vector<unsigned char> got(total);
   ZERO_ASSERT_CUDA(flat.Download(got.data(), total));
   size_t off = 0;
@@ -91,7 +94,7 @@ TEST_F(CudaCopyTest, FlattenThenUnflattenRoundTrips) {
   }
   // Scatter back into poisoned tensors.
   for (auto& t : tensors) ZERO_ASSERT_CUDA(t->Poison());
-  ZERO_ASSERT_OK(cuda::Unflatten(flat.get(), parts.data(), parts.size(), nullptr));
+  ASSERT_OK(cuda::Unflatten(flat.get(), parts.data(), parts.size(), nullptr));
   for (size_t i = 0; i < parts.size(); ++i) {
     std::vector<unsigned char> back(host[i].size());
     ZERO_ASSERT_CUDA(cudaMemcpy(back.data(), parts[i].d_ptr, back.size(), cudaMemcpyDeviceToHost));
@@ -102,11 +105,11 @@ TEST_F(CudaCopyTest, FlattenThenUnflattenRoundTrips) {
 TEST_F(CudaCopyTest, RejectsNullAndSelfOverlap) {
   DeviceBuffer b(1024);
   cuda::CopySegment null_seg{nullptr, b.get(), 16};
-  EXPECT_EQ(cuda::BatchCopy(&null_seg, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::BatchCopy(&null_seg, 1, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
   cuda::CopySegment overlap{b.get(), b.get() + 8, 16};
-  EXPECT_EQ(cuda::BatchCopy(&overlap, 1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::BatchCopy(&overlap, 1, nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
   cuda::CopySegment empty{nullptr, nullptr, 0};
-  EXPECT_TRUE(cuda::BatchCopy(&empty, 1, nullptr).ok());
+  EXPECT_OK(cuda::BatchCopy(&empty, 1, nullptr));
 }
 
 // Convert at misaligned offsets (the vector plan's scalar head and tail), against the host ConvertBuffer.
@@ -129,7 +132,7 @@ TEST_F(CudaCopyTest, ConvertMisalignedMatchesHost) {
         DeviceBuffer ds((n + 8) * DTypeSize(st)), dd((n + 8) * DTypeSize(dt));
         ZERO_ASSERT_CUDA(ds.Upload(s.data(), s.size(), mis * DTypeSize(st)));
         ZERO_ASSERT_CUDA(dd.Poison());
-        ZERO_ASSERT_OK(cuda::Convert(ds.get() + mis * DTypeSize(st), st, dd.get(), dt, n, nullptr));
+        ASSERT_OK(cuda::Convert(ds.get() + mis * DTypeSize(st), st, dd.get(), dt, n, nullptr));
         ZERO_ASSERT_CUDA(dd.Download(got.data(), got.size()));
         ASSERT_EQ(got, ref);
       }

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "support/status_matchers.h"
 #include "zero/cuda_kernels.h"
 #include "zero/dtype.h"
 
@@ -29,8 +30,8 @@ TEST(CudaCastTest, MatchesHostBitForBit) {
     ASSERT_EQ(cudaMemset(d_mid, 0xA5, n * 2), cudaSuccess);  // poison
     ASSERT_EQ(cudaMemset(d_back, 0xA5, n * 4), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(d_src, src.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_TRUE(cuda::Convert(d_src, DType::kF32, d_mid, t, n, nullptr).ok());
-    ASSERT_TRUE(cuda::Convert(d_mid, t, d_back, DType::kF32, n, nullptr).ok());
+    ASSERT_OK(cuda::Convert(d_src, DType::kF32, d_mid, t, n, nullptr));
+    ASSERT_OK(cuda::Convert(d_mid, t, d_back, DType::kF32, n, nullptr));
     std::vector<uint16_t> mid(n);
     std::vector<float> back(n);
     ASSERT_EQ(cudaMemcpy(mid.data(), d_mid, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);

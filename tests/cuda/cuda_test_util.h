@@ -30,12 +30,6 @@ class GpuTest : public ::testing::Test {
     ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorName(_e) << " " << cudaGetErrorString(_e); \
   } while (0)
 
-#define ZERO_ASSERT_OK(expr)                          \
-  do {                                                \
-    const ::absl::Status _s = (expr);                 \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s;      \
-  } while (0)
-
 // An owned device allocation (plain cudaMalloc: the tests of the kernels should not depend on the pool).
 class DeviceBuffer {
  public:

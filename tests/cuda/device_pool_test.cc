@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "support/status_matchers.h"
 #include "test_kernels.h"
 
 namespace zero {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 using testing_cuda::HostFlag;
 using testing_cuda::LaunchSpinUntilFlag;
@@ -43,7 +46,7 @@ int64_t DeviceBytes(const MemoryTracker& t, MemTag tag) { return t.Report().Get(
 TEST_F(DevicePoolTest, NoCudaMallocInSteadyState) {
   MemoryTracker tracker;
   auto pool_or = DevicePool::Create(&tracker);
-  ASSERT_TRUE(pool_or.ok()) << pool_or.status();
+  ASSERT_OK(pool_or);
   DevicePool& pool = **pool_or;
   // One "training step": gather buffers on the comm stream (a), read on the compute stream (b) after an
   // event, released on b; gradient buckets on b.
@@ -58,7 +61,7 @@ TEST_F(DevicePoolTest, NoCudaMallocInSteadyState) {
     std::vector<DeviceBlock> live;
     for (const Req& r : step) {
       auto blk = pool.Allocate(r.bytes, r.tag, a_);
-      ASSERT_TRUE(blk.ok()) << blk.status();
+      ASSERT_OK(blk);
       ASSERT_GE(blk->capacity(), r.bytes);
       ZERO_ASSERT_CUDA(cudaMemsetAsync(blk->data(), s, r.bytes, a_));  // the "all-gather"
       live.push_back(std::move(*blk));
@@ -91,14 +94,14 @@ TEST_F(DevicePoolTest, NoCudaMallocInSteadyState) {
 TEST_F(DevicePoolTest, CrossStreamReuseWaitsForTheReleaseEvent) {
   MemoryTracker tracker;
   auto pool_or = DevicePool::Create(&tracker);
-  ASSERT_TRUE(pool_or.ok()) << pool_or.status();
+  ASSERT_OK(pool_or);
   DevicePool& pool = **pool_or;
   HostFlag flag;
   ASSERT_TRUE(flag.ok());
   const size_t bytes = 1 << 20;
 
   auto x = pool.Allocate(bytes, MemTag::kGather, a_);
-  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_OK(x);
   void* const x_ptr = x->data();
   // Stream b is busy until the flag is set; x's last user is b.
   ZERO_ASSERT_CUDA(LaunchSpinUntilFlag(flag.device(), kSpinLimitNs, b_));
@@ -107,13 +110,13 @@ TEST_F(DevicePoolTest, CrossStreamReuseWaitsForTheReleaseEvent) {
 
   // (1) Another stream must not get x while b may still use it: a new block is allocated.
   auto y = pool.Allocate(bytes, MemTag::kGather, a_);
-  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_OK(y);
   EXPECT_NE(y->data(), x_ptr);
   EXPECT_EQ(pool.Stats().malloc_count, 2);
 
   // (2) The releasing stream itself may reuse x at once: stream order puts the new work after the old.
   auto x_again = pool.Allocate(bytes, MemTag::kGather, b_);
-  ASSERT_TRUE(x_again.ok()) << x_again.status();
+  ASSERT_OK(x_again);
   EXPECT_EQ(x_again->data(), x_ptr);
   EXPECT_EQ(pool.Stats().same_stream_reuses, 1);
   x_again->Release(b_);
@@ -122,7 +125,7 @@ TEST_F(DevicePoolTest, CrossStreamReuseWaitsForTheReleaseEvent) {
   flag.Set();
   ZERO_ASSERT_CUDA(cudaStreamSynchronize(b_));
   auto z = pool.Allocate(bytes, MemTag::kGather, a_);
-  ASSERT_TRUE(z.ok()) << z.status();
+  ASSERT_OK(z);
   EXPECT_EQ(z->data(), x_ptr);
   EXPECT_EQ(pool.Stats().malloc_count, 2);
   y->Release(a_);
@@ -135,20 +138,20 @@ TEST_F(DevicePoolTest, AtTheLimitTheNewStreamWaitsOnTheDevice) {
   DevicePoolOptions opt;
   opt.max_bytes = 2 << 20;
   auto pool_or = DevicePool::Create(&tracker, opt);
-  ASSERT_TRUE(pool_or.ok()) << pool_or.status();
+  ASSERT_OK(pool_or);
   DevicePool& pool = **pool_or;
   HostFlag flag;
   ASSERT_TRUE(flag.ok());
 
   auto x = pool.Allocate(2 << 20, MemTag::kBuckets, a_);
-  ASSERT_TRUE(x.ok()) << x.status();
+  ASSERT_OK(x);
   void* const x_ptr = x->data();
   ZERO_ASSERT_CUDA(LaunchSpinUntilFlag(flag.device(), kSpinLimitNs, b_));
   x->Release(b_);
 
   // No room for a second block: a gets x, with a device-side wait on b's release event (the host goes on).
   auto y = pool.Allocate(2 << 20, MemTag::kBuckets, a_);
-  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_OK(y);
   EXPECT_EQ(y->data(), x_ptr);
   EXPECT_EQ(pool.Stats().stream_waits, 1);
   EXPECT_EQ(pool.Stats().malloc_count, 1);
@@ -159,7 +162,7 @@ TEST_F(DevicePoolTest, AtTheLimitTheNewStreamWaitsOnTheDevice) {
 
   // While y is in use, the limit leaves nothing to hand out.
   auto w = pool.Allocate(1 << 20, MemTag::kBuckets, a_);
-  EXPECT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+  EXPECT_THAT(w, StatusIs(absl::StatusCode::kResourceExhausted));
 
   flag.Set();
   ZERO_ASSERT_CUDA(cudaStreamSynchronize(a_));
@@ -170,14 +173,14 @@ TEST_F(DevicePoolTest, TracksTagsAndReturnsMemory) {
   MemoryTracker tracker;
   {
     auto pool_or = DevicePool::Create(&tracker);
-    ASSERT_TRUE(pool_or.ok()) << pool_or.status();
+    ASSERT_OK(pool_or);
     DevicePool& pool = **pool_or;
     auto empty = pool.Allocate(0, MemTag::kGather, a_);
-    ASSERT_TRUE(empty.ok());
+    ASSERT_OK(empty);
     EXPECT_TRUE(empty->empty());
 
     auto g = pool.Allocate((1 << 20) + 1, MemTag::kGather, a_);
-    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_OK(g);
     EXPECT_EQ(g->capacity(), size_t{2} << 20);
     EXPECT_EQ(DeviceBytes(tracker, MemTag::kGather), 2 << 20);
     EXPECT_EQ(pool.Stats().bytes_in_use, 2 << 20);
@@ -185,7 +188,7 @@ TEST_F(DevicePoolTest, TracksTagsAndReturnsMemory) {
     ZERO_ASSERT_CUDA(cudaStreamSynchronize(a_));
     // The same block now serves a bucket: its bytes move to that tag.
     auto b = pool.Allocate(2 << 20, MemTag::kBuckets, a_);
-    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b);
     EXPECT_EQ(pool.Stats().malloc_count, 1);
     EXPECT_EQ(DeviceBytes(tracker, MemTag::kGather), 0);
     EXPECT_EQ(DeviceBytes(tracker, MemTag::kBuckets), 2 << 20);
@@ -195,12 +198,12 @@ TEST_F(DevicePoolTest, TracksTagsAndReturnsMemory) {
       EXPECT_TRUE(b->empty());
     }
     EXPECT_EQ(pool.Stats().blocks_in_use, 0);
-    ASSERT_TRUE(pool.ReleaseCachedSync().ok());
+    ASSERT_OK(pool.ReleaseCachedSync());
     EXPECT_EQ(pool.Stats().free_count, 1);
     EXPECT_EQ(pool.Stats().bytes_reserved, 0);
     EXPECT_EQ(DeviceBytes(tracker, MemTag::kBuckets), 0);
     auto again = pool.Allocate(4096, MemTag::kStaging, a_);  // still usable after returning memory
-    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_OK(again);
     EXPECT_EQ(DeviceBytes(tracker, MemTag::kStaging), 4096);
   }
   // Pool destroyed (after its last block was released by the DeviceBlock destructor): nothing left tracked.

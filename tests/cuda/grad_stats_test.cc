@@ -12,10 +12,13 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "support/status_matchers.h"
 #include "zero/cuda_kernels.h"
 
 namespace zero {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 using testing_cuda::DeviceBuffer;
 using testing_cuda::EdgeValues;
@@ -157,7 +160,7 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
   cuda::GradStatsResult first{};
   for (int run = 0; run < 5; ++run) {
     ZERO_ASSERT_CUDA(out.Poison());
-    ZERO_ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
+    ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
     cuda::GradStatsResult r;
     ZERO_ASSERT_CUDA(out.Download(&r, sizeof(r)));
     if (run == 0) {
@@ -167,8 +170,8 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
     }
   }
   // Accumulate: a then b into one result equals the sum of the two.
-  ZERO_ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
-  ZERO_ASSERT_OK(cuda::GradStats(db.get(), DType::kF32, n, 1.0f, d_out, true, ws.get(), nullptr));
+  ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
+  ASSERT_OK(cuda::GradStats(db.get(), DType::kF32, n, 1.0f, d_out, true, ws.get(), nullptr));
   cuda::GradStatsResult both;
   ZERO_ASSERT_CUDA(out.Download(&both, sizeof(both)));
   const Ref ra = Reference(a.data(), DType::kF32, n, 1.0f);
@@ -180,12 +183,12 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
 TEST_F(CudaGradStatsTest, RejectsBadArguments) {
   DeviceBuffer ws(cuda::kGradStatsWorkspaceBytes), out(sizeof(cuda::GradStatsResult));
   auto* d_out = reinterpret_cast<cuda::GradStatsResult*>(out.get());
-  EXPECT_EQ(cuda::GradStats(nullptr, DType::kF32, 10, 1.0f, d_out, false, ws.get(), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::GradStats(ws.get(), DType::kF32, 10, 1.0f, d_out, false, nullptr, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(cuda::GradStats(ws.get(), DType::kF32, 10, 1.0f, d_out, false, ws.get() + 4, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(cuda::GradStats(nullptr, DType::kF32, 10, 1.0f, d_out, false, ws.get(), nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cuda::GradStats(ws.get(), DType::kF32, 10, 1.0f, d_out, false, nullptr, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cuda::GradStats(ws.get(), DType::kF32, 10, 1.0f, d_out, false, ws.get() + 4, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

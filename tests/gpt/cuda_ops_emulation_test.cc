@@ -36,9 +36,12 @@
 #include "gpt/cuda_check.h"
 #include "gpt/model.h"
 #include "gpt/ops.h"
+#include "support/status_matchers.h"
 
 namespace zero::gpt {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 namespace body = cuda::body;
 namespace impl = cuda::impl;
@@ -191,17 +194,6 @@ class Guarded {
   std::vector<float> v_;
   size_t n_;
 };
-
-#define EXPECT_OK(expr)                          \
-  do {                                           \
-    const ::absl::Status _s = (expr);            \
-    EXPECT_TRUE(_s.ok()) << #expr << ": " << _s; \
-  } while (0)
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const ::absl::Status _s = (expr);            \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s; \
-  } while (0)
 
 // ---------------------------------------------------------------------------------------------------------
 // The grid-stride loop itself.
@@ -692,16 +684,17 @@ TEST(GptCudaEmulationTest, BadShapesAreInvalidArgumentAndEmptyOpsDoNothing) {
   float f[8] = {};
   int32_t ids[2] = {};
   double d[2] = {};
-  EXPECT_EQ(impl::MatmulForward(ex, f, f, f, -1, 2, 2, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::MatmulForward(ex, f, f, f, 1, 0, 2, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::MatmulForward(ex, nullptr, f, f, 1, 2, 2, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::MatmulBackward(ex, f, f, f, 1, 2, int64_t{1} << 31, f, f, f).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::AttentionForward(ex, f, 1, 2, 5, 2, f, f).code(), absl::StatusCode::kInvalidArgument);  // 2 !| 5
-  EXPECT_EQ(impl::AttentionBackward(ex, f, f, f, 1, 0, 4, 2, f, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::SoftmaxCrossEntropyForward(ex, f, ids, 0, 2, f, f, d).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::LayerNormForward(ex, f, f, f, 2, 0, f, f, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::GeluForward(ex, f, -3, f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(impl::MatmulForward(ex, f, f, f, -1, 2, 2, f), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::MatmulForward(ex, f, f, f, 1, 0, 2, f), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::MatmulForward(ex, nullptr, f, f, 1, 2, 2, f), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::MatmulBackward(ex, f, f, f, 1, 2, int64_t{1} << 31, f, f, f),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::AttentionForward(ex, f, 1, 2, 5, 2, f, f), StatusIs(absl::StatusCode::kInvalidArgument));  // 2 !| 5
+  EXPECT_THAT(impl::AttentionBackward(ex, f, f, f, 1, 0, 4, 2, f, f), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::SoftmaxCrossEntropyForward(ex, f, ids, 0, 2, f, f, d),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::LayerNormForward(ex, f, f, f, 2, 0, f, f, f), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::GeluForward(ex, f, -3, f), StatusIs(absl::StatusCode::kInvalidArgument));
   // Empty: OK and nothing launched.
   EXPECT_OK(impl::MatmulForward(ex, nullptr, nullptr, nullptr, 0, 2, 2, nullptr));
   EXPECT_OK(impl::MatmulBackward(ex, nullptr, nullptr, nullptr, 0, 2, 2, nullptr, nullptr, nullptr));
@@ -713,10 +706,12 @@ TEST(GptCudaEmulationTest, BadShapesAreInvalidArgumentAndEmptyOpsDoNothing) {
   RootWeights rw;
   rw.wte = f;
   rw.wpe = f;
-  EXPECT_EQ(impl::EmbeddingForward(ex, cfg, rw, ids, 1, cfg.max_seq + 1, f).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(impl::EmbeddingForward(ex, cfg, rw, ids, 0, 1, f).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(impl::EmbeddingForward(ex, cfg, rw, ids, 1, cfg.max_seq + 1, f),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(impl::EmbeddingForward(ex, cfg, rw, ids, 0, 1, f), StatusIs(absl::StatusCode::kInvalidArgument));
   BlockActs unbound;
-  EXPECT_EQ(impl::BlockForward(ex, cfg, BlockWeights{}, f, f, &unbound).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(impl::BlockForward(ex, cfg, BlockWeights{}, f, f, &unbound),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(GptCudaEmulationTest, ActivationViewsAreAlignedDisjointAndInsideTheAllocation) {
@@ -821,7 +816,7 @@ EmulatedRun RunEmulatedModel(const GptModel& model, const std::vector<int32_t>& 
 TEST(GptCudaEmulationTest, WholeTinyGptForwardBackwardMatchesGptModel) {
   const GptConfig cfg = GptConfig::Tiny();
   auto model = GptModel::Create(cfg, 21);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   std::mt19937_64 rng(21);
   for (auto [B, T] : {std::pair<int, int>{3, 20}, {1, 1}, {2, cfg.max_seq}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T);
@@ -829,7 +824,7 @@ TEST(GptCudaEmulationTest, WholeTinyGptForwardBackwardMatchesGptModel) {
     const auto targets = RandomIds(rng, static_cast<size_t>(B) * T, cfg.vocab);
     model->ZeroGrads();
     auto cpu_loss = model->ForwardBackward(tokens.data(), targets.data(), B, T);
-    ASSERT_TRUE(cpu_loss.ok());
+    ASSERT_OK(cpu_loss);
 
     for (GemmOrder order : {GemmOrder::kSequential, GemmOrder::kReverseFma}) {
       const EmulatedRun r = RunEmulatedModel(*model, tokens, targets, B, T, kGrids[1], order);
@@ -845,7 +840,7 @@ TEST(GptCudaEmulationTest, WholeTinyGptForwardBackwardMatchesGptModel) {
     // Two steps without zeroing: every gradient accumulates (an op that overwrites instead shows up here, since
     // it cannot from zeroed gradients).
     auto cpu_loss2 = model->ForwardBackward(tokens.data(), targets.data(), B, T);
-    ASSERT_TRUE(cpu_loss2.ok());
+    ASSERT_OK(cpu_loss2);
     const EmulatedRun two = RunEmulatedModel(*model, tokens, targets, B, T, kGrids[2], GemmOrder::kSequential, 2);
     cuda_testing::ExpectModelMatches(*model, *cpu_loss2, two.loss, two.grads, nullptr);
 

@@ -19,10 +19,13 @@
 #include "gpt/cuda_check.h"
 #include "gpt/model.h"
 #include "gpt/ops.h"
+#include "support/status_matchers.h"
 #include "zero/cuda_kernels.h"
 
 namespace zero::gpt {
 namespace {
+
+using ::zero::testing::StatusIs;
 
 namespace gc = ::zero::gpt::cuda;
 using cuda_testing::AbsGemm;
@@ -33,12 +36,6 @@ using cuda_testing::NormwiseClose;
 using cuda_testing::RandomFloats;
 using cuda_testing::RandomIds;
 using cuda_testing::WithinGemmBound;
-
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const ::absl::Status _s = (expr);            \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s; \
-  } while (0)
 
 // An owned device array of n T's (plain cudaMalloc).
 template <class T>
@@ -270,14 +267,14 @@ TEST_F(GptCudaTest, AttentionMatchesTheCpuOp) {
 TEST_F(GptCudaTest, HandleOnAnotherStreamOrInTf32ModeIsRefused) {
   Dev<float> d(64);
   ASSERT_EQ(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_EQ(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_SUCCESS);
   ASSERT_EQ(cublasSetStream(handle_, nullptr), CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_EQ(cublasSetStream(handle_, stream_), CUBLAS_STATUS_SUCCESS);
-  EXPECT_TRUE(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_).ok());
+  EXPECT_OK(gc::TiedHeadForward(d.get(), d.get() + 16, 2, 2, 2, d.get() + 32, handle_, stream_));
   Sync();
 }
 
@@ -338,7 +335,7 @@ void RunDeviceModel(const GptModel& model, const std::vector<int32_t>& tokens, c
     grads.push_back(std::make_unique<Dev<float>>(std::vector<float>(model.unit_numel(u), 0.0f)));
   }
   auto acts = gc::DeviceActivations::Create(cfg, B, T);
-  ASSERT_TRUE(acts.ok()) << acts.status();
+  ASSERT_OK(acts);
   // NaN everywhere: a phase reading an activation nobody wrote poisons the gradients.
   ASSERT_EQ(cudaMemset(acts->data(), 0xFF, acts->bytes()), cudaSuccess);
   Dev<int32_t> d_tokens(tokens), d_targets(targets);
@@ -354,7 +351,7 @@ void RunDeviceModel(const GptModel& model, const std::vector<int32_t>& tokens, c
     ASSERT_OK(gc::HeadForward(cfg, rw, acts->x, d_targets.get(), &acts->head, handle, stream));
     ASSERT_EQ(cudaMemcpyAsync(&run->loss, acts->head.loss, sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
     auto loss = gc::HeadForwardSync(cfg, rw, acts->x, d_targets.get(), &acts->head, handle, stream);
-    ASSERT_TRUE(loss.ok()) << loss.status();
+    ASSERT_OK(loss);
     run->sync_loss = *loss;
     ASSERT_OK(gc::HeadBackward(cfg, rw, rg, &acts->head, acts->dx, handle, stream));
     for (int l = cfg.layers - 1; l >= 0; --l) {
@@ -372,7 +369,7 @@ void RunDeviceModel(const GptModel& model, const std::vector<int32_t>& tokens, c
 TEST_F(GptCudaTest, WholeTinyGptForwardBackwardMatchesGptModelAndIsDeterministic) {
   const GptConfig cfg = GptConfig::Tiny();
   auto model = GptModel::Create(cfg, 106);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   std::mt19937_64 rng(106);
   for (auto [B, T] : {std::pair<int, int>{3, 20}, {1, 1}, {4, cfg.max_seq}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T);
@@ -380,7 +377,7 @@ TEST_F(GptCudaTest, WholeTinyGptForwardBackwardMatchesGptModelAndIsDeterministic
     const auto targets = RandomIds(rng, static_cast<size_t>(B) * T, cfg.vocab);
     model->ZeroGrads();
     auto cpu_loss = model->ForwardBackward(tokens.data(), targets.data(), B, T);
-    ASSERT_TRUE(cpu_loss.ok());
+    ASSERT_OK(cpu_loss);
     DeviceRun run, again;
     RunDeviceModel(*model, tokens, targets, B, T, handle_, stream_, &run);
     ASSERT_FALSE(HasFatalFailure());
@@ -399,7 +396,7 @@ TEST_F(GptCudaTest, WholeTinyGptForwardBackwardMatchesGptModelAndIsDeterministic
     }
     // Two steps without zeroing: every gradient must accumulate.
     auto cpu_loss2 = model->ForwardBackward(tokens.data(), targets.data(), B, T);
-    ASSERT_TRUE(cpu_loss2.ok());
+    ASSERT_OK(cpu_loss2);
     DeviceRun two;
     RunDeviceModel(*model, tokens, targets, B, T, handle_, stream_, &two, 2);
     ASSERT_FALSE(HasFatalFailure());

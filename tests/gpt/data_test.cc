@@ -1,6 +1,7 @@
 // The byte corpus: where it comes from, and the batch property that makes losses comparable across world sizes.
 #include "gpt/data.h"
 
+#include <gmock/gmock.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,9 +10,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "support/status_matchers.h"
 
 namespace zero::gpt {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 namespace fs = std::filesystem;
 
@@ -23,7 +28,7 @@ void WriteFile(const std::string& path, const std::string& text) { std::ofstream
 
 TEST(ByteDatasetTest, DefaultCorpusReadsEachSystemLicenseOnceOrFallsBack) {
   auto data = ByteDataset::Load();
-  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_OK(data);
   EXPECT_GT(data->size(), 4000);
   ASSERT_FALSE(data->sources().empty());
   std::set<std::string> targets;
@@ -40,7 +45,7 @@ TEST(ByteDatasetTest, DefaultCorpusReadsEachSystemLicenseOnceOrFallsBack) {
 
 TEST(ByteDatasetTest, FallsBackToShippedTextWhenTheSystemFolderIsMissing) {
   auto data = ByteDataset::Load({.system_dir = "/nonexistent/zero-gpt-licenses"});
-  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_OK(data);
   EXPECT_EQ(data->sources(), std::vector<std::string>{ByteDataset::DefaultFallbackCorpus()});
   EXPECT_EQ(data->size(), static_cast<int64_t>(fs::file_size(ByteDataset::DefaultFallbackCorpus())));
   EXPECT_LT(data->size(), 300'000) << "the shipped text is meant to be small";
@@ -51,23 +56,22 @@ TEST(ByteDatasetTest, ExplicitFilesAreConcatenatedInOrderAndErrorsNameTheFile) {
   WriteFile(a, "hello");
   WriteFile(b, "world");
   auto data = ByteDataset::Load({.files = {b, a}});
-  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_OK(data);
   EXPECT_EQ(data->bytes(), "world\nhello");
   EXPECT_EQ(data->sources(), (std::vector<std::string>{b, a}));
 
-  const auto missing = ByteDataset::Load({.files = {a, "/nonexistent/corpus.txt"}}).status();
-  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.message().find("/nonexistent/corpus.txt"), absl::string_view::npos) << missing;
+  EXPECT_THAT(ByteDataset::Load({.files = {a, "/nonexistent/corpus.txt"}}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/corpus.txt")));
 
   WriteFile(a, "x");
-  EXPECT_EQ(ByteDataset::Load({.files = {a}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ByteDataset::Load({.files = {a}}), StatusIs(absl::StatusCode::kInvalidArgument));
   fs::remove(a);
   fs::remove(b);
 }
 
 TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
   auto data = ByteDataset::Load({.seed = 3});
-  ASSERT_TRUE(data.ok());
+  ASSERT_OK(data);
   const int B = 4, T = 24;
   std::vector<int32_t> tok(B * T), tgt(B * T), tok2(B * T), tgt2(B * T);
   data->Batch(5, 0, 1, B, T, tok.data(), tgt.data());
@@ -93,7 +97,7 @@ TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
 // Rank r of world N with per-rank batch B sees exactly rows [r*B, (r+1)*B) of the world-1 batch of B*N.
 TEST(ByteDatasetTest, WorldOneBatchIsTheConcatenationOfRankBatches) {
   auto data = ByteDataset::Load({.seed = 9});
-  ASSERT_TRUE(data.ok());
+  ASSERT_OK(data);
   const int B = 3, T = 16;
   for (int world = 1; world <= 4; ++world) {
     for (int64_t step : {0, 1, 7, 1000}) {

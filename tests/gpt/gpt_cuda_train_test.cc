@@ -20,6 +20,7 @@
 
 #include "gpt/train.h"
 #include "gpt/train_cuda.h"
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/cuda_kernels.h"
@@ -71,13 +72,13 @@ TEST_P(GptCudaTrainTest, MatchesTheCpuRun) {
   opt.model = "tiny";
   opt.steps = 6;
   auto gloo = Communicator::CreateGloo(Store::Hash(), 0, 1, {});
-  ASSERT_TRUE(gloo.ok()) << gloo.status();
+  ASSERT_OK(gloo);
   auto nccl = Communicator::CreateNccl(Store::Hash(), 0, 1, {});
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  ASSERT_OK(nccl);
   auto cpu = TrainRank(cfg, std::shared_ptr<Communicator>(std::move(*gloo)), opt);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ASSERT_OK(cpu);
   auto gpu = TrainRankCuda(cfg, std::shared_ptr<Communicator>(std::move(*nccl)), opt);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  ASSERT_OK(gpu);
   ASSERT_EQ(gpu->steps.size(), cpu->steps.size());
   const double tol = c.bf16 ? 1e-2 : 1e-3;
   for (size_t k = 0; k < cpu->steps.size(); ++k) {

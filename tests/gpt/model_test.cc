@@ -2,6 +2,7 @@
 // against GptModel, determinism, and a short training run on the byte corpus.
 #include "gpt/model.h"
 
+#include <gmock/gmock.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,9 +16,13 @@
 #include "gpt/data.h"
 #include "gpt/reference.h"
 #include "gtest/gtest.h"
+#include "support/status_matchers.h"
 
 namespace zero::gpt {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 using testing::Vec;
 
@@ -73,21 +78,20 @@ TEST(GptSpecTest, ParamCountsFollowTheFormula) {
   EXPECT_LT(NumParams(GptConfig::Tiny()), 1'000'000);
   EXPECT_GT(NumParams(GptConfig::Small()), 9'000'000);
   EXPECT_LT(NumParams(GptConfig::Small()), 12'000'000);
-  EXPECT_TRUE(ValidateConfig(GptConfig::Tiny()).ok());
-  EXPECT_TRUE(ValidateConfig(GptConfig::Small()).ok());
+  EXPECT_OK(ValidateConfig(GptConfig::Tiny()));
+  EXPECT_OK(ValidateConfig(GptConfig::Small()));
 }
 
 TEST(GptSpecTest, ConfigErrorsNameTheField) {
   GptConfig bad = GptConfig::Tiny();
   bad.heads = 3;  // does not divide 64
-  EXPECT_EQ(ValidateConfig(bad).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(ValidateConfig(bad).message().find("heads"), absl::string_view::npos);
+  EXPECT_THAT(ValidateConfig(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("heads")));
   bad = GptConfig::Tiny();
   bad.layers = 0;
-  EXPECT_NE(ValidateConfig(bad).message().find("layers"), absl::string_view::npos);
-  EXPECT_EQ(GptModel::Create(bad, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ValidateConfig(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layers")));
+  EXPECT_THAT(GptModel::Create(bad, 1), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(GptConfig::FromName("small")->channels, GptConfig::Small().channels);
-  EXPECT_EQ(GptConfig::FromName("huge").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(GptConfig::FromName("huge"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(GptSpecTest, FlatAndLookupViewsAgreeWithSpecOrder) {
@@ -125,16 +129,14 @@ TEST(GptSpecTest, FlatAndLookupViewsAgreeWithSpecOrder) {
     static float dummy;
     return name == "fc_w" ? nullptr : &dummy;
   };
-  const auto st = BlockWeightsFromLookup(missing_fc).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(st.message().find("fc_w"), absl::string_view::npos);
+  EXPECT_THAT(BlockWeightsFromLookup(missing_fc), StatusIs(absl::StatusCode::kNotFound, HasSubstr("fc_w")));
 }
 
 TEST(GptInitTest, SlicesEqualTheFullParameterWhateverTheCut) {
   const GptConfig cfg = GptConfig::Tiny();
   for (const ParamSpec& spec : BlockParams(cfg)) {
     std::vector<float> full(spec.numel());
-    ASSERT_TRUE(InitParam(7, cfg, "h.1", spec, full.data()).ok());
+    ASSERT_OK(InitParam(7, cfg, "h.1", spec, full.data()));
     // Cut the parameter into 1..5 pieces at uneven boundaries, as shards of different world sizes would.
     for (int pieces = 1; pieces <= 5; ++pieces) {
       std::vector<float> joined;
@@ -145,7 +147,7 @@ TEST(GptInitTest, SlicesEqualTheFullParameterWhateverTheCut) {
         const int64_t begin = cut(p);
         const int64_t end = cut(p + 1);
         std::vector<float> part(end - begin);
-        ASSERT_TRUE(InitParamSlice(7, cfg, "h.1", spec, begin, end - begin, part.data()).ok());
+        ASSERT_OK(InitParamSlice(7, cfg, "h.1", spec, begin, end - begin, part.data()));
         joined.insert(joined.end(), part.begin(), part.end());
       }
       EXPECT_EQ(joined, full) << spec.name << " in " << pieces << " pieces";
@@ -157,7 +159,7 @@ TEST(GptInitTest, ValuesFollowGpt2AndDependOnSeedUnitAndName) {
   const GptConfig cfg = GptConfig::Tiny();
   auto init = [&](uint64_t seed, const std::string& unit, const ParamSpec& spec) {
     std::vector<float> v(spec.numel());
-    EXPECT_TRUE(InitParam(seed, cfg, unit, spec, v.data()).ok());
+    EXPECT_OK(InitParam(seed, cfg, unit, spec, v.data()));
     return v;
   };
   auto stats = [](const std::vector<float>& v) {
@@ -205,14 +207,15 @@ TEST(GptInitTest, RejectsUnknownUnitsNamesShapesAndRanges) {
   const ParamSpec qkv = BlockParams(cfg)[2];
   std::vector<float> out(qkv.numel());
   for (const char* unit : {"h.2", "h.01", "h.-1", "h.", "block.0", "rooot"}) {
-    EXPECT_EQ(InitParam(1, cfg, unit, qkv, out.data()).code(), absl::StatusCode::kInvalidArgument) << unit;
+    EXPECT_THAT(InitParam(1, cfg, unit, qkv, out.data()), StatusIs(absl::StatusCode::kInvalidArgument)) << unit;
   }
-  EXPECT_EQ(InitParam(1, cfg, kRootUnit, qkv, out.data()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(InitParam(1, cfg, kRootUnit, qkv, out.data()), StatusIs(absl::StatusCode::kInvalidArgument));
   ParamSpec wrong_shape = qkv;
   wrong_shape.shape = {3 * cfg.channels, cfg.channels};
-  EXPECT_EQ(InitParam(1, cfg, "h.0", wrong_shape, out.data()).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(InitParamSlice(1, cfg, "h.0", qkv, qkv.numel() - 3, 4, out.data()).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_TRUE(InitParamSlice(1, cfg, "h.0", qkv, qkv.numel() - 3, 3, out.data()).ok());
+  EXPECT_THAT(InitParam(1, cfg, "h.0", wrong_shape, out.data()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(InitParamSlice(1, cfg, "h.0", qkv, qkv.numel() - 3, 4, out.data()),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_OK(InitParamSlice(1, cfg, "h.0", qkv, qkv.numel() - 3, 3, out.data()));
 }
 
 // ---- gradients -------------------------------------------------------------------------------------------
@@ -220,7 +223,7 @@ TEST(GptInitTest, RejectsUnknownUnitsNamesShapesAndRanges) {
 TEST(GptModelTest, LossMatchesDoubleReferenceAndStartsNearLogVocab) {
   const GptConfig cfg = CheckConfig();
   auto model = GptModel::Create(cfg, 3);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   std::mt19937_64 rng(3);
   std::vector<int32_t> tokens, targets;
   const int B = 2, T = 8;
@@ -237,7 +240,7 @@ TEST(GptModelTest, LossMatchesDoubleReferenceAndStartsNearLogVocab) {
 TEST(GptModelTest, WholeModelGradientMatchesFiniteDifferences) {
   const GptConfig cfg = CheckConfig();
   auto model = GptModel::Create(cfg, 5);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   Randomize(*model, 11);
   std::mt19937_64 rng(5);
   std::vector<int32_t> tokens, targets;
@@ -291,14 +294,14 @@ TEST(GptModelTest, WholeModelGradientMatchesFiniteDifferences) {
 TEST(GptModelTest, DirectionalDerivativeOfFloatModelMatchesGradientNorm) {
   const GptConfig cfg = GptConfig::Tiny();
   auto model = GptModel::Create(cfg, 9);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   std::mt19937_64 rng(9);
   std::vector<int32_t> tokens, targets;
   const int B = 2, T = 16;
   RandomTokens(rng, B * T, cfg.vocab, &tokens);
   RandomTokens(rng, B * T, cfg.vocab, &targets);
   model->ZeroGrads();
-  ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), B, T).ok());
+  ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), B, T));
   const int64_t n = model->num_params();
   std::vector<float> theta(model->all_params(), model->all_params() + n);
   std::vector<float> g(model->all_grads(), model->all_grads() + n);
@@ -319,7 +322,7 @@ TEST(GptModelTest, DirectionalDerivativeOfFloatModelMatchesGradientNorm) {
 TEST(GptModelTest, TiedEmbeddingGradientIsHeadPlusEmbedding) {
   const GptConfig cfg = GptConfig::Tiny();
   auto model = GptModel::Create(cfg, 4);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   const int B = 2, T = 8, N = B * T, C = cfg.channels;
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; ++i) {
@@ -377,7 +380,7 @@ TEST(GptModelTest, TiedEmbeddingGradientIsHeadPlusEmbedding) {
 
   // And GptModel::ForwardBackward yields exactly this wte gradient.
   model->ZeroGrads();
-  ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), B, T).ok());
+  ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), B, T));
   EXPECT_EQ(std::memcmp(model->grads(0), root_g.data(), sizeof(float) * root_g.size()), 0);
 }
 
@@ -386,7 +389,7 @@ TEST(GptModelTest, TiedEmbeddingGradientIsHeadPlusEmbedding) {
 TEST(GptModelTest, PhaseApiOnSeparateUnitsMatchesGptModelBitwise) {
   const GptConfig cfg = GptConfig::Tiny();
   auto model = GptModel::Create(cfg, 8);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   const int B = 3, T = 20, N = B * T, C = cfg.channels;
   std::mt19937_64 rng(8);
   std::vector<int32_t> tokens, targets;
@@ -456,15 +459,15 @@ TEST(GptModelTest, PhaseApiOnSeparateUnitsMatchesGptModelBitwise) {
 
 TEST(GptModelTest, GradientsAccumulateAcrossCalls) {
   auto model = GptModel::Create(GptConfig::Tiny(), 2);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   std::mt19937_64 rng(2);
   std::vector<int32_t> tokens, targets;
   RandomTokens(rng, 2 * 8, 256, &tokens);
   RandomTokens(rng, 2 * 8, 256, &targets);
   model->ZeroGrads();
-  ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), 2, 8).ok());
+  ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), 2, 8));
   const std::vector<float> once(model->all_grads(), model->all_grads() + model->num_params());
-  ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), 2, 8).ok());
+  ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), 2, 8));
   // Not bit-exact: inside one backward some gradients are themselves sums (tied wte, layernorm rows), so
   // g + (a + b) and 2 (a + b) round differently.
   for (int64_t i = 0; i < model->num_params(); ++i) {
@@ -474,16 +477,15 @@ TEST(GptModelTest, GradientsAccumulateAcrossCalls) {
 
 TEST(GptModelTest, RejectsBadShapesAndIds) {
   auto model = GptModel::Create(GptConfig::Tiny(), 1);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   std::vector<int32_t> tokens(2 * 33, 1), targets(2 * 33, 2);
-  EXPECT_EQ(model->Forward(tokens.data(), targets.data(), 2, 33).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(model->Forward(tokens.data(), targets.data(), 0, 8).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(model->Forward(tokens.data(), targets.data(), 2, 33), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->Forward(tokens.data(), targets.data(), 0, 8), StatusIs(absl::StatusCode::kInvalidArgument));
   targets[5] = 256;
-  const auto st = model->ForwardBackward(tokens.data(), targets.data(), 2, 8).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("targets[5]"), absl::string_view::npos) << st;
-  EXPECT_EQ(model->Param("h.7", "qkv_w").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(model->Grad("h.1", "nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(model->ForwardBackward(tokens.data(), targets.data(), 2, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("targets[5]")));
+  EXPECT_THAT(model->Param("h.7", "qkv_w"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(model->Grad("h.1", "nope"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(*model->Param("h.1", "ln1_w"), model->params(2));
 }
 
@@ -501,7 +503,7 @@ struct RunResult {
 
 RunResult TrainSgd(const ByteDataset& data, int steps, float lr) {
   auto model = GptModel::Create(GptConfig::Tiny(), 42);
-  EXPECT_TRUE(model.ok());
+  EXPECT_OK(model);
   const int B = 8, T = 32;
   std::vector<int32_t> tokens(B * T), targets(B * T);
   RunResult r;
@@ -519,7 +521,7 @@ RunResult TrainSgd(const ByteDataset& data, int steps, float lr) {
 
 TEST(GptTrainingTest, SgdLowersTheLossOnTheByteCorpusAndIsDeterministic) {
   auto data = ByteDataset::Load({.seed = 1});
-  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_OK(data);
   const RunResult a = TrainSgd(*data, 20, 0.1f);
   const float first = a.losses.front();
   float last5 = 0.0f;
@@ -536,18 +538,18 @@ TEST(GptTrainingTest, SgdLowersTheLossOnTheByteCorpusAndIsDeterministic) {
 // Run with --gtest_also_run_disabled_tests --gtest_filter='*SmallTiming*'.
 TEST(GptTimingTest, DISABLED_SmallTiming) {
   auto model = GptModel::Create(GptConfig::Small(), 1);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   const int B = 4, T = 128;
   std::mt19937_64 rng(1);
   std::vector<int32_t> tokens, targets;
   RandomTokens(rng, B * T, 256, &tokens);
   RandomTokens(rng, B * T, 256, &targets);
-  ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), B, T).ok());  // warm-up and allocation
+  ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), B, T));  // warm-up and allocation
   const int reps = 5;
   std::vector<double> ms;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(model->ForwardBackward(tokens.data(), targets.data(), B, T).ok());
+    ASSERT_OK(model->ForwardBackward(tokens.data(), targets.data(), B, T));
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());

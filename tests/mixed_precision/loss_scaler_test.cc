@@ -1,11 +1,16 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "support/status_matchers.h"
 #include "zero/mixed_precision.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 struct Expect {
   bool overflow;
@@ -39,7 +44,7 @@ TEST(LossScalerTest, ScriptedTrajectoryMatchesDeepSpeed) {
   };
   for (size_t i = 0; i < script.size(); ++i) {
     auto skip = s.Update(script[i].overflow);
-    ASSERT_TRUE(skip.ok()) << i;
+    ASSERT_OK(skip) << i;
     EXPECT_EQ(*skip, script[i].skip) << "iter " << i;
     EXPECT_EQ(s.scale(), script[i].scale_after) << "iter " << i;
     EXPECT_EQ(s.hysteresis_left(), script[i].hysteresis_after) << "iter " << i;
@@ -74,9 +79,7 @@ TEST(LossScalerTest, AllOverflowHalvesToMinimumThenFails) {
   EXPECT_TRUE(*s.Update(true));
   EXPECT_EQ(s.scale(), 2);
   auto r = s.Update(true);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status().message().find("min_loss_scale"), std::string::npos);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("min_loss_scale")));
 }
 
 TEST(LossScalerTest, NoOverflowDoublesEveryWindow) {

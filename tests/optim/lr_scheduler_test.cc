@@ -3,16 +3,21 @@
 // last_batch_iteration = L0 + s (L0 = -1 for a fresh run), because the engine steps the scheduler after the
 // optimizer and the scheduler's constructor already sets get_lr() at -1.
 
+#include <gmock/gmock.h>
 #include <cmath>
 #include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "support/status_matchers.h"
 #include "zero/config.h"
 #include "zero/optimizer.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 // Hand-computed values carry their own rounding; 1e-13 relative is far below any formula mistake.
 #define EXPECT_LR(actual, expected) EXPECT_NEAR((actual), (expected), 1e-13 * std::abs(expected))
@@ -22,7 +27,7 @@ constexpr double kLog10Of3 = 0.47712125471966244;  // log(3) / log(10)
 
 std::unique_ptr<LrScheduler> Make(const SchedulerConfig& c, double base_lr = 1e-3) {
   auto r = MakeLrScheduler(c, base_lr);
-  EXPECT_TRUE(r.ok()) << r.status();
+  EXPECT_OK(r);
   return r.ok() ? std::move(*r) : nullptr;
 }
 
@@ -132,9 +137,7 @@ TEST(LrScheduler, LastBatchIterationResumes) {
 TEST(LrScheduler, InvalidConfigsNameTheKey) {
   auto expect_error = [](const SchedulerConfig& c, const std::string& key) {
     auto r = MakeLrScheduler(c, 1e-3);
-    ASSERT_FALSE(r.ok()) << key;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(std::string(r.status().message()).find(key), std::string::npos) << r.status();
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(key))) << key;
   };
   SchedulerConfig c;
   c.type = "OneCycle";

@@ -4,6 +4,7 @@
 
 #include "zero/optimizer.h"
 
+#include <gmock/gmock.h>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,11 +15,15 @@
 
 #include "gtest/gtest.h"
 #include "optim/test_util.h"
+#include "support/status_matchers.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
 
 namespace zero::optim_test {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 // Runs `opt` for one step over whole buffers.
 void Step(const ElementwiseOptimizer& opt, std::vector<float>& p, const std::vector<float>& g,
@@ -48,7 +53,7 @@ TEST(MakeOptimizer, TypesFollowDeepSpeed) {
   OptimizerConfig cfg;
   cfg.type = "Adam";
   auto a = MakeOptimizer(cfg);
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_EQ((*a)->Name(), "AdamW");  // DeepSpeed: "Adam" means AdamW unless adam_w_mode is false
   EXPECT_EQ((*a)->StateNames(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
   cfg.adam_w_mode = false;
@@ -57,7 +62,7 @@ TEST(MakeOptimizer, TypesFollowDeepSpeed) {
   EXPECT_EQ((*MakeOptimizer(cfg))->Name(), "AdamW");
   cfg.type = "sgd";
   auto s = MakeOptimizer(cfg);
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_EQ((*s)->Name(), "SGD");
   EXPECT_TRUE((*s)->StateNames().empty());  // no momentum, no buffer (as torch)
   cfg.momentum = 0.9;
@@ -67,9 +72,7 @@ TEST(MakeOptimizer, TypesFollowDeepSpeed) {
 TEST(MakeOptimizer, RejectsWhatTorchRejectsNamingTheKey) {
   auto expect_error = [](OptimizerConfig cfg, const std::string& key) {
     auto r = MakeOptimizer(cfg);
-    ASSERT_FALSE(r.ok()) << key;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(std::string(r.status().message()).find(key), std::string::npos) << r.status();
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(key))) << key;
   };
   OptimizerConfig c;
   c.type = "Lamb";
@@ -97,7 +100,7 @@ TEST(MakeOptimizer, RejectsWhatTorchRejectsNamingTheKey) {
   c.dampening = 0.1;
   expect_error(c, "optimizer.params.nesterov");
   c.dampening = 0.0;
-  EXPECT_TRUE(MakeOptimizer(c).ok());
+  EXPECT_OK(MakeOptimizer(c));
 }
 
 // AdamW/Adam over several steps against a double-precision transcription of torch.optim.AdamW's algorithm

@@ -12,6 +12,7 @@
 #include "gpt/train.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/config.h"
 #include "zero/recompute.h"
 
@@ -37,7 +38,7 @@ std::vector<gpt::TrainResult> Train(const Config& cfg, bool recompute) {
   opt.recompute = recompute;
   testing::RunRanks(kWorld, [&](Communicator& comm_ref, int rank) {
     auto r = gpt::TrainRank(cfg, testing::Borrow(comm_ref), opt, {}, /*collect_final_params=*/true);
-    ASSERT_TRUE(r.ok()) << "rank " << rank << ": " << r.status();
+    ASSERT_OK(r) << "rank " << rank;
     results[rank] = std::move(*r);
   });
   return results;

@@ -1,6 +1,7 @@
 // zero::recompute on its own: Philox known answers, RNG capture/replay, the arena (stack order, reuse,
 // coalescing, tiers), and the Checkpointer on a toy model whose segments use dropout — gradients with every
 // policy equal those without recomputation bitwise, the memory is what the policy says, misuse is an error.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,11 +10,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "support/status_matchers.h"
 #include "zero/config.h"
 #include "zero/recompute.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 // ---- RNG ----------------------------------------------------------------------------------------------------
 
@@ -73,14 +78,14 @@ TEST(ActivationArenaTest, StackReuseAndCoalescing) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
   EXPECT_EQ(arena.used(), 128u + 1024u);
   EXPECT_EQ(arena.reserved(), 128u + 1024u);
-  ASSERT_TRUE(arena.Release(m1).ok());
+  ASSERT_OK(arena.Release(m1));
   EXPECT_EQ(arena.reserved(), 128u);  // the overflow block went back
   arena.Allocate(512);
   EXPECT_EQ(arena.peak_used(), 128u + 1024u);
   EXPECT_EQ(static_cast<size_t>(device().current), arena.reserved());
   EXPECT_FALSE(arena.Release(arena.mark() + 1).ok());  // beyond the top
   EXPECT_FALSE(arena.Reserve(1 << 20).ok());            // not empty
-  ASSERT_TRUE(arena.Release(0).ok());
+  ASSERT_OK(arena.Release(0));
   EXPECT_EQ(device().peak, static_cast<int64_t>(128 + 1024));
 
   // Empty after pass 1: one block of exactly the peak; pass 2 fits in it with no new system allocation, and
@@ -92,15 +97,15 @@ TEST(ActivationArenaTest, StackReuseAndCoalescing) {
   const ActivationArena::Mark m2 = arena.mark();
   void* b2 = arena.Allocate(1000);
   EXPECT_EQ(static_cast<std::byte*>(b2), static_cast<std::byte*>(a2) + 128);  // contiguous
-  ASSERT_TRUE(arena.Release(m2).ok());
+  ASSERT_OK(arena.Release(m2));
   EXPECT_EQ(arena.Allocate(512), b2);  // reuse
-  ASSERT_TRUE(arena.Release(0).ok());
+  ASSERT_OK(arena.Release(0));
   EXPECT_EQ(arena.system_allocations(), allocs);
   EXPECT_EQ(device().current, static_cast<int64_t>(128 + 1024));
   EXPECT_EQ(device().peak, static_cast<int64_t>(128 + 1024));
   EXPECT_EQ(tracker.Report().Get(MemTier::kHost, MemTag::kActivations).peak, 0);
 
-  ASSERT_TRUE(arena.Reserve(4096).ok());
+  ASSERT_OK(arena.Reserve(4096));
   EXPECT_EQ(arena.reserved(), 4096u);
 }
 
@@ -112,7 +117,7 @@ TEST(ActivationArenaTest, PerAllocationArenaReportsLiveBytes) {
     const auto m = arena.mark();
     arena.Allocate(640);
     EXPECT_EQ(arena.reserved(), arena.used());
-    ASSERT_TRUE(arena.Release(m).ok());
+    ASSERT_OK(arena.Release(m));
     EXPECT_EQ(arena.reserved(), 64u);
     EXPECT_EQ(tracker.Report().Get(MemTier::kHost, MemTag::kActivations).current, 64);
     EXPECT_EQ(tracker.Report().Get(MemTier::kHost, MemTag::kActivations).peak, 704);
@@ -206,7 +211,7 @@ ToyRun RunToy(const CheckpointerOptions& options, int passes = 2, std::mt19937* 
   ToyRun out;
   MemoryTracker tracker;
   auto made = Checkpointer::Create(&tracker, options);
-  EXPECT_TRUE(made.ok()) << made.status();
+  EXPECT_OK(made);
   Checkpointer& ckpt = **made;
   out.grads.assign(kS * kD * kD, 0.0f);
   std::vector<float> x(kN * kD), dx(kN * kD);
@@ -264,7 +269,7 @@ constexpr size_t kActBytes = kN * kD * sizeof(float);  // 512: one [N, D] tensor
 
 TEST(CheckpointerTest, GradientsBitwiseEqualForEveryPolicy) {
   const ToyRun base = RunToy(ToyOptions(CheckpointPolicy::None()));
-  ASSERT_TRUE(base.status.ok()) << base.status;
+  ASSERT_OK(base.status);
   EXPECT_EQ(base.stats.recomputes, 0);
   EXPECT_EQ(base.stats.forwards, 2 * kS);
   EXPECT_TRUE(base.recomputed.empty());
@@ -287,8 +292,8 @@ TEST(CheckpointerTest, GradientsBitwiseEqualForEveryPolicy) {
         o.contiguous_checkpoints = contiguous;
         o.verify_recompute = true;
         const ToyRun run = RunToy(o);
-        SCOPED_TRACE(testing::Message() << "every_k " << k << " cpu " << cpu << " contiguous " << contiguous);
-        ASSERT_TRUE(run.status.ok()) << run.status;
+        SCOPED_TRACE(::testing::Message() << "every_k " << k << " cpu " << cpu << " contiguous " << contiguous);
+        ASSERT_OK(run.status);
         const int checkpointed = (kS + k - 1) / k;
         EXPECT_EQ(run.stats.recomputes, 2 * checkpointed);
         EXPECT_EQ(run.masks, base.masks);  // first forwards draw what the plain run draws
@@ -314,25 +319,24 @@ TEST(CheckpointerTest, GradientsBitwiseEqualForEveryPolicy) {
 TEST(CheckpointerTest, UncontrolledRandomnessIsCaught) {
   std::mt19937 g1(5), g2(5);
   const ToyRun base = RunToy(ToyOptions(CheckpointPolicy::None()), 1, &g1);
-  ASSERT_TRUE(base.status.ok());
+  ASSERT_OK(base.status);
   const ToyRun run = RunToy(ToyOptions(CheckpointPolicy::Every()), 1, &g2);
-  ASSERT_TRUE(run.status.ok());
+  ASSERT_OK(run.status);
   EXPECT_NE(std::memcmp(run.grads.data(), base.grads.data(), base.grads.size() * sizeof(float)), 0);
 
   std::mt19937 g3(5);
   CheckpointerOptions o = ToyOptions(CheckpointPolicy::Every());
   o.verify_recompute = true;
   const ToyRun verified = RunToy(o, 1, &g3);
-  EXPECT_EQ(verified.status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(verified.status.message().find("segment 4 recomputed outputs that differ"), std::string::npos)
-      << verified.status;
+  EXPECT_THAT(verified.status,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("segment 4 recomputed outputs that differ")));
 }
 
 TEST(CheckpointerTest, RecomputeDrawingDifferentlyIsAnError) {
   MemoryTracker tracker;
   auto ckpt = Checkpointer::Create(&tracker, ToyOptions(CheckpointPolicy::Every())).value();
   float x = 1;
-  ASSERT_TRUE(ckpt->Forward(0, {{&x, 4}}, {}, [](SegmentContext& c) { c.rng().NextU32(); }).ok());
+  ASSERT_OK(ckpt->Forward(0, {{&x, 4}}, {}, [](SegmentContext& c) { c.rng().NextU32(); }));
   const Status s = ckpt->Backward(
       0,
       [](SegmentContext& c) {
@@ -340,8 +344,8 @@ TEST(CheckpointerTest, RecomputeDrawingDifferentlyIsAnError) {
         c.rng().NextU32();
       },
       [](SegmentContext&) {});
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("segment 0 drew 2 random values when recomputed but 1"), std::string::npos) << s;
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kFailedPrecondition,
+                          HasSubstr("segment 0 drew 2 random values when recomputed but 1")));
   EXPECT_TRUE(ckpt->outstanding().empty());  // the failed segment is dropped, its memory freed
   EXPECT_EQ(ckpt->arena().used(), 0u);
   EXPECT_EQ(ckpt->checkpoint_store().used(), 0u);
@@ -352,13 +356,13 @@ TEST(CheckpointerTest, RecomputeDrawingDifferentlyIsAnError) {
 // its backward's temporaries. cpu_checkpointing moves exactly the checkpoints to the host tier.
 TEST(CheckpointerTest, MemoryByPolicyAndTier) {
   const ToyRun none = RunToy(ToyOptions(CheckpointPolicy::None()));
-  ASSERT_TRUE(none.status.ok());
+  ASSERT_OK(none.status);
   EXPECT_EQ(none.stats.peak_arena_bytes, kS * 3 * kActBytes);
   EXPECT_EQ(none.stats.peak_checkpoint_bytes, 0u);
   EXPECT_EQ(none.memory.Get(MemTier::kDevice, MemTag::kActivations).peak, static_cast<int64_t>(kS * 3 * kActBytes));
 
   const ToyRun every = RunToy(ToyOptions(CheckpointPolicy::Every()));
-  ASSERT_TRUE(every.status.ok());
+  ASSERT_OK(every.status);
   EXPECT_EQ(every.stats.peak_checkpoint_bytes, kS * kActBytes);
   EXPECT_EQ(every.stats.peak_arena_bytes, 4 * kActBytes);  // scratch output + x, a, keep of one segment
   EXPECT_EQ(every.stats.checkpointed_bytes, static_cast<int64_t>(2 * kS * kActBytes));
@@ -371,7 +375,7 @@ TEST(CheckpointerTest, MemoryByPolicyAndTier) {
   CheckpointerOptions o = ToyOptions(CheckpointPolicy::Every());
   o.cpu_checkpointing = true;
   const ToyRun cpu = RunToy(o);
-  ASSERT_TRUE(cpu.status.ok());
+  ASSERT_OK(cpu.status);
   EXPECT_EQ(cpu.stats.checkpoint_tier, MemTier::kHost);
   EXPECT_EQ(cpu.memory.Get(MemTier::kHost, MemTag::kActivations).peak, static_cast<int64_t>(kS * kActBytes));
   EXPECT_EQ(cpu.memory.Get(MemTier::kHost, MemTag::kActivations).current, 0);  // per-checkpoint allocations
@@ -379,7 +383,7 @@ TEST(CheckpointerTest, MemoryByPolicyAndTier) {
 
   // Every 2nd of 5: segments 0, 2, 4 checkpointed (3 checkpoints); 1 and 3 keep their intermediates.
   const ToyRun k2 = RunToy(ToyOptions(CheckpointPolicy::EveryKth(2)));
-  ASSERT_TRUE(k2.status.ok());
+  ASSERT_OK(k2.status);
   EXPECT_EQ(k2.stats.peak_checkpoint_bytes, 3 * kActBytes);
   // Arena peak: segment 4's recompute (4 tensors) on top of the kept intermediates of 1 and 3 (6 tensors).
   EXPECT_EQ(k2.stats.peak_arena_bytes, 10 * kActBytes);
@@ -390,7 +394,7 @@ TEST(CheckpointerTest, ContiguousCheckpointsArePreallocated) {
   o.contiguous_checkpoints = true;
   o.checkpoint_slots = 7;  // DeepSpeed's number_checkpoints: slots of the buffer, more than needed here
   const ToyRun run = RunToy(o);
-  ASSERT_TRUE(run.status.ok());
+  ASSERT_OK(run.status);
   EXPECT_EQ(run.memory.Get(MemTier::kDevice, MemTag::kActivations).peak,
             static_cast<int64_t>(7 * kActBytes + 4 * kActBytes));
 
@@ -398,19 +402,19 @@ TEST(CheckpointerTest, ContiguousCheckpointsArePreallocated) {
   auto ckpt = Checkpointer::Create(&tracker, o).value();
   std::vector<float> x(kN * kD);
   for (int s = 0; s < kS; ++s) {
-    ASSERT_TRUE(ckpt->Forward(s, {{x.data(), kActBytes}}, {}, [](SegmentContext&) {}).ok());
+    ASSERT_OK(ckpt->Forward(s, {{x.data(), kActBytes}}, {}, [](SegmentContext&) {}));
   }
   EXPECT_EQ(ckpt->checkpoint_store().blocks(), 1u);
   EXPECT_EQ(ckpt->checkpoint_store().reserved(), 7 * kActBytes);
   EXPECT_EQ(ckpt->checkpoint_store().system_allocations(), 1);
-  EXPECT_EQ(ckpt->SetPass(9).code(), absl::StatusCode::kFailedPrecondition);  // segments outstanding
+  EXPECT_THAT(ckpt->SetPass(9), StatusIs(absl::StatusCode::kFailedPrecondition));  // segments outstanding
   ckpt->Abandon();
   EXPECT_EQ(ckpt->pass(), 1u);
   EXPECT_EQ(ckpt->checkpoint_store().used(), 0u);
-  ASSERT_TRUE(ckpt->SetPass(9).ok());
+  ASSERT_OK(ckpt->SetPass(9));
   // The RNG stream follows the pass: segment 2 of pass 9 draws from stream 9 * 2^32 + 2.
   uint32_t drawn = 0;
-  ASSERT_TRUE(ckpt->Forward(2, {}, {}, [&](SegmentContext& c) { drawn = c.rng().NextU32(); }).ok());
+  ASSERT_OK(ckpt->Forward(2, {}, {}, [&](SegmentContext& c) { drawn = c.rng().NextU32(); }));
   EXPECT_EQ(drawn, CounterRng(o.seed, (9ull << 32) + 2).NextU32());
 }
 
@@ -424,24 +428,21 @@ TEST(CheckpointerTest, Misuse) {
   auto ckpt = Checkpointer::Create(&tracker, ToyOptions(CheckpointPolicy::Every())).value();
   float x = 0;
   auto nop = [](SegmentContext&) {};
-  EXPECT_EQ(ckpt->Forward(kS, {}, {}, nop).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ckpt->Forward(0, {{nullptr, 4}}, {}, nop).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ckpt->Backward(0, nop, nop).code(), absl::StatusCode::kFailedPrecondition);  // no forward
-  ASSERT_TRUE(ckpt->Forward(0, {{&x, 4}}, {}, nop).ok());
-  EXPECT_EQ(ckpt->Forward(0, {{&x, 4}}, {}, nop).code(), absl::StatusCode::kFailedPrecondition);  // twice
-  ASSERT_TRUE(ckpt->Forward(1, {{&x, 4}}, {}, nop).ok());
-  Status out_of_order = ckpt->Backward(0, nop, nop);
-  EXPECT_EQ(out_of_order.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(out_of_order.message().find("segment 1 was forwarded after it"), std::string::npos) << out_of_order;
+  EXPECT_THAT(ckpt->Forward(kS, {}, {}, nop), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ckpt->Forward(0, {{nullptr, 4}}, {}, nop), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ckpt->Backward(0, nop, nop), StatusIs(absl::StatusCode::kFailedPrecondition));  // no forward
+  ASSERT_OK(ckpt->Forward(0, {{&x, 4}}, {}, nop));
+  EXPECT_THAT(ckpt->Forward(0, {{&x, 4}}, {}, nop), StatusIs(absl::StatusCode::kFailedPrecondition));  // twice
+  ASSERT_OK(ckpt->Forward(1, {{&x, 4}}, {}, nop));
+  EXPECT_THAT(ckpt->Backward(0, nop, nop),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("segment 1 was forwarded after it")));
   // The trainer allocated after segment 1's forward and did not release before its backward.
   const auto mark = ckpt->arena().mark();
   ckpt->arena().Allocate(64);
-  Status live = ckpt->Backward(1, nop, nop);
-  EXPECT_EQ(live.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(live.message().find("still live"), std::string::npos) << live;
-  ASSERT_TRUE(ckpt->arena().Release(mark).ok());
-  EXPECT_TRUE(ckpt->Backward(1, nop, nop).ok());
-  EXPECT_TRUE(ckpt->Backward(0, nop, nop).ok());
+  EXPECT_THAT(ckpt->Backward(1, nop, nop), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("still live")));
+  ASSERT_OK(ckpt->arena().Release(mark));
+  EXPECT_OK(ckpt->Backward(1, nop, nop));
+  EXPECT_OK(ckpt->Backward(0, nop, nop));
   EXPECT_EQ(ckpt->stats().passes, 1);
 }
 
@@ -478,8 +479,8 @@ TEST(CheckpointerOptionsTest, FromConfig) {
   EXPECT_FALSE(CheckpointerOptions::FromConfig(c, 0, true).ok());
   Config partitioned = Config::Default();
   partitioned.activation_checkpointing.partition_activations = true;  // the parser rejects it; so do we
-  EXPECT_EQ(CheckpointerOptions::FromConfig(partitioned, 4, true).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(CheckpointerOptions::FromConfig(partitioned, 4, true),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(Config::FromJsonString(R"({"activation_checkpointing": {"partition_activations": true}})").ok());
 }
 

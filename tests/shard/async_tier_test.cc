@@ -12,6 +12,7 @@
 // device-only paths (host arrays staged through compute-tier copies, pooled full gradients, the stage-in of
 // host-tier parameter shards) compute the same numbers. What it cannot prove: CUDA's own semantics (events,
 // streams, NCCL) — tests/shard/cuda_engine_test.cc checks those on a GPU.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,6 +32,7 @@
 #include "shard/internal/compute.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
@@ -38,6 +40,9 @@
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 using testing::Borrow;
 using testing::TrainConfig;
@@ -315,7 +320,7 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
     {
       t_binding = nullptr;
       auto e = testing::MakeSyntheticEngine(cfg, Borrow(comm));
-      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_OK(e);
       ASSERT_FALSE((*e)->on_device());
       ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kSteps, c.ga, testing::HostViewIo(), &host));
     }
@@ -324,7 +329,7 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
       t_binding = &draining;
       auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining));
       t_binding = nullptr;
-      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_OK(e);
       ASSERT_TRUE((*e)->on_device());
       // The trainer's host accesses wait for the late stream first (its kernels would run on the stream).
       AsyncTier* tier = t_tier;
@@ -394,7 +399,7 @@ TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
       t_binding = &draining;
       auto e = testing::MakeSyntheticEngine(TrainConfig(3, 1), Borrow(draining));
       t_binding = nullptr;
-      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_OK(e);
       const UnitId a = (*e)->FindUnit("a");
       Status s;
       if (failing == MemTag::kGather) {
@@ -403,8 +408,7 @@ TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
         auto b = (*e)->Backward(a);  // the gather works; the gradient bucket fails
         s = b.status();
       }
-      EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
-      EXPECT_NE(s.message().find("unit a"), std::string::npos) << s;
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("unit a")));
     });
     internal::SetGlooEngineComputeForTesting({});
   }
@@ -419,7 +423,7 @@ TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
     t_binding = &draining;
     auto e = testing::MakeSyntheticEngine(TrainConfig(2, 1), Borrow(draining));
     t_binding = nullptr;
-    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_OK(e);
     AsyncTier* tier = t_tier;
     testing::SyntheticTrace t;
     ASSERT_NO_FATAL_FAILURE(
@@ -428,12 +432,10 @@ TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
     draining.fail_fence = true;
     for (UnitId id = 0; id < 4; ++id) {
       auto b = (*e)->Backward(id);
-      ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_OK(b);
     }
     auto r = (*e)->Step();
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
-    EXPECT_NE(r.status().message().find("waiting for this step's collectives"), std::string::npos) << r.status();
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("waiting for this step's collectives")));
   });
   internal::SetGlooEngineComputeForTesting({});
 }

@@ -5,6 +5,7 @@
 // the norm, whose device reduction order differs, so parameters agree to a few ulps. Labelled `gpu`: skipped
 // where there is no device (CI).
 #include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "support/engine_helpers.h"
+#include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
 #include "zero/communicator.h"
 #include "zero/cuda_kernels.h"
@@ -24,6 +26,9 @@
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 using testing::TrainConfig;
 
@@ -183,9 +188,7 @@ TEST_F(CudaEngineRefusesTest, OwnOptimizerIsNamed) {
   };
   o.optimizer = std::make_shared<Own>();
   auto f = Engine::Create(TrainConfig(3, 1), nccl, o);
-  ASSERT_FALSE(f.ok());
-  EXPECT_EQ(f.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(f.status().message().find("Own"), std::string::npos) << f.status();
+  EXPECT_THAT(f, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("Own")));
 }
 
 }  // namespace

@@ -46,7 +46,7 @@ TEST_P(InitialValuesTest, DefaultTakesRankZerosValues) {
   const auto [world, stage] = GetParam();
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm)));
-    for (const auto& [name, specs] : kUnits) ASSERT_TRUE(engine->AddUnit(name, specs).ok());
+    for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
     ASSERT_TRUE(engine
                     ->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
@@ -65,7 +65,7 @@ TEST_P(InitialValuesTest, DefaultTakesRankZerosValues) {
     // CopyIn agrees too: rank 1 copies other values in, every rank keeps rank 0's.
     std::vector<float> in(32 * 32);
     for (size_t i = 0; i < in.size(); ++i) in[i] = rank == 1 ? -1.0f : static_cast<float>(i);
-    ASSERT_TRUE(engine->CopyIn(1, "w", in.data()).ok());
+    ASSERT_OK(engine->CopyIn(1, "w", in.data()));
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->GatherParam(1, "w"));
     for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(i)) << i;
   });
@@ -77,21 +77,20 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
     EngineOptions opts;
     opts.initial_value_sync = InitialValueSync::kRequireEqual;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm), opts));
-    for (const auto& [name, specs] : kUnits) ASSERT_TRUE(engine->AddUnit(name, specs).ok());
+    for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
     Status s = engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
     });
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_NE(s.message().find("Finalize: the values of unit b parameter w differ across ranks: rank 1 holds"),
-              std::string::npos)
-        << s;
+    EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::HasSubstr(
+                                         "Finalize: the values of unit b parameter w differ across ranks: rank 1 holds")));
   });
   // The same for CopyIn after a Finalize that agreed.
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
     EngineOptions opts;
     opts.initial_value_sync = InitialValueSync::kRequireEqual;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm), opts));
-    for (const auto& [name, specs] : kUnits) ASSERT_TRUE(engine->AddUnit(name, specs).ok());
+    for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
     ASSERT_TRUE(engine
                     ->Finalize([](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, 0);
@@ -99,11 +98,10 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
                     .ok());
     std::vector<float> in(7 * 13, rank == world - 1 ? 2.0f : 1.0f);
     Status s = engine->CopyIn(0, "w", in.data());
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_NE(s.message().find(absl::StrCat("CopyIn: the values of unit a parameter w differ across ranks: rank ",
-                                            world - 1, " holds")),
-              std::string::npos)
-        << s;
+    EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::HasSubstr(absl::StrCat(
+                                         "CopyIn: the values of unit a parameter w differ across ranks: rank ",
+                                         world - 1, " holds"))));
   });
 }
 
@@ -121,7 +119,7 @@ TEST(InitialValuesTrust, Stage3KeepsEachRanksShard) {
     EngineOptions opts;
     opts.initial_value_sync = InitialValueSync::kTrust;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(3), testing::Borrow(comm), opts));
-    ASSERT_TRUE(engine->AddUnit("b", {{"w", {32, 32}}}).ok());
+    ASSERT_OK(engine->AddUnit("b", {{"w", {32, 32}}}));
     ASSERT_TRUE(engine
                     ->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);

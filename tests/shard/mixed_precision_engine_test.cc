@@ -1,6 +1,7 @@
 // Mixed precision through the Engine: memory formulas (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N), an inf on one rank
 // skipping the step on every rank with the master untouched, the bf16 non-finite policy, and bf16 GPT
 // training tracking fp32.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,10 +12,14 @@
 #include "gpt/support_threads.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/engine.h"
 
 namespace zero {
 namespace {
+
+using ::testing::HasSubstr;
+using ::zero::testing::StatusIs;
 
 Config MixedConfig(int stage, bool fp16) {
   Config c = Config::Default();
@@ -56,8 +61,8 @@ TEST_P(MixedMemoryTest, ModelStateBytesMatchZeroPaper) {
   testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
     auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MixedConfig(stage, /*fp16=*/false), comm));
-    for (size_t i = 0; i < units.size(); ++i) ASSERT_TRUE(engine->AddUnit(absl::StrCat("u", i), units[i]).ok());
-    ASSERT_TRUE(engine->Finalize(Init).ok());
+    for (size_t i = 0; i < units.size(); ++i) ASSERT_OK(engine->AddUnit(absl::StrCat("u", i), units[i]));
+    ASSERT_OK(engine->Finalize(Init));
     const MemoryReport m = engine->memory_report();
     const int64_t N = world;
     const int64_t expect[] = {16 * psi_pad, 4 * psi_pad + 12 * psi_pad / N, 2 * psi_pad + 14 * psi_pad / N,
@@ -83,7 +88,7 @@ TEST_P(OverflowTest, InfOnOneRankSkipsEverywhere) {
     auto comm = testing::Borrow(comm_ref);
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MixedConfig(stage, /*fp16=*/true), comm));
     ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("fc", {{"w", {37, 11}}, {"b", {11}}}));
-    ASSERT_TRUE(engine->Finalize(Init).ok());
+    ASSERT_OK(engine->Finalize(Init));
     auto backward = [&](bool poison) {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
       uint16_t* g = s.grad("w").u16();
@@ -125,15 +130,13 @@ TEST(Bf16PolicyTest, NonFiniteIsAnErrorWhenConfigured) {
     c.bf16.nonfinite_grads = NonFinitePolicy::kError;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(c, comm));
     ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("fc", {{"w", {64}}}));
-    ASSERT_TRUE(engine->Finalize(Init).ok());
+    ASSERT_OK(engine->Finalize(Init));
     {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
       if (rank == 1) s.grad("w").u16()[3] = 0x7FC0;  // NaN in bf16
     }
     auto r = engine->Step();
-    ASSERT_FALSE(r.ok());
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
-    EXPECT_NE(r.status().message().find("bf16.nonfinite_grads"), std::string::npos);
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("bf16.nonfinite_grads")));
   });
 }
 
@@ -153,7 +156,7 @@ TEST(Bf16GptTest, TracksFp32) {
     opt.seq = 16;
     opt.local_world_size = 4;
     auto r = gpt::RunThreadRanks(4, c, opt);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r);
     return r.ok() ? (*r)[0] : gpt::TrainResult{};
   };
   gpt::TrainResult f32 = run(false), b16 = run(true);

@@ -249,10 +249,8 @@ TEST(PlanTest, PolicyFromConfigNamesImpossibleCombinations) {
   c.zero.offload_optimizer.device = OffloadDevice::kCpu;
   c.zero.offload_param.device = OffloadDevice::kCpu;
   c.zero.offload_optimizer.ratio = 0.5;
-  auto p = PlanPolicy::FromConfig(c, 2, 0);
-  ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(p.status().message().find("offload_optimizer.ratio"), std::string::npos) << p.status();
+  EXPECT_THAT(PlanPolicy::FromConfig(c, 2, 0),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("offload_optimizer.ratio")));
   c.zero.offload_optimizer.ratio = 1.0;
   c.zero.stage = 2;  // offload_param applies at stage 3 only
   ASSERT_OK_AND_ASSIGN(PlanPolicy q, PlanPolicy::FromConfig(c, 2, 0));

@@ -5,18 +5,10 @@
 
 #include <memory>
 
+#include "support/status_matchers.h"  // IWYU pragma: export (engine tests use ASSERT_OK_AND_ASSIGN)
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/status.h"
-
-// ASSERT_OK_AND_ASSIGN(auto x, StatusOrExpr): fails the test with the status if it is not OK.
-#define ZERO_TEST_CONCAT_IMPL(a, b) a##b
-#define ZERO_TEST_CONCAT(a, b) ZERO_TEST_CONCAT_IMPL(a, b)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) ASSERT_OK_AND_ASSIGN_IMPL(ZERO_TEST_CONCAT(_zero_test_sor_, __LINE__), lhs, expr)
-#define ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                              \
-  ASSERT_TRUE(tmp.ok()) << tmp.status();          \
-  lhs = std::move(tmp).value()
 
 namespace zero::testing {
 

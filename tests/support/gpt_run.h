@@ -11,6 +11,7 @@
 #include "gpt/train.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/status_matchers.h"
 #include "zero/config.h"
 
 namespace zero::testing {
@@ -27,7 +28,7 @@ inline gpt::TrainResult TrainTinyGpt(int world, const Config& cfg, int64_t steps
   opt.local_world_size = world;
   RunRanks(world, [&](Communicator& comm_ref, int rank) {
     auto r = gpt::TrainRank(cfg, Borrow(comm_ref), opt, {}, /*collect_final_params=*/true);
-    ASSERT_TRUE(r.ok()) << "rank " << rank << ": " << r.status();
+    ASSERT_OK(r) << "rank " << rank;
     results[rank] = std::move(*r);
   });
   return results[0];

@@ -3,7 +3,7 @@
 //   TEST(AllGather, Works) {
 //     zero::testing::RunRanks(4, [](zero::Communicator& comm, int rank) {
 //       std::vector<float> mine(8, rank), all(32);
-//       ASSERT_TRUE(comm.AllGather(mine.data(), all.data(), 8, zero::DType::kF32).Wait().ok());
+//       ASSERT_OK(comm.AllGather(mine.data(), all.data(), 8, zero::DType::kF32).Wait());  // status_matchers.h
 //       EXPECT_EQ(all[8 * 3], 3.0f);
 //     });
 //   }

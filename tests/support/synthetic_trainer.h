@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/status_matchers.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
@@ -78,11 +79,11 @@ inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, Synth
     for (int m = 0; m < ga; ++m) {
       for (UnitId id : ids) {
         auto f = e.Forward(id);
-        ASSERT_TRUE(f.ok()) << f.status();
+        ASSERT_OK(f);
       }
       for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
         auto b = e.Backward(*it);
-        ASSERT_TRUE(b.ok()) << b.status();
+        ASSERT_OK(b);
         for (const ParamSpec& spec : e.UnitParams(*it)) {
           const TensorView pv = b->param(spec.name), gv = b->grad(spec.name);
           ASSERT_NO_FATAL_FAILURE(io.read(pv, &pbuf));
@@ -98,7 +99,7 @@ inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, Synth
       }
     }
     auto r = e.Step();
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     t->steps.push_back(*r);
     if (k == 1) {
       t->after_second = e.memory_report();
@@ -110,7 +111,7 @@ inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, Synth
   for (size_t u = 0; u < ids.size(); ++u) {
     for (const ParamSpec& spec : e.UnitParams(ids[u])) {
       auto v = e.GatherParam(ids[u], spec.name);
-      ASSERT_TRUE(v.ok()) << v.status();
+      ASSERT_OK(v);
       t->params[SyntheticUnits()[u].first + "." + spec.name] = *v;
     }
   }
