@@ -47,11 +47,9 @@ TEST_P(InitialValuesTest, DefaultTakesRankZerosValues) {
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm)));
     for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
-    ASSERT_TRUE(engine
-                    ->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
+    ASSERT_OK(engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
-                    })
-                    .ok());
+                    }));
     for (size_t u = 0; u < kUnits.size(); ++u) {
       for (const ParamSpec& p : kUnits[u].second) {
         ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->GatherParam(static_cast<UnitId>(u), p.name));
@@ -91,11 +89,9 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
     opts.initial_value_sync = InitialValueSync::kRequireEqual;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm), opts));
     for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
-    ASSERT_TRUE(engine
-                    ->Finalize([](const std::string& unit, const ParamSpec& p, float* v) {
+    ASSERT_OK(engine->Finalize([](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, 0);
-                    })
-                    .ok());
+                    }));
     std::vector<float> in(7 * 13, rank == world - 1 ? 2.0f : 1.0f);
     Status s = engine->CopyIn(0, "w", in.data());
     EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -120,11 +116,9 @@ TEST(InitialValuesTrust, Stage3KeepsEachRanksShard) {
     opts.initial_value_sync = InitialValueSync::kTrust;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(3), testing::Borrow(comm), opts));
     ASSERT_OK(engine->AddUnit("b", {{"w", {32, 32}}}));
-    ASSERT_TRUE(engine
-                    ->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
+    ASSERT_OK(engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
                       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
-                    })
-                    .ok());
+                    }));
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->GatherParam(0, "w"));
     EXPECT_EQ(got[0], Value("b", "w", 0, 0));         // rank 0's half
     EXPECT_EQ(got[1023], Value("b", "w", 1023, 1));   // rank 1's half
