@@ -108,9 +108,9 @@ struct StepResult {
 // model on every rank, and at stage 3 a patchwork of the ranks' shards. PyTorch DDP broadcasts rank 0's
 // parameters when it wraps a model; FSDP's sync_module_states does the same.
 enum class InitialValueSync {
-  // Default: a 64-bit hash of each rank's values per parameter is all-gathered (8 bytes per rank); where any
-  // rank's differs, rank 0's values are broadcast (one parameter at a time) and every rank keeps its part of
-  // them. The parameters that differed are logged once.
+  // Default: a 64-bit hash of each rank's values per parameter is all-gathered (8 bytes per parameter and rank,
+  // one exchange per 16 MiB of parameters); where any rank's differs, rank 0's values are broadcast and every
+  // rank keeps its part of them. The parameters that differed are logged once.
   kFromRank0,
   // The same hash check, but a difference is an error (kFailedPrecondition) on every rank, naming the first
   // differing parameter and the ranks whose values are not rank 0's.

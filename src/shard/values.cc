@@ -26,24 +26,42 @@ void Engine::Impl::ToCompute(const float* values, const Buffer& in, void* dst, D
 }
 
 Status Engine::Impl::InitialValues(const ParamInit& init) {
+  // Parameters are evaluated and agreed on in batches of at most kAgreeBatchBytes (or one parameter, if larger):
+  // one hash exchange per batch instead of one per parameter (a collective costs milliseconds of latency on
+  // Gloo), while no rank holds more than a batch beyond its shards.
   std::vector<std::string> differed;
-  for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
-    const Unit& u = ctx.units[ui];
-    for (const auto& slot : u.layout.params) {
-      std::vector<float> values(slot.numel);  // one parameter at a time: the most any rank holds beyond its part
-      if (init) init(u.name(), slot.spec, values.data());
-      ZERO_ASSIGN_OR_RETURN(const std::vector<int> ranks, DifferingRanks(u, slot, values.data(), "Finalize"));
-      if (!ranks.empty()) {
-        ZERO_RETURN_IF_ERROR(host.Broadcast(values.data(), values.size(), 0));
+  std::vector<ValuesToAgree> batch;
+  size_t batch_bytes = 0;
+  auto flush = [&]() -> Status {
+    ZERO_ASSIGN_OR_RETURN(const auto ranks, DifferingRanks(batch, "Finalize"));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ValuesToAgree& v = batch[i];
+      if (!ranks[i].empty()) {
+        ZERO_RETURN_IF_ERROR(host.Broadcast(v.values.data(), v.values.size(), 0));
         if (differed.size() < 8) {
-          differed.push_back(absl::StrCat(u.name(), ".", slot.spec.name, " (ranks ", absl::StrJoin(ranks, ","), ")"));
+          differed.push_back(absl::StrCat(ctx.units[v.unit].name(), ".", v.slot->spec.name, " (ranks ",
+                                          absl::StrJoin(ranks[i], ","), ")"));
         } else if (differed.size() == 8) {
           differed.push_back("...");
         }
       }
-      ZERO_RETURN_IF_ERROR(Place(static_cast<UnitId>(ui), slot, values.data()));
+      ZERO_RETURN_IF_ERROR(Place(v.unit, *v.slot, v.values.data()));
+    }
+    batch.clear();
+    batch_bytes = 0;
+    return absl::OkStatus();
+  };
+  for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+    const Unit& u = ctx.units[ui];
+    for (const auto& slot : u.layout.params) {
+      ValuesToAgree v{static_cast<UnitId>(ui), &slot, std::vector<float>(slot.numel)};
+      if (init) init(u.name(), slot.spec, v.values.data());
+      batch_bytes += v.values.size() * sizeof(float);
+      batch.push_back(std::move(v));
+      if (batch_bytes >= kAgreeBatchBytes) ZERO_RETURN_IF_ERROR(flush());
     }
   }
+  ZERO_RETURN_IF_ERROR(flush());
   if (!differed.empty() && ctx.rank == 0) {
     ZERO_LOG(WARNING) << "Finalize: the ranks' initial values differed for " << absl::StrJoin(differed, ", ")
                       << "; every rank now holds rank 0's values (EngineOptions::initial_value_sync; seed every "
@@ -52,29 +70,34 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
   return absl::OkStatus();
 }
 
-StatusOr<std::vector<int>> Engine::Impl::DifferingRanks(const Unit& u, const internal::ParamSlot& slot,
-                                                        const float* values, const char* what) {
-  std::vector<int> ranks;
-  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1) return ranks;
-  const uint64_t h = internal::HashValues(values, static_cast<size_t>(slot.numel));
-  float send[2];
-  std::memcpy(send, &h, sizeof(h));
-  std::vector<float> recv(2 * ctx.world);
-  ZERO_RETURN_IF_ERROR(host.AllGather(send, recv.data(), 2));
-  uint64_t h0;
-  std::memcpy(&h0, recv.data(), sizeof(h0));
-  for (int r = 1; r < ctx.world; ++r) {
-    uint64_t hr;
-    std::memcpy(&hr, recv.data() + 2 * r, sizeof(hr));
-    if (hr != h0) ranks.push_back(r);
+StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::vector<ValuesToAgree>& params,
+                                                                     const char* what) {
+  std::vector<std::vector<int>> ranks(params.size());
+  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1 || params.empty()) return ranks;
+  const size_t k = params.size();
+  std::vector<float> send(2 * k), recv(2 * k * ctx.world);
+  for (size_t i = 0; i < k; ++i) {
+    const uint64_t h = internal::HashValues(params[i].values.data(), params[i].values.size());
+    std::memcpy(send.data() + 2 * i, &h, sizeof(h));
   }
-  if (!ranks.empty() && ctx.opts.initial_value_sync == InitialValueSync::kRequireEqual) {
-    // Every rank saw the same hashes, so every rank fails here alike.
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": the values of unit ", u.name(), " parameter ", slot.spec.name, " differ across ranks: ",
-        ranks.size() > 1 ? "ranks " : "rank ", absl::StrJoin(ranks, ","), ranks.size() > 1 ? " hold" : " holds",
-        " other values than rank 0 (a rank-dependent seed?); initial_value_sync is kRequireEqual (kFromRank0 takes "
-        "rank 0's values instead)"));
+  ZERO_RETURN_IF_ERROR(host.AllGather(send.data(), recv.data(), 2 * k));
+  for (size_t i = 0; i < k; ++i) {
+    uint64_t h0;
+    std::memcpy(&h0, recv.data() + 2 * i, sizeof(h0));
+    for (int r = 1; r < ctx.world; ++r) {
+      uint64_t hr;
+      std::memcpy(&hr, recv.data() + 2 * (k * r + i), sizeof(hr));
+      if (hr != h0) ranks[i].push_back(r);
+    }
+    if (!ranks[i].empty() && ctx.opts.initial_value_sync == InitialValueSync::kRequireEqual) {
+      // Every rank saw the same hashes, so every rank fails here alike, on the first differing parameter.
+      const std::vector<int>& d = ranks[i];
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": the values of unit ", ctx.units[params[i].unit].name(), " parameter ", params[i].slot->spec.name,
+          " differ across ranks: ", d.size() > 1 ? "ranks " : "rank ", absl::StrJoin(d, ","),
+          d.size() > 1 ? " hold" : " holds", " other values than rank 0 (a rank-dependent seed?); initial_value_sync "
+          "is kRequireEqual (kFromRank0 takes rank 0's values instead)"));
+    }
   }
   return ranks;
 }
@@ -86,14 +109,16 @@ Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* val
   if (slot == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.name(), " has no parameter \"", name, "\""));
   }
-  ZERO_ASSIGN_OR_RETURN(const std::vector<int> ranks, DifferingRanks(u, *slot, values, "CopyIn"));
-  if (ranks.empty()) return Place(id, *slot, values);
+  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1) return Place(id, *slot, values);
+  // One parameter: its values are copied once, for the hash exchange and, where they differ, the broadcast.
+  std::vector<ValuesToAgree> one{{id, slot, std::vector<float>(values, values + slot->numel)}};
+  ZERO_ASSIGN_OR_RETURN(const auto ranks, DifferingRanks(one, "CopyIn"));
+  if (ranks[0].empty()) return Place(id, *slot, values);
   ZERO_LOG_ONCE(WARNING) << "CopyIn: the ranks' values of unit " << u.name() << " parameter " << name
-                         << " differed (ranks " << absl::StrJoin(ranks, ",") << " against rank 0); every rank now "
+                         << " differed (ranks " << absl::StrJoin(ranks[0], ",") << " against rank 0); every rank now "
                          << "holds rank 0's (logged once)";
-  std::vector<float> agreed(values, values + slot->numel);
-  ZERO_RETURN_IF_ERROR(host.Broadcast(agreed.data(), agreed.size(), 0));
-  return Place(id, *slot, agreed.data());
+  ZERO_RETURN_IF_ERROR(host.Broadcast(one[0].values.data(), one[0].values.size(), 0));
+  return Place(id, *slot, one[0].values.data());
 }
 
 Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const float* values) {

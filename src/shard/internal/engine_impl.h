@@ -53,10 +53,17 @@ class Engine::Impl {
   Status CheckUnit(UnitId id, const char* what) const;
   // Finalize: every rank evaluates each parameter in full and keeps its part.
   Status InitialValues(const ParamInit& init);
-  // The ranks whose values of one parameter differ from rank 0's (a hash exchange; none with kTrust or at world
-  // size 1); with kRequireEqual a difference is the error. Collective unless kTrust.
-  StatusOr<std::vector<int>> DifferingRanks(const internal::Unit& u, const internal::ParamSlot& slot,
-                                            const float* values, const char* what);
+  // One parameter's full values on their way in (Finalize, CopyIn), before the ranks agree on them.
+  struct ValuesToAgree {
+    UnitId unit;
+    const internal::ParamSlot* slot;
+    std::vector<float> values;
+  };
+  static constexpr size_t kAgreeBatchBytes = size_t{16} << 20;
+  // For each parameter, the ranks whose values differ from rank 0's: one exchange of 8-byte hashes for the
+  // whole batch (none with kTrust or at world size 1); with kRequireEqual a difference is the error. Collective
+  // unless kTrust.
+  StatusOr<std::vector<std::vector<int>>> DifferingRanks(const std::vector<ValuesToAgree>& params, const char* what);
   // Stores one parameter's full values: this rank's part of the parameters and the fp32 master. Local.
   Status Place(UnitId id, const internal::ParamSlot& slot, const float* values);
   // Writes n fp32 host values as `dtype` at `dst`, inside buffer `in` (compute or host tier).
