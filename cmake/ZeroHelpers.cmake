@@ -3,7 +3,8 @@
 function(zero_add_test)
   cmake_parse_arguments(ZT "" "NAME;TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
   add_executable(${ZT_NAME} ${ZT_SOURCES})
-  target_link_libraries(${ZT_NAME} PRIVATE zero::zero zero_test_support GTest::gtest GTest::gtest_main ${ZT_LIBS})
+  target_link_libraries(${ZT_NAME} PRIVATE zero::zero zero_test_support GTest::gtest GTest::gtest_main zero_warnings
+                                            ${ZT_LIBS})
   if(NOT ZT_TIMEOUT)
     set(ZT_TIMEOUT 300)
   endif()
