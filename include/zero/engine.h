@@ -126,6 +126,20 @@ enum class InitialValueSync {
   kTrust,
 };
 
+// Per-parameter hyperparameters, torch.optim's parameter groups, chosen by name: the first group whose `match`
+// fits a parameter's full name "unit.param" applies to it; a parameter no group fits uses the config's
+// "optimizer" section as it is. No weight decay on biases and norm weights is one line:
+//   options.param_groups = {{.match = "*.b|*bias|*ln*|*norm*", .weight_decay = 0.0}};
+// Frozen parameters get no gradient reduction, master, optimizer state or update (a frozen base under trainable
+// adapters); they must fill whole units, since a unit is one flat buffer with one gradient.
+struct ParamGroup {
+  // Glob patterns over "unit.param" ('*' any run, '?' one character), alternatives separated by '|'.
+  std::string match;
+  std::optional<double> weight_decay, beta1, beta2, eps;  // unset: the config's value
+  double lr_scale = 1.0;  // multiplies the step's learning rate for these parameters
+  bool frozen = false;
+};
+
 struct EngineOptions {
   // Threads for this rank's optimizer step (0 = hardware threads / ranks on this host, at least 1).
   int cpu_threads = 0;
@@ -144,6 +158,8 @@ struct EngineOptions {
   int cuda_device = -1;
   // Finalize's and CopyIn's agreement on parameter values across ranks (see InitialValueSync).
   InitialValueSync initial_value_sync = InitialValueSync::kFromRank0;
+  // Parameter groups (see ParamGroup). With a trainer's own ElementwiseOptimizer only lr_scale and frozen apply.
+  std::vector<ParamGroup> param_groups;
 };
 
 class Engine;
