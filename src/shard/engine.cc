@@ -383,14 +383,17 @@ CUstream_st* Engine::cuda_stream() const { return impl_->ctx.stream(); }
 bool Engine::on_device() const { return impl_->ctx.compute->device(); }
 int64_t Engine::num_params() const { return impl_->num_params_; }
 MemoryReport Engine::memory_report() const {
-  // The engine's own allocations plus the communicator's staging buffers. The two peaks are added, so the
-  // staging peak is an upper bound of the combined high-water mark.
+  // The engine's own allocations plus the communicator's staging buffers. Per tag the two peaks are added (an
+  // upper bound of that tag's combined high-water mark); peak_total is exact, as the communicator's tracker
+  // counts into the engine's (EngineContext), unless the communicator reports memory without a tracker.
   MemoryReport r = impl_->ctx.tracker.Report();
   const MemoryReport c = impl_->ctx.comm->memory_report();
+  const bool linked = impl_->ctx.comm->memory_tracker() != nullptr;
   for (size_t t = 0; t < r.usage.size(); ++t) {
     for (size_t g = 0; g < r.usage[t].size(); ++g) {
       r.usage[t][g].current += c.usage[t][g].current;
       r.usage[t][g].peak += c.usage[t][g].peak;
+      if (!linked) r.peak_total[t] += c.usage[t][g].peak;
     }
   }
   return r;
