@@ -71,9 +71,7 @@ const char* OpName(Op op) {
   return "?";
 }
 bool IsRs(Op op) { return op == Op::kReduceScatter || op == Op::kReduceScatterDestructive; }
-double BusFactor(Op op, int n) {
-  return op == Op::kAllReduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-}
+double BusFactor(Op op, int n) { return op == Op::kAllReduce ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n; }
 
 struct Args {
   int world = 4;
@@ -81,9 +79,9 @@ struct Args {
   bool json = false;
   size_t min_bytes = size_t{1} << 10;
   size_t max_bytes = size_t{256} << 20;
-  int iters = 0;  // 0 = by size
-  bool aa = false;  // A/A control: time the raw call in place of zero's, to show the measurement's noise
-  std::string only;     // "zero" or "raw": time only that call
+  int iters = 0;     // 0 = by size
+  bool aa = false;   // A/A control: time the raw call in place of zero's, to show the measurement's noise
+  std::string only;  // "zero" or "raw": time only that call
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -91,9 +89,12 @@ size_t ParseBytes(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   switch (end != nullptr ? *end : '\0') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': v *= 1024; break;
+    case 'M':
+    case 'm': v *= 1024 * 1024; break;
+    case 'G':
+    case 'g': v *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(v);
@@ -241,12 +242,8 @@ class GlooRank final : public RankBackend {
     switch (op) {
       case Op::kAllGather: Run(comm_->AllGather(send_.data(), recv_.data(), block, zero::DType::kF32)); break;
       case Op::kReduceScatter:
-      case Op::kReduceScatterDestructive:
-        Run(ZeroReduceScatter(op, block));
-        break;
-      case Op::kAllReduce:
-        Run(comm_->AllReduce(recv_.data(), total, zero::DType::kF32, zero::ReduceOp::kSum));
-        break;
+      case Op::kReduceScatterDestructive: Run(ZeroReduceScatter(op, block)); break;
+      case Op::kAllReduce: Run(comm_->AllReduce(recv_.data(), total, zero::DType::kF32, zero::ReduceOp::kSum)); break;
     }
     return absl::ToDoubleSeconds(absl::Now() - t0);
   }
@@ -289,9 +286,7 @@ class GlooRank final : public RankBackend {
         break;
       }
       case Op::kReduceScatter:
-      case Op::kReduceScatterDestructive:
-        raw.rs_algo->run();
-        break;
+      case Op::kReduceScatterDestructive: raw.rs_algo->run(); break;
       case Op::kAllReduce: {
         gloo::AllreduceOptions o(raw.fn);
         o.setTag(++raw_tag_);
@@ -391,9 +386,9 @@ class NcclRank final : public RankBackend {
     BENCH_CUDA(cudaMemcpy(out.data(), d_recv_, out.size() * 4, cudaMemcpyDeviceToHost));
     long wrong = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      float want = op == Op::kAllGather       ? InputValue(static_cast<int>(i / block), i % block)
-                   : IsRs(op)                 ? SumValue(world_, rank_ * block + i)
-                                              : SumValue(world_, i);
+      float want = op == Op::kAllGather ? InputValue(static_cast<int>(i / block), i % block)
+                   : IsRs(op)           ? SumValue(world_, rank_ * block + i)
+                                        : SumValue(world_, i);
       wrong += out[i] != want;
     }
     return wrong;
@@ -533,17 +528,19 @@ int main(int argc, char** argv) {
 
   const std::string tcp_cc = args.backend == "gloo" ? TcpCongestionControl() : "n/a";
   if (tcp_cc == "bbr" && world > 1) {
-    std::fprintf(stderr, "zero-bench-comm: note: TCP congestion control is bbr; its per-connection pacing state "
-                         "makes Gloo timings over different connections disagree for a whole run (check with --aa)\n");
+    std::fprintf(stderr,
+                 "zero-bench-comm: note: TCP congestion control is bbr; its per-connection pacing state "
+                 "makes Gloo timings over different connections disagree for a whole run (check with --aa)\n");
   }
   if (!args.json) {
-    std::printf("# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads, tcp_cc %s; time = median over "
-                "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
-                args.backend.c_str(), world, tcp_cc.c_str(),
-                args.aa ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
-                : args.only == "zero" ? "; ONLY ZERO'S CALL is run"
-                : args.only == "raw"  ? "; ONLY THE RAW CALL is run"
-                                      : "");
+    std::printf(
+        "# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads, tcp_cc %s; time = median over "
+        "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
+        args.backend.c_str(), world, tcp_cc.c_str(),
+        args.aa               ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
+        : args.only == "zero" ? "; ONLY ZERO'S CALL is run"
+        : args.only == "raw"  ? "; ONLY THE RAW CALL is run"
+                              : "");
     std::printf("# %-13s %12s %11s %5s %5s %11s %8s %8s %7s %11s %9s %6s\n", "op", "size", "count", "type", "redop",
                 "time", "algbw", "busbw", "#wrong", "raw_time", "raw_busbw", "ratio");
     std::fflush(stdout);
@@ -616,13 +613,13 @@ int main(int argc, char** argv) {
             const double ratio = !args.only.empty() ? 0 : Median(paired);
             const char* redop = op == Op::kAllGather ? "none" : "sum";
             if (args.json) {
-              std::printf("{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
-                          "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
-                          "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
-                          "\"only\":\"%s\",\"tcp_cc\":\"%s\"}\n",
-                          args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw,
-                          traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false",
-                          args.only.c_str(), tcp_cc.c_str());
+              std::printf(
+                  "{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
+                  "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
+                  "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
+                  "\"only\":\"%s\",\"tcp_cc\":\"%s\"}\n",
+                  args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw, traw * 1e6,
+                  raw_busbw, ratio, wrong_total, args.aa ? "true" : "false", args.only.c_str(), tcp_cc.c_str());
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
                           total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);

@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
       stages.clear();
       for (auto s : absl::StrSplit(v, ',')) stages.push_back(std::atoi(std::string(s).c_str()));
     } else {
-      std::fprintf(stderr, "usage: zero-bench-parity [--world N] [--steps K] [--model tiny|small] [--stages 0,1,2,3]\n");
+      std::fprintf(stderr,
+                   "usage: zero-bench-parity [--world N] [--steps K] [--model tiny|small] [--stages 0,1,2,3]\n");
       return 2;
     }
   }

@@ -79,8 +79,7 @@ void BM_Cast(benchmark::State& state, DType from, DType to) {
     zero::ConvertBuffer(src, from, dst, to, n);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(
-      static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
   state.SetLabel(zero::internal::ActiveSimdTarget());
 }
 
@@ -121,18 +120,21 @@ void BM_CastScalar(benchmark::State& state, DType from, DType to) {
   auto* d16 = static_cast<uint16_t*>(dst);
   for (auto _ : state) {
     if (from == DType::kF32 && to == DType::kBF16) {
-      ScalarLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToBF16(v); });
+      ScalarLoop(
+          n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToBF16(v); });
     } else if (from == DType::kF32 && to == DType::kF16) {
-      ScalarLoop(n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToF16(v); });
+      ScalarLoop(
+          n, [&](size_t i) { return s32[i]; }, [&](size_t i, float v) { d16[i] = zero::F32ToF16(v); });
     } else if (from == DType::kBF16) {
-      ScalarLoop(n, [&](size_t i) { return zero::BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+      ScalarLoop(
+          n, [&](size_t i) { return zero::BF16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     } else {
-      ScalarLoop(n, [&](size_t i) { return zero::F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
+      ScalarLoop(
+          n, [&](size_t i) { return zero::F16ToF32(s16[i]); }, [&](size_t i, float v) { d32[i] = v; });
     }
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(
-      static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
 }
 
 void BM_Memcpy(benchmark::State& state) {

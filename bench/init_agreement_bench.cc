@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
     return out;
   };
   units.push_back({"root", to_engine(zero::gpt::RootParams(mc))});
-  for (int l = 0; l < mc.layers; ++l) units.push_back({zero::gpt::BlockUnitName(l), to_engine(zero::gpt::BlockParams(mc))});
+  for (int l = 0; l < mc.layers; ++l)
+    units.push_back({zero::gpt::BlockUnitName(l), to_engine(zero::gpt::BlockParams(mc))});
   int64_t params = 0, tensors = 0;
   for (const auto& [n, specs] : units) {
     for (const auto& s : specs) {
@@ -68,8 +69,10 @@ int main(int argc, char** argv) {
       ++tensors;
     }
   }
-  std::printf("# zero-bench-init-sync: GPT %s, %lld parameters in %lld tensors, world %d, stage 3, fp32, median of %d, slowest rank\n",
-              model.c_str(), static_cast<long long>(params), static_cast<long long>(tensors), world, reps);
+  std::printf(
+      "# zero-bench-init-sync: GPT %s, %lld parameters in %lld tensors, world %d, stage 3, fp32, median of %d, slowest "
+      "rank\n",
+      model.c_str(), static_cast<long long>(params), static_cast<long long>(tensors), world, reps);
   std::printf("%-13s %12s %12s %14s\n", "mode", "finalize_ms", "vs_trust", "bytes_per_rank");
   const Mode modes[] = {{"trust", zero::InitialValueSync::kTrust, false},
                         {"rank0", zero::InitialValueSync::kFromRank0, false},
@@ -129,9 +132,8 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     const double med = times[times.size() / 2];
     if (m.sync == zero::InitialValueSync::kTrust) trust_ms = med;
-    const long long bytes = m.sync == zero::InitialValueSync::kTrust
-                                ? 0
-                                : 8LL * world * tensors + (m.differ ? 4LL * params : 0);
+    const long long bytes =
+        m.sync == zero::InitialValueSync::kTrust ? 0 : 8LL * world * tensors + (m.differ ? 4LL * params : 0);
     std::printf("%-13s %12.1f %12.2f %14lld\n", m.name, med, trust_ms > 0 ? med / trust_ms : 1.0, bytes);
   }
   return 0;

@@ -82,22 +82,14 @@ Options Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage(argv[0]);
       return argv[++i];
     };
-    if (a == "--params")
-      o.params = std::strtoull(next(), nullptr, 10);
-    else if (a == "--threads")
-      o.threads = std::atoi(next());
-    else if (a == "--reps")
-      o.reps = std::atoi(next());
-    else if (a == "--json")
-      o.json = true;
-    else if (a == "--no-torch")
-      o.torch = false;
-    else if (a == "--torch-script")
-      o.torch_script = next();
-    else if (a == "--simd")
-      o.simd = next();
-    else
-      Usage(argv[0]);
+    if (a == "--params") o.params = std::strtoull(next(), nullptr, 10);
+    else if (a == "--threads") o.threads = std::atoi(next());
+    else if (a == "--reps") o.reps = std::atoi(next());
+    else if (a == "--json") o.json = true;
+    else if (a == "--no-torch") o.torch = false;
+    else if (a == "--torch-script") o.torch_script = next();
+    else if (a == "--simd") o.simd = next();
+    else Usage(argv[0]);
   }
   if (o.params < 1024 || o.threads < 1 || o.reps < 1) Usage(argv[0]);
   return o;

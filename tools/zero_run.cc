@@ -176,8 +176,7 @@ int main(int argc, char** argv) {
   const char* tmp = std::getenv("TMPDIR");
   std::string store_dir = std::string(tmp != nullptr && tmp[0] != '\0' ? tmp : "/tmp") + "/zero-run-XXXXXX";
   if (::mkdtemp(store_dir.data()) == nullptr) {
-    std::fprintf(stderr, "zero-run: cannot create a store directory %s: %s\n", store_dir.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "zero-run: cannot create a store directory %s: %s\n", store_dir.c_str(), std::strerror(errno));
     return 1;
   }
   const int port = FreePort();

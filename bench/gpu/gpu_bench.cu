@@ -238,8 +238,8 @@ struct Row {
 };
 
 std::vector<Row> g_rows;
-double g_copy_gbps = 0;       // the D2D copy ceiling measured in this run
-std::string g_variant_table;  // markdown: ratio to the copy per variant (rows) and configuration (columns)
+double g_copy_gbps = 0;                 // the D2D copy ceiling measured in this run
+std::string g_variant_table;            // markdown: ratio to the copy per variant (rows) and configuration (columns)
 std::vector<std::string> g_best_lines;  // "RESULT best_variant[...]" per column of the table
 std::function<void()> g_after_row;
 
@@ -259,8 +259,8 @@ void PrintRow(const Row& r) {
   if (!r.error.empty()) {
     std::printf("%-44s %-16s ERROR: %s\n", r.name.c_str(), r.size.c_str(), r.error.c_str());
   } else {
-    std::printf("%-44s %-16s median %9.3f ms (min %.3f, max %.3f)  %8.1f GB/s  ratio %.3f  #wrong %s\n",
-                r.name.c_str(), r.size.c_str(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.GBps(),
+    std::printf("%-44s %-16s median %9.3f ms (min %.3f, max %.3f)  %8.1f GB/s  ratio %.3f  #wrong %s\n", r.name.c_str(),
+                r.size.c_str(), r.t.median_ms, r.t.min_ms, r.t.max_ms, r.GBps(),
                 g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0, r.wrong.c_str());
   }
   std::fflush(stdout);
@@ -401,11 +401,13 @@ void WriteMarkdown(const Options& o, const std::string& device_line) {
     return;
   }
   std::fprintf(f, "%s\n\n", device_line.c_str());
-  std::fprintf(f, "Median of %d timed runs after %d warm-ups (CUDA events around each launch); GB/s = bytes "
-                  "counted / median time; ratio = GB/s / the D2D copy's GB/s measured in the same run.\n\n",
+  std::fprintf(f,
+               "Median of %d timed runs after %d warm-ups (CUDA events around each launch); GB/s = bytes "
+               "counted / median time; ratio = GB/s / the D2D copy's GB/s measured in the same run.\n\n",
                o.iters, o.warmup);
-  std::fprintf(f, "| measurement | size | median ms | min ms | max ms | bytes counted | GB/s | ratio to copy | "
-                  "#wrong |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::fprintf(f,
+               "| measurement | size | median ms | min ms | max ms | bytes counted | GB/s | ratio to copy | "
+               "#wrong |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : g_rows) {
     if (!r.error.empty()) {
       std::fprintf(f, "| %s | %s | ERROR: %s | | | | | | |\n", r.name.c_str(), r.size.c_str(), r.error.c_str());
@@ -416,9 +418,11 @@ void WriteMarkdown(const Options& o, const std::string& device_line) {
                  g_copy_gbps > 0 ? r.GBps() / g_copy_gbps : 0.0, r.wrong.c_str());
   }
   if (!g_variant_table.empty()) {
-    std::fprintf(f, "\nFused-step variants, ratio to the copy (columns: the no-math 4R+3W pattern through the "
-                    "variant's kernel, then AdamW per configuration; #wrong for each row is in the table above):"
-                    "\n\n%s", g_variant_table.c_str());
+    std::fprintf(f,
+                 "\nFused-step variants, ratio to the copy (columns: the no-math 4R+3W pattern through the "
+                 "variant's kernel, then AdamW per configuration; #wrong for each row is in the table above):"
+                 "\n\n%s",
+                 g_variant_table.c_str());
   }
   std::fclose(f);
 }
@@ -429,8 +433,7 @@ int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("zero-bench-gpu: no CUDA device (%s); nothing measured\n",
-                cudaGetErrorString(cudaGetLastError()));
+    std::printf("zero-bench-gpu: no CUDA device (%s); nothing measured\n", cudaGetErrorString(cudaGetLastError()));
     return 3;
   }
   cudaDeviceProp prop;
@@ -508,8 +511,8 @@ int main(int argc, char** argv) {
         int wave = 0;
         CK(in::FullWaveBlocks(reinterpret_cast<const void*>(&Stream4R3WKernel), 256, &wave));
         r.t = TimeIt(o.warmup, o.iters, [&] {
-          Stream4R3WKernel<<<wave, 256, 0, stream>>>(p->as<float>(), g32->as<float>(), m->as<float>(),
-                                                      v->as<float>(), n / 8);
+          Stream4R3WKernel<<<wave, 256, 0, stream>>>(p->as<float>(), g32->as<float>(), m->as<float>(), v->as<float>(),
+                                                     n / 8);
           CK(cudaGetLastError());
         });
         r.bytes = 28.0 * n;
@@ -519,7 +522,7 @@ int main(int argc, char** argv) {
       // The fused step's arguments over `count` elements, buffer k starting `shift[k]` elements in (master,
       // grad, exp_avg, exp_avg_sq, param_out; all zero but in the staggered rows).
       auto make_args = [&](const void* grad, in::Dt gdt, void* out, in::OutDt odt, size_t count,
-                           const size_t (&shift)[5]) {
+                           const size_t(&shift)[5]) {
         in::FusedArgs a;
         a.master = p->as<float>() + shift[0];
         a.grad = static_cast<const unsigned char*>(grad) + shift[1] * in::DtSize(gdt);
@@ -550,12 +553,13 @@ int main(int argc, char** argv) {
       };
       constexpr in::FusedGrid kProdGrid = in::kProductionOnePass ? in::FusedGrid::kOnePass : in::FusedGrid::kFullWave;
       const std::string prod = VariantName<in::FusedProductionVariant>(kProdGrid);
-      fused_row("stream 4R+3W, " + prod, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
-                [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
-                [&](const in::FusedArgs& a) {
-                  return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
-                      a, StreamOp{}, kProdGrid, stream);
-                });
+      fused_row(
+          "stream 4R+3W, " + prod, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
+          [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
+          [&](const in::FusedArgs& a) {
+            return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(a, StreamOp{},
+                                                                                                  kProdGrid, stream);
+          });
       refill();
       // The production entry point (what zero::cuda::AdamStep calls), one row per configuration.
       struct Config {
@@ -587,9 +591,10 @@ int main(int argc, char** argv) {
       for (int c = 0; c < 3; ++c) {
         const Config& cf = configs[c];
         with_types(c, [&](auto gtag, auto ptag) {
-          fused_row(cf.name, nstr, cf.bpp * n, gtag, ptag, op,
-                    [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
-                    [&](const in::FusedArgs& a) { return in::LaunchAdam(a, cf.gdt, cf.odt, op, stream); });
+          fused_row(
+              cf.name, nstr, cf.bpp * n, gtag, ptag, op,
+              [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
+              [&](const in::FusedArgs& a) { return in::LaunchAdam(a, cf.gdt, cf.odt, op, stream); });
         });
       }
 
@@ -597,32 +602,30 @@ int main(int argc, char** argv) {
       if (o.variants) {
         std::printf("\nvariant sweep (rows 'config | variant'; ratio = GB/s / the copy at the top):\n");
         std::vector<std::string> vnames;
-        ForEachVariant([&](auto vtag, in::FusedGrid grid) {
-          vnames.push_back(VariantName<decltype(vtag)>(grid));
-        });
+        ForEachVariant([&](auto vtag, in::FusedGrid grid) { vnames.push_back(VariantName<decltype(vtag)>(grid)); });
         const char* cols[4] = {"pattern", configs[0].tag, configs[1].tag, configs[2].tag};
         std::vector<std::vector<double>> ratio(vnames.size(), std::vector<double>(4, 0.0));
         for (int c = -1; c < 3; ++c) {  // -1: the no-math pattern; configuration outer, so a column's rows
-          size_t vi = 0;                 // run close together in time
+          size_t vi = 0;                // run close together in time
           ForEachVariant([&](auto vtag, in::FusedGrid grid) {
             using V = decltype(vtag);
             const std::string name = std::string(cols[c + 1]) + " | " + vnames[vi];
             if (c < 0) {
-              fused_row(name, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
-                        [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
-                        [&](const in::FusedArgs& a) {
-                          return LaunchVariant<in::F32, in::NoOut, StreamOp, V>(a, StreamOp{}, grid, stream);
-                        });
+              fused_row(
+                  name, nstr, 28.0 * n, in::F32{}, in::NoOut{}, StreamOp{},
+                  [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, n, kNoShift); },
+                  [&](const in::FusedArgs& a) {
+                    return LaunchVariant<in::F32, in::NoOut, StreamOp, V>(a, StreamOp{}, grid, stream);
+                  });
             } else {
               const Config& cf = configs[c];
               with_types(c, [&](auto gtag, auto ptag) {
                 using G = decltype(gtag);
                 using P = decltype(ptag);
-                fused_row(name, nstr, cf.bpp * n, gtag, ptag, op,
-                          [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
-                          [&](const in::FusedArgs& a) {
-                            return LaunchVariant<G, P, in::AdamOp, V>(a, op, grid, stream);
-                          });
+                fused_row(
+                    name, nstr, cf.bpp * n, gtag, ptag, op,
+                    [&] { return make_args(cf.grad, cf.gdt, cf.out, cf.odt, n, kNoShift); },
+                    [&](const in::FusedArgs& a) { return LaunchVariant<G, P, in::AdamOp, V>(a, op, grid, stream); });
               });
             }
             const Row& r = g_rows.back();
@@ -637,21 +640,21 @@ int main(int argc, char** argv) {
           const size_t step = 16960;  // elements (66.25 KiB of f32; a multiple of 16 bytes)
           const size_t shift[5] = {0, step, 2 * step, 3 * step, 0};
           const size_t count = n - 3 * step;
-          std::printf("buffers: p=%p g=%p m=%p v=%p (staggered rows shift g, m, v by %zu, %zu, %zu bytes)\n",
-                      p->p, g32->p, m->p, v->p, 4 * step, 8 * step, 12 * step);
+          std::printf("buffers: p=%p g=%p m=%p v=%p (staggered rows shift g, m, v by %zu, %zu, %zu bytes)\n", p->p,
+                      g32->p, m->p, v->p, 4 * step, 8 * step, 12 * step);
           const std::string cstr = HumanCount(static_cast<double>(count)) + " params";
-          fused_row("pattern | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, StreamOp{},
-                    [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
-                    [&](const in::FusedArgs& a) {
-                      return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
-                          a, StreamOp{}, kProdGrid, stream);
-                    });
+          fused_row(
+              "pattern | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, StreamOp{},
+              [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
+              [&](const in::FusedArgs& a) {
+                return in::LaunchFusedTiled<in::F32, in::NoOut, StreamOp, in::FusedProductionVariant>(
+                    a, StreamOp{}, kProdGrid, stream);
+              });
           refill();
-          fused_row("fp32 | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, op,
-                    [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
-                    [&](const in::FusedArgs& a) {
-                      return in::LaunchAdam(a, in::Dt::kF32, in::OutDt::kNone, op, stream);
-                    });
+          fused_row(
+              "fp32 | " + prod + ", staggered", cstr, 28.0 * count, in::F32{}, in::NoOut{}, op,
+              [&] { return make_args(g32->p, in::Dt::kF32, nullptr, in::OutDt::kNone, count, shift); },
+              [&](const in::FusedArgs& a) { return in::LaunchAdam(a, in::Dt::kF32, in::OutDt::kNone, op, stream); });
         }
         // The variant table (also appended to the markdown file).
         std::string table = "| variant | " + std::string(cols[0]) + " | " + cols[1] + " | " + cols[2] + " | " +
@@ -708,9 +711,8 @@ int main(int argc, char** argv) {
         r.wrong = std::to_string(a.nonfinite != 0 ? 1 : 0);
       });
       Measure("Convert f32 -> bf16 (6 B/elem)", nstr, [&](Row& r) {
-        r.t = TimeIt(o.warmup, o.iters, [&] {
-          CK(in::LaunchConvert(p->p, in::Dt::kF32, out16->p, in::Dt::kBF16, n, stream));
-        });
+        r.t = TimeIt(o.warmup, o.iters,
+                     [&] { CK(in::LaunchConvert(p->p, in::Dt::kF32, out16->p, in::Dt::kBF16, n, stream)); });
         r.bytes = 6.0 * n;
       });
       Measure("Flatten 64 segments (BatchCopy)", HumanCount(4.0 * n) + "B", [&](Row& r) {
@@ -733,8 +735,8 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows) any_error |= !r.error.empty();
   for (const Row& r : g_rows) {
     if (r.name.rfind("fused AdamW", 0) == 0 && r.error.empty() && g_copy_gbps > 0) {
-      std::printf("RESULT adamw_ratio_to_copy %.3f  (%s)  target >= 0.85: %s\n", r.GBps() / g_copy_gbps,
-                  r.name.c_str(), r.GBps() / g_copy_gbps >= 0.85 ? "met" : "NOT met");
+      std::printf("RESULT adamw_ratio_to_copy %.3f  (%s)  target >= 0.85: %s\n", r.GBps() / g_copy_gbps, r.name.c_str(),
+                  r.GBps() / g_copy_gbps >= 0.85 ? "met" : "NOT met");
     }
   }
   for (const std::string& line : g_best_lines) std::printf("%s\n", line.c_str());

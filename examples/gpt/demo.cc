@@ -44,18 +44,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("zero demo: GPT '%s', %d ranks as threads over Gloo (loopback), AdamW, fp32 unless marked, %lld steps a run\n",
-              model.c_str(), world, static_cast<long long>(steps));
-  std::printf("model-state bytes are per rank (largest rank), measured by zero's allocation tracker; formula = ZeRO "
-              "paper (16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N) on the unpadded Ψ\n\n");
+  std::printf(
+      "zero demo: GPT '%s', %d ranks as threads over Gloo (loopback), AdamW, fp32 unless marked, %lld steps a run\n",
+      model.c_str(), world, static_cast<long long>(steps));
+  std::printf(
+      "model-state bytes are per rank (largest rank), measured by zero's allocation tracker; formula = ZeRO "
+      "paper (16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N) on the unpadded Ψ\n\n");
   std::printf("%-15s %10s %10s %10s %10s %12s %12s %12s %11s %11s %11s %8s %8s %8s\n", "stage", "params", "grads",
               "optimizer", "gather", "model_state", "formula", "state_device", "activations", "peak_device",
               "peak_host", "loss_0", "loss_end", "step_ms");
   FILE* out = csv.empty() ? nullptr : std::fopen(csv.c_str(), "w");
   if (out) {
-    std::fprintf(out, "run,stage,world,params_bytes,grads_bytes,optimizer_bytes,gather_peak,model_state,formula,"
-                      "model_state_device,activations_peak,loss_first,loss_last,step_ms,peak_total_device,"
-                      "peak_total_host\n");
+    std::fprintf(out,
+                 "run,stage,world,params_bytes,grads_bytes,optimizer_bytes,gather_peak,model_state,formula,"
+                 "model_state_device,activations_peak,loss_first,loss_last,step_ms,peak_total_device,"
+                 "peak_total_host\n");
   }
   // Stages 0-3 in fp32, then stage 3 with bf16 compute, with every block recomputed, and with bf16 and the
   // optimizer and parameters offloaded to the host tier.
@@ -137,12 +140,13 @@ int main(int argc, char** argv) {
     }
   }
   if (out) std::fclose(out);
-  std::printf("\nmodel_state - formula = padding (each unit padded to a multiple of 32*N elements); bf16 keeps 16-bit "
-              "params and grads plus an fp32 master shard (still 16Ψ/N at stage 3). state_device = model state left in the "
-              "compute tier (offload moves master, optimizer state and shards to the host tier; on this host engine "
-              "both tiers are host DRAM). activations = peak bytes of the "
-              "trainer's activation arena. peak_device / peak_host = the true peak of each tier: the most bytes "
-              "alive at once, all tags and the communicator's staging together (below the sum of the per-tag peaks "
-              "when they peak at different times). step_ms is wall time on this machine, all ranks sharing its cores.\n");
+  std::printf(
+      "\nmodel_state - formula = padding (each unit padded to a multiple of 32*N elements); bf16 keeps 16-bit "
+      "params and grads plus an fp32 master shard (still 16Ψ/N at stage 3). state_device = model state left in the "
+      "compute tier (offload moves master, optimizer state and shards to the host tier; on this host engine "
+      "both tiers are host DRAM). activations = peak bytes of the "
+      "trainer's activation arena. peak_device / peak_host = the true peak of each tier: the most bytes "
+      "alive at once, all tags and the communicator's staging together (below the sum of the per-tag peaks "
+      "when they peak at different times). step_ms is wall time on this machine, all ranks sharing its cores.\n");
   return 0;
 }

@@ -183,10 +183,11 @@ int main(int argc, char** argv) {
   auto on_step = [&](const zero::gpt::StepLog& s) {
     std::lock_guard<std::mutex> lock(print_mu);
     if (flags.json) {
-      std::printf("{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
-                  "\"tokens_per_s\": %.1f%s}\n",
-                  static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
-                  s.skipped ? ", \"skipped\": true" : "");
+      std::printf(
+          "{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
+          "\"tokens_per_s\": %.1f%s}\n",
+          static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
+          s.skipped ? ", \"skipped\": true" : "");
     } else {
       std::printf("step %4lld  loss %.4f  grad_norm %.4f  %.1f ms  %.0f tok/s%s\n", static_cast<long long>(s.step + 1),
                   s.loss, s.grad_norm, s.step_ms, s.tokens_per_s, s.skipped ? "  (skipped)" : "");
@@ -252,24 +253,26 @@ int main(int argc, char** argv) {
     // activations, the head's, the block backward's scratch (examples/gpt/model.h).
     const zero::gpt::GptConfig mc = zero::gpt::GptConfig::FromName(flags.model).value();  // TrainRank checked it
     const int B = static_cast<int>(cfg.micro_batch()), T = flags.seq > 0 ? flags.seq : mc.max_seq;
-    std::printf("{\"params\": %lld, \"world\": %d, \"stage\": %d, %s, \"recompute\": {\"enabled\": %s, "
-                "\"forwards\": %lld, \"recomputes\": %lld, \"peak_arena_bytes\": %zu, \"peak_checkpoint_bytes\": %zu, "
-                "\"checkpoint_tier\": \"%s\", \"forward_s\": %.6f, \"recompute_s\": %.6f, \"backward_s\": %.6f}, "
-                "\"activation_sizes\": {\"layers\": %d, \"stream\": %zu, \"block\": %zu, \"head\": %zu, "
-                "\"scratch\": %zu}}\n",
-                static_cast<long long>(res.params), world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str(),
-                flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards),
-                static_cast<long long>(rc.recomputes), rc.peak_arena_bytes, rc.peak_checkpoint_bytes,
-                zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
-                static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
-                zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
+    std::printf(
+        "{\"params\": %lld, \"world\": %d, \"stage\": %d, %s, \"recompute\": {\"enabled\": %s, "
+        "\"forwards\": %lld, \"recomputes\": %lld, \"peak_arena_bytes\": %zu, \"peak_checkpoint_bytes\": %zu, "
+        "\"checkpoint_tier\": \"%s\", \"forward_s\": %.6f, \"recompute_s\": %.6f, \"backward_s\": %.6f}, "
+        "\"activation_sizes\": {\"layers\": %d, \"stream\": %zu, \"block\": %zu, \"head\": %zu, "
+        "\"scratch\": %zu}}\n",
+        static_cast<long long>(res.params), world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str(),
+        flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards), static_cast<long long>(rc.recomputes),
+        rc.peak_arena_bytes, rc.peak_checkpoint_bytes, zero::MemTierName(rc.checkpoint_tier), rc.forward_s,
+        rc.recompute_s, rc.backward_s, mc.layers, static_cast<size_t>(B) * T * mc.channels * sizeof(float),
+        zero::gpt::BlockActs::Bytes(mc, B, T), zero::gpt::HeadActs::Bytes(mc, B, T),
+        zero::gpt::BlockScratch::Bytes(mc, B, T));
   } else {
     std::printf("params %lld, world %d, stage %d; memory of rank 0:\n%s", static_cast<long long>(res.params),
                 world_size, cfg.zero.stage, res.memory.ToString().c_str());
-    std::printf("activations of rank 0: arena peak %zu bytes, checkpoints peak %zu bytes (%s tier); %lld segment "
-                "forwards, %lld recomputed\n",
-                rc.peak_arena_bytes, rc.peak_checkpoint_bytes, zero::MemTierName(rc.checkpoint_tier),
-                static_cast<long long>(rc.forwards), static_cast<long long>(rc.recomputes));
+    std::printf(
+        "activations of rank 0: arena peak %zu bytes, checkpoints peak %zu bytes (%s tier); %lld segment "
+        "forwards, %lld recomputed\n",
+        rc.peak_arena_bytes, rc.peak_checkpoint_bytes, zero::MemTierName(rc.checkpoint_tier),
+        static_cast<long long>(rc.forwards), static_cast<long long>(rc.recomputes));
   }
   return 0;
 }

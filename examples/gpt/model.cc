@@ -360,7 +360,9 @@ size_t BlockActs::Bytes(const GptConfig& cfg, int B, int T) {
   return MeasureActs<BlockActs>(cfg, B, T, CarveBlockActs);
 }
 
-void BlockActs::Allocate(const GptConfig& cfg, int B, int T) { owned_ = AllocateCarved(cfg, B, T, CarveBlockActs, this); }
+void BlockActs::Allocate(const GptConfig& cfg, int B, int T) {
+  owned_ = AllocateCarved(cfg, B, T, CarveBlockActs, this);
+}
 
 void BlockActs::Bind(const GptConfig& cfg, int B, int T, void* memory) {
   BindCarved(cfg, B, T, memory, CarveBlockActs, this);
@@ -373,7 +375,9 @@ size_t BlockScratch::Bytes(const GptConfig& cfg, int B, int T) {
   return MeasureActs<BlockScratch>(cfg, B, T, CarveScratch);
 }
 
-void BlockScratch::Allocate(const GptConfig& cfg, int B, int T) { owned_ = AllocateCarved(cfg, B, T, CarveScratch, this); }
+void BlockScratch::Allocate(const GptConfig& cfg, int B, int T) {
+  owned_ = AllocateCarved(cfg, B, T, CarveScratch, this);
+}
 
 void BlockScratch::Bind(const GptConfig& cfg, int B, int T, void* memory) {
   BindCarved(cfg, B, T, memory, CarveScratch, this);

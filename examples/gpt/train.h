@@ -28,11 +28,11 @@ namespace zero::gpt {
 struct TrainOptions {
   std::string model = "tiny";  // "tiny" | "small"
   int64_t steps = 20;
-  uint64_t seed = 1234;        // model init and data order
-  int seq = 0;                 // tokens per sequence; 0 = the model's max_seq
-  int local_world_size = 1;    // ranks sharing this host's cores (BLAS and optimizer threads are divided)
-  int blas_threads = 0;        // OpenBLAS threads; 0 = hardware threads / local_world_size
-  std::string data_file;       // optional corpus file instead of the system texts
+  uint64_t seed = 1234;      // model init and data order
+  int seq = 0;               // tokens per sequence; 0 = the model's max_seq
+  int local_world_size = 1;  // ranks sharing this host's cores (BLAS and optimizer threads are divided)
+  int blas_threads = 0;      // OpenBLAS threads; 0 = hardware threads / local_world_size
+  std::string data_file;     // optional corpus file instead of the system texts
   // Recompute every block's activations in backward (zero::Checkpointer; every k-th block when the config's
   // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
   // cpu_checkpointing). false: nothing is recomputed.
@@ -54,8 +54,8 @@ struct StepLog {
 struct TrainResult {
   std::vector<StepLog> steps;
   int64_t params = 0;
-  MemoryReport memory;                 // this rank's
-  std::vector<MemoryReport> all_ranks; // every rank's (gathered), in rank order
+  MemoryReport memory;                  // this rank's
+  std::vector<MemoryReport> all_ranks;  // every rank's (gathered), in rank order
   // Final full parameters (fp32, unit by unit in registration order: root, h.0, ...), when requested.
   std::vector<float> final_params;
   // Stage-3 gather statistics of this rank (Engine::prefetch_gathers etc.).

@@ -26,8 +26,7 @@ double ProcessCpuMs();
 // copies). Collective.
 using HostAllGather = std::function<Status(const float* send, float* recv, size_t n)>;
 // Gathers every rank's memory report (int64 counters carried bit-exactly through f32 all-gather slots).
-StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine,
-                                                  const HostAllGather& all_gather);
+StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine, const HostAllGather& all_gather);
 
 // The model's units in an engine: the root (embeddings, final layernorm, tied head) and one per block.
 struct GptUnits {

@@ -25,8 +25,8 @@ using internal::ToEngineSpecs;
 Status Cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();
-  return absl::InternalError(absl::StrCat("zero-gpt (CUDA): ", what, ": ", cudaGetErrorName(e), ": ",
-                                          cudaGetErrorString(e)));
+  return absl::InternalError(
+      absl::StrCat("zero-gpt (CUDA): ", what, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
 }
 Status Cublas(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -160,10 +160,12 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     for (int m = 0; m < ga; ++m) {
       data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
       // From pageable memory: the copy has read the host vectors when it returns, so they may be refilled.
-      ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(d_tokens.data(), tokens.data(), tokens.size() * 4,
-                                                cudaMemcpyHostToDevice, stream), "copying tokens"));
-      ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(d_targets.data(), targets.data(), targets.size() * 4,
-                                                cudaMemcpyHostToDevice, stream), "copying targets"));
+      ZERO_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(d_tokens.data(), tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice, stream),
+               "copying tokens"));
+      ZERO_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(d_targets.data(), targets.data(), targets.size() * 4, cudaMemcpyHostToDevice, stream),
+               "copying targets"));
       const auto* tok = d_tokens.as<const int32_t>();
       const auto* tgt = d_targets.as<const int32_t>();
       ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
@@ -180,8 +182,9 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
         ZERO_RETURN_IF_ERROR(s.Close());
       }
       ZERO_RETURN_IF_ERROR(gc::HeadForward(mc, rw, acts.x, tgt, &acts.head, h, stream));
-      ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(losses.as<float>() + m, acts.head.loss, sizeof(float),
-                                                cudaMemcpyDeviceToHost, stream), "reading the loss"));
+      ZERO_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(losses.as<float>() + m, acts.head.loss, sizeof(float), cudaMemcpyDeviceToHost, stream),
+               "reading the loss"));
       ZERO_RETURN_IF_ERROR(gc::HeadBackward(mc, rw, rg, &acts.head, acts.dx, h, stream));
       for (int l = mc.layers - 1; l >= 0; --l) {
         ZERO_ASSIGN_OR_RETURN(UnitScope s, engine->Backward(blocks[l]));

@@ -70,7 +70,8 @@ zero::Status Train() {
         }
     }
     ZERO_ASSIGN_OR_RETURN(zero::StepResult r, engine->Step());  // clip, AdamW on this rank's shards
-    if (rank == 0 && step % 40 == 0) std::printf("step %3d  loss %.4f  grad_norm %.3f  (world %d)\n", step, loss, r.grad_norm, world);
+    if (rank == 0 && step % 40 == 0)
+      std::printf("step %3d  loss %.4f  grad_norm %.3f  (world %d)\n", step, loss, r.grad_norm, world);
   }
   return zero::OkStatus();
 }

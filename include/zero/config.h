@@ -61,11 +61,11 @@ struct ZeroOptimizationConfig {
   bool contiguous_gradients = true;
   bool overlap_comm = false;  // DeepSpeed's default: true for stage 3, false otherwise (resolved at parse)
   bool reduce_scatter = true;
-  int64_t reduce_bucket_size = 500'000'000;     // elements
+  int64_t reduce_bucket_size = 500'000'000;  // elements
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500'000'000;  // elements
   bool round_robin_gradients = false;
-  int64_t sub_group_size = 1'000'000'000;       // optimizer-step tile, elements
+  int64_t sub_group_size = 1'000'000'000;  // optimizer-step tile, elements
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
@@ -155,9 +155,9 @@ struct ActivationCheckpointingConfig {
 // Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py). zero has no NVMe
 // tier yet, so only DeepSpeed's defaults are accepted (others are kUnimplemented) and nothing reads them.
 struct AioConfig {
-  int64_t block_size = 1'048'576;       // bytes, a power of 2
+  int64_t block_size = 1'048'576;  // bytes, a power of 2
   int64_t queue_depth = 8;
-  int64_t intra_op_parallelism = 1;     // DeepSpeed's older name: thread_count
+  int64_t intra_op_parallelism = 1;  // DeepSpeed's older name: thread_count
   bool single_submit = false;
   bool overlap_events = true;
   bool use_gds = false;
@@ -179,8 +179,8 @@ class Config {
   double gradient_clipping = 0.0;  // 0 = off
   std::optional<int64_t> steps_per_print;
   bool wall_clock_breakdown = false;
-  uint64_t seed = 1234;                    // ours
-  double comm_timeout_s = 1800.0;          // ours
+  uint64_t seed = 1234;                                                                // ours
+  double comm_timeout_s = 1800.0;                                                      // ours
   GradAccumulationMode gradient_accumulation_mode = GradAccumulationMode::kLowMemory;  // ours
   std::optional<std::string> communication_data_type;  // "fp32", "fp16", "bf16"; nullopt = fp32
   Fp16Config fp16;

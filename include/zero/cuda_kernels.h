@@ -38,8 +38,7 @@ int DeviceCount();
 
 // Element-wise conversion between f32, f16 and bf16 (round to nearest even), identical bit for bit to the
 // host ConvertBuffer in zero/dtype.h. Same types: a device-to-device copy.
-[[nodiscard]] Status Convert(const void* d_src, DType src_type, void* d_dst, DType dst_type, size_t n,
-                             Stream stream);
+[[nodiscard]] Status Convert(const void* d_src, DType src_type, void* d_dst, DType dst_type, size_t n, Stream stream);
 
 // d_dst[i] = dst_type(d_dst[i] + d_src[i]): the sum in f32, rounded once (round to nearest even), identical bit
 // for bit to the host engine's landing of a gradient by addition. Used to add a reduced shard to an
@@ -72,8 +71,8 @@ int DeviceCount();
 
 // What GradStats leaves in device memory.
 struct GradStatsResult {
-  double sumsq = 0.0;         // sum over i of (scale * grad[i])^2; meaningful only when nonfinite == 0
-  uint64_t nonfinite = 0;     // number of i with scale * grad[i] inf or NaN
+  double sumsq = 0.0;      // sum over i of (scale * grad[i])^2; meaningful only when nonfinite == 0
+  uint64_t nonfinite = 0;  // number of i with scale * grad[i] inf or NaN
 };
 
 // Bytes of device scratch GradStats needs (independent of n), 8-byte aligned.
@@ -84,8 +83,9 @@ inline constexpr size_t kGradStatsWorkspaceBytes = 16 * 1024;
 // scaled values: the loss scaler's overflow check and the global-norm clip's input in one pass. Several
 // buffers (a rank's shards of all units) accumulate into one result by calling this in sequence on one
 // stream. Deterministic: the same buffer gives the same bits on every run (the reduction order depends only on
-// n and the buffer's alignment, never on the device or timing; two launches on `stream`). d_workspace (kGradStatsWorkspaceBytes) may be reused once the call's
-// work has run on `stream`; concurrent calls need distinct workspaces and results.
+// n and the buffer's alignment, never on the device or timing; two launches on `stream`). d_workspace
+// (kGradStatsWorkspaceBytes) may be reused once the call's work has run on `stream`; concurrent calls need distinct
+// workspaces and results.
 [[nodiscard]] Status GradStats(const void* d_grad, DType dtype, size_t n, float scale, GradStatsResult* d_out,
                                bool accumulate, void* d_workspace, Stream stream);
 

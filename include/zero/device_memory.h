@@ -98,8 +98,8 @@ struct DevicePoolStats {
   int64_t stream_waits = 0;        // ... of which at the byte limit, by making the new stream wait on the event
   int64_t blocks = 0;              // blocks held (in use + cached)
   int64_t blocks_in_use = 0;
-  int64_t bytes_reserved = 0;      // bytes held from cudaMalloc (capacities)
-  int64_t bytes_in_use = 0;        // capacities of blocks in use
+  int64_t bytes_reserved = 0;  // bytes held from cudaMalloc (capacities)
+  int64_t bytes_in_use = 0;    // capacities of blocks in use
   std::string ToString() const;
 };
 

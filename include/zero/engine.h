@@ -81,13 +81,13 @@ using ParamInit = std::function<void(const std::string& unit, const ParamSpec& p
 
 // Where the wall time between two Step() returns went, in milliseconds (wall_clock_breakdown logs it).
 struct StepTimes {
-  double total_ms = 0;         // since the previous Step() returned (or Finalize)
-  double compute_ms = 0;       // the trainer's own work: total minus every engine wait and the step below
-  double gather_wait_ms = 0;   // blocked on parameter all-gathers (stage 3; less with prefetch)
-  double reduce_wait_ms = 0;   // blocked on gradient reductions
-  double norm_ms = 0;          // gradient norm and non-finite check, including its all-reduce
-  double optimizer_ms = 0;     // the optimizer on this rank's shards
-  double allgather_ms = 0;     // refreshing full parameters after the update (stages 1-2)
+  double total_ms = 0;        // since the previous Step() returned (or Finalize)
+  double compute_ms = 0;      // the trainer's own work: total minus every engine wait and the step below
+  double gather_wait_ms = 0;  // blocked on parameter all-gathers (stage 3; less with prefetch)
+  double reduce_wait_ms = 0;  // blocked on gradient reductions
+  double norm_ms = 0;         // gradient norm and non-finite check, including its all-reduce
+  double optimizer_ms = 0;    // the optimizer on this rank's shards
+  double allgather_ms = 0;    // refreshing full parameters after the update (stages 1-2)
   // Offload (zero_optimization.offload_*): the copy stream's busy time (gradients landing in the host tier,
   // updated parameters copied back) runs beside the rest, so it is not part of total_ms's sum; the time the
   // trainer's thread was blocked on it is. optimizer_ms includes the host step's waits for a staging buffer.
@@ -102,11 +102,11 @@ struct StepOptions {
 };
 
 struct StepResult {
-  bool skipped = false;      // the step was skipped (non-finite gradients); master weights untouched
-  double grad_norm = 0.0;    // global L2 norm of the averaged, unscaled gradient, before clipping
-  double lr = 0.0;           // learning rate applied (or that would have been, if skipped)
-  double loss_scale = 1.0;   // the loss scale used for this step's gradients
-  int64_t step = 0;          // number of applied steps after this call
+  bool skipped = false;     // the step was skipped (non-finite gradients); master weights untouched
+  double grad_norm = 0.0;   // global L2 norm of the averaged, unscaled gradient, before clipping
+  double lr = 0.0;          // learning rate applied (or that would have been, if skipped)
+  double loss_scale = 1.0;  // the loss scale used for this step's gradients
+  int64_t step = 0;         // number of applied steps after this call
   StepTimes times;
 };
 
@@ -136,7 +136,7 @@ struct ParamGroup {
   // Glob patterns over "unit.param" ('*' any run, '?' one character), alternatives separated by '|'.
   std::string match;
   std::optional<double> weight_decay, beta1, beta2, eps;  // unset: the config's value
-  double lr_scale = 1.0;  // multiplies the step's learning rate for these parameters
+  double lr_scale = 1.0;                                  // multiplies the step's learning rate for these parameters
   bool frozen = false;
 };
 

@@ -52,15 +52,12 @@ class LogMessage {
 #define ZERO_INTERNAL_LOG_LEVEL_INFO ::zero::LogLevel::kInfo
 #define ZERO_INTERNAL_LOG_LEVEL_DEBUG ::zero::LogLevel::kDebug
 
-#define ZERO_LOG(level)                                                      \
-  if (!::zero::LogEnabled(ZERO_INTERNAL_LOG_LEVEL_##level)) {                \
-  } else                                                                     \
-    ::zero::internal::LogMessage(ZERO_INTERNAL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+#define ZERO_LOG(level)                                       \
+  if (!::zero::LogEnabled(ZERO_INTERNAL_LOG_LEVEL_##level)) { \
+  } else ::zero::internal::LogMessage(ZERO_INTERNAL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 // Logs at most once per call site per process.
-#define ZERO_LOG_ONCE(level)                                                                   \
-  if (static std::atomic<bool> _zero_logged_once{false};                                      \
+#define ZERO_LOG_ONCE(level)                                                                      \
+  if (static std::atomic<bool> _zero_logged_once{false};                                          \
       !::zero::LogEnabled(ZERO_INTERNAL_LOG_LEVEL_##level) || _zero_logged_once.exchange(true)) { \
-  } else                                                                                       \
-    ::zero::internal::LogMessage(ZERO_INTERNAL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
-
+  } else ::zero::internal::LogMessage(ZERO_INTERNAL_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

@@ -24,14 +24,14 @@
 namespace zero {
 
 enum class MemTag : uint8_t {
-  kParams = 0,    // parameters the trainer computes with (16-bit or fp32 working copy, or their shard)
-  kGrads,         // gradients (full or sharded, incl. the fp32 accumulator)
-  kOptimizer,     // optimizer state (Adam m/v, momentum, plug-in states)
-  kMaster,        // fp32 master weights (mixed precision)
-  kGather,        // full-unit buffers a stage-3 gather fills
-  kBuckets,       // gradient reduction buckets (incl. a bucket's wire-dtype copy and the reduce-scatter output)
-  kActivations,   // activation arena / checkpoints
-  kStaging,       // staging between tiers (offload copy-back tiles) and the communicator's own copies
+  kParams = 0,   // parameters the trainer computes with (16-bit or fp32 working copy, or their shard)
+  kGrads,        // gradients (full or sharded, incl. the fp32 accumulator)
+  kOptimizer,    // optimizer state (Adam m/v, momentum, plug-in states)
+  kMaster,       // fp32 master weights (mixed precision)
+  kGather,       // full-unit buffers a stage-3 gather fills
+  kBuckets,      // gradient reduction buckets (incl. a bucket's wire-dtype copy and the reduce-scatter output)
+  kActivations,  // activation arena / checkpoints
+  kStaging,      // staging between tiers (offload copy-back tiles) and the communicator's own copies
   kCount,
 };
 enum class MemTier : uint8_t { kHost = 0, kDevice = 1, kCount };

@@ -28,15 +28,15 @@ namespace zero {
 
 // One tile of one shard. All pointers are host memory and cover `n` elements.
 struct ShardUpdate {
-  float* master = nullptr;                    // fp32 master weights (updated in place)
-  const void* grad = nullptr;                 // gradient (already averaged over ranks and micro-steps)
+  float* master = nullptr;     // fp32 master weights (updated in place)
+  const void* grad = nullptr;  // gradient (already averaged over ranks and micro-steps)
   DType grad_dtype = DType::kF32;
-  float grad_scale = 1.0f;                    // each gradient element is multiplied by this first
-  float* const* state = nullptr;              // StateNames().size() buffers, zero-initialized at start
-  void* param_out = nullptr;                  // optional: the updated master written here (16-bit or f32)
+  float grad_scale = 1.0f;        // each gradient element is multiplied by this first
+  float* const* state = nullptr;  // StateNames().size() buffers, zero-initialized at start
+  void* param_out = nullptr;      // optional: the updated master written here (16-bit or f32)
   DType param_out_dtype = DType::kBF16;
   size_t n = 0;
-  int64_t step = 1;                           // 1-based count of applied (not skipped) steps
+  int64_t step = 1;  // 1-based count of applied (not skipped) steps
   // Double, like a Python float in torch.optim: the step's scalars (lr / (1 - beta1^step), 1 - lr * wd, ...)
   // are formed in double and rounded to f32 once, exactly as torch forms them.
   double lr = 0.0;

@@ -78,30 +78,29 @@ std::optional<std::string> CheckOpMessage(bool ok, const A& a, const B& b, const
 #define ZERO_INTERNAL_CONCAT(a, b) ZERO_INTERNAL_CONCAT_IMPL(a, b)
 
 // Evaluates `expr` (an absl::Status); on error returns it from the enclosing function with file:line appended.
-#define ZERO_RETURN_IF_ERROR(expr)                                                  \
-  do {                                                                              \
-    ::absl::Status _zero_status = (expr);                                           \
-    if (ABSL_PREDICT_FALSE(!_zero_status.ok()))                                     \
-      return ::zero::internal::AnnotateStatus(_zero_status, __FILE__, __LINE__);    \
+#define ZERO_RETURN_IF_ERROR(expr)                                               \
+  do {                                                                           \
+    ::absl::Status _zero_status = (expr);                                        \
+    if (ABSL_PREDICT_FALSE(!_zero_status.ok()))                                  \
+      return ::zero::internal::AnnotateStatus(_zero_status, __FILE__, __LINE__); \
   } while (0)
 
 // Evaluates `expr` (an absl::StatusOr<T>); on error returns its status (annotated), else moves the value
 // into `lhs`, which may be a declaration: ZERO_ASSIGN_OR_RETURN(auto x, Make());
 #define ZERO_ASSIGN_OR_RETURN(lhs, expr) \
   ZERO_INTERNAL_ASSIGN_OR_RETURN(ZERO_INTERNAL_CONCAT(_zero_statusor_, __LINE__), lhs, expr)
-#define ZERO_INTERNAL_ASSIGN_OR_RETURN(tmp, lhs, expr)                              \
-  auto tmp = (expr);                                                                \
-  if (ABSL_PREDICT_FALSE(!tmp.ok()))                                                \
-    return ::zero::internal::AnnotateStatus(tmp.status(), __FILE__, __LINE__);      \
+#define ZERO_INTERNAL_ASSIGN_OR_RETURN(tmp, lhs, expr)                                                          \
+  auto tmp = (expr);                                                                                            \
+  if (ABSL_PREDICT_FALSE(!tmp.ok())) return ::zero::internal::AnnotateStatus(tmp.status(), __FILE__, __LINE__); \
   lhs = std::move(tmp).value()
 
 // Invariant checks for bugs in zero itself (user input gets a Status). They abort with file:line and the
 // streamed message: ZERO_CHECK(ptr != nullptr) << "unit " << name;
-#define ZERO_CHECK(cond)            \
+#define ZERO_CHECK(cond)              \
   while (ABSL_PREDICT_FALSE(!(cond))) \
   ::zero::internal::CheckFailure(__FILE__, __LINE__, "Check failed: " #cond).stream()
 
-#define ZERO_INTERNAL_CHECK_OP(op, a, b)                                                               \
+#define ZERO_INTERNAL_CHECK_OP(op, a, b)                                                                 \
   while (auto _zero_check_msg = ::zero::internal::CheckOpMessage((a)op(b), (a), (b), #a " " #op " " #b)) \
   ::zero::internal::CheckFailure(__FILE__, __LINE__, "Check failed: " + *_zero_check_msg).stream()
 
@@ -113,8 +112,8 @@ std::optional<std::string> CheckOpMessage(bool ok, const A& a, const B& b, const
 #define ZERO_CHECK_GE(a, b) ZERO_INTERNAL_CHECK_OP(>=, a, b)
 
 // Checks `status.ok()` for calls that cannot fail unless zero has a bug.
-#define ZERO_CHECK_OK(expr)                                                   \
-  do {                                                                        \
-    ::absl::Status _zero_check_status = (expr);                               \
-    ZERO_CHECK(_zero_check_status.ok()) << _zero_check_status.ToString();     \
+#define ZERO_CHECK_OK(expr)                                               \
+  do {                                                                    \
+    ::absl::Status _zero_check_status = (expr);                           \
+    ZERO_CHECK(_zero_check_status.ok()) << _zero_check_status.ToString(); \
   } while (0)

@@ -5,8 +5,7 @@
 namespace zero {
 
 #if !ZERO_HAVE_CUDA
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store>, int, int,
-                                                                 const CommOptions&) {
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store>, int, int, const CommOptions&) {
   return absl::UnimplementedError("CreateNccl: zero was built without CUDA (ZERO_ENABLE_CUDA=OFF or no nvcc)");
 }
 #endif

@@ -2,9 +2,9 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "comm/internal/env.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
@@ -81,8 +81,8 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     ZERO_ASSIGN_OR_RETURN(out.rank, ParseInt(src.rank, *rank));
     ZERO_ASSIGN_OR_RETURN(out.world_size, ParseInt(src.size, *size));
     if (out.world_size < 1 || out.rank < 0 || out.rank >= out.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat(src.rank, "=", out.rank, " is not in [0, ", src.size, "=",
-                                                     out.world_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(src.rank, "=", out.rank, " is not in [0, ", src.size, "=", out.world_size, ")"));
     }
     out.local_rank = out.rank;
     if (auto local = env(src.local_rank)) {

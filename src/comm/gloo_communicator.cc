@@ -17,13 +17,13 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <deque>
-#include <tuple>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -47,8 +47,8 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "zero/communicator.h"
-#include "zero/memory.h"
 #include "zero/logging.h"
+#include "zero/memory.h"
 
 namespace zero {
 namespace internal {
@@ -204,7 +204,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   ~RetargetableReduceScatter() { tracker_->Sub(MemTier::kHost, MemTag::kStaging, gloo_bytes_); }
 
   void run() override {
-    if (contextSize_ == 1) return;  // one buffer, one rank: nothing to reduce or move
+    if (contextSize_ == 1) return;              // one buffer, one rank: nothing to reduce or move
     const bool from_input = input_ != nullptr;  // change 3 (power-of-two worlds only)
     // The region every step after step 0 works in: the buffer, or W (change 3), which holds [base, + half).
     const size_t base = from_input ? recvOffsets_[0] : 0;
@@ -410,8 +410,8 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   void BuildBlockAcks() {
     if (nextSmallerBlockSize_ != 0 && smallerBlockRecvDataBuf_ != nullptr) {
       // The sender in the smaller block, as Gloo's constructor chose it for smallerBlockRecvDataBuf_.
-      const int src = static_cast<int>(offsetToMyBinaryBlock_ + myBinaryBlockSize_ +
-                                       rankInBinaryBlock_ % nextSmallerBlockSize_);
+      const int src =
+          static_cast<int>(offsetToMyBinaryBlock_ + myBinaryBlockSize_ + rankInBinaryBlock_ % nextSmallerBlockSize_);
       smaller_ack_send_ = context_->getPair(src)->createSendBuffer(DataSlot(src) + 1, &ack_dummy_, sizeof(ack_dummy_));
     }
     for (int peer : LargerBlockPeers()) {
@@ -488,9 +488,7 @@ struct RsKey {
   size_t total = 0;                  // elements of all ranks' blocks together
   ReduceOp reduce = ReduceOp::kSum;  // kSum or kMax (kAvg runs as kSum, then divides)
   RsMode mode = RsMode::kStaged;
-  bool operator<(const RsKey& o) const {
-    return std::tie(total, reduce, mode) < std::tie(o.total, o.reduce, o.mode);
-  }
+  bool operator<(const RsKey& o) const { return std::tie(total, reduce, mode) < std::tie(o.total, o.reduce, o.mode); }
   bool operator==(const RsKey& o) const { return !(*this < o) && !(o < *this); }
 };
 
@@ -576,8 +574,9 @@ class GlooCommunicator final : public Communicator {
       } catch (...) {
         Status s = internal::GlooExceptionToStatus(std::current_exception(), what);
         if (absl::IsDeadlineExceeded(s)) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              s.message(), " [a rank never arrived: Gloo's store keys are '<prefix>/<rank>', so the key named above "
+          return absl::DeadlineExceededError(
+              absl::StrCat(s.message(),
+                           " [a rank never arrived: Gloo's store keys are '<prefix>/<rank>', so the key named above "
                            "ends with the missing rank]"));
         }
         return s;
@@ -719,16 +718,16 @@ class GlooCommunicator final : public Communicator {
   Work Enqueue(OpDesc desc, Status precheck, Body body) {
     desc.seq = next_seq_++;
     if (!precheck.ok()) {
-      precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_,
-                                                            " of ", world_, ": ", precheck.message()));
+      precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_, " of ",
+                                                            world_, ": ", precheck.message()));
     }
     // A waiter may run queued ops itself (OrderedExecutor::Help); it holds the executor weakly because a Work
     // can outlive its communicator (then every op has completed and there is nothing to help with).
     std::weak_ptr<internal::OrderedExecutor> weak = executor_;
-    auto state = std::make_shared<internal::HostWorkState>(
-        desc, options_.timeout, progress_, [weak](const std::function<bool()>& done) {
-          if (auto executor = weak.lock()) executor->Help(done);
-        });
+    auto state = std::make_shared<internal::HostWorkState>(desc, options_.timeout, progress_,
+                                                           [weak](const std::function<bool()>& done) {
+                                                             if (auto executor = weak.lock()) executor->Help(done);
+                                                           });
     auto task = std::make_shared<Task>(Task{desc, std::move(precheck), std::move(body), state});
     executor_->Push([this, task] {
       Status s = RunTask(*task);
@@ -787,10 +786,9 @@ class GlooCommunicator final : public Communicator {
     }
     if (entry == nullptr) {
       if (rs_cache_.size() >= kRsCacheEntries) {
-        auto lru = std::min_element(rs_cache_.begin(), rs_cache_.end(), [](const RsCacheEntry& a,
-                                                                           const RsCacheEntry& b) {
-          return a.last_use < b.last_use;
-        });
+        auto lru =
+            std::min_element(rs_cache_.begin(), rs_cache_.end(),
+                             [](const RsCacheEntry& a, const RsCacheEntry& b) { return a.last_use < b.last_use; });
         rs_cache_.erase(lru);
       }
       rs_cache_.emplace_back();
@@ -875,7 +873,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> fn_ctx_;
   std::shared_ptr<gloo::rendezvous::Context> rs_ctx_;
 
-  int64_t next_seq_ = 0;  // issuing thread only
+  int64_t next_seq_ = 0;    // issuing thread only
   bool connected_ = false;  // both contexts connected (world > 1)
 
   const std::shared_ptr<internal::OrderedExecutor> executor_ = std::make_shared<internal::OrderedExecutor>();
@@ -891,8 +889,8 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank,
-                                                                 int world_size, const CommOptions& options) {
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
+                                                                 const CommOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateGloo: store is null");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(

@@ -43,14 +43,11 @@ Status CudaToStatus(cudaError_t e, const std::string& what) {
   const std::string msg = absl::StrCat(what, ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
   switch (e) {
     case cudaErrorInvalidDevice:
-    case cudaErrorInvalidValue:
-      return absl::InvalidArgumentError(msg);
+    case cudaErrorInvalidValue: return absl::InvalidArgumentError(msg);
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
-    case cudaErrorDevicesUnavailable:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
+    case cudaErrorDevicesUnavailable: return absl::UnavailableError(msg);
+    default: return absl::InternalError(msg);
   }
 }
 
@@ -61,13 +58,10 @@ Status NcclToStatus(ncclResult_t r, const std::string& what, ncclComm_t comm = n
   const std::string msg = absl::StrCat(what, ": NCCL error ", static_cast<int>(r), " (", ncclGetErrorString(r), ")",
                                        last != nullptr && last[0] != '\0' ? absl::StrCat(": ", last) : "");
   switch (r) {
-    case ncclInvalidArgument:
-      return absl::InvalidArgumentError(msg);
-    case ncclInvalidUsage:
-      return absl::FailedPreconditionError(msg);
+    case ncclInvalidArgument: return absl::InvalidArgumentError(msg);
+    case ncclInvalidUsage: return absl::FailedPreconditionError(msg);
     case ncclRemoteError:
-    case ncclSystemError:
-      return absl::UnavailableError(msg);
+    case ncclSystemError: return absl::UnavailableError(msg);
     default:  // ncclUnhandledCudaError, ncclInternalError
       return absl::InternalError(msg);
   }
@@ -212,9 +206,10 @@ class NcclWorkState final : public internal::WorkState {
       }
       const absl::Time now = absl::Now();
       if (now >= deadline_) {
-        return Fail(shared_->Abort(absl::DeadlineExceededError(absl::StrCat(
-            Describe(), " did not complete within the communicator's timeout (a peer died, hung, or issued a "
-                        "different op)"))));
+        return Fail(shared_->Abort(absl::DeadlineExceededError(
+            absl::StrCat(Describe(),
+                         " did not complete within the communicator's timeout (a peer died, hung, or issued a "
+                         "different op)"))));
       }
       if (now >= wait_deadline) {
         return absl::DeadlineExceededError(absl::StrCat("wait for ", Describe(), " timed out after ",
@@ -327,8 +322,8 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
-    const std::string what = absl::StrCat("ncclCommInitRankConfig(rank ", rank_, " of ", world_, ", device ",
-                                          device_, ")");
+    const std::string what =
+        absl::StrCat("ncclCommInitRankConfig(rank ", rank_, " of ", world_, ", device ", device_, ")");
     ncclResult_t r = ncclCommInitRankConfig(&comm, world_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
       if (comm != nullptr) (void)ncclCommAbort(comm);
@@ -338,8 +333,8 @@ class NcclCommunicator final : public Communicator {
     absl::MutexLock lock(&shared_->mu_);
     Status s = shared_->AwaitNotInProgressLocked(deadline, what);
     if (absl::IsDeadlineExceeded(s)) {
-      return absl::DeadlineExceededError(absl::StrCat(s.message(), " (a rank never arrived within ",
-                                                      absl::FormatDuration(options_.timeout), ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(s.message(), " (a rank never arrived within ", absl::FormatDuration(options_.timeout), ")"));
     }
     return s;
   }
@@ -377,8 +372,8 @@ class NcclCommunicator final : public Communicator {
     if (root < 0 || root >= world_) {
       d.seq = next_seq_++;
       return Work(std::make_shared<internal::CompletedWorkState>(
-          d, absl::InvalidArgumentError(absl::StrCat(internal::DescribeOp(d), ": root ", root,
-                                                     " is not a rank of a world of ", world_))));
+          d, absl::InvalidArgumentError(
+                 absl::StrCat(internal::DescribeOp(d), ": root ", root, " is not a rank of a world of ", world_))));
     }
     return Issue(d, stream, [=](ncclComm_t comm, cudaStream_t s) {
       return ncclBroadcast(buf, buf, count, ToNccl(dtype), root, comm, s);
@@ -466,8 +461,8 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store> store, int rank,
-                                                                 int world_size, const CommOptions& options) {
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
+                                                                 const CommOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateNccl: store is null");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(

@@ -45,8 +45,7 @@ Status GlooSet(gloo::rendezvous::Store& store, const std::string& key, const std
   }
 }
 
-StatusOr<std::vector<uint8_t>> GlooGet(gloo::rendezvous::Store& store, const std::string& key,
-                                       absl::Duration timeout) {
+StatusOr<std::vector<uint8_t>> GlooGet(gloo::rendezvous::Store& store, const std::string& key, absl::Duration timeout) {
   try {
     store.wait({key}, internal::ToGlooTimeout(timeout));
     return ToBytes(store.get(key));
@@ -98,15 +97,15 @@ class FileStoreImpl final : public Store {
     std::error_code ec;
     std::filesystem::create_directories(directory, ec);
     if (ec) {
-      error_ = absl::UnavailableError(absl::StrCat("file store: cannot create directory '", directory,
-                                                   "' (ZERO_STORE_DIR): ", ec.message()));
+      error_ = absl::UnavailableError(
+          absl::StrCat("file store: cannot create directory '", directory, "' (ZERO_STORE_DIR): ", ec.message()));
       return;
     }
     try {
       gloo_ = std::make_unique<gloo::rendezvous::FileStore>(directory);
     } catch (...) {
-      error_ = internal::GlooExceptionToStatus(std::current_exception(),
-                                               absl::StrCat("file store in '", directory, "'"));
+      error_ =
+          internal::GlooExceptionToStatus(std::current_exception(), absl::StrCat("file store in '", directory, "'"));
     }
   }
 
@@ -182,8 +181,7 @@ std::shared_ptr<Store> Store::Hash() { return std::make_shared<HashStoreImpl>();
 
 std::shared_ptr<Store> Store::File(const std::string& directory) { return std::make_shared<FileStoreImpl>(directory); }
 
-StatusOr<std::shared_ptr<Store>> Store::Tcp(const std::string& host, int port, bool is_server,
-                                            absl::Duration timeout) {
+StatusOr<std::shared_ptr<Store>> Store::Tcp(const std::string& host, int port, bool is_server, absl::Duration timeout) {
   if (port < 0 || port > 65535 || (port == 0 && !is_server)) {
     return absl::InvalidArgumentError(absl::StrCat("TCP store: invalid port ", port, " (MASTER_PORT)"));
   }

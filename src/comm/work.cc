@@ -24,10 +24,9 @@ Status CommProgress::CheckStuck(absl::Duration limit) const {
   if (!running_.has_value()) return absl::OkStatus();
   const absl::Duration running_for = absl::Now() - since_;
   if (running_for <= limit) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(DescribeOp(*running_), " has been running for ",
-                                                  absl::FormatDuration(running_for),
-                                                  ", longer than the communicator's timeout allows (",
-                                                  absl::FormatDuration(limit), ")"));
+  return absl::DeadlineExceededError(
+      absl::StrCat(DescribeOp(*running_), " has been running for ", absl::FormatDuration(running_for),
+                   ", longer than the communicator's timeout allows (", absl::FormatDuration(limit), ")"));
 }
 
 HostWorkState::HostWorkState(OpDesc desc, absl::Duration op_timeout, std::shared_ptr<const CommProgress> progress,

@@ -228,7 +228,8 @@ class ConfigParser {
     Config copy = *config;
     ConfigParser p(&copy);
     for (const std::string& path : copy.unresolved_) {
-      p.Error(path + ": still \"auto\"; fill it with Config::Resolve(\"" + path + "\", value) before the engine "
+      p.Error(path + ": still \"auto\"; fill it with Config::Resolve(\"" + path +
+              "\", value) before the engine "
               "starts");
     }
     p.CrossCheck(world_size);
@@ -276,10 +277,9 @@ class ConfigParser {
     return a.train_batch_size == b.train_batch_size &&
            a.train_micro_batch_size_per_gpu == b.train_micro_batch_size_per_gpu &&
            a.gradient_accumulation_steps == b.gradient_accumulation_steps &&
-           a.gradient_clipping == b.gradient_clipping &&
-           a.steps_per_print == b.steps_per_print && a.wall_clock_breakdown == b.wall_clock_breakdown &&
-           a.seed == b.seed && a.comm_timeout_s == b.comm_timeout_s &&
-           a.gradient_accumulation_mode == b.gradient_accumulation_mode &&
+           a.gradient_clipping == b.gradient_clipping && a.steps_per_print == b.steps_per_print &&
+           a.wall_clock_breakdown == b.wall_clock_breakdown && a.seed == b.seed &&
+           a.comm_timeout_s == b.comm_timeout_s && a.gradient_accumulation_mode == b.gradient_accumulation_mode &&
            a.communication_data_type == b.communication_data_type && a.fp16 == b.fp16 && a.bf16 == b.bf16 &&
            a.optimizer == b.optimizer && a.scheduler == b.scheduler &&
            a.activation_checkpointing == b.activation_checkpointing && a.zero == b.zero && a.aio == b.aio &&
@@ -483,8 +483,9 @@ class ConfigParser {
   void ApplyLeaf(const KeySpec& k, const Json& val, const std::string& spelled) {
     if (val.is_string() && val.get<std::string>() == "auto") {
       if (!k.has(kAutoOk)) {
-        Error(spelled + ": \"auto\" is not accepted here (only keys that Hugging Face or Accelerate fill take it; "
-                        "see docs/config.md)");
+        Error(spelled +
+              ": \"auto\" is not accepted here (only keys that Hugging Face or Accelerate fill take it; "
+              "see docs/config.md)");
         return;
       }
       c_->given_.emplace(k.path, spelled);
@@ -672,9 +673,7 @@ class ConfigParser {
       case FieldRef::Kind::kDouble: *static_cast<double*>(r.p) = v.get<double>(); break;
       case FieldRef::Kind::kString: *static_cast<std::string*>(r.p) = v.get<std::string>(); break;
       case FieldRef::Kind::kOptInt64: *static_cast<std::optional<int64_t>*>(r.p) = v.get<int64_t>(); break;
-      case FieldRef::Kind::kOptString:
-        *static_cast<std::optional<std::string>*>(r.p) = v.get<std::string>();
-        break;
+      case FieldRef::Kind::kOptString: *static_cast<std::optional<std::string>*>(r.p) = v.get<std::string>(); break;
       case FieldRef::Kind::kEnum8: {
         std::vector<std::string> choices = SplitList(k.choices);
         auto it = std::find(choices.begin(), choices.end(), v.get<std::string>());
@@ -819,9 +818,8 @@ class ConfigParser {
     }
     if (known({"zero_optimization.stage", "zero_optimization.offload_optimizer.device"}) &&
         c.zero.offload_optimizer.device != OffloadDevice::kNone && stage == 0) {
-      Error("zero_optimization.offload_optimizer.device: " +
-            std::string(device_name(c.zero.offload_optimizer.device)) + " with zero_optimization.stage 0; " +
-            FindRule("offload_optimizer_stage").text);
+      Error("zero_optimization.offload_optimizer.device: " + std::string(device_name(c.zero.offload_optimizer.device)) +
+            " with zero_optimization.stage 0; " + FindRule("offload_optimizer_stage").text);
     }
     if (known({"zero_optimization.stage"}) && c.zero.offload_optimizer.ratio < 1.0 && stage != 3) {
       std::ostringstream os;
@@ -850,8 +848,7 @@ class ConfigParser {
     const char* kBatch[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"};
     if (known({kBatch[0], kBatch[1], kBatch[2]}) && c.train_batch_size && c.train_micro_batch_size_per_gpu &&
         c.gradient_accumulation_steps && (c_->batch_derived_ == 0)) {
-      const int64_t t = *c.train_batch_size, m = *c.train_micro_batch_size_per_gpu,
-                    g = *c.gradient_accumulation_steps;
+      const int64_t t = *c.train_batch_size, m = *c.train_micro_batch_size_per_gpu, g = *c.gradient_accumulation_steps;
       int64_t mg = 0;
       if (__builtin_mul_overflow(m, g, &mg) || t % mg != 0) {
         Error("train_batch_size: " + std::to_string(t) + " is not a multiple of train_micro_batch_size_per_gpu " +
@@ -904,9 +901,10 @@ class ConfigParser {
       g = 1;
       c.batch_derived_ |= 5;
     } else {
-      Error("train_batch_size, train_micro_batch_size_per_gpu: neither is given (DeepSpeed: Either "
-            "train_batch_size or train_micro_batch_size_per_gpu needs to be provided); " +
-            std::string(FindRule("batch_derive").text));
+      Error(
+          "train_batch_size, train_micro_batch_size_per_gpu: neither is given (DeepSpeed: Either "
+          "train_batch_size or train_micro_batch_size_per_gpu needs to be provided); " +
+          std::string(FindRule("batch_derive").text));
       return;
     }
     auto derived = [&](int bit) { return (c.batch_derived_ & bit) ? " (derived)" : ""; };
@@ -916,8 +914,9 @@ class ConfigParser {
     int64_t prod = 0;
     const bool overflow = __builtin_mul_overflow(*m, *g, &prod) || __builtin_mul_overflow(prod, w, &prod);
     if (*m < 1 || *g < 1 || overflow || prod != *t) {
-      const char* key = *m < 1 ? "train_micro_batch_size_per_gpu" : *g < 1 ? "gradient_accumulation_steps"
-                                                                           : "train_batch_size";
+      const char* key = *m < 1   ? "train_micro_batch_size_per_gpu"
+                        : *g < 1 ? "gradient_accumulation_steps"
+                                 : "train_batch_size";
       Error(std::string(key) + ": batch sizes do not multiply out: " + values + "; " + rule);
     }
   }

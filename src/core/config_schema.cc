@@ -597,8 +597,8 @@ const CrossRule kCrossRules[] = {
      "gradient_accumulation_steps (the quotient is the world size)",
      false, false},
     {"batch_multiply", "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world size",
-     "train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x world_size, each >= 1",
-     true, false},
+     "train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x world_size, each >= 1", true,
+     false},
     {"batch_derive", "train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps, world size",
      "a missing batch key is derived as DeepSpeed derives it: train and micro given -> accumulation = train / micro "
      "/ world; train and accumulation -> micro = train / world / accumulation; micro and accumulation -> train = "
@@ -769,8 +769,7 @@ std::string SupportText(const KeySpec& k) {
     case Support::kOffOnly:
       if (!std::isnan(k.off_max)) return "not implemented: only values <= " + FormatBound(k.off_max) + " accepted";
       return "not implemented: only `" + std::string(k.default_json) + "` accepted";
-    case Support::kNoEffect:
-      return "accepted, no effect: " + std::string(k.note != nullptr ? k.note : "");
+    case Support::kNoEffect: return "accepted, no effect: " + std::string(k.note != nullptr ? k.note : "");
     case Support::kIgnored: return "ignored, with a warning";
     case Support::kRejected: return "rejected: " + std::string(k.note != nullptr ? k.note : "");
   }

@@ -20,10 +20,10 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
-#include "hwy/highway.h"
-#include "hwy/cache_control.h"
 #include "core/internal/convert_simd.h"
 #include "core/internal/hwy_convert-inl.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zero {

@@ -61,8 +61,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(leve
   static const char kLetters[] = {'E', 'W', 'I', 'D'};
   auto now = std::chrono::system_clock::now();
   std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   localtime_r(&secs, &tm);
   char buf[64];

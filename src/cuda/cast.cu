@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(kThreads) PairKernel(const void* src, void* ds
   }
 }
 
-__global__ void __launch_bounds__(kThreads) StochasticRoundKernel(const float* src, uint16_t* dst, size_t n,
-                                                                  uint64_t mixed_key, int64_t first_index) {
+__global__ void __launch_bounds__(kThreads)
+    StochasticRoundKernel(const float* src, uint16_t* dst, size_t n, uint64_t mixed_key, int64_t first_index) {
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const size_t nthreads = static_cast<size_t>(gridDim.x) * blockDim.x;
   StochasticRoundThread(src, dst, n, mixed_key, first_index, tid, nthreads);
@@ -49,8 +49,7 @@ cudaError_t LaunchTyped(const void* src, void* dst, size_t n, cudaStream_t strea
   const size_t work = plan.nvec > plan.ScalarCount() ? plan.nvec : plan.ScalarCount();
   if (work == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&PairKernel<kOp, S, D>), work, &blocks);
-      e != cudaSuccess) {
+  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&PairKernel<kOp, S, D>), work, &blocks); e != cudaSuccess) {
     return e;
   }
   PairKernel<kOp, S, D><<<blocks, kThreads, 0, stream>>>(src, dst, plan);

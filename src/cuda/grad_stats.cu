@@ -15,8 +15,7 @@ namespace {
 
 template <class G>
 __global__ void __launch_bounds__(kThreads)
-    StatsPartialKernel(const void* grad, float scale, VecPlan plan, double* part_sum,
-                       unsigned long long* part_nf) {
+    StatsPartialKernel(const void* grad, float scale, VecPlan plan, double* part_sum, unsigned long long* part_nf) {
   using SumReduce = cub::BlockReduce<double, kThreads>;
   using CountReduce = cub::BlockReduce<unsigned long long, kThreads>;
   __shared__ union {
@@ -60,8 +59,8 @@ __global__ void __launch_bounds__(kStatsMaxBlocks)
 }
 
 template <class G>
-cudaError_t LaunchTyped(const void* grad, size_t n, float scale, StatsResult* out, bool accumulate,
-                        void* workspace, cudaStream_t stream) {
+cudaError_t LaunchTyped(const void* grad, size_t n, float scale, StatsResult* out, bool accumulate, void* workspace,
+                        cudaStream_t stream) {
   double* part_sum = static_cast<double*>(workspace);
   unsigned long long* part_nf = reinterpret_cast<unsigned long long*>(part_sum + kStatsMaxBlocks);
   int blocks = 0;

@@ -188,8 +188,7 @@ Status GradStats(const void* d_grad, DType dtype, size_t n, float scale, GradSta
     return absl::InvalidArgumentError("GradStats: d_out and d_workspace must be 8-byte aligned");
   }
   return LaunchStatus(in::LaunchGradStats(d_grad, static_cast<in::Dt>(dtype), n, scale,
-                                          reinterpret_cast<in::StatsResult*>(d_out), accumulate, d_workspace,
-                                          stream),
+                                          reinterpret_cast<in::StatsResult*>(d_out), accumulate, d_workspace, stream),
                       "GradStats launch", n);
 }
 

@@ -16,18 +16,18 @@ namespace zero {
 struct DevicePool::Block {
   void* ptr = nullptr;
   size_t capacity = 0;
-  cudaEvent_t event = nullptr;     // recorded on release; created once with the block
+  cudaEvent_t event = nullptr;  // recorded on release; created once with the block
   cudaStream_t free_stream = nullptr;
   MemTag tag = MemTag::kGather;
   bool in_use = false;
-  bool event_pending = false;      // recorded and not yet seen complete
-  bool quarantined = false;        // its release event could not be recorded: reusable only after a device sync
+  bool event_pending = false;  // recorded and not yet seen complete
+  bool quarantined = false;    // its release event could not be recorded: reusable only after a device sync
 };
 
 struct DevicePool::State {
   mutable std::mutex mu;
-  std::vector<std::unique_ptr<Block>> blocks;    // every block held
-  std::multimap<size_t, Block*> cached;          // released blocks by capacity
+  std::vector<std::unique_ptr<Block>> blocks;  // every block held
+  std::multimap<size_t, Block*> cached;        // released blocks by capacity
   DevicePoolStats stats;
 };
 
@@ -80,8 +80,7 @@ DevicePool::DevicePool(MemoryTracker* tracker, const DevicePoolOptions& options,
 
 StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(MemoryTracker* tracker, const DevicePoolOptions& options) {
   if (options.small_round == 0 || options.large_round == 0 || !(options.max_fit_ratio >= 1.0)) {
-    return absl::InvalidArgumentError(
-        "DevicePool: small_round and large_round must be > 0 and max_fit_ratio >= 1");
+    return absl::InvalidArgumentError("DevicePool: small_round and large_round must be > 0 and max_fit_ratio >= 1");
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -126,8 +125,7 @@ StatusOr<DeviceBlock> DevicePool::Allocate(size_t bytes, MemTag tag, CUstream_st
         absl::StrCat("DevicePool: created for device ", device_, " but device ", current, " is current"));
   }
   const size_t want = RoundSize(bytes);
-  const size_t max_fit =
-      std::max(want, static_cast<size_t>(static_cast<double>(want) * options_.max_fit_ratio));
+  const size_t max_fit = std::max(want, static_cast<size_t>(static_cast<double>(want) * options_.max_fit_ratio));
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
 
@@ -160,8 +158,8 @@ StatusOr<DeviceBlock> DevicePool::Allocate(size_t bytes, MemTag tag, CUstream_st
 
   // 2. A new block, unless that would pass the limit or the device is out of memory.
   if (b == nullptr) {
-    bool exhausted = options_.max_bytes > 0 && s.stats.bytes_reserved + static_cast<int64_t>(want) >
-                                                   static_cast<int64_t>(options_.max_bytes);
+    bool exhausted = options_.max_bytes > 0 &&
+                     s.stats.bytes_reserved + static_cast<int64_t>(want) > static_cast<int64_t>(options_.max_bytes);
     void* ptr = nullptr;
     if (!exhausted) {
       const cudaError_t e = cudaMalloc(&ptr, want);
@@ -238,8 +236,8 @@ void DevicePool::ReleaseBlock(Block* b, CUstream_st* last_user) {
     // Without an event nobody can tell when the block's last user finishes: keep it out of reuse until
     // ReleaseCachedSync or the destructor has synchronized the device.
     b->quarantined = true;
-    ZERO_LOG(ERROR) << "DevicePool: cudaEventRecord on release failed (" << cudaGetErrorName(e)
-                    << "); the block of " << b->capacity << " bytes is not reused until ReleaseCachedSync";
+    ZERO_LOG(ERROR) << "DevicePool: cudaEventRecord on release failed (" << cudaGetErrorName(e) << "); the block of "
+                    << b->capacity << " bytes is not reused until ReleaseCachedSync";
     return;
   }
   b->free_stream = last_user;

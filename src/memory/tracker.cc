@@ -83,8 +83,8 @@ std::string MemoryReport::ToJson() const {
       if (t == 1 && usage[0][g].peak != 0) name += "@device";
       if (!first) os << ", ";
       first = false;
-      os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t)) << "\", \"current\": "
-         << u.current << ", \"peak\": " << u.peak << "}";
+      os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t))
+         << "\", \"current\": " << u.current << ", \"peak\": " << u.peak << "}";
     }
   }
   if (!first) os << ", ";
@@ -227,9 +227,9 @@ Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
   if (p != nullptr) cudaFree(p);
   cudaGetLastError();
   if (error != nullptr) {
-    *error = absl::ResourceExhaustedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag),
-                                                       ": CUDA error ", cudaGetErrorName(e), ": ",
-                                                       cudaGetErrorString(e)));
+    *error =
+        absl::ResourceExhaustedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag),
+                                                  ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
   }
 #else
   if (error != nullptr) {

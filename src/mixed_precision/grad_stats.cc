@@ -25,9 +25,9 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
-#include "hwy/highway.h"
-#include "hwy/cache_control.h"
 #include "core/internal/hwy_convert-inl.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
 #include "zero/dtype.h"
 #include "zero/mixed_precision.h"
 

@@ -24,7 +24,8 @@ void StochasticRoundToBF16(const float* src, uint16_t* dst, size_t n, uint64_t k
       continue;
     }
     // Adding 16 random bits below the kept 16 and truncating rounds up with probability (low bits) / 2^16.
-    const uint32_t r = static_cast<uint32_t>(Mix(k ^ static_cast<uint64_t>(first_index + static_cast<int64_t>(i)))) & 0xFFFFu;
+    const uint32_t r =
+        static_cast<uint32_t>(Mix(k ^ static_cast<uint64_t>(first_index + static_cast<int64_t>(i)))) & 0xFFFFu;
     dst[i] = static_cast<uint16_t>((u + r) >> 16);
   }
 }

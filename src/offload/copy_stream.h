@@ -45,8 +45,8 @@ class CopyStream {
   mutable std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::function<void()>> queue_;
-  Ticket last_ = 0;   // producer side
-  Ticket done_ = 0;   // guarded by mu_
+  Ticket last_ = 0;  // producer side
+  Ticket done_ = 0;  // guarded by mu_
   bool stop_ = false;
   double busy_ms_ = 0, wait_ms_ = 0;
   std::thread worker_;

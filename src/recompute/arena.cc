@@ -15,8 +15,7 @@ size_t RoundUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-ActivationArena::ActivationArena(MemoryTracker* tracker, ArenaOptions options)
-    : tracker_(tracker), options_(options) {}
+ActivationArena::ActivationArena(MemoryTracker* tracker, ArenaOptions options) : tracker_(tracker), options_(options) {}
 
 ActivationArena::~ActivationArena() {
   for (size_t i = 0; i < blocks_.size(); ++i) FreeBlock(i);

@@ -66,8 +66,8 @@ StatusOr<CheckpointerOptions> CheckpointerOptions::FromConfig(const Config& conf
         "model-parallel ranks; zero has no model parallelism)");
   }
   if (ac.number_checkpoints && *ac.number_checkpoints < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("activation_checkpointing.number_checkpoints: must be >= 1, got ",
-                                                   *ac.number_checkpoints));
+    return absl::InvalidArgumentError(
+        absl::StrCat("activation_checkpointing.number_checkpoints: must be >= 1, got ", *ac.number_checkpoints));
   }
   CheckpointerOptions o;
   o.num_segments = num_segments;
@@ -266,16 +266,17 @@ Status Checkpointer::Backward(int segment, SegmentFn forward, SegmentFn backward
     const uint64_t draws = rng.position() - r.rng_start.position;
     if (draws != r.rng_draws) {
       m.Pop();
-      return absl::FailedPreconditionError(
-          absl::StrCat("recompute: segment ", segment, " drew ", draws, " random values when recomputed but ",
-                       r.rng_draws, " in its forward; a segment's forward must depend only on its inputs, the "
-                       "parameters and ctx.rng()"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "recompute: segment ", segment, " drew ", draws, " random values when recomputed but ", r.rng_draws,
+          " in its forward; a segment's forward must depend only on its inputs, the "
+          "parameters and ctx.rng()"));
     }
     if (m.options.verify_recompute && m.OutputFingerprint(scratch) != r.fingerprint) {
       m.Pop();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "recompute: segment ", segment, " recomputed outputs that differ from its forward's (verify_recompute); "
-          "a segment's forward must depend only on its inputs, the parameters and ctx.rng()"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("recompute: segment ", segment,
+                       " recomputed outputs that differ from its forward's (verify_recompute); "
+                       "a segment's forward must depend only on its inputs, the parameters and ctx.rng()"));
     }
   }
   const auto t1 = std::chrono::steady_clock::now();

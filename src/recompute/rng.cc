@@ -35,8 +35,8 @@ std::array<uint32_t, 4> CounterRng::Philox(std::array<uint32_t, 4> counter, std:
 }
 
 std::array<uint32_t, 4> CounterRng::Block(uint64_t index) const {
-  return Philox({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
-                 static_cast<uint32_t>(state_.stream), static_cast<uint32_t>(state_.stream >> 32)},
+  return Philox({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(state_.stream),
+                 static_cast<uint32_t>(state_.stream >> 32)},
                 {static_cast<uint32_t>(state_.seed), static_cast<uint32_t>(state_.seed >> 32)});
 }
 

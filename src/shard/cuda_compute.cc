@@ -198,9 +198,9 @@ class CudaCompute final : public ComputeTier {
   mutable absl::Mutex mu_;
   Status status_ ABSL_GUARDED_BY(mu_);
   Buffer land_staging_;  // pinned; the copy-stream worker's only (its tasks run one at a time)
-  Buffer workspace_;    // GradStats scratch
-  Buffer result_;       // GradStats running result (device)
-  Buffer result_host_;  // ... read back into pinned memory
+  Buffer workspace_;     // GradStats scratch
+  Buffer result_;        // GradStats running result (device)
+  Buffer result_host_;   // ... read back into pinned memory
   bool stats_pending_ = false;
 };
 

@@ -40,14 +40,14 @@ Status Engine::Impl::Init() {
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
-  ctx.threads = ctx.opts.cpu_threads > 0
-                    ? ctx.opts.cpu_threads
-                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+  ctx.threads = ctx.opts.cpu_threads > 0 ? ctx.opts.cpu_threads
+                                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   SetLogRank(ctx.rank);
   const ElementwiseOptimizer& opt = step.optimizer();
   if (ctx.compute->device() && BuiltinAdamParams(opt) == nullptr && BuiltinSgdParams(opt) == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
-        "EngineOptions::optimizer \"", opt.Name(), "\" with an NCCL communicator: a trainer's own "
+        "EngineOptions::optimizer \"", opt.Name(),
+        "\" with an NCCL communicator: a trainer's own "
         "ElementwiseOptimizer updates host memory; the CUDA engine runs the built-in Adam/AdamW/SGD (give the "
         "config's \"optimizer\" section instead)"));
   }
@@ -164,10 +164,11 @@ Status Engine::Impl::ResolveGroups() {
       if (!f && first_trainable == nullptr) first_trainable = &slot;
     }
     if (frozen > 0 && first_trainable != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "EngineOptions::param_groups: unit ", u.name(), " mixes frozen parameter ", first_frozen->spec.name,
-          " with trainable parameter ", first_trainable->spec.name, "; a unit is one flat buffer with one gradient, "
-          "so register frozen parameters in units of their own"));
+      return absl::InvalidArgumentError(absl::StrCat("EngineOptions::param_groups: unit ", u.name(),
+                                                     " mixes frozen parameter ", first_frozen->spec.name,
+                                                     " with trainable parameter ", first_trainable->spec.name,
+                                                     "; a unit is one flat buffer with one gradient, "
+                                                     "so register frozen parameters in units of their own"));
     }
     u.frozen = frozen > 0;
   }
@@ -187,14 +188,16 @@ StatusOr<UnitScope> Engine::Impl::Open(Engine* engine, UnitId id, bool backward)
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
   Unit& u = ctx.units[id];
   if (u.scope_open) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        backward ? "Backward" : "Forward", "(", u.name(), "): unit ", u.name(), " is already open in a ",
-        u.scope_backward ? "backward" : "forward", " scope (gathering twice); close that scope first"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(backward ? "Backward" : "Forward", "(", u.name(), "): unit ", u.name(), " is already open in a ",
+                     u.scope_backward ? "backward" : "forward", " scope (gathering twice); close that scope first"));
   }
   if (backward && u.backward_count >= ctx.ga()) {
     return absl::FailedPreconditionError(absl::StrCat("Backward(", u.name(), "): the unit already ran ",
-                                                      u.backward_count, " backward passes and "
-                                                      "gradient_accumulation_steps is ", ctx.ga(), "; call Step()"));
+                                                      u.backward_count,
+                                                      " backward passes and "
+                                                      "gradient_accumulation_steps is ",
+                                                      ctx.ga(), "; call Step()"));
   }
   if (u.sharded_params()) ZERO_RETURN_IF_ERROR(gathers.Acquire(id, step.applied_steps()));
   u.scope_open = true;
@@ -236,10 +239,12 @@ StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vect
   const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
   if (capacity < need) {
     ctx.units.pop_back();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ", u.layout.numel,
-        " parameters at world size ", ctx.world, " need ", need, " (ShardedOptimizer::Capacity): the collectives "
-        "move whole shards of ", need / ctx.world, " elements"));
+    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ",
+                                                   u.layout.numel, " parameters at world size ", ctx.world, " need ",
+                                                   need,
+                                                   " (ShardedOptimizer::Capacity): the collectives "
+                                                   "move whole shards of ",
+                                                   need / ctx.world, " elements"));
   }
   u.trainer_params = params;
   u.trainer_grads = grads;
@@ -266,7 +271,8 @@ StatusOr<TensorView> Engine::Impl::ParamView(UnitId id, const std::string& name)
   if (u.status != UnitStatus::kAvailable) {
     return absl::FailedPreconditionError(absl::StrCat("unit ", u.name(), " is ", internal::UnitStatusName(u.status),
                                                       " (released or not gathered): open a Forward or Backward "
-                                                      "scope to read parameter ", name));
+                                                      "scope to read parameter ",
+                                                      name));
   }
   return Unit::View(*slot, u.ParamBase(), ctx.cd());
 }

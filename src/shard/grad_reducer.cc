@@ -240,7 +240,8 @@ std::pair<void*, DType> GradReducer::OptGrad(Unit& u) const {
                                    : std::make_pair(u.full_grads.data(), c.cd());
   }
   if (c.stage() == 1 && !c.policy.Accumulate16()) {
-    return {static_cast<char*>(u.full_grads.data()) + (static_cast<int64_t>(c.rank) * u.layout.shard + u.host_n()) * cds,
+    return {static_cast<char*>(u.full_grads.data()) +
+                (static_cast<int64_t>(c.rank) * u.layout.shard + u.host_n()) * cds,
             c.cd()};
   }
   return {u.grad_shard.data(), u.grad_shard_dtype()};

@@ -105,8 +105,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   const int64_t pad_host = std::max<int64_t>(0, u.host_n - owned);
   const int64_t pad_dev = pad_range - pad_host;
   u.grad_shard_dtype = p.GradShardDType();
-  auto add = [&](BufferRole role, int64_t elems, DType dtype, MemTier tier, MemTag tag, bool pinned,
-                 int64_t padding, int state_index = -1) {
+  auto add = [&](BufferRole role, int64_t elems, DType dtype, MemTier tier, MemTag tag, bool pinned, int64_t padding,
+                 int state_index = -1) {
     u.buffers.push_back(PlannedBuffer{role, state_index, elems, dtype, tier, tag, pinned, padding});
   };
   constexpr MemTier kDev = MemTier::kDevice, kHost = MemTier::kHost;
@@ -126,7 +126,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   if (frozen) return u;
   // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.
   if (p.stage <= 1 && !trainer_owned) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
-  if (p.Accumulate16() && p.stage == 0) add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
+  if (p.Accumulate16() && p.stage == 0)
+    add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
   if ((p.stage >= 2 || (p.stage == 1 && p.Accumulate16())) && n_dev > 0) {
     add(BufferRole::kGradShard, n_dev, u.grad_shard_dtype, kDev, MemTag::kGrads, false, pad_dev);
   }
@@ -149,8 +150,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
 
 }  // namespace
 
-StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
-                   const std::vector<bool>& trainer_owned, const std::vector<bool>& frozen) {
+StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,
+                   const std::vector<bool>& frozen) {
   StagePlan plan;
   plan.policy = policy;
   int64_t persistent_total = 0, max_host = 0;

@@ -141,8 +141,8 @@ Status CheckRegistrationAgrees(HostCollectives& host, int world, const std::vect
     while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
     const std::string a_line = i < a.size() && !a[i].empty() ? a[i] : "(nothing)";
     const std::string b_line = i < b.size() && !b[i].empty() ? b[i] : "(nothing)";
-    return absl::InvalidArgumentError(absl::StrCat("Finalize: ranks registered different units: rank 0 has \"",
-                                                   a_line, "\" where rank ", r, " has \"", b_line, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("Finalize: ranks registered different units: rank 0 has \"", a_line,
+                                                   "\" where rank ", r, " has \"", b_line, "\""));
   }
   return absl::InternalError("Finalize: registration hashes differ but descriptions agree");
 }

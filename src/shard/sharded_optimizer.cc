@@ -11,18 +11,17 @@
 
 namespace zero {
 
-int64_t ShardedOptimizer::Capacity(int64_t numel, int world_size) {
-  return internal::PaddedNumel(numel, world_size);
-}
+int64_t ShardedOptimizer::Capacity(int64_t numel, int world_size) { return internal::PaddedNumel(numel, world_size); }
 
 StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Config& config,
-                                                                      std::shared_ptr<Communicator> comm,
-                                                                      std::vector<FlatBuffers> buffers,
-                                                                      EngineOptions options) {
+                                                                     std::shared_ptr<Communicator> comm,
+                                                                     std::vector<FlatBuffers> buffers,
+                                                                     EngineOptions options) {
   if (comm == nullptr) return absl::InvalidArgumentError("ShardedOptimizer::Create: communicator is null");
   if (config.zero.stage > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "zero_optimization.stage: ", config.zero.stage, " with ShardedOptimizer: stage 3 shards the parameters "
+        "zero_optimization.stage: ", config.zero.stage,
+        " with ShardedOptimizer: stage 3 shards the parameters "
         "between uses, which needs the Engine's scoped API (Engine::Forward/Backward gather a unit when it is "
         "used); the trainer-owned wrapper does stages 0-2"));
   }
@@ -35,10 +34,9 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
   cfg.train_batch_size.reset();
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cfg, std::move(comm), std::move(options)));
   for (FlatBuffers& fb : buffers) {
-    ZERO_RETURN_IF_ERROR(engine->impl_
-                             ->AddTrainerUnit(fb.name, std::move(fb.tensors), fb.params, fb.grads, fb.dtype,
-                                              fb.capacity)
-                             .status());
+    ZERO_RETURN_IF_ERROR(
+        engine->impl_->AddTrainerUnit(fb.name, std::move(fb.tensors), fb.params, fb.grads, fb.dtype, fb.capacity)
+            .status());
   }
   ZERO_RETURN_IF_ERROR(engine->Finalize(nullptr));
   return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(engine)));

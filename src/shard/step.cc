@@ -54,10 +54,11 @@ Status ShardedStep::MakeGroupOptimizers() {
       p.weight_decay = pg.weight_decay.value_or(p.weight_decay);
       group_optimizers_.push_back(MakeSgd(p));
     } else if (changes_math) {
-      return absl::UnimplementedError(absl::StrCat(
-          "EngineOptions::param_groups[", g, "] (\"", pg.match, "\"): weight_decay, betas and eps per group need the "
-          "built-in Adam/AdamW/SGD; with the trainer's own ElementwiseOptimizer \"", optimizer_->Name(),
-          "\" a group can set lr_scale and frozen only"));
+      return absl::UnimplementedError(
+          absl::StrCat("EngineOptions::param_groups[", g, "] (\"", pg.match,
+                       "\"): weight_decay, betas and eps per group need the "
+                       "built-in Adam/AdamW/SGD; with the trainer's own ElementwiseOptimizer \"",
+                       optimizer_->Name(), "\" a group can set lr_scale and frozen only"));
     } else {
       group_optimizers_.push_back(optimizer_);
     }
@@ -107,9 +108,10 @@ Status ShardedStep::CheckReady() const {
     }
     if (u.frozen) continue;  // no gradient to wait for
     if (u.backward_count != 0 && u.backward_count != ctx_->ga()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Step: unit ", u.name(), " ran ", u.backward_count, " backward passes since the last Step but "
-          "gradient_accumulation_steps is ", ctx_->ga(), " (gradients outstanding)"));
+      return absl::FailedPreconditionError(absl::StrCat("Step: unit ", u.name(), " ran ", u.backward_count,
+                                                        " backward passes since the last Step but "
+                                                        "gradient_accumulation_steps is ",
+                                                        ctx_->ga(), " (gradients outstanding)"));
     }
     if (u.backward_count == 0 && !ctx_->cfg.zero.ignore_unused_parameters) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -185,8 +187,8 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   if (c.cfg.fp16.enabled) {
     ZERO_RETURN_IF_ERROR(scaler_.Update(nonfinite).status());
   } else if (nonfinite && c.cfg.bf16.enabled && c.cfg.bf16.nonfinite_grads == NonFinitePolicy::kError) {
-    return absl::DataLossError(
-        absl::StrCat("step ", applied_steps_, ": non-finite gradients on some rank (bf16.nonfinite_grads is \"error\")"));
+    return absl::DataLossError(absl::StrCat("step ", applied_steps_,
+                                            ": non-finite gradients on some rank (bf16.nonfinite_grads is \"error\")"));
   }
   if (nonfinite) {
     ++skipped_steps_;
@@ -384,13 +386,13 @@ void ShardedStep::MaybeLog(const StepResult& r) const {
   const int64_t every = cfg.steps_per_print.value_or(0);
   const int64_t n = applied_steps_ + skipped_steps_;
   if (ctx_->rank != 0 || every <= 0 || n % every != 0) return;
-  std::string line = absl::StrCat("step ", n, ": lr ", r.lr, ", grad_norm ", r.grad_norm, ", loss_scale ",
-                                  r.loss_scale, ", skipped ", skipped_steps_);
+  std::string line = absl::StrCat("step ", n, ": lr ", r.lr, ", grad_norm ", r.grad_norm, ", loss_scale ", r.loss_scale,
+                                  ", skipped ", skipped_steps_);
   if (cfg.wall_clock_breakdown) {
     const StepTimes& t = r.times;
-    absl::StrAppend(&line, " | ms: total ", t.total_ms, ", compute ", t.compute_ms, ", gather_wait ",
-                    t.gather_wait_ms, ", reduce_wait ", t.reduce_wait_ms, ", norm ", t.norm_ms, ", optimizer ",
-                    t.optimizer_ms, ", allgather ", t.allgather_ms);
+    absl::StrAppend(&line, " | ms: total ", t.total_ms, ", compute ", t.compute_ms, ", gather_wait ", t.gather_wait_ms,
+                    ", reduce_wait ", t.reduce_wait_ms, ", norm ", t.norm_ms, ", optimizer ", t.optimizer_ms,
+                    ", allgather ", t.allgather_ms);
     if (ctx_->policy.offload_optimizer || ctx_->policy.offload_param) {
       absl::StrAppend(&line, " | offload ms: copy stream busy ", t.offload_copy_ms, " (overlapped), waited ",
                       t.offload_wait_ms);

@@ -108,11 +108,12 @@ StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::
     if (!ranks[i].empty() && ctx.opts.initial_value_sync == InitialValueSync::kRequireEqual) {
       // Every rank saw the same hashes, so every rank fails here alike, on the first differing parameter.
       const std::vector<int>& d = ranks[i];
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": the values of unit ", ctx.units[params[i].unit].name(), " parameter ", params[i].slot->spec.name,
-          " differ across ranks: ", d.size() > 1 ? "ranks " : "rank ", absl::StrJoin(d, ","),
-          d.size() > 1 ? " hold" : " holds", " other values than rank 0 (a rank-dependent seed?); initial_value_sync "
-          "is kRequireEqual (kFromRank0 takes rank 0's values instead)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": the values of unit ", ctx.units[params[i].unit].name(), " parameter ",
+                       params[i].slot->spec.name, " differ across ranks: ", d.size() > 1 ? "ranks " : "rank ",
+                       absl::StrJoin(d, ","), d.size() > 1 ? " hold" : " holds",
+                       " other values than rank 0 (a rank-dependent seed?); initial_value_sync "
+                       "is kRequireEqual (kFromRank0 takes rank 0's values instead)"));
     }
   }
   return ranks;
@@ -160,7 +161,7 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
     const int64_t i0 = lo - s_begin, i1 = hi - s_begin;  // range within this rank's shard
     const int64_t h_end = std::min(i1, u.host_n());      // host part [0, host_n)
     if (!u.host_master.empty() && i0 < h_end) std::memcpy(u.host_master.as<float>() + i0, v, (h_end - i0) * 4);
-    const int64_t d_begin = std::max(i0, u.host_n());    // device part [host_n, shard)
+    const int64_t d_begin = std::max(i0, u.host_n());  // device part [host_n, shard)
     if (ctx.mixed() && d_begin < i1) {
       ToCompute(v + (d_begin - i0), u.master, u.master.as<float>() + (d_begin - u.host_n()), DType::kF32, i1 - d_begin);
     }

@@ -108,47 +108,54 @@ testing::RunRanksOptions MatrixOptions() {
 
 TEST_P(CollectivesTest, AllGather) {
   const int world = GetParam();
-  RunRanks(world, [world](Communicator& comm, int rank) {
-    for (size_t n : CountsFor(world)) {
-      for (DType t : kDTypes) {
-        SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t))));
-        auto send = Make(n, t);
-        FillPattern(send, n, t, rank);
-        auto recv = Make(n * world, t);
-        ASSERT_OK(comm.AllGather(send.data(), recv.data(), n, t).Wait());
-        for (int r = 0; r < world; ++r) {
-          ASSERT_TRUE(SamePattern(recv.data() + r * n * DTypeSize(t), n, t, r)) << "block of rank " << r;
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t))));
+            auto send = Make(n, t);
+            FillPattern(send, n, t, rank);
+            auto recv = Make(n * world, t);
+            ASSERT_OK(comm.AllGather(send.data(), recv.data(), n, t).Wait());
+            for (int r = 0; r < world; ++r) {
+              ASSERT_TRUE(SamePattern(recv.data() + r * n * DTypeSize(t), n, t, r)) << "block of rank " << r;
+            }
+            // In place: this rank's block already sits in the output.
+            auto inplace = Make(n * world, t);
+            std::memcpy(inplace.data() + rank * n * DTypeSize(t), send.data(), n * DTypeSize(t));
+            ASSERT_OK(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait());
+            ASSERT_EQ(inplace, recv);
+          }
         }
-        // In place: this rank's block already sits in the output.
-        auto inplace = Make(n * world, t);
-        std::memcpy(inplace.data() + rank * n * DTypeSize(t), send.data(), n * DTypeSize(t));
-        ASSERT_OK(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait());
-        ASSERT_EQ(inplace, recv);
-      }
-    }
-  }, MatrixOptions());
+      },
+      MatrixOptions());
 }
 
 TEST_P(CollectivesTest, ReduceScatter) {
   const int world = GetParam();
-  RunRanks(world, [world](Communicator& comm, int rank) {
-    for (size_t n : CountsFor(world)) {
-      for (DType t : kDTypes) {
-        for (ReduceOp op : kOps) {
-          if (!RunReduction(n, t, op)) continue;
-          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
-          auto send = Make(n * world, t);
-          for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
-          const auto send_before = send;
-          auto recv = Make(n, t);
-          Status s = comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait();
-          ASSERT_OK(s);
-          ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "");
-          ASSERT_EQ(send, send_before) << "ReduceScatter must not modify its input";
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            for (ReduceOp op : kOps) {
+              if (!RunReduction(n, t, op)) continue;
+              SCOPED_TRACE(
+                  absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
+              auto send = Make(n * world, t);
+              for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
+              const auto send_before = send;
+              auto recv = Make(n, t);
+              Status s = comm.ReduceScatter(send.data(), recv.data(), n, t, op).Wait();
+              ASSERT_OK(s);
+              ASSERT_EQ(CheckReduced(recv, t, n, op, world, rank * n), "");
+              ASSERT_EQ(send, send_before) << "ReduceScatter must not modify its input";
+            }
+          }
         }
-      }
-    }
-  }, MatrixOptions());
+      },
+      MatrixOptions());
 }
 
 // The destructive variant reduces in place in the caller's buffer (f32) and keeps Gloo's algorithm built over
@@ -156,45 +163,52 @@ TEST_P(CollectivesTest, ReduceScatter) {
 // some ranks rebuild the algorithm while others reuse theirs; the slots must still match.
 TEST_P(CollectivesTest, ReduceScatterDestructive) {
   const int world = GetParam();
-  RunRanks(world, [world](Communicator& comm, int rank) {
-    for (size_t n : {size_t{1}, size_t{7}, size_t{1000}}) {
-      for (DType t : kDTypes) {
-        std::vector<std::vector<uint8_t>> bufs = {Make(n * world, t), Make(n * world, t)};
-        for (int call = 0; call < 6; ++call) {
-          const ReduceOp op = kOps[call % 3];
-          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " call ", call));
-          auto& send = bufs[(call / (rank + 1)) % 2];
-          for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
-          // Every other call reduces into the rank's own block of the input (recv aliases send).
-          auto recv = Make(n, t);
-          uint8_t* out = call % 2 == 0 ? recv.data() : send.data() + rank * n * DTypeSize(t);
-          Status s = comm.ReduceScatterDestructive(send.data(), out, n, t, op).Wait();
-          ASSERT_OK(s);
-          std::vector<uint8_t> got(out, out + n * DTypeSize(t));
-          ASSERT_EQ(CheckReduced(got, t, n, op, world, rank * n), "");
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        for (size_t n : {size_t{1}, size_t{7}, size_t{1000}}) {
+          for (DType t : kDTypes) {
+            std::vector<std::vector<uint8_t>> bufs = {Make(n * world, t), Make(n * world, t)};
+            for (int call = 0; call < 6; ++call) {
+              const ReduceOp op = kOps[call % 3];
+              SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " call ", call));
+              auto& send = bufs[(call / (rank + 1)) % 2];
+              for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, Input(op, rank, i, world, t));
+              // Every other call reduces into the rank's own block of the input (recv aliases send).
+              auto recv = Make(n, t);
+              uint8_t* out = call % 2 == 0 ? recv.data() : send.data() + rank * n * DTypeSize(t);
+              Status s = comm.ReduceScatterDestructive(send.data(), out, n, t, op).Wait();
+              ASSERT_OK(s);
+              std::vector<uint8_t> got(out, out + n * DTypeSize(t));
+              ASSERT_EQ(CheckReduced(got, t, n, op, world, rank * n), "");
+            }
+          }
         }
-      }
-    }
-  }, MatrixOptions());
+      },
+      MatrixOptions());
 }
 
 TEST_P(CollectivesTest, AllReduce) {
   const int world = GetParam();
-  RunRanks(world, [world](Communicator& comm, int rank) {
-    for (size_t n : CountsFor(world)) {
-      for (DType t : kDTypes) {
-        for (ReduceOp op : kOps) {
-          if (!RunReduction(n, t, op)) continue;
-          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
-          auto buf = Make(n, t);
-          for (size_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, Input(op, rank, i, world, t));
-          Status s = comm.AllReduce(buf.data(), n, t, op).Wait();
-          ASSERT_OK(s);
-          ASSERT_EQ(CheckReduced(buf, t, n, op, world, 0), "");
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            for (ReduceOp op : kOps) {
+              if (!RunReduction(n, t, op)) continue;
+              SCOPED_TRACE(
+                  absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " op ", static_cast<int>(op)));
+              auto buf = Make(n, t);
+              for (size_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, Input(op, rank, i, world, t));
+              Status s = comm.AllReduce(buf.data(), n, t, op).Wait();
+              ASSERT_OK(s);
+              ASSERT_EQ(CheckReduced(buf, t, n, op, world, 0), "");
+            }
+          }
         }
-      }
-    }
-  }, MatrixOptions());
+      },
+      MatrixOptions());
 }
 
 // Gloo's Fence: Waits there already notice failures, so it is a completed Work that issues nothing; host memory
@@ -215,20 +229,23 @@ TEST(GlooFenceTest, CompletedAndIssuesNothing) {
 
 TEST_P(CollectivesTest, BroadcastAndBarrier) {
   const int world = GetParam();
-  RunRanks(world, [world](Communicator& comm, int rank) {
-    for (size_t n : CountsFor(world)) {
-      for (DType t : kDTypes) {
-        for (int root : {0, world - 1}) {
-          SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " root ", root));
-          auto buf = Make(n, t);
-          if (rank == root) FillPattern(buf, n, t, root);
-          ASSERT_OK(comm.Broadcast(buf.data(), n, t, root).Wait());
-          ASSERT_TRUE(SamePattern(buf.data(), n, t, root));
-          ASSERT_OK(comm.Barrier().Wait());
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            for (int root : {0, world - 1}) {
+              SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t)), " root ", root));
+              auto buf = Make(n, t);
+              if (rank == root) FillPattern(buf, n, t, root);
+              ASSERT_OK(comm.Broadcast(buf.data(), n, t, root).Wait());
+              ASSERT_TRUE(SamePattern(buf.data(), n, t, root));
+              ASSERT_OK(comm.Barrier().Wait());
+            }
+          }
         }
-      }
-    }
-  }, MatrixOptions());
+      },
+      MatrixOptions());
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, CollectivesTest, ::testing::Range(1, 9),
@@ -348,31 +365,33 @@ TEST(Collectives, NonPowerOfTwoReduceScatterWithADelayedReceiver) {
   for (int world : {3, 5, 6, 7}) {
     for (int slow : {0, 1, 2}) {
       internal::SetGlooReduceScatterFoldDelayForTesting(slow, 50000);
-      RunRanks(world, [world, slow](Communicator& comm, int rank) {
-        const size_t n = 1000;
-        constexpr int kQueued = 4;
-        std::vector<std::vector<float>> send(kQueued, std::vector<float>(n * world));
-        std::vector<std::vector<float>> recv(kQueued, std::vector<float>(n));
-        std::vector<Work> works;
-        for (int call = 0; call < kQueued; ++call) {
-          // Shifting the index by the call changes every element from one call to the next.
-          for (size_t i = 0; i < n * world; ++i) send[call][i] = SumInput(rank, i + call, DType::kF32);
-          // The staged const-input op and the destructive one (Gloo's algorithm on the caller's buffer).
-          works.push_back(call % 2 == 0
-                              ? comm.ReduceScatter(send[call].data(), recv[call].data(), n, DType::kF32,
-                                                   ReduceOp::kSum)
-                              : comm.ReduceScatterDestructive(send[call].data(), recv[call].data(), n,
-                                                              DType::kF32, ReduceOp::kSum));
-        }
-        for (int call = 0; call < kQueued; ++call) {
-          Status s = works[call].Wait();
-          ASSERT_OK(s) << "world " << world << ", slow rank " << slow;
-          for (size_t i = 0; i < n; ++i) {
-            ASSERT_EQ(recv[call][i], SumExpected(world, rank * n + i + call, DType::kF32))
-                << "world " << world << ", slow rank " << slow << ", call " << call << ", element " << i;
-          }
-        }
-      }, MatrixOptions());  // no check mode: its exchange before each op would keep the sender from running ahead
+      RunRanks(
+          world,
+          [world, slow](Communicator& comm, int rank) {
+            const size_t n = 1000;
+            constexpr int kQueued = 4;
+            std::vector<std::vector<float>> send(kQueued, std::vector<float>(n * world));
+            std::vector<std::vector<float>> recv(kQueued, std::vector<float>(n));
+            std::vector<Work> works;
+            for (int call = 0; call < kQueued; ++call) {
+              // Shifting the index by the call changes every element from one call to the next.
+              for (size_t i = 0; i < n * world; ++i) send[call][i] = SumInput(rank, i + call, DType::kF32);
+              // The staged const-input op and the destructive one (Gloo's algorithm on the caller's buffer).
+              works.push_back(call % 2 == 0 ? comm.ReduceScatter(send[call].data(), recv[call].data(), n, DType::kF32,
+                                                                 ReduceOp::kSum)
+                                            : comm.ReduceScatterDestructive(send[call].data(), recv[call].data(), n,
+                                                                            DType::kF32, ReduceOp::kSum));
+            }
+            for (int call = 0; call < kQueued; ++call) {
+              Status s = works[call].Wait();
+              ASSERT_OK(s) << "world " << world << ", slow rank " << slow;
+              for (size_t i = 0; i < n; ++i) {
+                ASSERT_EQ(recv[call][i], SumExpected(world, rank * n + i + call, DType::kF32))
+                    << "world " << world << ", slow rank " << slow << ", call " << call << ", element " << i;
+              }
+            }
+          },
+          MatrixOptions());  // no check mode: its exchange before each op would keep the sender from running ahead
     }
   }
   internal::SetGlooReduceScatterFoldDelayForTesting(-1, 0);

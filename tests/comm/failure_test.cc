@@ -88,9 +88,9 @@ TEST(Desync, MixedReduceScatterVariantsAreCaught) {
       2,
       [](Communicator& comm, int rank) {
         std::vector<float> in(200), out(100);
-        Status s = rank == 0 ? comm.ReduceScatter(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait()
-                             : comm.ReduceScatterDestructive(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum)
-                                   .Wait();
+        Status s = rank == 0
+                       ? comm.ReduceScatter(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait()
+                       : comm.ReduceScatterDestructive(in.data(), out.data(), 100, DType::kF32, ReduceOp::kSum).Wait();
         EXPECT_THAT(std::string(s.message()),
                     HasSubstr("but rank 1 issued ReduceScatterDestructive#0(f32, 100 elements, sum)"))
             << s;
@@ -184,9 +184,8 @@ TEST(Args, InvalidArgumentsFailTheOpAndBreakTheCommunicator) {
     EXPECT_THAT(null_buf, StatusIs(absl::StatusCode::kInvalidArgument));
     // Zero elements with a null pointer is fine.
   });
-  RunRanks(1, [](Communicator& comm, int) {
-    EXPECT_OK(comm.AllReduce(nullptr, 0, DType::kF32, ReduceOp::kSum).Wait());
-  });
+  RunRanks(1,
+           [](Communicator& comm, int) { EXPECT_OK(comm.AllReduce(nullptr, 0, DType::kF32, ReduceOp::kSum).Wait()); });
 }
 
 TEST(Args, CreateGlooRejectsBadRankAndStore) {

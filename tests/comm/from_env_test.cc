@@ -48,8 +48,8 @@ TEST(LaunchEnv, Torchrun) {
 }
 
 TEST(LaunchEnv, OpenMpi) {
-  auto e = internal::ReadLaunchEnv(FakeEnv(
-      {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}}));
+  auto e = internal::ReadLaunchEnv(
+      FakeEnv({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}}));
   ASSERT_OK(e);
   EXPECT_EQ(e->rank, 3);
   EXPECT_EQ(e->world_size, 4);

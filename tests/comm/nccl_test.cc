@@ -68,38 +68,38 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
   EXPECT_EQ(comm_->world_size(), 1);
   for (size_t n : {size_t{1000}, size_t{49984}, (size_t{1} << 20) + 3}) {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
-    SCOPED_TRACE(::testing::Message() << n << " elements");
-    const size_t bytes = n * DTypeSize(t);
-    const auto host = Values(n, t);
-    void* d_in = Device(bytes);
-    void* d_out = Device(bytes);
-    std::vector<uint8_t> back(bytes);
-    auto check = [&](Work w, const char* what) {
-      ASSERT_OK(w.WaitStream(stream_)) << what;
-      ASSERT_EQ(cudaMemcpyAsync(back.data(), d_out, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-      ASSERT_OK(w.Wait()) << what;
-      // Where they differ, not just that they do (a missed tail shows as its first index).
-      const size_t es = DTypeSize(t);
-      size_t wrong = 0, first = n;
-      for (size_t i = 0; i < n; ++i) {
-        if (std::memcmp(back.data() + i * es, host.data() + i * es, es) != 0) {
-          if (wrong++ == 0) first = i;
+      SCOPED_TRACE(::testing::Message() << n << " elements");
+      const size_t bytes = n * DTypeSize(t);
+      const auto host = Values(n, t);
+      void* d_in = Device(bytes);
+      void* d_out = Device(bytes);
+      std::vector<uint8_t> back(bytes);
+      auto check = [&](Work w, const char* what) {
+        ASSERT_OK(w.WaitStream(stream_)) << what;
+        ASSERT_EQ(cudaMemcpyAsync(back.data(), d_out, bytes, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        ASSERT_OK(w.Wait()) << what;
+        // Where they differ, not just that they do (a missed tail shows as its first index).
+        const size_t es = DTypeSize(t);
+        size_t wrong = 0, first = n;
+        for (size_t i = 0; i < n; ++i) {
+          if (std::memcmp(back.data() + i * es, host.data() + i * es, es) != 0) {
+            if (wrong++ == 0) first = i;
+          }
         }
+        EXPECT_EQ(wrong, 0u) << what << " dtype " << DTypeName(t) << ": " << wrong << " of " << n
+                             << " elements differ, the first at index " << first;
+      };
+      ASSERT_EQ(cudaMemcpyAsync(d_in, host.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+      check(comm_->AllGather(d_in, d_out, n, t, stream_), "AllGather");
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        ASSERT_EQ(cudaMemsetAsync(d_out, 0, bytes, stream_), cudaSuccess);
+        check(comm_->ReduceScatter(d_in, d_out, n, t, op, stream_), "ReduceScatter");
+        ASSERT_EQ(cudaMemcpyAsync(d_out, host.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+        check(comm_->AllReduce(d_out, n, t, op, stream_), "AllReduce");
       }
-      EXPECT_EQ(wrong, 0u) << what << " dtype " << DTypeName(t) << ": " << wrong << " of " << n
-                           << " elements differ, the first at index " << first;
-    };
-    ASSERT_EQ(cudaMemcpyAsync(d_in, host.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
-    check(comm_->AllGather(d_in, d_out, n, t, stream_), "AllGather");
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
-      ASSERT_EQ(cudaMemsetAsync(d_out, 0, bytes, stream_), cudaSuccess);
-      check(comm_->ReduceScatter(d_in, d_out, n, t, op, stream_), "ReduceScatter");
       ASSERT_EQ(cudaMemcpyAsync(d_out, host.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
-      check(comm_->AllReduce(d_out, n, t, op, stream_), "AllReduce");
-    }
-    ASSERT_EQ(cudaMemcpyAsync(d_out, host.data(), bytes, cudaMemcpyHostToDevice, stream_), cudaSuccess);
-    check(comm_->Broadcast(d_out, n, t, 0, stream_), "Broadcast");
+      check(comm_->Broadcast(d_out, n, t, 0, stream_), "Broadcast");
     }
   }
   Work b = comm_->Barrier();
@@ -120,9 +120,9 @@ TEST_F(NcclTest, OpWaitsForProducerStream) {
   Work w = comm_->AllGather(d_in, d_out, bytes / 2, DType::kBF16, stream_);
   ASSERT_OK(w.Wait());
   std::vector<uint8_t> tail(4096);
-  ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(),
-                       cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(), cudaMemcpyDeviceToHost),
+      cudaSuccess);
   for (uint8_t b : tail) ASSERT_EQ(b, 0x5A);
 }
 
@@ -152,9 +152,9 @@ TEST_F(NcclTest, FenceCoversEarlierOpsAndIssuesNothing) {
   ASSERT_OK(f.Wait()) << f.status();
   EXPECT_TRUE(w.IsCompleted());  // the fence's end comes after the all-gather's on the one comm stream
   std::vector<uint8_t> tail(4096);
-  ASSERT_EQ(cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(),
-                       cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(tail.data(), static_cast<uint8_t*>(d_out) + bytes - tail.size(), tail.size(), cudaMemcpyDeviceToHost),
+      cudaSuccess);
   for (uint8_t b : tail) ASSERT_EQ(b, 0x3C);
   Work next = comm_->Barrier();
   EXPECT_EQ(next.sequence(), 1);  // the fence took no sequence number

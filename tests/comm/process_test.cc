@@ -4,9 +4,9 @@
 //
 // The ranks are zero_comm_worker processes (comm_worker.cc), whose output lines are parsed here.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,8 +51,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, st
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const std::string key = kv.substr(0, kv.find('='));
-    if (env.count(key) != 0 || key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" ||
-        key == "ZERO_STORE_DIR" || key == "MASTER_ADDR" || key == "MASTER_PORT") {
+    if (env.count(key) != 0 || key == "RANK" || key == "WORLD_SIZE" || key == "LOCAL_RANK" || key == "ZERO_STORE_DIR" ||
+        key == "MASTER_ADDR" || key == "MASTER_PORT") {
       continue;
     }
     env_strings.push_back(kv);
@@ -159,8 +159,8 @@ TEST(Processes, ThreeRanksOverTcpStore) {
   ::close(fd);
   std::vector<pid_t> pids;
   for (int r = 0; r < 3; ++r) {
-    pids.push_back(Spawn(WorkerArgs({"--iters", "3"}), RankEnv(r, 3, {{"MASTER_PORT", port}}),
-                         absl::StrCat(dir, "/out.", r)));
+    pids.push_back(
+        Spawn(WorkerArgs({"--iters", "3"}), RankEnv(r, 3, {{"MASTER_PORT", port}}), absl::StrCat(dir, "/out.", r)));
   }
   for (int r = 0; r < 3; ++r) {
     auto status = WaitExit(pids[r], absl::Now() + absl::Seconds(60));

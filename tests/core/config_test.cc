@@ -93,11 +93,20 @@ TEST_F(ConfigTest, HuggingFaceZero2AutoConfigParses) {
   EXPECT_EQ(c->optimizer->type, "AdamW");
   EXPECT_EQ(c->scheduler.type, "WarmupLR");
   EXPECT_EQ(c->steps_per_print, 2000);
-  const std::vector<std::string> expected = {
-      "fp16.enabled", "bf16.enabled", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
-      "optimizer.params.weight_decay", "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr",
-      "scheduler.params.warmup_num_steps", "zero_optimization.reduce_bucket_size", "gradient_accumulation_steps",
-      "gradient_clipping", "train_batch_size", "train_micro_batch_size_per_gpu"};
+  const std::vector<std::string> expected = {"fp16.enabled",
+                                             "bf16.enabled",
+                                             "optimizer.params.lr",
+                                             "optimizer.params.betas",
+                                             "optimizer.params.eps",
+                                             "optimizer.params.weight_decay",
+                                             "scheduler.params.warmup_min_lr",
+                                             "scheduler.params.warmup_max_lr",
+                                             "scheduler.params.warmup_num_steps",
+                                             "zero_optimization.reduce_bucket_size",
+                                             "gradient_accumulation_steps",
+                                             "gradient_clipping",
+                                             "train_batch_size",
+                                             "train_micro_batch_size_per_gpu"};
   EXPECT_THAT(c->unresolved(), ::testing::UnorderedElementsAreArray(expected));
   // Only honest "has no effect" notes (keys the host engine accepts but does not need), nothing else.
   for (const auto& w : c->warnings()) EXPECT_NE(w.find("has no effect"), std::string::npos) << w;
@@ -586,7 +595,8 @@ TEST_F(ConfigTest, PinMemoryAndBf16CheckGradOverflowDefaultToTrueAsUpstream) {
   EXPECT_TRUE(Config().zero.offload_optimizer.pin_memory);
   EXPECT_TRUE(Config().zero.offload_param.pin_memory);
   EXPECT_FALSE(MustParse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu",
-                             "pin_memory": false}}})").zero.offload_optimizer.pin_memory);
+                             "pin_memory": false}}})")
+                   .zero.offload_optimizer.pin_memory);
   // With true the default, DeepSpeed's deprecated cpu_offload_use_pin_memory false is what turns pinning off.
   Config unpinned = MustParse(R"({"zero_optimization": {"stage": 3, "cpu_offload_use_pin_memory": false,
                                   "offload_param": {"device": "cpu"}}})");
@@ -699,7 +709,7 @@ TEST_F(ConfigTest, CheckpointOptionsSayZeroHasNoCheckpointApiYet) {
                               "writer": {"type": "fast"}}})");
   for (const char* key : {"checkpoint.tag_validation", "checkpoint.use_node_local_storage", "checkpoint.writer"}) {
     EXPECT_TRUE(HasWarning(loud, std::string(key) + ": accepted but has no effect in zero (zero has no checkpoint "
-                                                     "API yet)"))
+                                                    "API yet)"))
         << key;
   }
   ExpectRejected(R"({"checkpoint": {"tag_validation": "Strict"}})", {"checkpoint.tag_validation", "\"Strict\""});
@@ -752,9 +762,8 @@ TEST_F(ConfigTest, DeprecatedAliasesMapWithAWarning) {
   EXPECT_TRUE(c.bf16.enabled);
   EXPECT_EQ(c.aio.intra_op_parallelism, 1);
   for (const char* key : {"zero_optimization.stage3_gather_fp16_weights_on_model_save",
-                          "zero_optimization.cpu_offload:",
-                          "zero_optimization.cpu_offload_param", "zero_optimization.cpu_offload_use_pin_memory",
-                          "bfloat16", "aio.thread_count"}) {
+                          "zero_optimization.cpu_offload:", "zero_optimization.cpu_offload_param",
+                          "zero_optimization.cpu_offload_use_pin_memory", "bfloat16", "aio.thread_count"}) {
     EXPECT_TRUE(HasWarning(c, key)) << key;
   }
 }
@@ -767,9 +776,9 @@ TEST_F(ConfigTest, ZeroOptimizationAsABoolIsDeepSpeedsOldestFormat) {
 }
 
 TEST_F(ConfigTest, AKeyAndItsAliasTogetherAreRejected) {
-  ExpectRejected(R"({"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})",
-                 {"zero_optimization.stage3_prefetch_bucket_size", "given twice",
-                  "zero_optimization.prefetch_bucket_size"});
+  ExpectRejected(
+      R"({"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})",
+      {"zero_optimization.stage3_prefetch_bucket_size", "given twice", "zero_optimization.prefetch_bucket_size"});
   ExpectRejected(R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
                  {"zero_optimization.offload_optimizer", "given twice", "zero_optimization.cpu_offload"});
   ExpectRejected(R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": false}})", {"bfloat16", "given twice"});
@@ -960,8 +969,8 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyAliasAndIgnoredSection) {
     for (auto it = node.begin(); it != node.end(); ++it) {
       const std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
       // A leaf is `key` in its section's table; a nested section is the heading `parent.key`.
-      const bool listed = md.find("`" + it.key() + "`") != std::string::npos ||
-                          md.find("`" + path + "`") != std::string::npos;
+      const bool listed =
+          md.find("`" + it.key() + "`") != std::string::npos || md.find("`" + path + "`") != std::string::npos;
       EXPECT_TRUE(listed) << path << " is missing from the reference";
       ++keys;
       if (it.value().is_object() && !it.value().empty()) stack.push_back({path, it.value()});
@@ -1046,9 +1055,9 @@ TEST_F(ConfigTest, ZeroConfigToolExitCodes) {
   EXPECT_THAT(current.err, HasSubstr("seq_parallel_communication_data_type"));  // the ignored-section warning
   RunResult predivide = RunZeroConfig(Fixture("unimplemented_predivide.json"));
   EXPECT_EQ(predivide.code, 1);
-  EXPECT_THAT(predivide.err, AllOf(HasSubstr("zero-config: not implemented in zero:"),
-                                   HasSubstr("gradient_predivide_factor: not implemented in zero"),
-                                   Not(HasSubstr("invalid config"))));
+  EXPECT_THAT(predivide.err,
+              AllOf(HasSubstr("zero-config: not implemented in zero:"),
+                    HasSubstr("gradient_predivide_factor: not implemented in zero"), Not(HasSubstr("invalid config"))));
   EXPECT_TRUE(predivide.out.empty());
   RunResult aio = RunZeroConfig(Fixture("invalid_aio_under_zero.json"));
   EXPECT_EQ(aio.code, 1);

@@ -81,8 +81,8 @@ std::vector<float> NarrowingInputs() {
     for (float f : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) bits.push_back(FloatBits(f));
   }
   // bf16 and f16-normal ties: every upper half with lower halves at and around bit 15 (bf16) and bit 12 (f16).
-  const uint32_t kLow[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x2000, 0x3000,
-                           0x7FFF, 0x8000, 0x8001, 0x9000, 0xFFFF};
+  const uint32_t kLow[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x2000,
+                           0x3000, 0x7FFF, 0x8000, 0x8001, 0x9000, 0xFFFF};
   for (uint32_t hi = 0; hi < (1u << 16); ++hi) {
     for (uint32_t lo : kLow) bits.push_back(hi << 16 | lo);
   }

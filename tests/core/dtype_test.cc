@@ -17,8 +17,7 @@ using ::testing::HasSubstr;
 using ::zero::testing::StatusIs;
 
 bool IsNaN16(uint16_t h, DType t) {
-  return t == DType::kF16 ? ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0)
-                          : ((h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0);
+  return t == DType::kF16 ? ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0) : ((h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0);
 }
 float To32(uint16_t h, DType t) { return t == DType::kF16 ? F16ToF32(h) : BF16ToF32(h); }
 uint16_t To16(float f, DType t) { return t == DType::kF16 ? F32ToF16(f) : F32ToBF16(f); }
@@ -96,10 +95,10 @@ TEST_P(Dtype16Test, OverflowAndSpecials) {
     EXPECT_EQ(F32ToF16(65504.0f), 0x7BFF);
     EXPECT_EQ(F32ToF16(65519.99f), 0x7BFF);
     EXPECT_EQ(F32ToF16(65520.0f), 0x7C00);
-    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
-    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);   // half of it: tie to even (zero)
+    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);  // half of it: tie to even (zero)
     EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
-    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
+    EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   } else {
     EXPECT_EQ(F32ToBF16(1.0f), 0x3F80);
     EXPECT_EQ(F32ToBF16(BitsToFloat(0x3F808000u)), 0x3F80);  // tie, even stays

@@ -50,9 +50,7 @@ TEST(StatusTest, AssignOrReturn) {
   EXPECT_FALSE(AssignExisting(false, &out).ok());
 }
 
-TEST(StatusTest, OkPassesUntouched) {
-  EXPECT_OK(internal::AnnotateStatus(absl::OkStatus(), "x.cc", 1));
-}
+TEST(StatusTest, OkPassesUntouched) { EXPECT_OK(internal::AnnotateStatus(absl::OkStatus(), "x.cc", 1)); }
 
 TEST(StatusDeathTest, CheckPrintsBothSides) {
   int a = 3, b = 4;

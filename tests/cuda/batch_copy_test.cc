@@ -126,8 +126,8 @@ TEST_F(CudaCopyTest, ConvertMisalignedMatchesHost) {
   for (DType st : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
       for (size_t mis : {0u, 1u, 3u}) {
-        SCOPED_TRACE(::testing::Message() << DTypeName(st) << "->" << DTypeName(dt) << " mis=" << mis
-                                          << " seed=" << seed);
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(st) << "->" << DTypeName(dt) << " mis=" << mis << " seed=" << seed);
         std::vector<unsigned char> s(n * DTypeSize(st)), ref(n * DTypeSize(dt)), got(n * DTypeSize(dt));
         ConvertBuffer(src.data(), DType::kF32, s.data(), st, n);
         ConvertBuffer(s.data(), st, ref.data(), dt, n);

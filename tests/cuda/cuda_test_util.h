@@ -24,9 +24,9 @@ class GpuTest : public ::testing::Test {
   }
 };
 
-#define ZERO_ASSERT_CUDA(expr)                                                                    \
-  do {                                                                                            \
-    const cudaError_t _e = (expr);                                                                \
+#define ZERO_ASSERT_CUDA(expr)                                                                            \
+  do {                                                                                                    \
+    const cudaError_t _e = (expr);                                                                        \
     ASSERT_EQ(_e, cudaSuccess) << #expr << ": " << cudaGetErrorName(_e) << " " << cudaGetErrorString(_e); \
   } while (0)
 

@@ -54,8 +54,10 @@ TEST_F(DevicePoolTest, NoCudaMallocInSteadyState) {
     size_t bytes;
     MemTag tag;
   };
-  const std::vector<Req> step = {{3u << 20, MemTag::kGather}, {(5u << 20) + 7, MemTag::kGather},
-                                 {100000, MemTag::kBuckets},  {1000, MemTag::kBuckets}};
+  const std::vector<Req> step = {{3u << 20, MemTag::kGather},
+                                 {(5u << 20) + 7, MemTag::kGather},
+                                 {100000, MemTag::kBuckets},
+                                 {1000, MemTag::kBuckets}};
   int64_t mallocs_after_warmup = -1;
   for (int s = 0; s < 10; ++s) {
     std::vector<DeviceBlock> live;
@@ -88,7 +90,7 @@ TEST_F(DevicePoolTest, NoCudaMallocInSteadyState) {
   // Every byte held is in the tracker's device tier, under the tag it served.
   EXPECT_EQ(DeviceBytes(tracker, MemTag::kGather) + DeviceBytes(tracker, MemTag::kBuckets), st.bytes_reserved);
   EXPECT_EQ(DeviceBytes(tracker, MemTag::kGather), (4 << 20) + (6 << 20));  // rounded to 2 MiB
-  EXPECT_EQ(DeviceBytes(tracker, MemTag::kBuckets), 100352 + 1024);          // rounded to 512 B
+  EXPECT_EQ(DeviceBytes(tracker, MemTag::kBuckets), 100352 + 1024);         // rounded to 512 B
 }
 
 TEST_F(DevicePoolTest, CrossStreamReuseWaitsForTheReleaseEvent) {

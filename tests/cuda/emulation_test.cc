@@ -21,8 +21,8 @@
 #include "cuda/internal/fused_optim.cuh"
 #include "cuda/internal/grad_stats.cuh"
 #include "shard/internal/compute.h"
-#include "zero/mixed_precision.h"
 #include "zero/dtype.h"
+#include "zero/mixed_precision.h"
 #include "zero/optimizer.h"
 
 namespace zero {
@@ -39,10 +39,15 @@ struct SimGrid {
 constexpr SimGrid kSimGrids[] = {{3, 32}, {2, 5}};
 
 // Values that must survive every path: infinities, NaN, subnormals, the largest finite, signed zeros.
-const float kEdge[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                       std::numeric_limits<float>::quiet_NaN(),  1e-40f, -3e-42f,
-                       std::numeric_limits<float>::max(),        -std::numeric_limits<float>::max(),
-                       0.0f,                                     -0.0f,
+const float kEdge[] = {std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN(),
+                       1e-40f,
+                       -3e-42f,
+                       std::numeric_limits<float>::max(),
+                       -std::numeric_limits<float>::max(),
+                       0.0f,
+                       -0.0f,
                        std::numeric_limits<float>::min()};
 
 bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || FloatBits(a) == FloatBits(b); }
@@ -60,8 +65,8 @@ struct Guarded {
   std::vector<unsigned char> bytes;
   size_t begin;
   size_t size;
-  Guarded(size_t size_bytes, size_t offset) : bytes(size_bytes + 2 * kGuard + offset + 16, 0xA5),
-                                                begin(kGuard + offset), size(size_bytes) {}
+  Guarded(size_t size_bytes, size_t offset)
+      : bytes(size_bytes + 2 * kGuard + offset + 16, 0xA5), begin(kGuard + offset), size(size_bytes) {}
   // 16-byte aligned base + begin: the data's misalignment is exactly `offset` (mod 16) relative to `base16`.
   unsigned char* data() { return Base() + begin; }
   unsigned char* Base() {
@@ -233,8 +238,8 @@ void CompareWithHost(const OptCase& c, int states, const ElementwiseOptimizer& h
   a.state[0] = states >= 1 ? reinterpret_cast<float*>(d0.data()) : nullptr;
   a.state[1] = states >= 2 ? reinterpret_cast<float*>(d1.data()) : nullptr;
   a.param_out = c.out < 0 ? nullptr : dout.data();
-  const in::PlanBuffer bufs[5] = {{a.master, 4}, {a.grad, gsize}, {a.state[0], 4}, {a.state[1], 4},
-                                  {a.param_out, osize ? osize : 1}};
+  const in::PlanBuffer bufs[5] = {
+      {a.master, 4}, {a.grad, gsize}, {a.state[0], 4}, {a.state[1], 4}, {a.param_out, osize ? osize : 1}};
   a.plan = in::MakeVecPlan(bufs, 5, c.n);
   if (c.misalign == 0 && c.n >= 8) {
     ASSERT_GT(a.plan.nvec, 0u);  // the aligned case must take the vector path

@@ -44,8 +44,8 @@ Ref Reference(const void* g, DType t, size_t n, float scale) {
 }
 
 // Runs GradStats on `host` (n elements of t, copied to the device at element offset `mis`) with d_out poisoned.
-::testing::AssertionResult RunStats(const std::vector<unsigned char>& host, DType t, size_t n, size_t mis,
-                                    float scale, cuda::GradStatsResult* out) {
+::testing::AssertionResult RunStats(const std::vector<unsigned char>& host, DType t, size_t n, size_t mis, float scale,
+                                    cuda::GradStatsResult* out) {
   const size_t es = DTypeSize(t);
   DeviceBuffer grad((n + mis) * es + 16), result(sizeof(cuda::GradStatsResult)),
       workspace(cuda::kGradStatsWorkspaceBytes);
@@ -53,9 +53,9 @@ Ref Reference(const void* g, DType t, size_t n, float scale) {
   if (result.Poison() != cudaSuccess || workspace.Poison() != cudaSuccess) {
     return ::testing::AssertionFailure() << "poison";
   }
-  const Status s = cuda::GradStats(grad.get() + mis * es, t, n, scale,
-                                   reinterpret_cast<cuda::GradStatsResult*>(result.get()), /*accumulate=*/false,
-                                   workspace.get(), nullptr);
+  const Status s =
+      cuda::GradStats(grad.get() + mis * es, t, n, scale, reinterpret_cast<cuda::GradStatsResult*>(result.get()),
+                      /*accumulate=*/false, workspace.get(), nullptr);
   if (!s.ok()) return ::testing::AssertionFailure() << s;
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
     return ::testing::AssertionFailure() << cudaGetErrorString(e);

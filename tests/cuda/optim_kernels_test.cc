@@ -133,15 +133,15 @@ void RunCase(const Case& c, int states, const ElementwiseOptimizer& host, Apply 
   ZERO_ASSERT_CUDA(cudaMemcpy(e1.data(), d1.data(), n * 4, cudaMemcpyDeviceToHost));
   ZERO_ASSERT_CUDA(cudaMemcpy(eout.data(), dout.data(), n * osize, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(SameElement(em.data(), hm.data(), DType::kF32, i)) << "master i=" << i << " " << em[i] << " vs "
-                                                                    << hm[i];
+    ASSERT_TRUE(SameElement(em.data(), hm.data(), DType::kF32, i))
+        << "master i=" << i << " " << em[i] << " vs " << hm[i];
     if (states >= 1) {
-      ASSERT_TRUE(SameElement(e0.data(), h0.data(), DType::kF32, i)) << "state0 i=" << i << " " << e0[i] << " vs "
-                                                                      << h0[i];
+      ASSERT_TRUE(SameElement(e0.data(), h0.data(), DType::kF32, i))
+          << "state0 i=" << i << " " << e0[i] << " vs " << h0[i];
     }
     if (states >= 2) {
-      ASSERT_TRUE(SameElement(e1.data(), h1.data(), DType::kF32, i)) << "state1 i=" << i << " " << e1[i] << " vs "
-                                                                      << h1[i];
+      ASSERT_TRUE(SameElement(e1.data(), h1.data(), DType::kF32, i))
+          << "state1 i=" << i << " " << e1[i] << " vs " << h1[i];
     }
     if (c.out >= 0) {
       ASSERT_TRUE(SameElement(eout.data(), hout.data(), out_dtype, i)) << "param_out i=" << i;
@@ -202,8 +202,8 @@ TEST_F(CudaOptimTest, AdamMatchesHostBitForBit) {
                                       << " beta1=" << v.beta1 << " wd=" << v.weight_decay);
     auto host = MakeAdam(p);
     for (const Case& c : Cases()) {
-      RunCase(c, 2, *host, [&](const ShardUpdate& u) { return cuda::AdamStep(u, p, nullptr); }, 1.0f / 1024,
-              seed++);
+      RunCase(
+          c, 2, *host, [&](const ShardUpdate& u) { return cuda::AdamStep(u, p, nullptr); }, 1.0f / 1024, seed++);
       if (HasFatalFailure()) return;
     }
   }
@@ -227,7 +227,8 @@ TEST_F(CudaOptimTest, SgdMatchesHostBitForBit) {
     auto host = MakeSgd(p);
     const int states = v.momentum != 0.0 ? 1 : 0;
     for (const Case& c : Cases()) {
-      RunCase(c, states, *host, [&](const ShardUpdate& u) { return cuda::SgdStep(u, p, nullptr); }, 2.0f, seed++);
+      RunCase(
+          c, states, *host, [&](const ShardUpdate& u) { return cuda::SgdStep(u, p, nullptr); }, 2.0f, seed++);
       if (HasFatalFailure()) return;
     }
   }

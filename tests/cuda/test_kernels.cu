@@ -66,8 +66,8 @@ std::string FusedVariantName(int variant) {
     const char* hint = V::kHint == in::CacheHint::kDefault     ? ""
                        : V::kHint == in::CacheHint::kStreaming ? " cs"
                                                                : " cs+L2::256B";
-    name = std::string(V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad") + " x" + std::to_string(V::kUnits) +
-           hint;
+    name =
+        std::string(V::kLayout == in::FusedLayout::kVec8 ? "vec8" : "quad") + " x" + std::to_string(V::kUnits) + hint;
   });
   return name;
 }

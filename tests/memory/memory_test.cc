@@ -140,7 +140,7 @@ TEST(MemoryTrackerTest, PeakTotalIsTheHighWaterMarkOfTheSumNotTheSumOfPeaks) {
   t.Add(MemTier::kDevice, MemTag::kBuckets, 80);  // 90 alive
   t.Add(MemTier::kDevice, MemTag::kGather, 30);   // 120 alive: the peak
   t.Sub(MemTier::kDevice, MemTag::kBuckets, 80);
-  t.Add(MemTier::kHost, MemTag::kStaging, 7);     // the other tier has its own total
+  t.Add(MemTier::kHost, MemTag::kStaging, 7);  // the other tier has its own total
   MemoryReport r = t.Report();
   EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kGather).peak, 100);
   EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kBuckets).peak, 80);
@@ -342,7 +342,7 @@ TEST(BufferTest, MoveTransfersOwnershipAndEmptiesTheSource) {
   a.as<float>()[3] = 2.5f;
 
   Buffer b(std::move(a));
-  EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is what is tested
+  EXPECT_TRUE(a.empty());   // NOLINT(bugprone-use-after-move): the moved-from state is what is tested
   EXPECT_EQ(a.size(), 0u);  // NOLINT(bugprone-use-after-move)
   EXPECT_EQ(b.data(), p);
   EXPECT_EQ(b.size(), 64u);
@@ -407,9 +407,9 @@ TEST(BufferTest, DeviceIsTrackedOrFailsNamingTagAndSize) {
       EXPECT_EQ(t.Report().Get(MemTier::kDevice, MemTag::kGather).current, 1 << 20);
     } else {
       EXPECT_TRUE(b.empty());
-      EXPECT_THAT(error, StatusIs(ZERO_HAVE_CUDA ? absl::StatusCode::kResourceExhausted
-                                                 : absl::StatusCode::kUnimplemented,
-                                  ::testing::AllOf(HasSubstr("1048576 bytes"), HasSubstr("gather"))));
+      EXPECT_THAT(error,
+                  StatusIs(ZERO_HAVE_CUDA ? absl::StatusCode::kResourceExhausted : absl::StatusCode::kUnimplemented,
+                           ::testing::AllOf(HasSubstr("1048576 bytes"), HasSubstr("gather"))));
       EXPECT_EQ(t.allocations(MemTier::kDevice), 0);
     }
   }

@@ -88,15 +88,18 @@ float MaxFinite(DType t) {
   return t == DType::kF32 ? std::numeric_limits<float>::max() : t == DType::kF16 ? 65504.0f : BF16ToF32(0x7F7F);
 }
 float MinSubnormal(DType t) {
-  return t == DType::kF32 ? std::numeric_limits<float>::denorm_min()
-                          : t == DType::kF16 ? F16ToF32(0x0001) : BF16ToF32(0x0001);
+  return t == DType::kF32   ? std::numeric_limits<float>::denorm_min()
+         : t == DType::kF16 ? F16ToF32(0x0001)
+                            : BF16ToF32(0x0001);
 }
 
 // Random finite values over the type's whole range (magnitudes 2^-150 .. 2^128 for f32), both signs, with
 // about one in 16 replaced by a subnormal or a largest finite value; with `specials`, also inf / NaN.
 std::vector<uint8_t> RandomGrad(DType t, size_t n, uint64_t seed, bool specials) {
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> e(t == DType::kF32 ? -150 : t == DType::kF16 ? -25 : -134,
+  std::uniform_real_distribution<double> e(t == DType::kF32   ? -150
+                                           : t == DType::kF16 ? -25
+                                                              : -134,
                                            t == DType::kF16 ? 16 : 127);
   std::vector<uint8_t> out(n * DTypeSize(t));
   const float kSpecial[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
@@ -216,7 +219,7 @@ TEST(GradStats, EachNonFiniteCountedWherever) {
 // (and past 2^24 / lanes per lane) must still be exact.
 TEST(GradStats, CountsPastTheFoldInterval) {
   const size_t n = (size_t{1} << 24) + 4 * 32 + 3;
-  std::vector<uint16_t> g(n, 0x7F80);  // bf16 +inf
+  std::vector<uint16_t> g(n, 0x7F80);                  // bf16 +inf
   for (size_t i = 0; i < n; i += 1000) g[i] = 0x3F80;  // 1.0
   const uint64_t finite = (n + 999) / 1000;
   for (const SimdTarget& target : internal::AvailableSimdTargets()) {

@@ -50,7 +50,7 @@ TEST(CopyStreamTest, WaitBlocksUntilTheTicketRan) {
   EXPECT_EQ(ran.load(), 2);
   releaser.join();
   EXPECT_GT(cs.wait_ms(), 0.0);  // the caller really blocked (the worker was held for 20 ms)
-  cs.Wait(0);                   // "nothing" returns at once
+  cs.Wait(0);                    // "nothing" returns at once
 }
 
 TEST(CopyStreamTest, DestructorRunsEverythingQueued) {

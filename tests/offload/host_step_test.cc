@@ -8,8 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "zero/mixed_precision.h"
@@ -95,13 +95,11 @@ TEST_P(HostStepTest, CopyBackEqualsOneParallelUpdate) {
   EXPECT_EQ(std::memcmp(want_params.data(), got_params.data(), c.n * osz), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiles, HostStepTest,
-                         ::testing::Values(StepCase{10000, 1024, DType::kBF16, false},
-                                           StepCase{10000, 10000, DType::kBF16, false},
-                                           StepCase{10007, 999, DType::kF16, false},
-                                           StepCase{10007, 333, DType::kF32, false},
-                                           StepCase{4096, 1000, DType::kBF16, true},
-                                           StepCase{1, 1024, DType::kBF16, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Tiles, HostStepTest,
+    ::testing::Values(StepCase{10000, 1024, DType::kBF16, false}, StepCase{10000, 10000, DType::kBF16, false},
+                      StepCase{10007, 999, DType::kF16, false}, StepCase{10007, 333, DType::kF32, false},
+                      StepCase{4096, 1000, DType::kBF16, true}, StepCase{1, 1024, DType::kBF16, false}));
 
 // Consecutive steps (units) share the staging pair: with the copy stream held back, the second step must wait
 // for the first step's copies before it reuses a buffer, or the first unit would receive the second's values.

@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpt/train.h"
-#include "support/gpt_run.h"
 #include "support/engine_helpers.h"
+#include "support/gpt_run.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/config.h"
@@ -52,7 +52,7 @@ Config Base(int stage, Precision p, int ga = 1, GradAccumulationMode mode = Grad
   c.bf16.enabled = p == Precision::kBF16 || p == Precision::kBF16Stochastic;
   c.bf16.stochastic_rounding = p == Precision::kBF16Stochastic;
   c.fp16.enabled = p == Precision::kF16;  // DeepSpeed's defaults: 2^16 start, so the first steps overflow and skip
-  c.zero.sub_group_size = 4096;  // several host-step tiles per unit (the copy-back pipeline runs)
+  c.zero.sub_group_size = 4096;           // several host-step tiles per unit (the copy-back pipeline runs)
   return c;
 }
 
@@ -146,8 +146,8 @@ void Init(const std::string& unit, const ParamSpec& p, float* v) {
 
 // One engine step over three units with a dummy backward, returning this rank's report and the padded shards.
 struct TierRun {
-  MemoryReport memory;           // Engine::memory_report (incl. the communicator's staging)
-  MemoryReport own;              // the engine's own allocations only
+  MemoryReport memory;          // Engine::memory_report (incl. the communicator's staging)
+  MemoryReport own;             // the engine's own allocations only
   std::vector<int64_t> shards;  // per unit
 };
 

@@ -131,10 +131,8 @@ TEST(AdamFormula, MatchesDoublePrecisionTorchAlgorithm) {
         const double bc2 = bias_correction ? 1 - std::pow(ap.beta2, step) : 1.0;
         for (size_t i = 0; i < n; ++i) {
           double gi = static_cast<double>(g[i]) * scale;
-          if (decoupled)
-            pd[i] *= 1 - lr * ap.weight_decay;
-          else
-            gi += ap.weight_decay * pd[i];
+          if (decoupled) pd[i] *= 1 - lr * ap.weight_decay;
+          else gi += ap.weight_decay * pd[i];
           md[i] = ap.beta1 * md[i] + (1 - ap.beta1) * gi;
           m_mag[i] = ap.beta1 * m_mag[i] + (1 - ap.beta1) * std::abs(gi);
           vd[i] = ap.beta2 * vd[i] + (1 - ap.beta2) * gi * gi;

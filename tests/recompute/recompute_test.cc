@@ -84,7 +84,7 @@ TEST(ActivationArenaTest, StackReuseAndCoalescing) {
   EXPECT_EQ(arena.peak_used(), 128u + 1024u);
   EXPECT_EQ(static_cast<size_t>(device().current), arena.reserved());
   EXPECT_FALSE(arena.Release(arena.mark() + 1).ok());  // beyond the top
-  EXPECT_FALSE(arena.Reserve(1 << 20).ok());            // not empty
+  EXPECT_FALSE(arena.Reserve(1 << 20).ok());           // not empty
   ASSERT_OK(arena.Release(0));
   EXPECT_EQ(device().peak, static_cast<int64_t>(128 + 1024));
 
@@ -198,9 +198,9 @@ void ToyBackward(const ToyActs& acts, const std::vector<float>& w, float* dx, fl
 }
 
 struct ToyRun {
-  std::vector<float> grads;      // dL/dW, all segments, over `passes` passes
-  std::vector<float> masks;      // every mask the forwards drew (first forwards only)
-  std::vector<float> recomputed; // every mask the recomputes drew
+  std::vector<float> grads;       // dL/dW, all segments, over `passes` passes
+  std::vector<float> masks;       // every mask the forwards drew (first forwards only)
+  std::vector<float> recomputed;  // every mask the recomputes drew
   RecomputeStats stats;
   MemoryReport memory;
   Status status;
@@ -465,8 +465,8 @@ TEST(CheckpointerOptionsTest, FromConfig) {
   struct Case {
     int n, segments, k;
   };
-  for (const Case& t : {Case{6, 6, 1}, Case{9, 6, 1}, Case{3, 6, 2}, Case{4, 6, 2}, Case{2, 5, 3}, Case{3, 5, 2},
-                        Case{1, 5, 5}}) {
+  for (const Case& t :
+       {Case{6, 6, 1}, Case{9, 6, 1}, Case{3, 6, 2}, Case{4, 6, 2}, Case{2, 5, 3}, Case{3, 5, 2}, Case{1, 5, 5}}) {
     Config cn = parse(absl::StrCat(R"({"activation_checkpointing": {"contiguous_memory_optimization": true,
                                       "number_checkpoints": )",
                                    t.n, "}}"));
@@ -479,8 +479,7 @@ TEST(CheckpointerOptionsTest, FromConfig) {
   EXPECT_FALSE(CheckpointerOptions::FromConfig(c, 0, true).ok());
   Config partitioned = Config::Default();
   partitioned.activation_checkpointing.partition_activations = true;  // the parser rejects it; so do we
-  EXPECT_THAT(CheckpointerOptions::FromConfig(partitioned, 4, true),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CheckpointerOptions::FromConfig(partitioned, 4, true), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(Config::FromJsonString(R"({"activation_checkpointing": {"partition_activations": true}})").ok());
 }
 

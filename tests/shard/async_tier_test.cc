@@ -372,19 +372,19 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Engine, AsyncTierTest,
-    ::testing::Values(
-        Case{"w1_s0_f32", 1, 0, DType::kF32, 1}, Case{"w2_s0_bf16_ga2", 2, 0, DType::kBF16, 2},
-        Case{"w2_s1_f32", 2, 1, DType::kF32, 1}, Case{"w2_s1_bf16_ga2", 2, 1, DType::kBF16, 2},
-        Case{"w2_s2_bf16", 2, 2, DType::kBF16, 1},
-        Case{"w2_s2_bf16_ga3_lowcomm", 2, 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication},
-        Case{"w3_s3_f32", 3, 3, DType::kF32, 1}, Case{"w2_s3_bf16_ga2", 2, 3, DType::kBF16, 2},
-        Case{"w2_s3_f16", 2, 3, DType::kF16, 1},
-        Case{"w2_s3_bf16_sr", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true},
-        Case{"w2_s1_bf16_offload", 2, 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1},
-        Case{"w2_s2_f32_offload_ga2", 2, 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 1},
-        Case{"w2_s3_bf16_offload_all", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2},
-        Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
-        Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1, 0.5}),
+    ::testing::Values(Case{"w1_s0_f32", 1, 0, DType::kF32, 1}, Case{"w2_s0_bf16_ga2", 2, 0, DType::kBF16, 2},
+                      Case{"w2_s1_f32", 2, 1, DType::kF32, 1}, Case{"w2_s1_bf16_ga2", 2, 1, DType::kBF16, 2},
+                      Case{"w2_s2_bf16", 2, 2, DType::kBF16, 1},
+                      Case{"w2_s2_bf16_ga3_lowcomm", 2, 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication},
+                      Case{"w3_s3_f32", 3, 3, DType::kF32, 1}, Case{"w2_s3_bf16_ga2", 2, 3, DType::kBF16, 2},
+                      Case{"w2_s3_f16", 2, 3, DType::kF16, 1},
+                      Case{"w2_s3_bf16_sr", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true},
+                      Case{"w2_s1_bf16_offload", 2, 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1},
+                      Case{"w2_s2_f32_offload_ga2", 2, 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 1},
+                      Case{"w2_s3_bf16_offload_all", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2},
+                      Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
+                      Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1,
+                           0.5}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned
@@ -392,9 +392,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(AsyncTierFailureTest, AllocationFailureIsAnErrorNotANullCollective) {
   for (MemTag failing : {MemTag::kGather, MemTag::kBuckets}) {
     SCOPED_TRACE(MemTagName(failing));
-    InstallAsyncTier([failing](AsyncTier& tier) {
-      tier.fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; };
-    });
+    InstallAsyncTier(
+        [failing](AsyncTier& tier) { tier.fail_alloc = [failing](MemTag tag, size_t) { return tag == failing; }; });
     testing::RunRanks(1, [&](Communicator& comm, int) {
       DrainingComm draining(comm);
       t_binding = &draining;
@@ -427,8 +426,7 @@ TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
     ASSERT_OK(e);
     AsyncTier* tier = t_tier;
     testing::SyntheticTrace t;
-    ASSERT_NO_FATAL_FAILURE(
-        testing::TrainSynthetic(**e, 2, 1, testing::HostViewIo([tier] { tier->Drain(); }), &t));
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, 2, 1, testing::HostViewIo([tier] { tier->Drain(); }), &t));
     EXPECT_EQ(draining.fences, 2);  // one per step
     draining.fail_fence = true;
     for (UnitId id = 0; id < 4; ++id) {

@@ -57,8 +57,8 @@ struct Case {
   GradAccumulationMode mode;
   bool stochastic;
   double clip;
-  int offload = 0;      // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
-  double ratio = 1.0;   // offload_optimizer.ratio (Twin-Flow below 1)
+  int offload = 0;     // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
+  double ratio = 1.0;  // offload_optimizer.ratio (Twin-Flow below 1)
 };
 
 Config CaseConfig(const Case& c) {
@@ -154,8 +154,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"s0_bf16_ga2", 0, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
                       Case{"s1_bf16_ga2", 1, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
                       Case{"s2_bf16", 2, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s2_bf16_ga3_lowcomm", 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication,
-                           false, 0},
+                      Case{"s2_bf16_ga3_lowcomm", 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication, false,
+                           0},
                       Case{"s3_bf16_ga2", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
                       Case{"s3_bf16_sr", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true, 0},
                       Case{"s3_f16", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0},

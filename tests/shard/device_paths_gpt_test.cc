@@ -75,8 +75,8 @@ TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, DevicePathsGptTest,
                          ::testing::Values(Case{"w1_s0", 1, 0, 2}, Case{"w1_s1", 1, 1, 2}, Case{"w1_s2", 1, 2, 2},
-                                           Case{"w1_s3", 1, 3, 2}, Case{"w1_s2_ga1", 1, 2, 1},
-                                           Case{"w2_s2", 2, 2, 2}, Case{"w2_s3", 2, 3, 1}),
+                                           Case{"w1_s3", 1, 3, 2}, Case{"w1_s2_ga1", 1, 2, 1}, Case{"w2_s2", 2, 2, 2},
+                                           Case{"w2_s3", 2, 3, 1}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

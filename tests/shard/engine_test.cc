@@ -14,6 +14,7 @@
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "support/world_stage.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
 
@@ -37,10 +38,7 @@ void FillInit(const std::string& unit, const ParamSpec& p, float* v) {
 
 // ---- layout and memory ----
 
-struct MemCase {
-  int world;
-  int stage;
-};
+using MemCase = testing::WorldStage;
 
 // Model-state bytes per rank are exactly the ZeRO formulas on the padded sizes (fp32 Adam: 16Ψ, 8Ψ+8Ψ/N,
 // 4Ψ+12Ψ/N, 16Ψ/N), and padding is what the padding rule (multiple of 32*N elements per unit) predicts.
@@ -74,10 +72,22 @@ TEST_P(MemoryFormulaTest, ModelStateBytesMatchFormula) {
   // Bytes per padded element: full-replica part a, sharded part b (divided by N).
   int64_t a = 0, b = 0;
   switch (stage) {
-    case 0: a = 16; b = 0; break;
-    case 1: a = 8; b = 8; break;
-    case 2: a = 4; b = 12; break;
-    case 3: a = 0; b = 16; break;
+    case 0:
+      a = 16;
+      b = 0;
+      break;
+    case 1:
+      a = 8;
+      b = 8;
+      break;
+    case 2:
+      a = 4;
+      b = 12;
+      break;
+    case 3:
+      a = 0;
+      b = 16;
+      break;
   }
   int64_t unpadded_sum = 0;
   for (int r = 0; r < world; ++r) {
@@ -97,9 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Stages, MemoryFormulaTest,
                          ::testing::Values(MemCase{1, 0}, MemCase{1, 3}, MemCase{2, 0}, MemCase{2, 1}, MemCase{2, 2},
                                            MemCase{2, 3}, MemCase{3, 1}, MemCase{3, 2}, MemCase{3, 3}, MemCase{4, 0},
                                            MemCase{4, 1}, MemCase{4, 2}, MemCase{4, 3}),
-                         [](const auto& info) {
-                           return absl::StrCat("world", info.param.world, "_stage", info.param.stage);
-                         });
+                         testing::WorldStageName);
 
 // The communicator's own buffers are part of the report: stage 1 reduce-scatters the persistent full gradient
 // with the const-input op, for which Gloo stages a copy of the input (counted under "staging").
@@ -207,7 +215,10 @@ TEST_P(AnalyticGradTest, SgdStepAppliesTheMeanGradient) {
       float* g = s.grad("w").f32();
       for (int64_t i = 0; i < n; ++i) g[i] += static_cast<float>((rank + 1) * (i % 7));
     }
-    { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(v)); s.grad("z").f32()[0] += 4.0f * rank; }
+    {
+      ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(v));
+      s.grad("z").f32()[0] += 4.0f * rank;
+    }
     ASSERT_OK_AND_ASSIGN(StepResult r, engine->Step());
     EXPECT_FALSE(r.skipped);
     const double mean_factor = (world + 1) / 2.0;  // mean of (rank + 1)
@@ -225,9 +236,7 @@ TEST_P(AnalyticGradTest, SgdStepAppliesTheMeanGradient) {
 INSTANTIATE_TEST_SUITE_P(Stages, AnalyticGradTest,
                          ::testing::Values(MemCase{1, 0}, MemCase{2, 0}, MemCase{2, 1}, MemCase{2, 2}, MemCase{2, 3},
                                            MemCase{3, 3}, MemCase{4, 1}, MemCase{4, 2}, MemCase{4, 3}),
-                         [](const auto& info) {
-                           return absl::StrCat("world", info.param.world, "_stage", info.param.stage);
-                         });
+                         testing::WorldStageName);
 
 }  // namespace
 }  // namespace zero

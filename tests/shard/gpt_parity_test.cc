@@ -10,9 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gpt/train.h"
-#include "support/gpt_run.h"
 #include "support/engine_helpers.h"
+#include "support/gpt_run.h"
 #include "support/multi_rank.h"
+#include "support/world_stage.h"
 #include "zero/config.h"
 #include "zero/logging.h"
 
@@ -53,10 +54,7 @@ void ExpectClose(const gpt::TrainResult& got, const gpt::TrainResult& want, doub
                                      << ")";
 }
 
-struct ParityCase {
-  int world;
-  int stage;
-};
+using ParityCase = testing::WorldStage;
 
 class GptParityTest : public ::testing::TestWithParam<ParityCase> {};
 
@@ -76,9 +74,7 @@ std::vector<ParityCase> AllCases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldsAndStages, GptParityTest, ::testing::ValuesIn(AllCases()), [](const auto& info) {
-  return absl::StrCat("world", info.param.world, "_stage", info.param.stage);
-});
+INSTANTIATE_TEST_SUITE_P(WorldsAndStages, GptParityTest, ::testing::ValuesIn(AllCases()), testing::WorldStageName);
 
 TEST(GptDeterminismTest, SameRunTwiceIsBitIdentical) {
   for (int stage : {0, 3}) {
@@ -98,7 +94,8 @@ TEST(GptAccumulationTest, BothModesMatchALargerMicroBatch) {
     for (int stage : {0, 1, 2, 3}) {
       gpt::TrainResult got = TrainGpt(2, GptConfigFor(stage, kMicro, 2, mode));
       ExpectClose(got, Reference(4), 1e-5,
-                  absl::StrCat("stage ", stage, " mode ", mode == GradAccumulationMode::kLowMemory ? "low_memory" : "low_communication"));
+                  absl::StrCat("stage ", stage, " mode ",
+                               mode == GradAccumulationMode::kLowMemory ? "low_memory" : "low_communication"));
     }
   }
 }

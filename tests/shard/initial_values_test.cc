@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/world_stage.h"
 #include "zero/engine.h"
 
 namespace zero {
@@ -35,10 +36,7 @@ Config MakeConfig(int stage) {
   return c;
 }
 
-struct Case {
-  int world;
-  int stage;
-};
+using Case = testing::WorldStage;
 
 class InitialValuesTest : public ::testing::TestWithParam<Case> {};
 
@@ -48,15 +46,15 @@ TEST_P(InitialValuesTest, DefaultTakesRankZerosValues) {
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm)));
     for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
     ASSERT_OK(engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
-                      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
-                    }));
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
+    }));
     for (size_t u = 0; u < kUnits.size(); ++u) {
       for (const ParamSpec& p : kUnits[u].second) {
         ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->GatherParam(static_cast<UnitId>(u), p.name));
         ASSERT_EQ(static_cast<int64_t>(got.size()), p.numel());
         for (int64_t i = 0; i < p.numel(); ++i) {
-          ASSERT_EQ(got[i], Value(kUnits[u].first, p.name, i, /*rank=*/0)) << kUnits[u].first << "." << p.name
-                                                                             << "[" << i << "]";
+          ASSERT_EQ(got[i], Value(kUnits[u].first, p.name, i, /*rank=*/0))
+              << kUnits[u].first << "." << p.name << "[" << i << "]";
         }
       }
     }
@@ -79,9 +77,10 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
     Status s = engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
       for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
     });
-    EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
-                                     ::testing::HasSubstr(
-                                         "Finalize: the values of unit b parameter w differ across ranks: rank 1 holds")));
+    EXPECT_THAT(
+        s, testing::StatusIs(
+               absl::StatusCode::kFailedPrecondition,
+               ::testing::HasSubstr("Finalize: the values of unit b parameter w differ across ranks: rank 1 holds")));
   });
   // The same for CopyIn after a Finalize that agreed.
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
@@ -90,8 +89,8 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(stage), testing::Borrow(comm), opts));
     for (const auto& [name, specs] : kUnits) ASSERT_OK(engine->AddUnit(name, specs));
     ASSERT_OK(engine->Finalize([](const std::string& unit, const ParamSpec& p, float* v) {
-                      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, 0);
-                    }));
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, 0);
+    }));
     std::vector<float> in(7 * 13, rank == world - 1 ? 2.0f : 1.0f);
     Status s = engine->CopyIn(0, "w", in.data());
     EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -104,9 +103,7 @@ TEST_P(InitialValuesTest, RequireEqualFailsOnEveryRankNamingTheParameter) {
 INSTANTIATE_TEST_SUITE_P(Worlds, InitialValuesTest,
                          ::testing::Values(Case{2, 0}, Case{2, 1}, Case{2, 2}, Case{2, 3}, Case{3, 0}, Case{3, 1},
                                            Case{3, 2}, Case{3, 3}, Case{4, 0}, Case{4, 1}, Case{4, 2}, Case{4, 3}),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           return absl::StrCat("world", i.param.world, "_stage", i.param.stage);
-                         });
+                         testing::WorldStageName);
 
 // kTrust checks nothing: at stage 3 each rank keeps its shard of what it computed, so the gathered parameter is a
 // patchwork of the ranks' values (the hazard the default removes).
@@ -117,19 +114,19 @@ TEST(InitialValuesTrust, Stage3KeepsEachRanksShard) {
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(MakeConfig(3), testing::Borrow(comm), opts));
     ASSERT_OK(engine->AddUnit("b", {{"w", {32, 32}}}));
     ASSERT_OK(engine->Finalize([rank](const std::string& unit, const ParamSpec& p, float* v) {
-                      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
-                    }));
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = Value(unit, p.name, i, rank);
+    }));
     ASSERT_OK_AND_ASSIGN(std::vector<float> got, engine->GatherParam(0, "w"));
-    EXPECT_EQ(got[0], Value("b", "w", 0, 0));         // rank 0's half
-    EXPECT_EQ(got[1023], Value("b", "w", 1023, 1));   // rank 1's half
+    EXPECT_EQ(got[0], Value("b", "w", 0, 0));        // rank 0's half
+    EXPECT_EQ(got[1023], Value("b", "w", 1023, 1));  // rank 1's half
   });
 }
 
 #ifdef ZERO_RUN_PATH
 // Processes under zero-run: the same agreement, rank 1's initializer offset by 1000.
 std::string RunWorkers(int n, int stage, const std::string& sync, int* status) {
-  const std::string cmd = absl::StrCat(ZERO_RUN_PATH, " -n ", n, " -- ", ZERO_INIT_WORKER, " --stage ", stage,
-                                       " --sync ", sync, " 2>&1");
+  const std::string cmd =
+      absl::StrCat(ZERO_RUN_PATH, " -n ", n, " -- ", ZERO_INIT_WORKER, " --stage ", stage, " --sync ", sync, " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[512];
@@ -161,7 +158,8 @@ TEST(InitialValuesProcesses, RequireEqualFailsOnEveryRank) {
   const std::string out = RunWorkers(3, 3, "require", &status);
   EXPECT_NE(status, 0) << out;
   for (int r = 0; r < 3; ++r) {
-    EXPECT_NE(out.find(absl::StrCat("rank ", r, ": error: FAILED_PRECONDITION: Finalize: the values of unit layer "
+    EXPECT_NE(out.find(absl::StrCat("rank ", r,
+                                    ": error: FAILED_PRECONDITION: Finalize: the values of unit layer "
                                     "parameter w differ across ranks: rank 1 holds")),
               std::string::npos)
         << out;

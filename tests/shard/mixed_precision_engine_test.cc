@@ -13,6 +13,7 @@
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "support/world_stage.h"
 #include "zero/engine.h"
 
 namespace zero {
@@ -41,10 +42,7 @@ void Init(const std::string& unit, const ParamSpec& p, float* v) {
   for (int64_t i = 0; i < p.numel(); ++i) v[i] = std::sin(static_cast<float>(i + unit.size() * 7 + p.name.size()));
 }
 
-struct Case {
-  int world;
-  int stage;
-};
+using Case = testing::WorldStage;
 
 class MixedMemoryTest : public ::testing::TestWithParam<Case> {};
 
@@ -76,7 +74,7 @@ TEST_P(MixedMemoryTest, ModelStateBytesMatchZeroPaper) {
 INSTANTIATE_TEST_SUITE_P(Stages, MixedMemoryTest,
                          ::testing::Values(Case{1, 0}, Case{2, 0}, Case{2, 1}, Case{2, 2}, Case{2, 3}, Case{4, 0},
                                            Case{4, 1}, Case{4, 2}, Case{4, 3}, Case{3, 3}),
-                         [](const auto& info) { return absl::StrCat("world", info.param.world, "_stage", info.param.stage); });
+                         testing::WorldStageName);
 
 // One rank's gradient holds an inf: all four ranks skip the same step, the fp32 master is bit-identical, the
 // loss scaler spends hysteresis identically everywhere, and the next clean step applies.

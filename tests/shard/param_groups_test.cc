@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/world_stage.h"
 #include "zero/engine.h"
 #include "zero/sharded_optimizer.h"
 
@@ -56,10 +57,7 @@ void ZeroGradSteps(Engine& e, int steps) {
   }
 }
 
-struct Case {
-  int world;
-  int stage;
-};
+using Case = testing::WorldStage;
 
 class NoDecayGroupTest : public ::testing::TestWithParam<Case> {};
 
@@ -102,9 +100,7 @@ TEST_P(NoDecayGroupTest, BiasesAndNormWeightsAreNotDecayed) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, NoDecayGroupTest,
                          ::testing::Values(Case{1, 0}, Case{2, 1}, Case{2, 2}, Case{2, 3}, Case{3, 3}),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           return absl::StrCat("world", i.param.world, "_stage", i.param.stage);
-                         });
+                         testing::WorldStageName);
 
 // A group's lr_scale multiplies the step's learning rate: 0 leaves its parameters (and, with AdamW, the decay
 // 1 - 0 * wd) exactly where they were, while the others train.
@@ -156,7 +152,7 @@ TEST_P(LoraTest, FrozenBaseHoldsNoStateAndNeverMoves) {
   std::vector<std::pair<std::string, std::vector<ParamSpec>>> units;
   int64_t base = 0, adapters_padded = 0;
   for (int l = 0; l < 3; ++l) {
-    units.push_back({absl::StrCat("base", l), {{"w", {64, 40}}}});  // 2560
+    units.push_back({absl::StrCat("base", l), {{"w", {64, 40}}}});                   // 2560
     units.push_back({absl::StrCat("adapter", l), {{"a", {64, 2}}, {"b", {2, 3}}}});  // 134
     base += 2560;
     adapters_padded += (134 + 32 * world - 1) / (32 * world) * (32 * world);
@@ -175,7 +171,7 @@ TEST_P(LoraTest, FrozenBaseHoldsNoStateAndNeverMoves) {
       for (UnitId id = 0; id < static_cast<UnitId>(units.size()); ++id) {
         ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(id));
         EXPECT_NE(s.param(units[id].second[0].name).data, nullptr);  // gathered, frozen or not
-        if (units[id].first.rfind("base", 0) == 0) continue;      // no gradient to write
+        if (units[id].first.rfind("base", 0) == 0) continue;         // no gradient to write
         for (const ParamSpec& p : units[id].second) {
           const TensorView g = s.grad(p.name);
           for (int64_t i = 0; i < p.numel(); ++i) {
@@ -249,10 +245,10 @@ TEST(ParamGroupsTest, ShardedOptimizerHonoursGroups) {
     for (int64_t i = 0; i < numel; ++i) params[i] = InitValue("flat", "x", i);
     EngineOptions opts;
     opts.param_groups = {{.match = "*.b", .weight_decay = 0.0}};
-    ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(AdamWConfig(1, lr, wd), testing::Borrow(comm),
-                                                            {FlatBuffers{params.data(), grads.data(), DType::kF32,
-                                                                         cap, tensors, "flat"}},
-                                                            opts));
+    ASSERT_OK_AND_ASSIGN(
+        auto opt,
+        ShardedOptimizer::Create(AdamWConfig(1, lr, wd), testing::Borrow(comm),
+                                 {FlatBuffers{params.data(), grads.data(), DType::kF32, cap, tensors, "flat"}}, opts));
     for (int k = 0; k < 2; ++k) ASSERT_OK(opt->Step());  // zero gradients
     for (int64_t i = 0; i < numel; ++i) {
       const float init = InitValue("flat", "x", i);

@@ -141,7 +141,8 @@ TEST_P(PlanTableTest, FormulasHoldAtEveryWorldSizeAndRank) {
       }
       // The copy-back staging: two tiles of the compute dtype when parameters in the compute tier get their
       // update from the host (offload_param applies at stage 3 only).
-      const bool staged = c.off != Offload::kNone && c.stage >= 1 && !(c.off == Offload::kOptimizerAndParams && c.stage == 3);
+      const bool staged =
+          c.off != Offload::kNone && c.stage >= 1 && !(c.off == Offload::kOptimizerAndParams && c.stage == 3);
       const int64_t tile = std::min<int64_t>(1000, max_shard);
       EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kStaging).current, staged ? 2 * tile * DTypeSize(c.cd) : 0);
       padding_all_ranks += r.padding_bytes;
@@ -151,8 +152,7 @@ TEST_P(PlanTableTest, FormulasHoldAtEveryWorldSizeAndRank) {
       for (const auto& u : plan.units) {
         for (const auto& b : u.buffers) {
           ASSERT_TRUE(b.elems == u.padded || b.elems == u.shard) << internal::BufferRoleName(b.role);
-          (b.elems == u.padded && u.padded != u.shard ? full_bytes_per_pad : shard_bytes_per_pad) +=
-              DTypeSize(b.dtype);
+          (b.elems == u.padded && u.padded != u.shard ? full_bytes_per_pad : shard_bytes_per_pad) += DTypeSize(b.dtype);
           if (b.tier == MemTier::kDevice) {
             EXPECT_FALSE(b.pinned);
           }
@@ -184,9 +184,9 @@ std::vector<PlanCase> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Plan, PlanTableTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<PlanCase>& i) {
                            const PlanCase& c = i.param;
-                           return absl::StrCat("stage", c.stage, "_", std::string(DTypeName(c.cd)), "_", OffloadName(c.off), "_",
-                                               c.mode == GradAccumulationMode::kLowMemory ? "lowmem" : "lowcomm",
-                                               "_ga", c.ga);
+                           return absl::StrCat(
+                               "stage", c.stage, "_", std::string(DTypeName(c.cd)), "_", OffloadName(c.off), "_",
+                               c.mode == GradAccumulationMode::kLowMemory ? "lowmem" : "lowcomm", "_ga", c.ga);
                          });
 
 // The paper's formulas spelled out (Adam, one micro-step, no offload): fp32 16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N;
@@ -212,7 +212,7 @@ TEST(PlanTest, PaperFormulas) {
 TEST(PlanTest, PersistentUnitsStayWhole) {
   PlanPolicy p = Policy(3, DType::kF32, Offload::kNone, GradAccumulationMode::kLowMemory, 1, 4, 0);
   p.persistence_threshold = 100;
-  p.model_persistence_threshold = 4;  // room for 3 + ... but not 3 + 2
+  p.model_persistence_threshold = 4;            // room for 3 + ... but not 3 + 2
   const StagePlan plan = MakePlan(p, kNumels);  // 192, 3, 8638, 2
   ASSERT_EQ(plan.units.size(), 4u);
   EXPECT_FALSE(plan.units[0].persistent);

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
+#include "support/world_stage.h"
 
 namespace zero {
 namespace {
@@ -72,12 +73,12 @@ void OwnAdamW(float* p, const float* g, float* m, float* v, int t) {
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(kBeta2, t)));
   const float neg_step = static_cast<float>(-kLr / (1.0 - std::pow(kBeta1, t))), eps = static_cast<float>(kEps);
   for (int64_t i = 0; i < kNumel; ++i) {
-    p[i] = p[i] * decay;                        // param.mul_(1 - lr * weight_decay)
-    m[i] = m[i] + w * (g[i] - m[i]);            // exp_avg.lerp_(grad, 1 - beta1)
-    v[i] = v[i] * b2;                           // exp_avg_sq.mul_(beta2)
-    v[i] = v[i] + one_minus_b2 * g[i] * g[i];   // .addcmul_(grad, grad, value=1 - beta2)
+    p[i] = p[i] * decay;                       // param.mul_(1 - lr * weight_decay)
+    m[i] = m[i] + w * (g[i] - m[i]);           // exp_avg.lerp_(grad, 1 - beta1)
+    v[i] = v[i] * b2;                          // exp_avg_sq.mul_(beta2)
+    v[i] = v[i] + one_minus_b2 * g[i] * g[i];  // .addcmul_(grad, grad, value=1 - beta2)
     const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-    p[i] = p[i] + neg_step * m[i] / denom;      // param.addcdiv_(exp_avg, denom, value=-step_size)
+    p[i] = p[i] + neg_step * m[i] / denom;  // param.addcdiv_(exp_avg, denom, value=-step_size)
   }
 }
 
@@ -93,10 +94,7 @@ Config WrapperConfig(int stage) {
 
 constexpr int kSteps = 50;
 
-struct Case {
-  int world;
-  int stage;
-};
+using Case = testing::WorldStage;
 
 class ShardedOptimizerTest : public ::testing::TestWithParam<Case> {};
 
@@ -152,9 +150,7 @@ TEST_P(ShardedOptimizerTest, MatchesTheTrainersOwnAdamWOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ShardedOptimizerTest,
                          ::testing::Values(Case{1, 0}, Case{1, 1}, Case{1, 2}, Case{2, 0}, Case{2, 1}, Case{2, 2},
                                            Case{3, 0}, Case{3, 1}, Case{3, 2}, Case{4, 0}, Case{4, 1}, Case{4, 2}),
-                         [](const ::testing::TestParamInfo<Case>& i) {
-                           return absl::StrCat("world", i.param.world, "_stage", i.param.stage);
-                         });
+                         testing::WorldStageName);
 
 // 16-bit parameters in the trainer's buffer: the wrapper keeps the fp32 master (4 bytes per shard element) and
 // writes the rounded values back; the loss follows the fp32 run's.

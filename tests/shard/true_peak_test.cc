@@ -85,9 +85,8 @@ TEST_P(TruePeakTest, LiesBetweenTheBytesAliveAndTheSumOfTagPeaks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, TruePeakTest,
-                         ::testing::Values(Case{2, 0, false, false}, Case{2, 1, false, false},
-                                           Case{2, 2, false, false}, Case{2, 3, false, false},
-                                           Case{4, 3, false, false}, Case{2, 2, true, false},
+                         ::testing::Values(Case{2, 0, false, false}, Case{2, 1, false, false}, Case{2, 2, false, false},
+                                           Case{2, 3, false, false}, Case{4, 3, false, false}, Case{2, 2, true, false},
                                            Case{2, 3, true, true},
                                            Case{2, 2, false, false, GradAccumulationMode::kLowCommunication},
                                            Case{2, 3, false, false, GradAccumulationMode::kLowCommunication},

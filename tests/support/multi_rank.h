@@ -44,7 +44,6 @@ Status RunRanksStatus(int world, const std::function<Status(Communicator& comm, 
 
 // Runs `body(rank)` on `world` threads without creating communicators (for tests that build their own, e.g.
 // rendezvous failures), with the same rank attribution and hang timeout.
-void RunThreads(int world, const std::function<void(int rank)>& body,
-                absl::Duration test_timeout = absl::Seconds(120));
+void RunThreads(int world, const std::function<void(int rank)>& body, absl::Duration test_timeout = absl::Seconds(120));
 
 }  // namespace zero::testing

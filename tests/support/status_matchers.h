@@ -100,7 +100,7 @@ inline ::testing::PolymorphicMatcher<status_internal::StatusIsMatcher> StatusIs(
 
 // ... with this code and a message containing `substring` (see the header comment: a substring, not equality).
 inline ::testing::PolymorphicMatcher<status_internal::StatusIsMatcher> StatusIs(absl::StatusCode code,
-                                                                               absl::string_view substring) {
+                                                                                absl::string_view substring) {
   return ::testing::MakePolymorphicMatcher(
       status_internal::StatusIsMatcher(code, ::testing::HasSubstr(std::string(substring))));
 }
@@ -109,7 +109,7 @@ inline ::testing::PolymorphicMatcher<status_internal::StatusIsMatcher> StatusIs(
 template <typename MessageMatcher,
           std::enable_if_t<!std::is_convertible_v<const MessageMatcher&, absl::string_view>, int> = 0>
 ::testing::PolymorphicMatcher<status_internal::StatusIsMatcher> StatusIs(absl::StatusCode code,
-                                                                        MessageMatcher message_matcher) {
+                                                                         MessageMatcher message_matcher) {
   return ::testing::MakePolymorphicMatcher(status_internal::StatusIsMatcher(
       code, ::testing::SafeMatcherCast<const std::string&>(std::move(message_matcher))));
 }
@@ -127,7 +127,7 @@ template <typename MessageMatcher,
 #define ZERO_TEST_CONCAT(a, b) ZERO_TEST_CONCAT_IMPL(a, b)
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
   ZERO_TEST_ASSERT_OK_AND_ASSIGN_IMPL(ZERO_TEST_CONCAT(_zero_test_status_or_, __LINE__), lhs, rexpr)
-#define ZERO_TEST_ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, rexpr) \
-  auto tmp = (rexpr);                                         \
+#define ZERO_TEST_ASSERT_OK_AND_ASSIGN_IMPL(tmp, lhs, rexpr)         \
+  auto tmp = (rexpr);                                                \
   ASSERT_OK(tmp) << "in ASSERT_OK_AND_ASSIGN(" #lhs ", " #rexpr ")"; \
   lhs = std::move(tmp).value()

@@ -24,14 +24,10 @@ Status CublasStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   const std::string msg = absl::StrCat(what, ": ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
   switch (s) {
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return absl::InvalidArgumentError(msg);
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return absl::ResourceExhaustedError(msg);
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::InternalError(msg);
+    case CUBLAS_STATUS_INVALID_VALUE: return absl::InvalidArgumentError(msg);
+    case CUBLAS_STATUS_ALLOC_FAILED: return absl::ResourceExhaustedError(msg);
+    case CUBLAS_STATUS_NOT_INITIALIZED: return absl::FailedPreconditionError(msg);
+    default: return absl::InternalError(msg);
   }
 }
 

@@ -97,11 +97,10 @@ bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op) {
 Status CompareFingerprints(const uint8_t* all, int world_size) {
   for (int r = 1; r < world_size; ++r) {
     if (std::memcmp(all, all + r * kFingerprintBytes, kFingerprintBytes) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("collective order violated (all ranks must issue the same ops in the same order): rank 0 "
-                       "issued ",
-                       DescribeFingerprint(all), " but rank ", r, " issued ",
-                       DescribeFingerprint(all + r * kFingerprintBytes)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "collective order violated (all ranks must issue the same ops in the same order): rank 0 "
+          "issued ",
+          DescribeFingerprint(all), " but rank ", r, " issued ", DescribeFingerprint(all + r * kFingerprintBytes)));
     }
   }
   return absl::OkStatus();

@@ -45,9 +45,7 @@ class OrderedExecutor {
       Job job;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !running_ && (!queue_.empty() || stop_);
-        };
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_ && (!queue_.empty() || stop_); };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // stopped and drained
         // A just-pushed op usually belongs to a caller about to Wait on it, which then runs it without any

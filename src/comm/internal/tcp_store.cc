@@ -214,8 +214,8 @@ void TcpStoreServer::Loop() {
         } else if (timeout_ms == 0) {
           c.out += Response(kCodeTimeout, "");
         } else {
-          waiters.push_back({c.fd, key,
-                             timeout_ms < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(timeout_ms)});
+          waiters.push_back(
+              {c.fd, key, timeout_ms < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(timeout_ms)});
         }
       } else if (cmd == kCmdAdd && payload.size() == 8) {
         const int64_t v = counters[key] += static_cast<int64_t>(ReadU64(payload.data()));

@@ -46,8 +46,7 @@ class TcpStoreServer {
 class TcpStoreClient {
  public:
   // Connects to host:port, retrying until `timeout` (the server may start after the client).
-  static StatusOr<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, int port,
-                                                           absl::Duration timeout);
+  static StatusOr<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, int port, absl::Duration timeout);
   ~TcpStoreClient();
   TcpStoreClient(const TcpStoreClient&) = delete;
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;
@@ -62,8 +61,7 @@ class TcpStoreClient {
  private:
   TcpStoreClient(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
   // Sends one request and reads its response; kUnavailable if the connection broke.
-  StatusOr<std::pair<uint8_t, std::string>> RoundTrip(uint8_t cmd, const std::string& key,
-                                                      const std::string& payload);
+  StatusOr<std::pair<uint8_t, std::string>> RoundTrip(uint8_t cmd, const std::string& key, const std::string& payload);
 
   absl::Mutex mu_;
   int fd_;

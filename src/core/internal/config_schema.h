@@ -25,14 +25,14 @@ namespace zero::internal {
 
 // What a JSON value must be.
 enum class KeyType : uint8_t {
-  kSection,   // a JSON object whose keys are rows of their own
-  kBool,      // true / false
-  kInt,       // an integer; a float is accepted when integral (5e8), as pydantic does for DeepSpeed's int fields
-  kNumber,    // any number
-  kString,    // any string
-  kEnum,      // one of `choices` (comma-separated); see kCaseInsensitive
+  kSection,     // a JSON object whose keys are rows of their own
+  kBool,        // true / false
+  kInt,         // an integer; a float is accepted when integral (5e8), as pydantic does for DeepSpeed's int fields
+  kNumber,      // any number
+  kString,      // any string
+  kEnum,        // one of `choices` (comma-separated); see kCaseInsensitive
   kNumberPair,  // [number, number] (optimizer betas)
-  kAny,       // any JSON value (DeepSpeed sections zero ignores, and opaque DeepSpeed dicts)
+  kAny,         // any JSON value (DeepSpeed sections zero ignores, and opaque DeepSpeed dicts)
 };
 
 // Whether zero does what the key asks.
@@ -86,8 +86,7 @@ inline FieldRef Ref(std::optional<int64_t>& v) { return {FieldRef::Kind::kOptInt
 inline FieldRef Ref(std::optional<std::string>& v) { return {FieldRef::Kind::kOptString, &v}; }
 // uint8_t enums whose enumerators are in the order of the row's `choices`.
 template <typename E>
-  requires std::is_enum_v<E>
-FieldRef Ref(E& v) {
+requires std::is_enum_v<E> FieldRef Ref(E& v) {
   static_assert(sizeof(E) == 1, "enum fields must be uint8_t-based");
   return {FieldRef::Kind::kEnum8, &v};
 }
@@ -96,40 +95,40 @@ inline FieldRef RefPair(double& a, double& b) { return {FieldRef::Kind::kPair, &
 inline constexpr double kNoBound = std::numeric_limits<double>::quiet_NaN();
 
 struct KeySpec {
-  const char* path;            // canonical dotted path
+  const char* path;  // canonical dotted path
   KeyType type;
-  const char* default_json;    // DeepSpeed's default as JSON text ("null": none / dynamic); ours for kOurs rows
-  double min = kNoBound;       // inclusive unless kMinExclusive
-  double max = kNoBound;       // inclusive
+  const char* default_json;  // DeepSpeed's default as JSON text ("null": none / dynamic); ours for kOurs rows
+  double min = kNoBound;     // inclusive unless kMinExclusive
+  double max = kNoBound;     // inclusive
   uint32_t flags = 0;
   const char* choices = nullptr;        // kEnum: values zero accepts, comma-separated
   const char* unimplemented = nullptr;  // kEnum: values DeepSpeed accepts that zero does not implement
   Support support = Support::kYes;
-  double off_max = kNoBound;   // kOffOnly integers: values <= off_max mean "off" (else only the default)
-  uint8_t applies = 0;         // TypeMask for optimizer/scheduler params
+  double off_max = kNoBound;           // kOffOnly integers: values <= off_max mean "off" (else only the default)
+  uint8_t applies = 0;                 // TypeMask for optimizer/scheduler params
   FieldRef (*ref)(Config&) = nullptr;  // storage; nullptr: kept as JSON text in Config::extras_
-  const char* doc = "";        // description
-  const char* note = nullptr;  // extra rule text (docs and errors); kNoEffect: why; kRejected: the message
-  const char* default_doc = nullptr;  // docs: default in words when default_json is not the whole story
+  const char* doc = "";                // description
+  const char* note = nullptr;          // extra rule text (docs and errors); kNoEffect: why; kRejected: the message
+  const char* default_doc = nullptr;   // docs: default in words when default_json is not the whole story
 
   bool has(uint32_t f) const { return (flags & f) != 0; }
   bool nullable() const { return std::string_view(default_json) == "null"; }
 };
 
 enum class AliasKind : uint8_t {
-  kSynonym,             // another accepted spelling (DeepSpeed's pydantic field name vs its stage3_ alias)
-  kDeprecated,          // old spelling; mapped with a warning
-  kDeprecatedSection,   // old section name (bfloat16 -> bf16); mapped with a warning
-  kDeprecatedOffload,   // cpu_offload / cpu_offload_param: true -> <target> = "cpu", false -> "none"
-  kDeprecatedPin,       // cpu_offload_use_pin_memory: sets pin_memory of both offload sections
-  kDeprecatedBoolStage, // "zero_optimization": true/false (DeepSpeed's oldest format) -> stage 1 / 0
+  kSynonym,              // another accepted spelling (DeepSpeed's pydantic field name vs its stage3_ alias)
+  kDeprecated,           // old spelling; mapped with a warning
+  kDeprecatedSection,    // old section name (bfloat16 -> bf16); mapped with a warning
+  kDeprecatedOffload,    // cpu_offload / cpu_offload_param: true -> <target> = "cpu", false -> "none"
+  kDeprecatedPin,        // cpu_offload_use_pin_memory: sets pin_memory of both offload sections
+  kDeprecatedBoolStage,  // "zero_optimization": true/false (DeepSpeed's oldest format) -> stage 1 / 0
 };
 
 struct AliasSpec {
   const char* path;    // the alias's dotted path
   const char* target;  // the canonical path it maps to
   AliasKind kind;
-  const char* note;    // docs
+  const char* note;  // docs
 };
 
 struct CrossRule {

@@ -140,14 +140,13 @@ HWY_INLINE void StoreF16(DF df, hn::Vec<DF> f, uint16_t* p) {
   const auto odd = hn::And(hn::ShiftRight<13>(x), hn::Set(du, 1u));
   const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(x, hn::Set(du, 0xC8000FFFu)), odd));
   // Below 2^-14: adding 0.5f makes the FPU round at the half-subnormal ulp (as dtype.h does).
-  const auto sub =
-      hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, x), hn::Set(df, 0.5f))), hn::Set(du, 0x3F000000u));
+  const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, x), hn::Set(df, 0.5f))), hn::Set(du, 0x3F000000u));
   const auto nan_bits = hn::Or(hn::Set(du, 0x0200u), hn::And(hn::ShiftRight<13>(x), hn::Set(du, 0x3FFu)));
   const auto inf_nan =
       hn::Or(hn::Set(du, 0x7C00u), hn::IfThenElseZero(hn::RebindMask(du, xi > hn::Set(di, 0x7F800000)), nan_bits));
   auto mag = hn::IfThenElse(hn::RebindMask(du, xi < hn::Set(di, 0x38800000)), sub, normal);
   mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x477FEFFF)), hn::Set(du, 0x7C00u), mag);  // >= 65520
-  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x7F7FFFFF)), inf_nan, mag);                // inf, NaN
+  mag = hn::IfThenElse(hn::RebindMask(du, xi > hn::Set(di, 0x7F7FFFFF)), inf_nan, mag);               // inf, NaN
   StoreLow16(df, hn::Or(sign, mag), p);
 #endif
 }

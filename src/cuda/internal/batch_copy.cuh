@@ -57,8 +57,7 @@ ZERO_HD void CopyWords(unsigned char* dst, const unsigned char* src, size_t nw, 
 
 // Thread t of a block of `nthreads` copies its share of [src, src + len) to dst: a byte head until dst is
 // 16-byte aligned, then 16-, 4- or 2-byte words as src's alignment allows, then a byte tail.
-ZERO_HD void CopyTileThread(unsigned char* dst, const unsigned char* src, size_t len, unsigned t,
-                            unsigned nthreads) {
+ZERO_HD void CopyTileThread(unsigned char* dst, const unsigned char* src, size_t len, unsigned t, unsigned nthreads) {
   size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
   if (head > len) head = len;
   for (size_t i = t; i < head; i += nthreads) dst[i] = src[i];
@@ -81,8 +80,7 @@ ZERO_HD void CopyTileThread(unsigned char* dst, const unsigned char* src, size_t
 }
 
 // Block `block` of `nblocks`, thread t of `nthreads`: grid-stride over the table's tiles.
-ZERO_HD void BatchCopyThread(const BatchCopyTable& table, size_t block, size_t nblocks, unsigned t,
-                             unsigned nthreads) {
+ZERO_HD void BatchCopyThread(const BatchCopyTable& table, size_t block, size_t nblocks, unsigned t, unsigned nthreads) {
   const size_t total = table.tile_begin[table.count];
   for (size_t tile = block; tile < total; tile += nblocks) {
     const int s = FindSegment(table, tile);

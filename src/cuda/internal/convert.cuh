@@ -34,7 +34,7 @@ ZERO_HD void AddThread(const void* src, void* dst, const VecPlan& plan, size_t t
     float a[8], b[8];
     Load8<D>(dst, plan.head + 8 * k, a);
     Load8<S>(src, plan.head + 8 * k, b);
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int j = 0; j < 8; ++j) a[j] = FAdd(a[j], b[j]);
     Store8<D>(dst, plan.head + 8 * k, a);
   }

@@ -186,7 +186,7 @@ ZERO_HD void StoreOne(void* p, size_t i, float v) {
 // Shared by Load8/Store8 and the tiled fused step's LoadUnit/StoreUnit so both round identically.
 template <class T, int kWords>
 ZERO_HD void UnpackHalves(const uint32_t (&w)[kWords], float (&v)[2 * kWords]) {
-ZERO_UNROLL
+  ZERO_UNROLL
   for (int k = 0; k < kWords; ++k) {
     if constexpr (T::kDt == Dt::kBF16) {
       v[2 * k] = FromBits(w[k] << 16);
@@ -200,7 +200,7 @@ ZERO_UNROLL
 
 template <class T, int kWords>
 ZERO_HD void PackHalves(const float (&v)[2 * kWords], uint32_t (&w)[kWords]) {
-ZERO_UNROLL
+  ZERO_UNROLL
   for (int k = 0; k < kWords; ++k) {
     uint32_t lo, hi;
     if constexpr (T::kDt == Dt::kBF16) {
@@ -222,8 +222,14 @@ ZERO_HD void Load8(const void* p, size_t i, float (&v)[8]) {
     const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
     const float4 a = q[0];
     const float4 b = q[1];
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
   } else {
     const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i);
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};

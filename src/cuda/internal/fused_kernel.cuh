@@ -63,8 +63,8 @@ cudaError_t LaunchFusedTiled(const FusedArgs& a, const Op& op, FusedGrid grid, c
   if (blocks == 0) return cudaSuccess;
   if (grid == FusedGrid::kFullWave) {
     int wave = 0;
-    if (cudaError_t e = FullWaveBlocks(reinterpret_cast<const void*>(&FusedStepTiledKernel<G, P, Op, V>), kThreads,
-                                       &wave);
+    if (cudaError_t e =
+            FullWaveBlocks(reinterpret_cast<const void*>(&FusedStepTiledKernel<G, P, Op, V>), kThreads, &wave);
         e != cudaSuccess) {
       return e;
     }

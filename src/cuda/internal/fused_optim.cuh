@@ -169,7 +169,7 @@ ZERO_HD void FusedStepThread(const FusedArgs& a, const Op& op, size_t tid, size_
     Load8<G>(a.grad, e, g);
     if constexpr (kS >= 1) Load8<F32>(a.state[0], e, s0);
     if constexpr (kS >= 2) Load8<F32>(a.state[1], e, s1);
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int j = 0; j < 8; ++j) {
       float s[2] = {kS >= 1 ? s0[j] : 0.f, kS >= 2 ? s1[j] : 0.f};
       op.Apply(p[j], FMul(g[j], a.grad_scale), s);
@@ -281,7 +281,7 @@ ZERO_HD void LoadUnit(const void* p, size_t i, float (&v)[kE]) {
   static_assert(kE == 8 || kE == 4, "units are 8 or 4 elements");
   if constexpr (T::kDt == Dt::kF32) {
     const float* f = static_cast<const float*>(p) + i;
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int q = 0; q < kE / 4; ++q) {
       const float4 x = LoadVec<H, float4>(f + 4 * q);
       v[4 * q] = x.x;
@@ -313,7 +313,7 @@ ZERO_HD void StoreUnit(void* p, size_t i, const float (&v)[kE]) {
   static_assert(kE == 8 || kE == 4, "units are 8 or 4 elements");
   if constexpr (T::kDt == Dt::kF32) {
     float* f = static_cast<float*>(p) + i;
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int q = 0; q < kE / 4; ++q) {
       StoreVec<H>(f + 4 * q, make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]));
     }
@@ -338,7 +338,7 @@ ZERO_HD void FusedStepUnits(const FusedArgs& a, const Op& op, size_t e0, size_t 
   constexpr int kS = Op::kStates;
   constexpr CacheHint H = V::kHint;
   float p[kN][kE], g[kN][kE], s0[kN][kE], s1[kN][kE];
-ZERO_UNROLL
+  ZERO_UNROLL
   for (int j = 0; j < kN; ++j) {
     const size_t e = e0 + j * stride;
     LoadUnit<F32, kE, H>(a.master, e, p[j]);
@@ -347,9 +347,9 @@ ZERO_UNROLL
     if constexpr (kS >= 2) LoadUnit<F32, kE, H>(a.state[1], e, s1[j]);
   }
   // Unit by unit: its math, then its stores, so its registers are free before the next unit's math.
-ZERO_UNROLL
+  ZERO_UNROLL
   for (int j = 0; j < kN; ++j) {
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int k = 0; k < kE; ++k) {
       float s[2] = {kS >= 1 ? s0[j][k] : 0.f, kS >= 2 ? s1[j][k] : 0.f};
       op.Apply(p[j][k], FMul(g[j][k], a.grad_scale), s);

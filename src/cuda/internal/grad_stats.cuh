@@ -19,7 +19,7 @@ template <class G>
 ZERO_HD void AddGroup8(const float (&g)[8], float scale, StatsPartial& acc) {
   float s = 0.f;
   unsigned nf = 0;
-ZERO_UNROLL
+  ZERO_UNROLL
   for (int j = 0; j < 8; ++j) {
     const float x = g[j] * scale;
     nf += IsNonFinite(x) ? 1u : 0u;
@@ -32,15 +32,14 @@ ZERO_UNROLL
 // Thread `tid` of `nthreads` (grid-stride). Four vectors per iteration are loaded before any is used, so each
 // thread keeps four 16-byte loads in flight.
 template <class G>
-ZERO_HD StatsPartial GradStatsThread(const void* grad, float scale, const VecPlan& plan, size_t tid,
-                                     size_t nthreads) {
+ZERO_HD StatsPartial GradStatsThread(const void* grad, float scale, const VecPlan& plan, size_t tid, size_t nthreads) {
   StatsPartial acc;
   size_t k = tid;
   for (; k + 3 * nthreads < plan.nvec; k += 4 * nthreads) {
     float g[4][8];
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int u = 0; u < 4; ++u) Load8<G>(grad, plan.head + 8 * (k + u * nthreads), g[u]);
-ZERO_UNROLL
+    ZERO_UNROLL
     for (int u = 0; u < 4; ++u) AddGroup8<G>(g[u], scale, acc);
   }
   for (; k < plan.nvec; k += nthreads) {

@@ -48,8 +48,8 @@ struct EngineContext {
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
   bool finalized = false;
-  Status deferred;     // an error of a scope's close or a prefetch, reported by the next public call
-  StepTimes times;     // of the step in progress
+  Status deferred;                 // an error of a scope's close or a prefetch, reported by the next public call
+  StepTimes times;                 // of the step in progress
   std::vector<Buffer> quarantine;  // buffers of collectives whose wait failed (see Quarantine)
 
   int stage() const { return policy.stage; }

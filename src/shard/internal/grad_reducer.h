@@ -62,9 +62,9 @@ class GradReducer {
   struct PendingReduce {
     UnitId unit = -1;
     Work work;
-    Buffer bucket;   // the trainer's gradient bucket (stages 2-3), returned to the pool when done
-    Buffer staging;  // the input converted to the wire dtype
-    Buffer recv;     // reduce-scatter output before it is deposited
+    Buffer bucket;                 // the trainer's gradient bucket (stages 2-3), returned to the pool when done
+    Buffer staging;                // the input converted to the wire dtype
+    Buffer recv;                   // reduce-scatter output before it is deposited
     const void* result = nullptr;  // what to deposit (nullptr: the op wrote the deposit directly)
     DType result_dtype = DType::kF32;
     int64_t result_elems = 0;

@@ -38,8 +38,8 @@ struct PlanPolicy {
   int stage = 0;
   int world = 1;
   int rank = 0;
-  DType compute = DType::kF32;   // fp16/bf16 mixed precision, else fp32
-  DType wire = DType::kF32;      // communication_data_type: f32, or the compute dtype
+  DType compute = DType::kF32;  // fp16/bf16 mixed precision, else fp32
+  DType wire = DType::kF32;     // communication_data_type: f32, or the compute dtype
   int accumulation_steps = 1;
   GradAccumulationMode accumulation_mode = GradAccumulationMode::kLowMemory;
   bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device "cpu", stages 1-3
@@ -96,16 +96,16 @@ struct PlannedBuffer {
   DType dtype = DType::kF32;
   MemTier tier = MemTier::kDevice;  // kDevice: the compute tier; kHost: what offload moved out of it
   MemTag tag = MemTag::kParams;
-  bool pinned = false;              // host tier only: page-locked when zero was built with CUDA
-  int64_t padding_elems = 0;        // of `elems`, how many are padding this rank holds
-  bool trainer_owned = false;       // the trainer's own buffer (zero/sharded_optimizer.h): used, not allocated
+  bool pinned = false;         // host tier only: page-locked when zero was built with CUDA
+  int64_t padding_elems = 0;   // of `elems`, how many are padding this rank holds
+  bool trainer_owned = false;  // the trainer's own buffer (zero/sharded_optimizer.h): used, not allocated
   int64_t bytes() const { return elems * static_cast<int64_t>(DTypeSize(dtype)); }
 };
 
 struct UnitPlan {
-  int64_t numel = 0;   // Ψ_u, unpadded
-  int64_t padded = 0;  // numel rounded up to world × 32
-  int64_t shard = 0;   // padded / world
+  int64_t numel = 0;            // Ψ_u, unpadded
+  int64_t padded = 0;           // numel rounded up to world × 32
+  int64_t shard = 0;            // padded / world
   bool persistent = false;      // stage 3: kept gathered (below stage3_param_persistence_threshold)
   bool sharded_params = false;  // stage 3 and not persistent: only the shard is resident between scopes
   bool trainer_owned = false;   // parameters and full gradients are the trainer's buffers (stages 0-2)

@@ -37,11 +37,11 @@ struct Unit {
   bool frozen = false;
 
   // Model state, allocated at Finalize as the plan lists (BufferRole names the same buffers).
-  Buffer params;        // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
-  Buffer full_grads;    // compute dtype, full: stages 0-1 always; stages 2-3 low-communication mode (transient)
-  Buffer grad_shard;    // the reduced shard's device part (stages 2-3; stage 1 when accumulating 16-bit grads)
-  Buffer accum_full;    // f32, full: 16-bit grads accumulated over micro-steps before one reduction
-  Buffer master;        // f32 master weights of the device part, mixed precision only
+  Buffer params;              // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
+  Buffer full_grads;          // compute dtype, full: stages 0-1 always; stages 2-3 low-communication mode (transient)
+  Buffer grad_shard;          // the reduced shard's device part (stages 2-3; stage 1 when accumulating 16-bit grads)
+  Buffer accum_full;          // f32, full: 16-bit grads accumulated over micro-steps before one reduction
+  Buffer master;              // f32 master weights of the device part, mixed precision only
   std::vector<Buffer> state;  // one per optimizer state (empty buffers when the device part is empty)
   // Optimizer offload: elements [0, host_n) of this rank's shard are updated on the host from host-tier
   // buffers; grad_shard/master/state above then hold only the device part [host_n, shard) (Twin-Flow when
