@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -140,6 +141,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
     u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
   }
   step.Allocate(plan);
+  LogPersistentUnits(plan);
   ZERO_RETURN_IF_ERROR(ctx.compute->status());
   ctx.finalized = true;
   return InitialValues(init);
@@ -173,6 +175,26 @@ Status Engine::Impl::ResolveGroups() {
     u.frozen = frozen > 0;
   }
   return absl::OkStatus();
+}
+
+// Stage 3 keeps units below stage3_param_persistence_threshold gathered: say which, and what it costs, once —
+// a trainer that registered its model as one small unit would otherwise not see that nothing is sharded.
+void Engine::Impl::LogPersistentUnits(const internal::StagePlan& plan) const {
+  if (ctx.stage() != 3 || ctx.rank != 0) return;
+  std::vector<std::string> names;
+  int64_t elems = 0, count = 0;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    if (!plan.units[i].persistent) continue;
+    elems += plan.units[i].padded;
+    if (++count <= 6) names.push_back(ctx.units[i].name());
+  }
+  if (count == 0) return;
+  if (count > 6) names.push_back("...");
+  ZERO_LOG(INFO) << "stage 3: " << count << " of " << plan.units.size() << " units (" << elems
+                 << " parameter elements, " << elems * static_cast<int64_t>(DTypeSize(ctx.cd()))
+                 << " bytes) are below stage3_param_persistence_threshold ("
+                 << ctx.cfg.zero.stage3_param_persistence_threshold
+                 << ") and stay gathered on every rank, as at stage 2: " << absl::StrJoin(names, ", ");
 }
 
 Status Engine::Impl::CheckUnit(UnitId id, const char* what) const {
@@ -221,43 +243,6 @@ Status Engine::Impl::Close(UnitId id, bool backward) {
 StatusOr<StepResult> Engine::Impl::Step(const StepOptions& options) {
   if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
-  return step.Run(options);
-}
-
-StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params,
-                                              void* grads, DType dtype, int64_t capacity) {
-  if (params == nullptr || grads == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": params and grads must be given"));
-  }
-  if (dtype != ctx.cd()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "FlatBuffers \"", name, "\": the buffers are ", std::string(DTypeName(dtype)), " but the config computes in ",
-        std::string(DTypeName(ctx.cd())), " (fp16.enabled / bf16.enabled choose 16-bit buffers; neither: f32)"));
-  }
-  ZERO_ASSIGN_OR_RETURN(UnitId id, AddUnit(name, std::move(tensors)));
-  Unit& u = ctx.units[id];
-  const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
-  if (capacity < need) {
-    ctx.units.pop_back();
-    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ",
-                                                   u.layout.numel, " parameters at world size ", ctx.world, " need ",
-                                                   need,
-                                                   " (ShardedOptimizer::Capacity): the collectives "
-                                                   "move whole shards of ",
-                                                   need / ctx.world, " elements"));
-  }
-  u.trainer_params = params;
-  u.trainer_grads = grads;
-  return id;
-}
-
-StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) {
-  if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
-  ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
-  for (Unit& u : ctx.units) {
-    u.backward_count = 1;  // the trainer accumulated its micro-steps itself
-    if (!u.frozen) ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
-  }
   return step.Run(options);
 }
 

@@ -11,6 +11,45 @@
 
 namespace zero {
 
+using internal::Unit;
+
+StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params,
+                                              void* grads, DType dtype, int64_t capacity) {
+  if (params == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": params and grads must be given"));
+  }
+  if (dtype != ctx.cd()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatBuffers \"", name, "\": the buffers are ", std::string(DTypeName(dtype)), " but the config computes in ",
+        std::string(DTypeName(ctx.cd())), " (fp16.enabled / bf16.enabled choose 16-bit buffers; neither: f32)"));
+  }
+  ZERO_ASSIGN_OR_RETURN(UnitId id, AddUnit(name, std::move(tensors)));
+  Unit& u = ctx.units[id];
+  const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
+  if (capacity < need) {
+    ctx.units.pop_back();
+    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ",
+                                                   u.layout.numel, " parameters at world size ", ctx.world, " need ",
+                                                   need,
+                                                   " (ShardedOptimizer::Capacity): the collectives "
+                                                   "move whole shards of ",
+                                                   need / ctx.world, " elements"));
+  }
+  u.trainer_params = params;
+  u.trainer_grads = grads;
+  return id;
+}
+
+StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) {
+  if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
+  ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
+  for (Unit& u : ctx.units) {
+    u.backward_count = 1;  // the trainer accumulated its micro-steps itself
+    if (!u.frozen) ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
+  }
+  return step.Run(options);
+}
+
 int64_t ShardedOptimizer::Capacity(int64_t numel, int world_size) { return internal::PaddedNumel(numel, world_size); }
 
 StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Config& config,
