@@ -12,15 +12,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gpt/train.h"
+#include "thread_ranks.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
-#include "zero/store.h"
 
 namespace {
 
@@ -89,30 +88,19 @@ int main(int argc, char** argv) {
         opt.model = model;
         opt.steps = steps;
         opt.local_world_size = world;
-        auto store = zero::Store::Hash();
         std::vector<zero::StatusOr<zero::gpt::TrainResult>> results(world, absl::UnknownError("not run"));
-        std::vector<std::thread> threads;
-        for (int r = 0; r < world; ++r) {
-          threads.emplace_back([&, r] {
-            zero::CommOptions copt;
-            copt.hostname = "127.0.0.1";
-            auto comm = zero::Communicator::CreateGloo(store, r, world, copt);
-            if (!comm.ok()) {
-              results[r] = comm.status();
-              return;
-            }
-            results[r] = zero::gpt::TrainRank(*cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)), opt, {},
-                                              /*collect_final_params=*/true);
-          });
-        }
-        for (auto& t : threads) t.join();
+        const std::vector<absl::Status> status =
+            zero::bench::RunGlooThreadRanks(world, [&](std::shared_ptr<zero::Communicator> comm, int r) {
+              results[r] = zero::gpt::TrainRank(*cfg, std::move(comm), opt, {}, /*collect_final_params=*/true);
+              return results[r].status();
+            });
         std::string line = absl::StrCat("{\"stage\": ", stage, ", \"dtype\": \"", bf16 ? "bf16" : "fp32",
                                         "\", \"offload\": \"", offload ? "cpu" : "none", "\", \"world\": ", world);
         bool ok = true;
         for (int r = 0; r < world; ++r) {
-          if (!results[r].ok()) {
+          if (!status[r].ok()) {
             std::fprintf(stderr, "stage %d %s offload %d rank %d: %s\n", stage, bf16 ? "bf16" : "fp32", offload, r,
-                         results[r].status().ToString().c_str());
+                         status[r].ToString().c_str());
             ok = false;
           }
         }

@@ -17,14 +17,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gpt/model.h"
+#include "thread_ranks.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/engine.h"
-#include "zero/store.h"
 
 namespace {
 
@@ -82,48 +81,32 @@ int main(int argc, char** argv) {
   for (const Mode& m : modes) {
     std::vector<double> times;
     for (int rep = 0; rep < reps; ++rep) {
-      auto store = zero::Store::Hash();
       std::vector<double> ms(world, 0);
-      std::vector<std::string> errors(world);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < world; ++r) {
-        threads.emplace_back([&, r] {
-          zero::CommOptions copt;
-          copt.hostname = "127.0.0.1";
-          auto comm = zero::Communicator::CreateGloo(store, r, world, copt);
-          if (!comm.ok()) {
-            errors[r] = comm.status().ToString();
-            return;
-          }
-          zero::Config cfg = zero::Config::Default();
-          cfg.zero.stage = 3;
-          cfg.train_micro_batch_size_per_gpu = 1;
-          cfg.train_batch_size.reset();
-          zero::OptimizerConfig o;
-          o.type = "AdamW";
-          cfg.optimizer = o;
-          zero::EngineOptions opts;
-          opts.initial_value_sync = m.sync;
-          opts.local_world_size = world;
-          auto e = zero::Engine::Create(cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)), opts);
-          if (!e.ok()) {
-            errors[r] = e.status().ToString();
-            return;
-          }
-          for (const auto& [n, specs] : units) (void)(*e)->AddUnit(n, specs);
-          const auto t0 = Clock::now();
-          zero::Status s = (*e)->Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* v) {
-            (void)zero::gpt::InitParam(1234, mc, unit, zero::gpt::ParamSpec{p.name, p.shape}, v);
-            if (m.differ && r == 1) v[0] += 1.0f;
+      const std::vector<absl::Status> status =
+          zero::bench::RunGlooThreadRanks(world, [&](std::shared_ptr<zero::Communicator> comm, int r) {
+            zero::Config cfg = zero::Config::Default();
+            cfg.zero.stage = 3;
+            cfg.train_micro_batch_size_per_gpu = 1;
+            cfg.train_batch_size.reset();
+            zero::OptimizerConfig o;
+            o.type = "AdamW";
+            cfg.optimizer = o;
+            zero::EngineOptions opts;
+            opts.initial_value_sync = m.sync;
+            opts.local_world_size = world;
+            ZERO_ASSIGN_OR_RETURN(auto e, zero::Engine::Create(cfg, std::move(comm), opts));
+            for (const auto& [n, specs] : units) ZERO_RETURN_IF_ERROR(e->AddUnit(n, specs).status());
+            const auto t0 = Clock::now();
+            zero::Status s = e->Finalize([&](const std::string& unit, const zero::ParamSpec& p, float* v) {
+              (void)zero::gpt::InitParam(1234, mc, unit, zero::gpt::ParamSpec{p.name, p.shape}, v);
+              if (m.differ && r == 1) v[0] += 1.0f;
+            });
+            ms[r] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+            return s;
           });
-          ms[r] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          if (!s.ok()) errors[r] = s.ToString();
-        });
-      }
-      for (auto& t : threads) t.join();
       for (int r = 0; r < world; ++r) {
-        if (!errors[r].empty()) {
-          std::fprintf(stderr, "%s rank %d: %s\n", m.name, r, errors[r].c_str());
+        if (!status[r].ok()) {
+          std::fprintf(stderr, "%s rank %d: %s\n", m.name, r, status[r].ToString().c_str());
           return 1;
         }
       }

@@ -82,6 +82,21 @@ void OwnAdamW(float* p, const float* g, float* m, float* v, int t) {
   }
 }
 
+constexpr int kSteps = 50;
+
+// The trainer alone: one process, the whole global batch, its own AdamW for kSteps steps. Returns the final
+// parameters and each step's loss before the update.
+std::vector<float> ReferenceRun(std::vector<float>* loss) {
+  std::vector<float> p(kNumel), g(kNumel), m(kNumel, 0), v(kNumel, 0);
+  loss->assign(kSteps, 0.0f);
+  InitParams(p.data());
+  for (int t = 1; t <= kSteps; ++t) {
+    (*loss)[t - 1] = ForwardBackward(p.data(), g.data(), t, 0, kBatch);
+    OwnAdamW(p.data(), g.data(), m.data(), v.data(), t);
+  }
+  return p;
+}
+
 Config WrapperConfig(int stage) {
   Config c = testing::TrainConfig(stage, /*micro=*/1, /*ga=*/1, kLr, /*clip=*/0.0);
   c.optimizer->beta1 = kBeta1;
@@ -92,8 +107,6 @@ Config WrapperConfig(int stage) {
   return c;
 }
 
-constexpr int kSteps = 50;
-
 using Case = testing::WorldStage;
 
 class ShardedOptimizerTest : public ::testing::TestWithParam<Case> {};
@@ -101,13 +114,8 @@ class ShardedOptimizerTest : public ::testing::TestWithParam<Case> {};
 TEST_P(ShardedOptimizerTest, MatchesTheTrainersOwnAdamWOnTheWholeBatch) {
   const auto [world, stage] = GetParam();
   // The reference: one process, the whole global batch, the trainer's own AdamW.
-  std::vector<float> ref(kNumel), g(kNumel), m(kNumel, 0), v(kNumel, 0);
-  std::vector<float> ref_loss(kSteps);
-  InitParams(ref.data());
-  for (int t = 1; t <= kSteps; ++t) {
-    ref_loss[t - 1] = ForwardBackward(ref.data(), g.data(), t, 0, kBatch);
-    OwnAdamW(ref.data(), g.data(), m.data(), v.data(), t);
-  }
+  std::vector<float> ref_loss;
+  const std::vector<float> ref = ReferenceRun(&ref_loss);
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
     const int64_t cap = ShardedOptimizer::Capacity(kNumel, world);
     std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
@@ -156,13 +164,8 @@ INSTANTIATE_TEST_SUITE_P(Worlds, ShardedOptimizerTest,
 // writes the rounded values back; the loss follows the fp32 run's.
 TEST(ShardedOptimizerBf16, KeepsAnFp32MasterOfTheShard) {
   const int world = 2;
-  std::vector<float> ref(kNumel), g(kNumel), m(kNumel, 0), v(kNumel, 0);
-  std::vector<float> ref_loss(kSteps);  // full-batch loss before each step
-  InitParams(ref.data());
-  for (int t = 1; t <= kSteps; ++t) {
-    ref_loss[t - 1] = ForwardBackward(ref.data(), g.data(), t, 0, kBatch);
-    OwnAdamW(ref.data(), g.data(), m.data(), v.data(), t);
-  }
+  std::vector<float> ref_loss;  // full-batch loss before each step
+  ReferenceRun(&ref_loss);
   testing::RunRanks(world, [&](Communicator& comm, int rank) {
     const int64_t cap = ShardedOptimizer::Capacity(kNumel, world);
     std::vector<uint16_t> params(cap, 0), grads(cap, 0);
