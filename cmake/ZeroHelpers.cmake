@@ -3,7 +3,8 @@
 function(zero_add_test)
   cmake_parse_arguments(ZT "" "NAME;TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
   add_executable(${ZT_NAME} ${ZT_SOURCES})
-  target_link_libraries(${ZT_NAME} PRIVATE zero::zero zero_test_support GTest::gtest GTest::gtest_main ${ZT_LIBS})
+  target_link_libraries(${ZT_NAME} PRIVATE zero::zero zero_test_support GTest::gtest GTest::gtest_main zero_warnings
+                                            ${ZT_LIBS})
   if(NOT ZT_TIMEOUT)
     set(ZT_TIMEOUT 300)
   endif()
@@ -16,3 +17,43 @@ endfunction()
 
 # Flags for translation units with hot element-wise loops: GCC vectorizes std::sqrt only without errno.
 set(ZERO_VECTOR_FLAGS -fno-math-errno -fno-trapping-math)
+
+# zero_add_layer(NAME layer [DEPS lower layers...] SOURCES a.cc ... [LIBS ...])
+#   Called from src/<layer>/CMakeLists.txt: builds the layer as the OBJECT library zero_<layer> and adds its
+#   objects to `zero`. The layer's private headers are included as "<layer>/...", resolved through an include
+#   root of its own, build/layers/<layer>/, which holds a symlink to src/<l> for the layer itself and for every
+#   layer in the transitive closure of DEPS, and nothing else: a higher layer's "<l>/..." is simply not there,
+#   so including it fails to compile ("No such file or directory"). src/ itself is never an include directory
+#   of the library. LIBS: third-party libraries this layer's sources use (PRIVATE, so they do not leak upward).
+#   The layer's objects are added with $<TARGET_OBJECTS:...> rather than by linking, so the installed export
+#   holds `zero` alone. Source-file properties set in the layer's folder apply to zero_<layer> as is.
+function(zero_add_layer)
+  cmake_parse_arguments(ZL "" "NAME" "DEPS;SOURCES;LIBS" ${ARGN})
+  set(target zero_${ZL_NAME})
+  set(visible ${ZL_NAME})
+  foreach(dep IN LISTS ZL_DEPS)
+    if(NOT TARGET zero_${dep})
+      message(FATAL_ERROR "layer ${ZL_NAME}: layer ${dep} does not exist yet (src/CMakeLists.txt adds the layers "
+                          "bottom-up; a dependency on a higher layer is a cycle)")
+    endif()
+    get_target_property(dep_visible zero_${dep} ZERO_LAYER_VISIBLE)
+    list(APPEND visible ${dep_visible})
+  endforeach()
+  list(REMOVE_DUPLICATES visible)
+  list(SORT visible)
+
+  # Rebuilt at every configure, so a layer that loses a dependency loses its link too. (REMOVE_RECURSE removes
+  # the symlinks, not what they point to.)
+  set(root ${PROJECT_BINARY_DIR}/layers/${ZL_NAME})
+  file(REMOVE_RECURSE ${root})
+  file(MAKE_DIRECTORY ${root})
+  foreach(l IN LISTS visible)
+    file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${l} ${root}/${l} SYMBOLIC)
+  endforeach()
+
+  add_library(${target} OBJECT ${ZL_SOURCES})
+  set_target_properties(${target} PROPERTIES ZERO_LAYER_VISIBLE "${visible}" ZERO_LAYER_INCLUDE_ROOT ${root})
+  target_include_directories(${target} PRIVATE ${root})
+  target_link_libraries(${target} PRIVATE zero_layer_base ${ZL_LIBS})
+  target_sources(zero PRIVATE $<TARGET_OBJECTS:${target}>)
+endfunction()

@@ -6,6 +6,7 @@ set -euo pipefail
 
 pkgs=(
   cmake g++ make ninja-build ccache pkg-config
+  clang-format         # scripts/check-format.sh (Debian 12: clang-format 14)
   libgloo-dev          # collectives on host memory (TCP transport, Hash/File/Redis stores)
   libabsl-dev          # absl::Status / StatusOr, strings, time, synchronization
   nlohmann-json3-dev   # config parsing

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,12 @@ struct StepTimes {
   // trainer's thread was blocked on it is. optimizer_ms includes the host step's waits for a staging buffer.
   double offload_copy_ms = 0;  // copy stream busy (overlapped with backward and the host optimizer)
   double offload_wait_ms = 0;  // blocked on the copy stream (inside optimizer_ms, or before the norm)
+};
+
+// Overrides for one Step, for trainers that compute their own learning rate.
+struct StepOptions {
+  std::optional<double> lr;  // this step's learning rate instead of the config's schedule
+  double lr_scale = 1.0;     // multiplies the learning rate (the schedule's or `lr`)
 };
 
 struct StepResult {
@@ -172,6 +179,8 @@ class UnitScope {
   bool backward_ = false;
 };
 
+class ShardedOptimizer;
+
 class Engine {
  public:
   // Validates `config` for the communicator's world size (batch sizes, no "auto" left). The engine keeps the
@@ -205,14 +214,15 @@ class Engine {
 
   // Waits for outstanding reductions, computes the global gradient norm, checks for non-finite gradients
   // (agreed across ranks), clips, runs the optimizer on this rank's shards, refreshes parameters, advances the
-  // LR schedule (not on skipped steps). Collective. On the CUDA engine the host waits here, and only here in a
-  // training step: for the step's collectives (Communicator::Fence, which notices a dead peer), for the
-  // gradient statistics (16 bytes that decide skipping and clipping on the host, as DeepSpeed's overflow check
-  // does) and the norm's 2-float all-reduce, and, with offload, for the copy stream. Forward/Backward and scope
-  // closes never block the host there (collectives are joined with Work::WaitStream), except while the
-  // engine's pools fill in the first steps (cudaMalloc) and, with offload_param, for a shard in pageable
-  // memory (pin_memory false) staged in before its gather.
-  StatusOr<StepResult> Step();
+  // LR schedule (not on skipped steps); `options` can set this step's learning rate instead. Collective. On
+  // the CUDA engine the host waits here, and only here in a training step: for the step's collectives
+  // (Communicator::Fence, which notices a dead peer), for the gradient statistics (16 bytes that decide
+  // skipping and clipping on the host, as DeepSpeed's overflow check does) and the norm's 2-float all-reduce,
+  // and, with offload, for the copy stream. Forward/Backward and scope closes never block the host there
+  // (collectives are joined with Work::WaitStream), except while the engine's pools fill in the first steps
+  // (cudaMalloc) and, with offload_param, for a shard in pageable memory (pin_memory false) staged in before
+  // its gather.
+  StatusOr<StepResult> Step(const StepOptions& options = {});
 
   // Checked access to a parameter of an AVAILABLE unit outside a scope (kFailedPrecondition naming the unit if
   // it is released or in flight).
@@ -254,6 +264,7 @@ class Engine {
 
  private:
   friend class UnitScope;
+  friend class ShardedOptimizer;  // an Engine over the trainer's buffers (zero/sharded_optimizer.h)
   explicit Engine(std::unique_ptr<Impl> impl);
   Status CloseScope(UnitId unit, bool backward);
   std::unique_ptr<Impl> impl_;

@@ -104,6 +104,9 @@ class Buffer {
   // tier: the CUDA engine's compute tier. On failure (no CUDA build, no device, out of memory) an empty buffer
   // and *error names the tag and the size.
   static Buffer Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error);
+  // A view of memory zero does not own (a trainer's own buffer, zero/sharded_optimizer.h): never counted, never
+  // freed; Reset only forgets it. `tier` says where it lives, as for the owning kinds.
+  static Buffer Borrow(void* data, size_t bytes, MemTag tag, MemTier tier);
 
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;
@@ -128,7 +131,7 @@ class Buffer {
   MemoryTracker* tracker_ = nullptr;
   MemTag tag_ = MemTag::kParams;
   MemTier tier_ = MemTier::kHost;
-  enum class Kind : uint8_t { kHost, kPinned, kDevice };
+  enum class Kind : uint8_t { kHost, kPinned, kDevice, kBorrowed };
   Kind kind_ = Kind::kHost;
 };
 

@@ -54,12 +54,6 @@ struct FlatBuffers {
   std::string name = "flat";  // names the buffer pair in errors and reports
 };
 
-// Overrides for one Step (trainers that compute their own schedule).
-struct StepOptions {
-  std::optional<double> lr;  // this step's learning rate instead of the config's schedule
-  double lr_scale = 1.0;     // multiplies the learning rate (the schedule's or `lr`)
-};
-
 class ShardedOptimizer {
  public:
   // Elements a buffer pair of `numel` parameters must hold at `world_size` ranks (a multiple of 32 × world).

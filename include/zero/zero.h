@@ -15,4 +15,5 @@
 #include "zero/mixed_precision.h"
 #include "zero/optimizer.h"
 #include "zero/recompute.h"
+#include "zero/sharded_optimizer.h"
 #include "zero/status.h"

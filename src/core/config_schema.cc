@@ -27,6 +27,9 @@ constexpr const char* kUnimplementedOptimizers =
     "Lamb,OneBitAdam,ZeroOneAdam,OneBitLamb,Adagrad,Lion,MuAdam,MuAdamW,MuSGD,Muon";
 
 // Document order: top-level keys, then each section with its keys, then the sections zero ignores.
+// One key per row with its fields packed, as a table (clang-format 14 would put every designated initializer of a
+// row on a line of its own).
+// clang-format off
 const KeySpec kSchema[] = {
     // ---- top level ----
     {.path = "train_batch_size", .type = T::kInt, .default_json = "null", .min = 1, .flags = kAutoOk,
@@ -514,6 +517,7 @@ const KeySpec kSchema[] = {
     {.path = "managed_gradient_accumulation", .type = T::kAny, .default_json = "null", .support = S::kIgnored,
      .doc = "DeepSpeed engine option"},
 };
+// clang-format on
 
 const AliasSpec kAliases[] = {
     {"zero_optimization.prefetch_bucket_size", "zero_optimization.stage3_prefetch_bucket_size", AliasKind::kSynonym,

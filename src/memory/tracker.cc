@@ -204,8 +204,23 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+Buffer Buffer::Borrow(void* data, size_t bytes, MemTag tag, MemTier tier) {
+  Buffer b;
+  b.data_ = data;
+  b.size_ = bytes;
+  b.tag_ = tag;
+  b.tier_ = tier;
+  b.kind_ = Kind::kBorrowed;
+  return b;
+}
+
 void Buffer::Reset() {
   if (data_ == nullptr) return;
+  if (kind_ == Kind::kBorrowed) {  // not ours: forget it
+    data_ = nullptr;
+    size_ = 0;
+    return;
+  }
   if (tracker_) tracker_->Sub(tier_, tag_, static_cast<int64_t>(size_));
 #if ZERO_HAVE_CUDA
   if (kind_ == Kind::kPinned) {

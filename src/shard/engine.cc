@@ -90,8 +90,12 @@ UnitId Engine::Impl::FindUnit(const std::string& name) const {
 
 internal::StagePlan Engine::Impl::Plan() const {
   std::vector<int64_t> numels;
-  for (const auto& u : ctx.units) numels.push_back(u.layout.numel);
-  return internal::MakePlan(ctx.policy, numels);
+  std::vector<bool> trainer_owned;
+  for (const auto& u : ctx.units) {
+    numels.push_back(u.layout.numel);
+    trainer_owned.push_back(u.trainer_params != nullptr);
+  }
+  return internal::MakePlan(ctx.policy, numels, trainer_owned);
 }
 
 Status Engine::Impl::Finalize(const ParamInit& init) {
@@ -110,8 +114,14 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
     num_params_ += u.layout.numel;
     u.state.resize(ctx.policy.optimizer_states);
     for (const internal::PlannedBuffer& b : u.plan.buffers) {
-      Buffer buf = ctx.Allocate(b);
-      ctx.tracker.AddPadding(b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype)));
+      Buffer buf;
+      if (b.trainer_owned) {
+        void* mine = b.role == internal::BufferRole::kParams ? u.trainer_params : u.trainer_grads;
+        buf = Buffer::Borrow(mine, static_cast<size_t>(b.bytes()), b.tag, b.tier);
+      } else {
+        buf = ctx.Allocate(b);
+        ctx.tracker.AddPadding(b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype)));
+      }
       using R = internal::BufferRole;
       switch (b.role) {
         case R::kParams: u.params = std::move(buf); break;
@@ -174,10 +184,45 @@ Status Engine::Impl::Close(UnitId id, bool backward) {
   return s;
 }
 
-StatusOr<StepResult> Engine::Impl::Step() {
+StatusOr<StepResult> Engine::Impl::Step(const StepOptions& options) {
   if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
-  return step.Run();
+  return step.Run(options);
+}
+
+StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params,
+                                              void* grads, DType dtype, int64_t capacity) {
+  if (params == nullptr || grads == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": params and grads must be given"));
+  }
+  if (dtype != ctx.cd()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatBuffers \"", name, "\": the buffers are ", std::string(DTypeName(dtype)), " but the config computes in ",
+        std::string(DTypeName(ctx.cd())), " (fp16.enabled / bf16.enabled choose 16-bit buffers; neither: f32)"));
+  }
+  ZERO_ASSIGN_OR_RETURN(UnitId id, AddUnit(name, std::move(tensors)));
+  Unit& u = ctx.units[id];
+  const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
+  if (capacity < need) {
+    ctx.units.pop_back();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ", u.layout.numel,
+        " parameters at world size ", ctx.world, " need ", need, " (ShardedOptimizer::Capacity): the collectives "
+        "move whole shards of ", need / ctx.world, " elements"));
+  }
+  u.trainer_params = params;
+  u.trainer_grads = grads;
+  return id;
+}
+
+StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) {
+  if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
+  ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
+  for (Unit& u : ctx.units) {
+    u.backward_count = 1;  // the trainer accumulated its micro-steps itself
+    ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
+  }
+  return step.Run(options);
 }
 
 StatusOr<TensorView> Engine::Impl::ParamView(UnitId id, const std::string& name) const {
@@ -290,7 +335,7 @@ Status Engine::CopyIn(UnitId unit, const std::string& param, const float* values
 StatusOr<UnitScope> Engine::Forward(UnitId unit) { return impl_->Open(this, unit, false); }
 StatusOr<UnitScope> Engine::Backward(UnitId unit) { return impl_->Open(this, unit, true); }
 Status Engine::CloseScope(UnitId unit, bool backward) { return impl_->Close(unit, backward); }
-StatusOr<StepResult> Engine::Step() { return impl_->Step(); }
+StatusOr<StepResult> Engine::Step(const StepOptions& options) { return impl_->Step(options); }
 StatusOr<TensorView> Engine::Param(UnitId unit, const std::string& name) const { return impl_->ParamView(unit, name); }
 StatusOr<std::vector<float>> Engine::GatherParam(UnitId unit, const std::string& name) {
   return impl_->GatherParam(unit, name);

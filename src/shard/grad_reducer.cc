@@ -132,6 +132,18 @@ Status GradReducer::Reduce(Unit& u) {
   return Issue(u, src, src_dtype, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype(), false}, std::move(p));
 }
 
+Status GradReducer::ReduceTrainerOwned(Unit& u) {
+  EngineContext& c = *ctx_;
+  const DType cd = c.cd();
+  void* G = u.full_grads.data();
+  if (c.stage() == 0) return Issue(u, G, cd, /*allreduce=*/true, Deposit{G, cd, false}, PendingReduce{});
+  if (c.stage() == 1) {
+    Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * u.layout.shard * DTypeSize(cd), cd, false};
+    return Issue(u, G, cd, false, dep, PendingReduce{});
+  }
+  return Issue(u, G, cd, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype(), false}, PendingReduce{});
+}
+
 Status GradReducer::RetireOldest() {
   EngineContext& c = *ctx_;
   PendingReduce p = std::move(pending_.front());

@@ -82,8 +82,9 @@ const PlannedBuffer* UnitPlan::Find(BufferRole role, int state_index) const {
 namespace {
 
 // One unit's buffers on this rank. `persistent` is decided by the caller (it depends on the units before).
-UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent) {
+UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trainer_owned) {
   UnitPlan u;
+  u.trainer_owned = trainer_owned;
   u.numel = numel;
   u.padded = PaddedNumel(numel, p.world);
   u.shard = u.padded / p.world;
@@ -108,14 +109,18 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent) {
   };
   constexpr MemTier kDev = MemTier::kDevice, kHost = MemTier::kHost;
   // Parameters.
-  if (u.sharded_params) {
+  if (trainer_owned) {
+    add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
+    add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
+    u.buffers[0].trainer_owned = u.buffers[1].trainer_owned = true;
+  } else if (u.sharded_params) {
     add(BufferRole::kParams, u.shard, cd, p.offload_param ? kHost : kDev, MemTag::kParams,
         p.offload_param && p.pin_param, pad_shard);
   } else {
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }
   // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.
-  if (p.stage <= 1) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
+  if (p.stage <= 1 && !trainer_owned) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
   if (p.Accumulate16() && p.stage == 0) add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
   if ((p.stage >= 2 || (p.stage == 1 && p.Accumulate16())) && n_dev > 0) {
     add(BufferRole::kGradShard, n_dev, u.grad_shard_dtype, kDev, MemTag::kGrads, false, pad_dev);
@@ -139,18 +144,21 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent) {
 
 }  // namespace
 
-StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels) {
+StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
+                   const std::vector<bool>& trainer_owned) {
   StagePlan plan;
   plan.policy = policy;
   int64_t persistent_total = 0, max_host = 0;
-  for (int64_t numel : numels) {
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const int64_t numel = numels[i];
+    const bool owned_by_trainer = i < trainer_owned.size() && trainer_owned[i];
     bool persistent = false;
-    if (policy.stage == 3 && numel < policy.persistence_threshold &&
+    if (policy.stage == 3 && !owned_by_trainer && numel < policy.persistence_threshold &&
         persistent_total + numel <= policy.model_persistence_threshold) {
       persistent = true;
       persistent_total += numel;
     }
-    plan.units.push_back(PlanUnit(policy, numel, persistent));
+    plan.units.push_back(PlanUnit(policy, numel, persistent, owned_by_trainer));
     max_host = std::max(max_host, plan.units.back().host_n);
   }
   // Double-buffered staging for the host step's copy-back: tiles of min(sub_group_size, 1 M) elements, no larger
@@ -169,6 +177,7 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels)
 MemoryReport StagePlan::Report() const {
   MemoryReport r;
   auto count = [&r](const PlannedBuffer& b) {
+    if (b.trainer_owned) return;
     MemoryUsage& m = r.usage[static_cast<size_t>(b.tier)][static_cast<size_t>(b.tag)];
     m.current += b.bytes();
     m.peak = m.current;

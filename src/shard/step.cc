@@ -100,7 +100,7 @@ Status ShardedStep::GradNorm(float red[2]) {
   return host_->AllReduceSum(red, 2);
 }
 
-StatusOr<StepResult> ShardedStep::Run() {
+StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   EngineContext& c = *ctx_;
   ZERO_RETURN_IF_ERROR(CheckReady());
   ZERO_RETURN_IF_ERROR(Drain());
@@ -115,7 +115,7 @@ StatusOr<StepResult> ShardedStep::Run() {
   result.loss_scale = scale;
   const double inv = 1.0 / (static_cast<double>(c.ga()) * scale);
   result.grad_norm = nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(static_cast<double>(red[0])) * inv;
-  result.lr = scheduler_->LrAt(applied_steps_);
+  result.lr = options.lr.value_or(scheduler_->LrAt(applied_steps_)) * options.lr_scale;
   // The decision: every rank saw the same all-reduced flag, so every rank's scaler decides alike.
   if (c.cfg.fp16.enabled) {
     ZERO_RETURN_IF_ERROR(scaler_.Update(nonfinite).status());

@@ -25,6 +25,18 @@ void Engine::Impl::ToCompute(const float* values, const Buffer& in, void* dst, D
   ctx.compute->CopyFromHostSync(dst, tmp.data(), tmp.size());
 }
 
+void Engine::Impl::ReadTrainerValues(const Unit& u, const internal::ParamSlot& slot, float* out) {
+  const size_t es = DTypeSize(ctx.cd());
+  const char* src = static_cast<const char*>(u.trainer_params) + slot.offset * es;
+  if (!ctx.compute->device()) {
+    ConvertBuffer(src, ctx.cd(), out, DType::kF32, slot.numel);
+    return;
+  }
+  std::vector<unsigned char> tmp(slot.numel * es);
+  ctx.compute->CopyToHostSync(tmp.data(), src, tmp.size());
+  ConvertBuffer(tmp.data(), ctx.cd(), out, DType::kF32, slot.numel);
+}
+
 Status Engine::Impl::InitialValues(const ParamInit& init) {
   // Parameters are evaluated and agreed on in batches of at most kAgreeBatchBytes (or one parameter, if larger):
   // one hash exchange per batch instead of one per parameter (a collective costs milliseconds of latency on
@@ -55,7 +67,11 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
     const Unit& u = ctx.units[ui];
     for (const auto& slot : u.layout.params) {
       ValuesToAgree v{static_cast<UnitId>(ui), &slot, std::vector<float>(slot.numel)};
-      if (init) init(u.name(), slot.spec, v.values.data());
+      if (u.trainer_params != nullptr) {
+        ReadTrainerValues(u, slot, v.values.data());  // the trainer's buffer holds its initial values
+      } else if (init) {
+        init(u.name(), slot.spec, v.values.data());
+      }
       batch_bytes += v.values.size() * sizeof(float);
       batch.push_back(std::move(v));
       if (batch_bytes >= kAgreeBatchBytes) ZERO_RETURN_IF_ERROR(flush());

@@ -52,12 +52,6 @@ class NcclTest : public ::testing::Test {
   std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> allocations_;
 };
 
-std::vector<uint8_t> Pattern(size_t bytes, uint8_t seed) {
-  std::vector<uint8_t> v(bytes);
-  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed);
-  return v;
-}
-
 // Typed host values that are exact in every dtype (small integers).
 std::vector<uint8_t> Values(size_t n, DType t) {
   std::vector<uint8_t> v(n * DTypeSize(t));

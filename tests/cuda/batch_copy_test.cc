@@ -57,7 +57,9 @@ TEST_F(CudaCopyTest, BatchCopyAnySizesAndAlignments) {
       std::fill(inside.begin() + dst_off[i], inside.begin() + dst_off[i] + sizes[i], 1);
     }
     for (size_t b = 0; b < dst_total; ++b) {
-      if (!inside[b]) ASSERT_EQ(dst[b], 0xA5) << "byte " << b << " outside every segment was written";
+      if (!inside[b]) {
+        ASSERT_EQ(dst[b], 0xA5) << "byte " << b << " outside every segment was written";
+      }
     }
   }
 }

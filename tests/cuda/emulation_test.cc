@@ -261,8 +261,12 @@ void CompareWithHost(const OptCase& c, int states, const ElementwiseOptimizer& h
   const float* e1 = reinterpret_cast<const float*>(d1.data());
   for (size_t i = 0; i < c.n; ++i) {
     ASSERT_TRUE(SameFloat(em[i], hm[i])) << "master i=" << i << " " << em[i] << " vs " << hm[i];
-    if (states >= 1) ASSERT_TRUE(SameFloat(e0[i], h0[i])) << "state0 i=" << i << " " << e0[i] << " vs " << h0[i];
-    if (states >= 2) ASSERT_TRUE(SameFloat(e1[i], h1[i])) << "state1 i=" << i << " " << e1[i] << " vs " << h1[i];
+    if (states >= 1) {
+      ASSERT_TRUE(SameFloat(e0[i], h0[i])) << "state0 i=" << i << " " << e0[i] << " vs " << h0[i];
+    }
+    if (states >= 2) {
+      ASSERT_TRUE(SameFloat(e1[i], h1[i])) << "state1 i=" << i << " " << e1[i] << " vs " << h1[i];
+    }
     if (c.out == 0) {
       ASSERT_TRUE(SameFloat(reinterpret_cast<const float*>(dout.data())[i], reinterpret_cast<float*>(hout.data())[i]))
           << "param_out i=" << i;

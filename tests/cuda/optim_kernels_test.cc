@@ -143,12 +143,18 @@ void RunCase(const Case& c, int states, const ElementwiseOptimizer& host, Apply 
       ASSERT_TRUE(SameElement(e1.data(), h1.data(), DType::kF32, i)) << "state1 i=" << i << " " << e1[i] << " vs "
                                                                       << h1[i];
     }
-    if (c.out >= 0) ASSERT_TRUE(SameElement(eout.data(), hout.data(), out_dtype, i)) << "param_out i=" << i;
+    if (c.out >= 0) {
+      ASSERT_TRUE(SameElement(eout.data(), hout.data(), out_dtype, i)) << "param_out i=" << i;
+    }
   }
   // Untouched: guards of every buffer, the unused state buffers entirely, param_out when not requested.
   for (const Slot* s : {&dm, &dg}) EXPECT_TRUE(s->GuardsIntact());
-  if (states >= 1) EXPECT_TRUE(d0.GuardsIntact());
-  if (states >= 2) EXPECT_TRUE(d1.GuardsIntact());
+  if (states >= 1) {
+    EXPECT_TRUE(d0.GuardsIntact());
+  }
+  if (states >= 2) {
+    EXPECT_TRUE(d1.GuardsIntact());
+  }
   if (c.out >= 0) {
     EXPECT_TRUE(dout.GuardsIntact());
   } else {

@@ -82,7 +82,9 @@ TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
     for (int t = 0; t < T; ++t) {
       ASSERT_EQ(tok[i * T + t], static_cast<unsigned char>(data->bytes()[s + t]));
       ASSERT_EQ(tgt[i * T + t], static_cast<unsigned char>(data->bytes()[s + t + 1]));
-      if (t + 1 < T) ASSERT_EQ(tgt[i * T + t], tok[i * T + t + 1]);
+      if (t + 1 < T) {
+        ASSERT_EQ(tgt[i * T + t], tok[i * T + t + 1]);
+      }
     }
   }
   data->Batch(5, 0, 1, B, T, tok2.data(), tgt2.data());

@@ -139,7 +139,9 @@ TEST(GptOpsTest, AttentionForwardBackwardMatchReference) {
       double sum = 0.0;
       for (int t2 = 0; t2 < T; ++t2) {
         const float a = att[(bh * T + t) * T + t2];
-        if (t2 > t) EXPECT_EQ(a, 0.0f) << "future position " << t2 << " visible from " << t;
+        if (t2 > t) {
+          EXPECT_EQ(a, 0.0f) << "future position " << t2 << " visible from " << t;
+        }
         sum += a;
       }
       EXPECT_NEAR(sum, 1.0, 1e-6);

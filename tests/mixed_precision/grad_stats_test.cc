@@ -72,7 +72,9 @@ void ExpectMatches(const void* g, DType t, size_t n, const std::string& what) {
   if (seq.nonfinite > 0) {
     ASSERT_FALSE(std::isfinite(got.sumsq)) << got.sumsq;
     ASSERT_EQ(std::isnan(got.sumsq), std::isnan(striped.sumsq));
-    if (!std::isnan(got.sumsq)) ASSERT_EQ(got.sumsq, striped.sumsq);
+    if (!std::isnan(got.sumsq)) {
+      ASSERT_EQ(got.sumsq, striped.sumsq);
+    }
     return;
   }
   ASSERT_TRUE(std::isfinite(got.sumsq)) << got.sumsq;

@@ -78,7 +78,9 @@ TEST_P(RecomputeStageTest, BitwiseEqualToNoRecompute) {
     // The recompute runs inside the block's backward scope: no gather beyond the backward's own.
     EXPECT_EQ(recomputed[r].prefetch_gathers, plain[r].prefetch_gathers);
     EXPECT_EQ(recomputed[r].demand_gathers, plain[r].demand_gathers);
-    if (stage == 3) EXPECT_GT(plain[r].prefetch_gathers + plain[r].demand_gathers, 0);
+    if (stage == 3) {
+      EXPECT_GT(plain[r].prefetch_gathers + plain[r].demand_gathers, 0);
+    }
   }
 }
 

@@ -31,7 +31,11 @@ class Engine::Impl {
   Status CopyIn(UnitId id, const std::string& name, const float* values);
   StatusOr<UnitScope> Open(Engine* engine, UnitId id, bool backward);
   Status Close(UnitId id, bool backward);
-  StatusOr<StepResult> Step();
+  StatusOr<StepResult> Step(const StepOptions& options);
+  // zero/sharded_optimizer.h: a unit over the trainer's buffers, and a step that reduces them first.
+  StatusOr<UnitId> AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params, void* grads,
+                                  DType dtype, int64_t capacity);
+  StatusOr<StepResult> StepTrainerOwned(const StepOptions& options);
   StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const;
   TensorView ScopeView(UnitId id, const std::string& name, bool grad) const;
   StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
@@ -66,6 +70,8 @@ class Engine::Impl {
   StatusOr<std::vector<std::vector<int>>> DifferingRanks(const std::vector<ValuesToAgree>& params, const char* what);
   // Stores one parameter's full values: this rank's part of the parameters and the fp32 master. Local.
   Status Place(UnitId id, const internal::ParamSlot& slot, const float* values);
+  // A trainer-owned unit's current values of one parameter, as fp32 on the host.
+  void ReadTrainerValues(const internal::Unit& u, const internal::ParamSlot& slot, float* out);
   // Writes n fp32 host values as `dtype` at `dst`, inside buffer `in` (compute or host tier).
   void ToCompute(const float* values, const Buffer& in, void* dst, DType dtype, int64_t n);
 };

@@ -35,6 +35,10 @@ class GradReducer {
   // Closing it: issues the unit's reduction (or, while accumulating locally, adds to the accumulator and
   // issues it after the last micro-step).
   Status Reduce(Unit& u);
+  // The trainer's own gradient buffer of a trainer-owned unit (zero/sharded_optimizer.h), all of it accumulated
+  // by the trainer: reduced in place at stages 0-1 (the average all-reduce; the reduce-scatter into this rank's
+  // slice), into the reduced shard at stage 2. The trainer's buffer is read, never pooled or freed.
+  Status ReduceTrainerOwned(Unit& u);
   // Retires queued reductions from the front for as long as they have completed; never waits. Their buckets go
   // back to the pool and, with offload, their shards start streaming to the host while backward goes on.
   Status RetireCompleted();

@@ -98,6 +98,7 @@ struct PlannedBuffer {
   MemTag tag = MemTag::kParams;
   bool pinned = false;              // host tier only: page-locked when zero was built with CUDA
   int64_t padding_elems = 0;        // of `elems`, how many are padding this rank holds
+  bool trainer_owned = false;       // the trainer's own buffer (zero/sharded_optimizer.h): used, not allocated
   int64_t bytes() const { return elems * static_cast<int64_t>(DTypeSize(dtype)); }
 };
 
@@ -107,6 +108,7 @@ struct UnitPlan {
   int64_t shard = 0;   // padded / world
   bool persistent = false;      // stage 3: kept gathered (below stage3_param_persistence_threshold)
   bool sharded_params = false;  // stage 3 and not persistent: only the shard is resident between scopes
+  bool trainer_owned = false;   // parameters and full gradients are the trainer's buffers (stages 0-2)
   int64_t host_n = 0;           // optimizer offload: elements [0, host_n) of the rank's range live on the host
   DType grad_shard_dtype = DType::kF32;
   std::vector<PlannedBuffer> buffers;  // in allocation order
@@ -123,12 +125,15 @@ struct StagePlan {
   std::vector<PlannedBuffer> staging;
 
   // The bytes the plan places, by tier and tag (current == peak), and the padding among them: what the
-  // engine's own tracker reports right after Finalize.
+  // engine's own tracker reports right after Finalize. Trainer-owned buffers are not the engine's: not counted.
   MemoryReport Report() const;
 };
 
 // Lays out units of `numels` elements (registration order) under `policy`. Persistence at stage 3 is decided in
-// order, as the engine registers units, against stage3_model_persistence_threshold.
-StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels);
+// order, as the engine registers units, against stage3_model_persistence_threshold. Units flagged in
+// `trainer_owned` (stages 0-2) use the trainer's parameter and gradient buffers: those are listed, marked, at
+// every stage (at stage 2 the trainer's full gradient is what the reduce-scatter reads).
+StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
+                   const std::vector<bool>& trainer_owned = {});
 
 }  // namespace zero::internal

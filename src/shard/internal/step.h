@@ -36,7 +36,7 @@ class ShardedStep {
   Status Init();
   // Finalize: the copy-back staging the plan lists (offload only); the clock of the first step starts.
   void Allocate(const StagePlan& plan);
-  StatusOr<StepResult> Run();
+  StatusOr<StepResult> Run(const StepOptions& options);
 
   const ElementwiseOptimizer& optimizer() const { return *optimizer_; }
   double loss_scale() const { return scaler_.scale(); }

@@ -27,6 +27,10 @@ struct Unit {
   UnitLayout layout;
   std::vector<ParamSpec> specs;  // registration order
   UnitPlan plan;                 // set at Finalize (shard/internal/plan.h)
+  // A trainer-owned unit (zero/sharded_optimizer.h): the trainer's buffers, which `params` and `full_grads`
+  // borrow at Finalize.
+  void* trainer_params = nullptr;
+  void* trainer_grads = nullptr;
 
   // Model state, allocated at Finalize as the plan lists (BufferRole names the same buffers).
   Buffer params;        // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
