@@ -539,10 +539,8 @@ int main(int argc, char** argv) {
     std::shared_ptr<zero::Communicator> comm;
     if (flags.zero) {
       auto c = zero::Communicator::FromEnv(zero::Backend::kGloo);
-      if (!c.ok())
-        results.push_back(c.status());
-      else
-        comm = std::move(*c);
+      if (!c.ok()) results.push_back(c.status());
+      else comm = std::move(*c);
     }
     AdamW hp;
     zero::Config cfg;
