@@ -389,6 +389,13 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
   std::vector<float> x(size_t(B) * c.in);
   std::vector<int> y(B);
 
+  if (rank == 0 && !flags.json) {
+    std::printf("%zu parameters in one buffer; %s\n", num_parameters,
+                comm ? absl::StrCat("ShardedOptimizer at stage ", cfg.zero.stage, " over ", world, " ranks, ", B,
+                                    " samples each")
+                           .c_str()
+                     : absl::StrCat("the trainer's own AdamW on the whole batch of ", B, " samples").c_str());
+  }
   for (int step = 1; step <= flags.steps; ++step) {
     MakeBatch(c, flags.seed, step, first, B, x.data(), y.data());
     std::memset(model.grads_memory, 0, model.num_parameters * sizeof(float));
@@ -407,6 +414,9 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
       std::printf("step %4d  loss %.6f\n", step, loss);
     }
     std::fflush(stdout);
+  }
+  if (opt != nullptr && rank == 0 && !flags.json) {
+    std::printf("rank 0 holds, beyond the trainer's two buffers:\n%s", opt->memory_report().ToString().c_str());
   }
   for (float* mem : {model.params_memory, model.grads_memory, model.acts_memory, model.grad_acts_memory, model.m_memory,
                      model.v_memory}) {
@@ -569,7 +579,8 @@ int main(int argc, char** argv) {
   }
   for (size_t r = 0; r < results.size(); ++r) {
     if (results[r].ok()) continue;
-    std::fprintf(stderr, "zero-flat-trainer: rank %zu: %s\n", r, results[r].ToString().c_str());
+    const std::string who = results.size() > 1 ? absl::StrCat("rank ", r, ": ") : "";
+    std::fprintf(stderr, "zero-flat-trainer: %s%s\n", who.c_str(), results[r].ToString().c_str());
     return 1;
   }
   return 0;
