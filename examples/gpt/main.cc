@@ -110,7 +110,7 @@ bool UnderLauncher() {
 }
 
 std::string MemoryJson(const std::vector<zero::MemoryReport>& ranks) {
-  // Per tag, the largest rank's figures (by peak).
+  // Per tag, the largest rank's figures (by peak); per tier, the largest rank's true peak (peak_total).
   zero::MemoryReport worst;
   for (const auto& r : ranks) {
     for (size_t t = 0; t < r.usage.size(); ++t) {
@@ -120,6 +120,7 @@ std::string MemoryJson(const std::vector<zero::MemoryReport>& ranks) {
           w = r.usage[t][g];
         }
       }
+      worst.peak_total[t] = std::max(worst.peak_total[t], r.peak_total[t]);
     }
     worst.padding_bytes = std::max(worst.padding_bytes, r.padding_bytes);
   }

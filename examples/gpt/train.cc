@@ -37,13 +37,14 @@ double ProcessCpuMs() {
 StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport& mine,
                                                   const HostAllGather& all_gather) {
   constexpr size_t kTiers = static_cast<size_t>(MemTier::kCount), kTags = static_cast<size_t>(MemTag::kCount);
-  constexpr size_t kWords = kTiers * kTags * 2 + 1;
+  constexpr size_t kWords = kTiers * kTags * 2 + kTiers + 1;
   std::vector<int64_t> flat;
   for (size_t t = 0; t < kTiers; ++t) {
     for (size_t g = 0; g < kTags; ++g) {
       flat.push_back(mine.usage[t][g].current);
       flat.push_back(mine.usage[t][g].peak);
     }
+    flat.push_back(mine.peak_total[t]);
   }
   flat.push_back(mine.padding_bytes);
   std::vector<float> send(kWords * 2), recv(kWords * 2 * world);
@@ -59,6 +60,7 @@ StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport&
         out[r].usage[t][g].current = v[k++];
         out[r].usage[t][g].peak = v[k++];
       }
+      out[r].peak_total[t] = v[k++];
     }
     out[r].padding_bytes = v[k];
   }

@@ -66,6 +66,11 @@ class Communicator {
   // working buffers, and Gloo's receive buffers inside cached reduce-scatter instances), under
   // MemTag::kStaging; the Engine adds them to its report. Thread-safe.
   virtual MemoryReport memory_report() const { return {}; }
+  // The tracker behind memory_report(), or nullptr when there is none. Each Engine over this communicator
+  // counts it into its own tracker while it lives (MemoryTracker::CountAlsoIn), so the engine's peak_total is
+  // the high-water mark of the engine's bytes and this staging alive at once, not a sum of two peaks. A
+  // communicator that reports memory but returns nullptr here makes the engine's peak_total an upper bound.
+  virtual MemoryTracker* memory_tracker() { return nullptr; }
 
   // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.
   // `send` may alias recv + rank*count (in-place).

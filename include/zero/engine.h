@@ -126,6 +126,20 @@ enum class InitialValueSync {
   kTrust,
 };
 
+// Per-parameter hyperparameters, torch.optim's parameter groups, chosen by name: the first group whose `match`
+// fits a parameter's full name "unit.param" applies to it; a parameter no group fits uses the config's
+// "optimizer" section as it is. No weight decay on biases and norm weights is one line:
+//   options.param_groups = {{.match = "*.b|*bias|*ln*|*norm*", .weight_decay = 0.0}};
+// Frozen parameters get no gradient reduction, master, optimizer state or update (a frozen base under trainable
+// adapters); they must fill whole units, since a unit is one flat buffer with one gradient.
+struct ParamGroup {
+  // Glob patterns over "unit.param" ('*' any run, '?' one character), alternatives separated by '|'.
+  std::string match;
+  std::optional<double> weight_decay, beta1, beta2, eps;  // unset: the config's value
+  double lr_scale = 1.0;  // multiplies the step's learning rate for these parameters
+  bool frozen = false;
+};
+
 struct EngineOptions {
   // Threads for this rank's optimizer step (0 = hardware threads / ranks on this host, at least 1).
   int cpu_threads = 0;
@@ -144,6 +158,8 @@ struct EngineOptions {
   int cuda_device = -1;
   // Finalize's and CopyIn's agreement on parameter values across ranks (see InitialValueSync).
   InitialValueSync initial_value_sync = InitialValueSync::kFromRank0;
+  // Parameter groups (see ParamGroup). With a trainer's own ElementwiseOptimizer only lr_scale and frozen apply.
+  std::vector<ParamGroup> param_groups;
 };
 
 class Engine;
@@ -247,7 +263,9 @@ class Engine {
   // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute
   // tier (on the host engine: host DRAM the CPU computes in); the host tier is what offload moved out of it
   // (zero_optimization.offload_optimizer: master, optimizer state, reduced gradient shard; offload_param:
-  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload".
+  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total is the
+  // high-water mark of the engine's and the communicator's bytes alive at once (MemoryTracker::CountAlsoIn);
+  // memory_tracker().ResetPeaks() resets it.
   MemoryReport memory_report() const;
   MemoryTracker& memory_tracker();
   // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE".

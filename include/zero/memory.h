@@ -6,15 +6,18 @@
 //   r.Get(zero::MemTier::kHost, zero::MemTag::kMaster).current;   // == n * 4
 //
 // A tracker is per rank (per Engine). Its counters are atomic: buffers may be created and destroyed from
-// several threads. Peak is the high-water mark of `current` per (tier, tag) since creation or ResetPeaks().
+// several threads. Peak is the high-water mark of `current` per (tier, tag) since creation or ResetPeaks();
+// peak_total is the high-water mark of a tier's total, which is what an out-of-memory error depends on.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <shared_mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "zero/status.h"
 
@@ -46,20 +49,27 @@ struct MemoryUsage {
 struct MemoryReport {
   std::array<std::array<MemoryUsage, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)>
       usage{};
+  // Per tier, the high-water mark of the bytes alive at once (all tags together). Tags peak at different
+  // moments (stage-3 gathers are released before the buckets fill), so this is at most, and usually less than,
+  // the sum of the tier's per-tag peaks: the figure to compare with the tier's capacity. 0 in a report not
+  // made by a tracker (the plan's).
+  std::array<int64_t, static_cast<size_t>(MemTier::kCount)> peak_total{};
   // Bytes of padding included in the figures above (unit flat buffers padded to equal, aligned shards).
   int64_t padding_bytes = 0;
 
   const MemoryUsage& Get(MemTier tier, MemTag tag) const {
     return usage[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
   }
+  int64_t PeakTotal(MemTier tier) const { return peak_total[static_cast<size_t>(tier)]; }
   // Sum of `current` over the given tags in one tier.
   int64_t Current(MemTier tier) const;
   // Model-state bytes (params + grads + optimizer + master) in both tiers: what the ZeRO paper's formulas count.
   int64_t ModelStateBytes() const;
   // A human-readable table.
   std::string ToString() const;
-  // {"params": {"tier": "host", "current": .., "peak": ..}, ...} — one entry per tag that was ever used; a tag
-  // used in both tiers appears as "params@device" for its device part.
+  // {"params": {"tier": "host", "current": .., "peak": ..}, ..., "peak_total": {"host": .., "device": ..}} —
+  // one entry per tag that was ever used (a tag used in both tiers appears as "params@device" for its device
+  // part), then always "peak_total", the only key that is not a tag.
   std::string ToJson() const;
 };
 
@@ -69,11 +79,24 @@ class MemoryTracker {
   MemoryTracker(const MemoryTracker&) = delete;
   MemoryTracker& operator=(const MemoryTracker&) = delete;
 
+  // Thread-safe. Each also moves the tier's total and peak_total here and in every tracker this one counts in.
   void Add(MemTier tier, MemTag tag, int64_t bytes);
   void Sub(MemTier tier, MemTag tag, int64_t bytes);
   void AddPadding(int64_t bytes) { padding_.fetch_add(bytes, std::memory_order_relaxed); }
+  // Lowers every peak, peak_total included, to the current figure.
   void ResetPeaks();
   MemoryReport Report() const;
+
+  // Counts this tracker's bytes also in `total`'s per-tier totals — the bytes alive here now, then every
+  // Add/Sub as it happens — until StopCountingIn(total); not in `total`'s per-tag figures, which stay its own.
+  // So `total`'s peak_total is the high-water mark of both trackers' bytes alive at once, where adding the
+  // two peaks would over-state it: the Engine counts its communicator's staging (a tracker the communicator
+  // owns, shared by every engine over it) into its own tracker this way. Thread-safe with Add/Sub here (an
+  // allocation is never half counted). `total` must outlive the link; what reaches it this way goes no further
+  // (not to trackers `total` itself counts in).
+  void CountAlsoIn(MemoryTracker* total);
+  // Ends CountAlsoIn(total), taking this tracker's bytes alive now back out of `total`'s totals.
+  void StopCountingIn(MemoryTracker* total);
   // How many allocations were counted in `tier` so far (Add calls): equal before and after a training step
   // when the step allocated nothing there (the steady state of the engine's pools).
   int64_t allocations(MemTier tier) const { return adds_[static_cast<size_t>(tier)].load(std::memory_order_relaxed); }
@@ -83,9 +106,21 @@ class MemoryTracker {
     std::atomic<int64_t> current{0};
     std::atomic<int64_t> peak{0};
   };
+  // Moves a counter by `bytes` and raises its peak to the new value (a CAS loop: no raise is lost to a
+  // concurrent one).
+  static void Move(Counter& c, int64_t bytes);
+  // Adds `bytes` (negative: frees) to this tracker's and its listeners' totals of `tier`.
+  void MoveTotals(MemTier tier, int64_t bytes);
+
   std::array<std::array<Counter, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)> c_;
+  // Per tier, the bytes counted here plus those of the trackers counting in this one (CountAlsoIn).
+  std::array<Counter, static_cast<size_t>(MemTier::kCount)> total_;
   std::atomic<int64_t> padding_{0};
   std::array<std::atomic<int64_t>, static_cast<size_t>(MemTier::kCount)> adds_{};
+  // Add/Sub hold it shared and CountAlsoIn/StopCountingIn exclusively, so the bytes handed over when a link
+  // starts or ends are exactly those the later Add/Sub calls pass on or have passed on.
+  mutable std::shared_mutex listeners_mu_;
+  std::vector<MemoryTracker*> listeners_;
 };
 
 // An owned, tagged, aligned host allocation (zero-filled). Move-only; frees and untracks on destruction.

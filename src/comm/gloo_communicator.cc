@@ -594,6 +594,7 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kGloo; }
   MemoryReport memory_report() const override { return tracker_.Report(); }
+  MemoryTracker* memory_tracker() override { return &tracker_; }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};

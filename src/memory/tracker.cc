@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <sstream>
 
@@ -60,6 +62,11 @@ std::string MemoryReport::ToString() const {
       os << line;
     }
   }
+  os << "peak total (all tags alive at once):";
+  for (size_t t = 0; t < peak_total.size(); ++t) {
+    os << " " << MemTierName(static_cast<MemTier>(t)) << " " << peak_total[t];
+  }
+  os << "\n";
   os << "padding bytes (included above): " << padding_bytes << "\n";
   return os.str();
 }
@@ -80,27 +87,68 @@ std::string MemoryReport::ToJson() const {
          << u.current << ", \"peak\": " << u.peak << "}";
     }
   }
-  os << "}";
+  if (!first) os << ", ";
+  os << "\"peak_total\": {\"host\": " << PeakTotal(MemTier::kHost) << ", \"device\": " << PeakTotal(MemTier::kDevice)
+     << "}}";
   return os.str();
 }
 
-void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
-  adds_[static_cast<size_t>(tier)].fetch_add(1, std::memory_order_relaxed);
-  Counter& c = c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
-  int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+void MemoryTracker::Move(Counter& c, int64_t bytes) {
+  const int64_t now = c.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   int64_t peak = c.peak.load(std::memory_order_relaxed);
   while (now > peak && !c.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
 }
 
+void MemoryTracker::MoveTotals(MemTier tier, int64_t bytes) {
+  const auto t = static_cast<size_t>(tier);
+  Move(total_[t], bytes);
+  for (MemoryTracker* l : listeners_) Move(l->total_[t], bytes);
+}
+
+void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
+  adds_[static_cast<size_t>(tier)].fetch_add(1, std::memory_order_relaxed);
+  std::shared_lock lock(listeners_mu_);
+  Move(c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)], bytes);
+  MoveTotals(tier, bytes);
+}
+
 void MemoryTracker::Sub(MemTier tier, MemTag tag, int64_t bytes) {
+  std::shared_lock lock(listeners_mu_);
   c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)].current.fetch_sub(bytes, std::memory_order_relaxed);
+  MoveTotals(tier, -bytes);
+}
+
+void MemoryTracker::CountAlsoIn(MemoryTracker* total) {
+  if (total == nullptr || total == this) return;
+  std::unique_lock lock(listeners_mu_);
+  if (std::find(listeners_.begin(), listeners_.end(), total) != listeners_.end()) return;
+  listeners_.push_back(total);
+  // Only this tracker's own bytes: the totals of trackers counting in this one do not travel further.
+  for (size_t t = 0; t < c_.size(); ++t) {
+    int64_t own = 0;
+    for (const Counter& c : c_[t]) own += c.current.load(std::memory_order_relaxed);
+    Move(total->total_[t], own);
+  }
+}
+
+void MemoryTracker::StopCountingIn(MemoryTracker* total) {
+  std::unique_lock lock(listeners_mu_);
+  auto it = std::find(listeners_.begin(), listeners_.end(), total);
+  if (it == listeners_.end()) return;
+  listeners_.erase(it);
+  for (size_t t = 0; t < c_.size(); ++t) {
+    int64_t own = 0;
+    for (const Counter& c : c_[t]) own += c.current.load(std::memory_order_relaxed);
+    total->total_[t].current.fetch_sub(own, std::memory_order_relaxed);
+  }
 }
 
 void MemoryTracker::ResetPeaks() {
   for (auto& tier : c_) {
     for (auto& c : tier) c.peak.store(c.current.load());
   }
+  for (auto& c : total_) c.peak.store(c.current.load());
 }
 
 MemoryReport MemoryTracker::Report() const {
@@ -110,6 +158,7 @@ MemoryReport MemoryTracker::Report() const {
       r.usage[t][g].current = c_[t][g].current.load();
       r.usage[t][g].peak = c_[t][g].peak.load();
     }
+    r.peak_total[t] = total_[t].peak.load();
   }
   r.padding_bytes = padding_.load();
   return r;

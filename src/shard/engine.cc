@@ -90,12 +90,13 @@ UnitId Engine::Impl::FindUnit(const std::string& name) const {
 
 internal::StagePlan Engine::Impl::Plan() const {
   std::vector<int64_t> numels;
-  std::vector<bool> trainer_owned;
+  std::vector<bool> trainer_owned, frozen;
   for (const auto& u : ctx.units) {
     numels.push_back(u.layout.numel);
     trainer_owned.push_back(u.trainer_params != nullptr);
+    frozen.push_back(u.frozen);
   }
-  return internal::MakePlan(ctx.policy, numels, trainer_owned);
+  return internal::MakePlan(ctx.policy, numels, trainer_owned, frozen);
 }
 
 Status Engine::Impl::Finalize(const ParamInit& init) {
@@ -104,6 +105,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   std::vector<internal::UnitLayout> layouts;
   for (const auto& u : ctx.units) layouts.push_back(u.layout);
   ZERO_RETURN_IF_ERROR(internal::CheckRegistrationAgrees(host, ctx.world, layouts));
+  ZERO_RETURN_IF_ERROR(ResolveGroups());
   // Allocate exactly what the plan lists (shard/internal/plan.h).
   const internal::StagePlan plan = Plan();
   for (size_t i = 0; i < ctx.units.size(); ++i) {
@@ -141,6 +143,35 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   ZERO_RETURN_IF_ERROR(ctx.compute->status());
   ctx.finalized = true;
   return InitialValues(init);
+}
+
+// Every parameter's group; a unit is frozen when its parameters are, and then all of them must be (one flat
+// buffer has one gradient). The same registration on every rank gives the same answer, so an error here is
+// every rank's.
+Status Engine::Impl::ResolveGroups() {
+  const std::vector<ParamGroup>& groups = ctx.opts.param_groups;
+  for (Unit& u : ctx.units) {
+    u.param_group.clear();
+    int frozen = 0;
+    const internal::ParamSlot* first_trainable = nullptr;
+    const internal::ParamSlot* first_frozen = nullptr;
+    for (const auto& slot : u.layout.params) {
+      const int g = internal::MatchGroup(groups, absl::StrCat(u.name(), ".", slot.spec.name));
+      u.param_group.push_back(g);
+      const bool f = g >= 0 && groups[g].frozen;
+      frozen += f;
+      if (f && first_frozen == nullptr) first_frozen = &slot;
+      if (!f && first_trainable == nullptr) first_trainable = &slot;
+    }
+    if (frozen > 0 && first_trainable != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "EngineOptions::param_groups: unit ", u.name(), " mixes frozen parameter ", first_frozen->spec.name,
+          " with trainable parameter ", first_trainable->spec.name, "; a unit is one flat buffer with one gradient, "
+          "so register frozen parameters in units of their own"));
+    }
+    u.frozen = frozen > 0;
+  }
+  return absl::OkStatus();
 }
 
 Status Engine::Impl::CheckUnit(UnitId id, const char* what) const {
@@ -220,7 +251,7 @@ StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) 
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
   for (Unit& u : ctx.units) {
     u.backward_count = 1;  // the trainer accumulated its micro-steps itself
-    ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
+    if (!u.frozen) ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
   }
   return step.Run(options);
 }
@@ -245,6 +276,8 @@ TensorView Engine::Impl::ScopeView(UnitId id, const std::string& name, bool grad
   const internal::ParamSlot* slot = u.Slot(name);
   ZERO_CHECK(slot != nullptr) << "unit " << u.name() << " has no parameter " << name;
   ZERO_CHECK(u.scope_open) << "unit " << u.name() << " scope is closed";
+  ZERO_CHECK(!(grad && u.frozen)) << "unit " << u.name() << " is frozen (EngineOptions::param_groups): it has no "
+                                  << "gradient; its Backward scope only keeps its parameters gathered";
   void* base = grad ? u.GradBase() : u.ParamBase();
   ZERO_CHECK(base != nullptr) << "unit " << u.name() << (grad ? ": grad() outside a backward scope" : "");
   return Unit::View(*slot, base, ctx.cd());
@@ -350,14 +383,17 @@ CUstream_st* Engine::cuda_stream() const { return impl_->ctx.stream(); }
 bool Engine::on_device() const { return impl_->ctx.compute->device(); }
 int64_t Engine::num_params() const { return impl_->num_params_; }
 MemoryReport Engine::memory_report() const {
-  // The engine's own allocations plus the communicator's staging buffers. The two peaks are added, so the
-  // staging peak is an upper bound of the combined high-water mark.
+  // The engine's own allocations plus the communicator's staging buffers. Per tag the two peaks are added (an
+  // upper bound of that tag's combined high-water mark); peak_total is exact, as the communicator's tracker
+  // counts into the engine's (EngineContext), unless the communicator reports memory without a tracker.
   MemoryReport r = impl_->ctx.tracker.Report();
   const MemoryReport c = impl_->ctx.comm->memory_report();
+  const bool linked = impl_->ctx.comm->memory_tracker() != nullptr;
   for (size_t t = 0; t < r.usage.size(); ++t) {
     for (size_t g = 0; g < r.usage[t].size(); ++g) {
       r.usage[t][g].current += c.usage[t][g].current;
       r.usage[t][g].peak += c.usage[t][g].peak;
+      if (!linked) r.peak_total[t] += c.usage[t][g].peak;
     }
   }
   return r;

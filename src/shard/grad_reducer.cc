@@ -10,6 +10,7 @@ Status GradReducer::BeginBackward(UnitId id) {
   // A reduction of this unit's previous micro-step may still read its gradient buffer.
   ZERO_RETURN_IF_ERROR(RetireUnit(id));
   ++u.backward_count;
+  if (u.frozen) return absl::OkStatus();  // no gradient: the scope keeps the parameters gathered, nothing more
   const size_t bytes = u.layout.padded * DTypeSize(ctx_->cd());
   if (ctx_->stage() <= 1) return absl::OkStatus();  // persistent full_grads, zeroed at Step
   if (ctx_->policy.ReduceEveryMicroStep()) {
@@ -92,6 +93,7 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
 }
 
 Status GradReducer::Reduce(Unit& u) {
+  if (u.frozen) return absl::OkStatus();
   EngineContext& c = *ctx_;
   const DType cd = c.cd();
   const bool last_micro = u.backward_count == c.ga();

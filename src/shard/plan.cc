@@ -82,9 +82,10 @@ const PlannedBuffer* UnitPlan::Find(BufferRole role, int state_index) const {
 namespace {
 
 // One unit's buffers on this rank. `persistent` is decided by the caller (it depends on the units before).
-UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trainer_owned) {
+UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trainer_owned, bool frozen) {
   UnitPlan u;
   u.trainer_owned = trainer_owned;
+  u.frozen = frozen;
   u.numel = numel;
   u.padded = PaddedNumel(numel, p.world);
   u.shard = u.padded / p.world;
@@ -95,8 +96,9 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   const int64_t pad_full = u.padded - numel;
   const int64_t pad_shard = u.shard - owned;
   // Optimizer offload splits this rank's range into a host part [0, host_n) and a device part; the padding sits
-  // at the end of the shard, so each part's share of it is what lies past the owned elements.
-  u.host_n = p.HostElems(u.shard);
+  // at the end of the shard, so each part's share of it is what lies past the owned elements. A frozen unit has
+  // nothing to update.
+  u.host_n = frozen ? 0 : p.HostElems(u.shard);
   const int64_t range = p.stage == 0 ? u.padded : u.shard;
   const int64_t n_dev = range - u.host_n;
   const int64_t pad_range = p.stage == 0 ? pad_full : pad_shard;
@@ -111,14 +113,17 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   // Parameters.
   if (trainer_owned) {
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
+    u.buffers.back().trainer_owned = true;
+    if (frozen) return u;
     add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
-    u.buffers[0].trainer_owned = u.buffers[1].trainer_owned = true;
+    u.buffers.back().trainer_owned = true;
   } else if (u.sharded_params) {
     add(BufferRole::kParams, u.shard, cd, p.offload_param ? kHost : kDev, MemTag::kParams,
         p.offload_param && p.pin_param, pad_shard);
   } else {
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }
+  if (frozen) return u;
   // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.
   if (p.stage <= 1 && !trainer_owned) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
   if (p.Accumulate16() && p.stage == 0) add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
@@ -145,7 +150,7 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
 }  // namespace
 
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
-                   const std::vector<bool>& trainer_owned) {
+                   const std::vector<bool>& trainer_owned, const std::vector<bool>& frozen) {
   StagePlan plan;
   plan.policy = policy;
   int64_t persistent_total = 0, max_host = 0;
@@ -158,7 +163,8 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
       persistent = true;
       persistent_total += numel;
     }
-    plan.units.push_back(PlanUnit(policy, numel, persistent, owned_by_trainer));
+    const bool is_frozen = i < frozen.size() && frozen[i];
+    plan.units.push_back(PlanUnit(policy, numel, persistent, owned_by_trainer, is_frozen));
     max_host = std::max(max_host, plan.units.back().host_n);
   }
   // Double-buffered staging for the host step's copy-back: tiles of min(sub_group_size, 1 M) elements, no larger

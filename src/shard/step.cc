@@ -24,9 +24,72 @@ Status ShardedStep::Init() {
     return absl::InvalidArgumentError(
         "optimizer: the config has no \"optimizer\" section and EngineOptions::optimizer is null; give one");
   }
+  ZERO_RETURN_IF_ERROR(MakeGroupOptimizers());
   const double base_lr = cfg.optimizer.has_value() ? cfg.optimizer->lr : 1e-3;
   ZERO_ASSIGN_OR_RETURN(scheduler_, MakeLrScheduler(cfg.scheduler, base_lr));
   return absl::OkStatus();
+}
+
+// One optimizer per parameter group: the config's (or the trainer's) with the group's hyperparameters. The built-in
+// kernels take their hyperparameters per object, so a group costs nothing per step.
+Status ShardedStep::MakeGroupOptimizers() {
+  const std::vector<ParamGroup>& groups = ctx_->opts.param_groups;
+  group_optimizers_.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const ParamGroup& pg = groups[g];
+    const bool changes_math = pg.weight_decay || pg.beta1 || pg.beta2 || pg.eps;
+    if (const AdamParams* a = BuiltinAdamParams(*optimizer_); a != nullptr && changes_math) {
+      AdamParams p = *a;
+      p.weight_decay = pg.weight_decay.value_or(p.weight_decay);
+      p.beta1 = pg.beta1.value_or(p.beta1);
+      p.beta2 = pg.beta2.value_or(p.beta2);
+      p.eps = pg.eps.value_or(p.eps);
+      group_optimizers_.push_back(MakeAdam(p));
+    } else if (const SgdParams* s = BuiltinSgdParams(*optimizer_); s != nullptr && changes_math) {
+      if (pg.beta1 || pg.beta2 || pg.eps) {
+        return absl::InvalidArgumentError(absl::StrCat("EngineOptions::param_groups[", g, "] (\"", pg.match,
+                                                       "\"): betas and eps are Adam's; the optimizer is SGD"));
+      }
+      SgdParams p = *s;
+      p.weight_decay = pg.weight_decay.value_or(p.weight_decay);
+      group_optimizers_.push_back(MakeSgd(p));
+    } else if (changes_math) {
+      return absl::UnimplementedError(absl::StrCat(
+          "EngineOptions::param_groups[", g, "] (\"", pg.match, "\"): weight_decay, betas and eps per group need the "
+          "built-in Adam/AdamW/SGD; with the trainer's own ElementwiseOptimizer \"", optimizer_->Name(),
+          "\" a group can set lr_scale and frozen only"));
+    } else {
+      group_optimizers_.push_back(optimizer_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<ShardedStep::Segment> ShardedStep::Segments(const Unit& u, int64_t first_global, int64_t range) const {
+  std::vector<Segment> out;
+  auto add = [&out](int64_t b, int64_t e, int g) {
+    if (b >= e) return;
+    if (!out.empty() && out.back().group == g && out.back().end == b) {
+      out.back().end = e;
+    } else {
+      out.push_back({b, e, g});
+    }
+  };
+  if (ctx_->opts.param_groups.empty()) {
+    add(0, range, -1);
+    return out;
+  }
+  // Parameters in registration order tile [0, numel); the padding after them takes the config's optimizer.
+  int64_t covered = 0;
+  for (size_t i = 0; i < u.layout.params.size(); ++i) {
+    const auto& slot = u.layout.params[i];
+    const int64_t b = std::max<int64_t>(slot.offset - first_global, 0);
+    const int64_t e = std::min<int64_t>(slot.offset + slot.numel - first_global, range);
+    if (b < e) add(b, e, u.param_group[i]);
+    covered = std::max(covered, e);
+  }
+  add(std::max<int64_t>(covered, 0), range, -1);
+  return out;
 }
 
 void ShardedStep::Allocate(const StagePlan& plan) {
@@ -42,6 +105,7 @@ Status ShardedStep::CheckReady() const {
                                                         u.scope_backward ? "backward" : "forward",
                                                         " scope (gradients outstanding); close it first"));
     }
+    if (u.frozen) continue;  // no gradient to wait for
     if (u.backward_count != 0 && u.backward_count != ctx_->ga()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Step: unit ", u.name(), " ran ", u.backward_count, " backward passes since the last Step but "
@@ -76,6 +140,7 @@ Status ShardedStep::GradNorm(float red[2]) {
   double local = 0.0;
   uint64_t local_nonfinite = 0;
   for (auto& u : c.units) {
+    if (u.frozen) continue;
     // Stage 0 holds the whole (already averaged) gradient on every rank: each rank sums its shard's range so the
     // all-reduce adds every element exactly once, as at the other stages.
     auto [g, gt] = reducer_->OptGrad(u);
@@ -190,6 +255,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   };
   for (size_t ui = 0; ui < c.units.size(); ++ui) {
     Unit& u = c.units[ui];
+    if (u.frozen) continue;  // nothing to update, nothing to refresh
     const int64_t S = u.layout.shard;
     const int64_t offset = stage == 0 || u.sharded_params() ? 0 : static_cast<int64_t>(rank) * S;
     char* param_here = static_cast<char*>(u.params.data()) + offset * cds;  // this rank's part, compute dtype
@@ -197,7 +263,9 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     const uint64_t key = c.cfg.seed ^ (static_cast<uint64_t>(applied_steps_ + 1) * 0x9E3779B97F4A7C15ull) ^
                          (static_cast<uint64_t>(ui) << 40);
     const int64_t first_global = stage == 0 ? 0 : static_cast<int64_t>(rank) * S;
-    const int64_t hn = u.host_n(), n_dev = (stage == 0 ? u.layout.padded : S) - hn;
+    const int64_t range = stage == 0 ? u.layout.padded : S;
+    const int64_t hn = u.host_n(), n_dev = range - hn;
+    const std::vector<Segment> segments = Segments(u, first_global, range);
     ShardUpdate base;
     base.grad_scale = grad_scale;
     base.step = applied_steps_ + 1;
@@ -218,7 +286,22 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       } else {
         up.master = reinterpret_cast<float*>(params_dev);  // fp32: the parameters are the master
       }
-      c.compute->Update(*optimizer_, up, c.threads, opt_tile);
+      // One update per parameter-group segment of [host_n, range) (the whole part without groups).
+      for (const Segment& seg : segments) {
+        const int64_t b = std::max(seg.begin, hn), e = seg.end;
+        if (b >= e) continue;
+        const int64_t k = b - hn;
+        ShardUpdate part = up;
+        std::vector<float*> part_states(states);
+        for (float*& p : part_states) p += k;
+        part.state = part_states.data();
+        part.master = up.master + k;
+        part.grad = static_cast<const char*>(up.grad) + k * DTypeSize(up.grad_dtype);
+        if (up.param_out != nullptr) part.param_out = static_cast<char*>(up.param_out) + k * cds;
+        part.n = static_cast<size_t>(e - b);
+        part.lr = lr * LrScaleOf(seg.group);
+        c.compute->Update(OptimizerOf(seg.group), part, c.threads, opt_tile);
+      }
       if (stochastic) {
         c.compute->StochasticRound(up.master, reinterpret_cast<uint16_t*>(params_dev), up.n, key, first_global + hn);
       }
@@ -257,7 +340,23 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       hs.stochastic = stochastic;
       hs.stochastic_key = key;
       hs.first_index = first_global;
-      copied = RunHostStep(*optimizer_, hs, *copies_, opt_staging_);
+      // One host step per parameter-group segment of [0, host_n) (the whole part without groups).
+      for (const Segment& seg : segments) {
+        const int64_t b = seg.begin, e = std::min(seg.end, hn);
+        if (b >= e) continue;
+        HostStep part = hs;
+        std::vector<float*> part_states(states);
+        for (float*& p : part_states) p += b;
+        part.u.state = part_states.data();
+        part.u.master = hs.u.master + b;
+        part.u.grad = static_cast<const char*>(hs.u.grad) + b * DTypeSize(hs.u.grad_dtype);
+        if (hs.u.param_out != nullptr) part.u.param_out = static_cast<char*>(hs.u.param_out) + b * cds;
+        if (hs.param_host != nullptr) part.param_host = static_cast<char*>(hs.param_host) + b * cds;
+        part.u.n = static_cast<size_t>(e - b);
+        part.u.lr = lr * LrScaleOf(seg.group);
+        part.first_index = first_global + b;
+        copied = RunHostStep(OptimizerOf(seg.group), part, *copies_, opt_staging_);
+      }
     }
     if (stage >= 1 && !u.sharded_params()) {
       issue_deferred_gather();  // the previous unit's

@@ -29,6 +29,49 @@ TensorView Unit::View(const ParamSlot& slot, void* base, DType dtype) {
   return v;
 }
 
+namespace {
+
+bool GlobOne(const char* p, const char* pe, const char* s, const char* se) {
+  // Iterative glob with backtracking to the last '*'.
+  const char *star = nullptr, *resume = nullptr;
+  while (s < se) {
+    if (p < pe && (*p == '?' || *p == *s)) {
+      ++p;
+      ++s;
+    } else if (p < pe && *p == '*') {
+      star = p++;
+      resume = s;
+    } else if (star != nullptr) {
+      p = star + 1;
+      s = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pe && *p == '*') ++p;
+  return p == pe;
+}
+
+}  // namespace
+
+bool GlobMatch(const std::string& pattern, const std::string& name) {
+  size_t begin = 0;
+  while (begin <= pattern.size()) {
+    size_t end = pattern.find('|', begin);
+    if (end == std::string::npos) end = pattern.size();
+    if (GlobOne(pattern.data() + begin, pattern.data() + end, name.data(), name.data() + name.size())) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+int MatchGroup(const std::vector<ParamGroup>& groups, const std::string& full_name) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (GlobMatch(groups[g].match, full_name)) return static_cast<int>(g);
+  }
+  return -1;
+}
+
 StatusOr<UnitLayout> BuildUnitLayout(const std::string& name, const std::vector<ParamSpec>& params) {
   UnitLayout layout;
   layout.name = name;

@@ -152,6 +152,7 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
               hi - lo);
   }
   // The master keeps the exact fp32 values, not the rounded 16-bit copy.
+  if (u.master.empty() && u.host_master.empty()) return ctx.compute->status();  // frozen, or fp32: no master
   if (ctx.stage() == 0) {
     if (ctx.mixed()) ToCompute(values, u.master, u.master.as<float>() + slot.offset, DType::kF32, slot.numel);
   } else if (lo < hi) {
@@ -175,8 +176,10 @@ StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::str
     return absl::InvalidArgumentError(absl::StrCat("unit ", u.name(), " has no parameter \"", name, "\""));
   }
   // The fp32 master: the master buffer under mixed precision (with offload: its host part, then its compute-tier
-  // part), else the parameters themselves; this rank's part is read into host memory first.
-  const bool full_here = ctx.stage() == 0 || (!ctx.mixed() && !u.sharded_params());
+  // part), else the parameters themselves; this rank's part is read into host memory first. A frozen unit has no
+  // master: its 16-bit parameters are widened.
+  const bool from_params = !ctx.mixed() || u.frozen;
+  const bool full_here = (ctx.stage() == 0 && !u.frozen) || (from_params && !u.sharded_params());
   const int64_t S = u.layout.shard;
   std::vector<float> mine(full_here ? u.layout.padded : S);
   auto fetch = [&](float* dst, const Buffer& b, int64_t n) {
@@ -187,7 +190,16 @@ StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::str
       ctx.compute->CopyToHostSync(dst, b.data(), n * 4);
     }
   };
-  if (ctx.mixed()) {
+  if (ctx.mixed() && u.frozen) {
+    const int64_t n = full_here ? u.layout.padded : S;
+    std::vector<unsigned char> raw(n * DTypeSize(ctx.cd()));
+    if (u.params.tier() == MemTier::kHost) {
+      std::memcpy(raw.data(), u.params.data(), raw.size());
+    } else {
+      ctx.compute->CopyToHostSync(raw.data(), u.params.data(), raw.size());
+    }
+    ConvertBuffer(raw.data(), ctx.cd(), mine.data(), DType::kF32, n);
+  } else if (ctx.mixed()) {
     if (full_here) {
       fetch(mine.data(), u.master, u.layout.padded);
     } else {

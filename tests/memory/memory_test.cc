@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <barrier>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -126,6 +128,140 @@ TEST(MemoryTrackerTest, ConcurrentAddsAndSubsBalance) {
   EXPECT_GE(u.peak, 16);
   EXPECT_LE(u.peak, 16 * kThreads);
   EXPECT_EQ(t.allocations(MemTier::kHost), kThreads * kRounds);
+}
+
+// What decides an out-of-memory error is the most bytes alive at once in a tier, not the sum of each tag's own
+// high-water mark: tags peak at different moments (a stage-3 gather is released before the buckets fill).
+TEST(MemoryTrackerTest, PeakTotalIsTheHighWaterMarkOfTheSumNotTheSumOfPeaks) {
+  MemoryTracker t;
+  t.Add(MemTier::kDevice, MemTag::kParams, 10);
+  t.Add(MemTier::kDevice, MemTag::kGather, 100);  // 110 alive
+  t.Sub(MemTier::kDevice, MemTag::kGather, 100);
+  t.Add(MemTier::kDevice, MemTag::kBuckets, 80);  // 90 alive
+  t.Add(MemTier::kDevice, MemTag::kGather, 30);   // 120 alive: the peak
+  t.Sub(MemTier::kDevice, MemTag::kBuckets, 80);
+  t.Add(MemTier::kHost, MemTag::kStaging, 7);     // the other tier has its own total
+  MemoryReport r = t.Report();
+  EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kGather).peak, 100);
+  EXPECT_EQ(r.Get(MemTier::kDevice, MemTag::kBuckets).peak, 80);
+  EXPECT_EQ(r.PeakTotal(MemTier::kDevice), 120);  // not 10 + 100 + 80 = 190
+  EXPECT_EQ(r.PeakTotal(MemTier::kHost), 7);
+  EXPECT_EQ(r.Current(MemTier::kDevice), 40);
+}
+
+TEST(MemoryTrackerTest, ResetPeaksLowersPeakTotalToTheCurrentTotal) {
+  MemoryTracker t;
+  t.Add(MemTier::kHost, MemTag::kGrads, 64);
+  t.Add(MemTier::kHost, MemTag::kBuckets, 36);
+  t.Sub(MemTier::kHost, MemTag::kBuckets, 36);
+  t.Add(MemTier::kDevice, MemTag::kParams, 5);
+  t.Sub(MemTier::kDevice, MemTag::kParams, 5);
+  EXPECT_EQ(t.Report().PeakTotal(MemTier::kHost), 100);
+  t.ResetPeaks();
+  EXPECT_EQ(t.Report().PeakTotal(MemTier::kHost), 64);
+  EXPECT_EQ(t.Report().PeakTotal(MemTier::kDevice), 0);
+  t.Add(MemTier::kHost, MemTag::kBuckets, 10);
+  EXPECT_EQ(t.Report().PeakTotal(MemTier::kHost), 74);
+}
+
+// Every thread holds its bytes until all have added, so each round's true peak is exactly the sum of what the
+// threads hold; a raise of the peak lost to a concurrent one would show as a smaller peak_total.
+TEST(MemoryTrackerTest, ConcurrentAddsNeverLoseThePeakTotal) {
+  MemoryTracker t;
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 300;
+  constexpr int64_t kHeld = (1 + kThreads) * kThreads / 2 * 1000;  // thread i holds (i + 1) * 1000 bytes
+  std::atomic<int> wrong{0};
+  std::barrier all_added(kThreads, [&]() noexcept {
+    const MemoryReport r = t.Report();
+    if (r.PeakTotal(MemTier::kHost) != kHeld || r.Current(MemTier::kHost) != kHeld) wrong.fetch_add(1);
+  });
+  std::barrier all_freed(kThreads, [&]() noexcept { t.ResetPeaks(); });
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      const MemTag tag = kAllTags[i % 8];
+      for (int k = 0; k < kRounds; ++k) {
+        // Small allocations first, so the threads' CAS loops on the total's peak race one another.
+        for (int j = 0; j < i + 1; ++j) t.Add(MemTier::kHost, tag, 1000);
+        all_added.arrive_and_wait();
+        t.Sub(MemTier::kHost, tag, (i + 1) * 1000);
+        all_freed.arrive_and_wait();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0) << "rounds whose peak_total was not the " << kHeld << " bytes alive at once";
+  EXPECT_EQ(t.Report().PeakTotal(MemTier::kHost), 0);
+}
+
+// An engine counts its communicator's tracker into its own: its peak_total then covers both trackers' bytes
+// alive at once, while each tracker's per-tag figures stay its own.
+TEST(MemoryTrackerTest, CountAlsoInJoinsAnotherTrackersBytesToThePeakTotal) {
+  MemoryTracker engine, comm;
+  comm.Add(MemTier::kHost, MemTag::kStaging, 50);  // alive before the link: handed over when it starts
+  engine.Add(MemTier::kHost, MemTag::kOptimizer, 200);
+  comm.CountAlsoIn(&engine);
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 250);
+  comm.Add(MemTier::kHost, MemTag::kStaging, 30);
+  comm.Sub(MemTier::kHost, MemTag::kStaging, 80);
+  engine.Add(MemTier::kHost, MemTag::kGather, 60);  // 260 alive at once: more than either peak alone explains
+  engine.Sub(MemTier::kHost, MemTag::kGather, 60);
+  comm.Add(MemTier::kDevice, MemTag::kStaging, 9);
+  MemoryReport e = engine.Report();
+  EXPECT_EQ(e.PeakTotal(MemTier::kHost), 280);  // 200 + 80, then 200 + 60
+  EXPECT_EQ(e.PeakTotal(MemTier::kDevice), 9);
+  EXPECT_EQ(e.Get(MemTier::kHost, MemTag::kStaging).peak, 0);  // per-tag figures stay the tracker's own
+  EXPECT_EQ(comm.Report().PeakTotal(MemTier::kHost), 80);      // the linked tracker's own total is unchanged
+  EXPECT_EQ(comm.allocations(MemTier::kHost), 2);
+  EXPECT_EQ(engine.allocations(MemTier::kHost), 2);
+
+  // Linking twice counts once; after the link ends the engine's total is its own again.
+  comm.CountAlsoIn(&engine);
+  comm.StopCountingIn(&engine);
+  comm.StopCountingIn(&engine);  // no link: nothing to take out
+  engine.ResetPeaks();
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 200);
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kDevice), 0);
+  comm.Add(MemTier::kHost, MemTag::kStaging, 1000);
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 200);
+}
+
+// Links start and end while another thread allocates in the linked tracker: each allocation is counted in the
+// engine's total entirely or not at all, so once everything is freed the engine's total is exactly zero.
+TEST(MemoryTrackerTest, LinkingWhileAnotherThreadAllocatesCountsEveryByteOnce) {
+  MemoryTracker engine, comm;
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    int64_t held = 0;
+    for (int k = 0; k < 20000; ++k) {
+      comm.Add(MemTier::kHost, MemTag::kStaging, 24);
+      held += 24;
+      if (k % 3 == 2) {
+        comm.Sub(MemTier::kHost, MemTag::kStaging, held);
+        held = 0;
+      }
+    }
+    comm.Sub(MemTier::kHost, MemTag::kStaging, held);
+    done = true;
+  });
+  engine.Add(MemTier::kHost, MemTag::kParams, 8);
+  bool linked = false;
+  while (!done.load()) {
+    if (linked) {
+      comm.StopCountingIn(&engine);
+    } else {
+      comm.CountAlsoIn(&engine);
+    }
+    linked = !linked;
+  }
+  worker.join();
+  if (linked) comm.StopCountingIn(&engine);
+  engine.ResetPeaks();
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 8);
+  engine.Sub(MemTier::kHost, MemTag::kParams, 8);
+  engine.ResetPeaks();
+  EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 0);
 }
 
 // ---- Buffer ----
@@ -306,7 +442,7 @@ TEST(MemoryReportTest, TotalsPerTierAndModelState) {
 
 TEST(MemoryReportTest, JsonNamesTheDevicePartOfATagUsedInBothTiers) {
   MemoryTracker t;
-  EXPECT_EQ(t.Report().ToJson(), "{}");
+  EXPECT_EQ(t.Report().ToJson(), "{\"peak_total\": {\"host\": 0, \"device\": 0}}");
   t.Add(MemTier::kHost, MemTag::kParams, 100);
   t.Add(MemTier::kDevice, MemTag::kParams, 50);
   t.Add(MemTier::kDevice, MemTag::kGrads, 30);  // device only: plain "grads", its tier says where
@@ -316,7 +452,8 @@ TEST(MemoryReportTest, JsonNamesTheDevicePartOfATagUsedInBothTiers) {
             "{\"params\": {\"tier\": \"host\", \"current\": 100, \"peak\": 100}, "
             "\"params@device\": {\"tier\": \"device\", \"current\": 50, \"peak\": 50}, "
             "\"grads\": {\"tier\": \"device\", \"current\": 30, \"peak\": 30}, "
-            "\"staging\": {\"tier\": \"host\", \"current\": 0, \"peak\": 8}}");
+            "\"staging\": {\"tier\": \"host\", \"current\": 0, \"peak\": 8}, "
+            "\"peak_total\": {\"host\": 108, \"device\": 80}}");
 }
 
 TEST(MemoryReportTest, StringListsUsedCellsAndPadding) {
@@ -330,6 +467,7 @@ TEST(MemoryReportTest, StringListsUsedCellsAndPadding) {
   EXPECT_THAT(s, HasSubstr("peak_bytes"));
   EXPECT_THAT(s, ::testing::ContainsRegex("host +optimizer +4096 +4096\n"));
   EXPECT_THAT(s, ::testing::ContainsRegex("device +activations +100 +123\n"));
+  EXPECT_THAT(s, HasSubstr("peak total (all tags alive at once): host 4096 device 123\n"));
   EXPECT_THAT(s, HasSubstr("padding bytes (included above): 64\n"));
   // Cells never used are left out.
   EXPECT_THAT(s, Not(HasSubstr("params")));

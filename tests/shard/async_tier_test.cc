@@ -208,6 +208,7 @@ class DrainingComm final : public Communicator {
   int world_size() const override { return inner_.world_size(); }
   Backend backend() const override { return inner_.backend(); }
   MemoryReport memory_report() const override { return inner_.memory_report(); }
+  MemoryTracker* memory_tracker() override { return inner_.memory_tracker(); }
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);

@@ -27,7 +27,16 @@ inline double MsSince(Clock::time_point t0) {
 
 struct EngineContext {
   EngineContext(const Config& c, std::shared_ptr<Communicator> cm, EngineOptions o)
-      : cfg(c), comm(std::move(cm)), opts(std::move(o)), rank(comm->rank()), world(comm->world_size()) {}
+      : cfg(c), comm(std::move(cm)), opts(std::move(o)), rank(comm->rank()), world(comm->world_size()) {
+    // The communicator's staging joins this engine's per-tier totals from before the engine's first byte, so
+    // peak_total is the high-water mark of both (Engine::memory_report); the link ends before `tracker` dies.
+    if (MemoryTracker* staging = comm->memory_tracker()) staging->CountAlsoIn(&tracker);
+  }
+  ~EngineContext() {
+    if (MemoryTracker* staging = comm->memory_tracker()) staging->StopCountingIn(&tracker);
+  }
+  EngineContext(const EngineContext&) = delete;
+  EngineContext& operator=(const EngineContext&) = delete;
 
   Config cfg;
   std::shared_ptr<Communicator> comm;

@@ -55,6 +55,7 @@ class Engine::Impl {
  private:
   Status InitDevice();
   Status CheckUnit(UnitId id, const char* what) const;
+  Status ResolveGroups();
   // Finalize: every rank evaluates each parameter in full and keeps its part.
   Status InitialValues(const ParamInit& init);
   // One parameter's full values on their way in (Finalize, CopyIn), before the ranks agree on them.

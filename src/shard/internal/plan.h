@@ -109,6 +109,7 @@ struct UnitPlan {
   bool persistent = false;      // stage 3: kept gathered (below stage3_param_persistence_threshold)
   bool sharded_params = false;  // stage 3 and not persistent: only the shard is resident between scopes
   bool trainer_owned = false;   // parameters and full gradients are the trainer's buffers (stages 0-2)
+  bool frozen = false;          // parameters only: no gradient, master or optimizer state
   int64_t host_n = 0;           // optimizer offload: elements [0, host_n) of the rank's range live on the host
   DType grad_shard_dtype = DType::kF32;
   std::vector<PlannedBuffer> buffers;  // in allocation order
@@ -133,7 +134,8 @@ struct StagePlan {
 // order, as the engine registers units, against stage3_model_persistence_threshold. Units flagged in
 // `trainer_owned` (stages 0-2) use the trainer's parameter and gradient buffers: those are listed, marked, at
 // every stage (at stage 2 the trainer's full gradient is what the reduce-scatter reads).
+// Units flagged in `frozen` hold their parameters only.
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
-                   const std::vector<bool>& trainer_owned = {});
+                   const std::vector<bool>& trainer_owned = {}, const std::vector<bool>& frozen = {});
 
 }  // namespace zero::internal

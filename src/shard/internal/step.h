@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "offload/copy_stream.h"
 #include "offload/host_step.h"
@@ -48,6 +49,18 @@ class ShardedStep {
   // The global norm's two all-reduced numbers over owned elements: {sum of squares, non-finite flag}.
   Status GradNorm(float red[2]);
   Status ApplyOptimizer(float grad_scale, double lr);
+  Status MakeGroupOptimizers();
+  // The rank's range [0, range) of unit `u` (global element first_global + i) cut where the parameter group
+  // changes; one segment of group -1 without groups.
+  struct Segment {
+    int64_t begin, end;
+    int group;  // -1: the config's optimizer, no lr scale
+  };
+  std::vector<Segment> Segments(const Unit& u, int64_t first_global, int64_t range) const;
+  const ElementwiseOptimizer& OptimizerOf(int group) const {
+    return group < 0 ? *optimizer_ : *group_optimizers_[group];
+  }
+  double LrScaleOf(int group) const { return group < 0 ? 1.0 : ctx_->opts.param_groups[group].lr_scale; }
   void FinishTimes(StepResult& result);
   void MaybeLog(const StepResult& r) const;
 
@@ -58,6 +71,7 @@ class ShardedStep {
   CopyStream* copies_;
   LossScaler scaler_{LossScaler::Options{}};
   std::shared_ptr<const ElementwiseOptimizer> optimizer_;
+  std::vector<std::shared_ptr<const ElementwiseOptimizer>> group_optimizers_;  // EngineOptions::param_groups
   std::unique_ptr<LrScheduler> scheduler_;
   int64_t applied_steps_ = 0, skipped_steps_ = 0;
   size_t pipeline_tile_ = 0;

@@ -31,6 +31,10 @@ struct Unit {
   // borrow at Finalize.
   void* trainer_params = nullptr;
   void* trainer_grads = nullptr;
+  // Parameter groups (EngineOptions::param_groups), resolved at Finalize: each parameter's group index (-1: the
+  // config's optimizer), and whether the whole unit is frozen (no gradient, master, state or update).
+  std::vector<int> param_group;
+  bool frozen = false;
 
   // Model state, allocated at Finalize as the plan lists (BufferRole names the same buffers).
   Buffer params;        // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
@@ -68,6 +72,11 @@ struct Unit {
   // A view of `slot` inside a flat buffer of `dtype` starting at `base`.
   static TensorView View(const ParamSlot& slot, void* base, DType dtype);
 };
+
+// Whether `name` fits `pattern`: globs ('*' any run, '?' one character) separated by '|'.
+bool GlobMatch(const std::string& pattern, const std::string& name);
+// The first group whose pattern fits "unit.param" (-1: none).
+int MatchGroup(const std::vector<ParamGroup>& groups, const std::string& full_name);
 
 // The layout of a unit as registered (names unique, shapes positive), before padding: the errors name the unit
 // and the parameter.
