@@ -45,7 +45,7 @@ constexpr int kBatch = 32;  // the global batch (samples per step), split over t
 // AdamW's hyperparameters. The embedded config of --zero is written from these, so both paths use the same.
 struct AdamW {
   double lr = 3e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.1;
-  bool decay_2d_only = false;  // llm.c's rule: decay only the weight matrices (--decay-2d)
+  bool decay_2d_only = false;  // llm.c's rule: decay only the weight matrices (--decay-2d; a ParamGroup on --zero)
 };
 
 struct ParameterTensors {
@@ -377,7 +377,15 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
                            .grads = model.grads_memory,
                            .capacity = static_cast<int64_t>(cap),
                            .tensors = specs};
-    ZERO_ASSIGN_OR_RETURN(opt, zero::ShardedOptimizer::Create(cfg, comm, {flat}));
+    zero::EngineOptions options;
+    if (hp.decay_2d_only) {  // llm.c's rule as a parameter group: no decay on biases and layernorm parameters
+      zero::ParamGroup no_decay{.match = "", .weight_decay = 0.0};
+      for (const TensorInfo& ti : tensors) {
+        if (!ti.matrix) absl::StrAppend(&no_decay.match, no_decay.match.empty() ? "" : "|", "flat.", ti.spec.name);
+      }
+      options.param_groups.push_back(no_decay);
+    }
+    ZERO_ASSIGN_OR_RETURN(opt, zero::ShardedOptimizer::Create(cfg, comm, {flat}, options));
   }
 
   const int B = kBatch / world, first = rank * B;  // this rank's slice of the global batch (all of it: world 1)
@@ -429,15 +437,16 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
 // Flags, the config, the ranks.
 
 void Usage() {
-  std::fprintf(stderr,
-               "usage: zero-flat-trainer [--zero] [--config FILE] [--stage 0-2] [--world N] [--steps K] [--seed S]\n"
-               "                         [--decay-2d] [--json]\n"
-               "  --zero       zero::ShardedOptimizer instead of the trainer's own AdamW; --world N runs N ranks as\n"
-               "               threads (Gloo over loopback), a launcher (zero-run) one rank per process\n"
-               "  --config FILE  the optimizer's config (default: embedded, AdamW as the trainer's own, stage 1,\n"
-               "               no clipping, fp32); the batch keys are the trainer's (global batch %d)\n"
-               "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (not with --zero)\n",
-               kBatch);
+  std::fprintf(
+      stderr,
+      "usage: zero-flat-trainer [--zero] [--config FILE] [--stage 0-2] [--world N] [--steps K] [--seed S]\n"
+      "                         [--decay-2d] [--json]\n"
+      "  --zero       zero::ShardedOptimizer instead of the trainer's own AdamW; --world N runs N ranks as\n"
+      "               threads (Gloo over loopback), a launcher (zero-run) one rank per process\n"
+      "  --config FILE  the optimizer's config (default: embedded, AdamW as the trainer's own, stage 1,\n"
+      "               no clipping, fp32); the batch keys are the trainer's (global batch %d)\n"
+      "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (with --zero: a parameter group)\n",
+      kBatch);
 }
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -495,11 +504,6 @@ std::string DefaultConfigJson(const AdamW& hp, int stage) {
 // takes the config's AdamW hyperparameters and refuses what it does not implement.
 zero::Status MakeConfig(const Flags& f, int world, AdamW* hp, zero::Config* cfg) {
   hp->decay_2d_only = f.decay_2d;
-  if (f.zero && f.decay_2d) {
-    return absl::InvalidArgumentError(
-        "--decay-2d: zero::ShardedOptimizer applies one weight_decay to every tensor of a buffer; llm.c's "
-        "per-tensor rule (decay on 2-D matrices only) cannot be expressed there yet: drop --decay-2d for --zero");
-  }
   if (kBatch % world != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the global batch ", kBatch, " does not split over ", world, " ranks"));

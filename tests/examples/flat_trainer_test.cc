@@ -70,18 +70,24 @@ TEST(FlatTrainer, SeedChangesTheRun) {
   EXPECT_NE(a.losses, b.losses);
 }
 
-TEST(FlatTrainer, RefusesWhatThePathCannotDo) {
-  // Per-tensor weight decay (llm.c's 2-D-only rule) exists in the own loop only.
+TEST(FlatTrainer, DecayOnMatricesOnlyAgreesToo) {
+  // llm.c's rule (no weight decay on biases and layernorm parameters): the own loop's per-tensor test against a
+  // ShardedOptimizer parameter group; a different run from decay everywhere.
   const TrainerRun own = RunTrainer("--decay-2d");
-  EXPECT_EQ(own.status, 0) << own.output;
-  const TrainerRun zero = RunTrainer("--zero --decay-2d");
-  EXPECT_NE(zero.status, 0);
-  EXPECT_NE(zero.output.find("--decay-2d"), std::string::npos) << zero.output;
-  EXPECT_TRUE(zero.losses.empty()) << zero.output;
-  // Without --zero there are no ranks to split the batch over.
+  ExpectSameLosses(own, RunTrainer("--zero --world 1 --decay-2d"), 1e-6);
+  ExpectSameLosses(own, RunTrainer("--zero --world 4 --stage 2 --decay-2d"), 1e-5);
+  EXPECT_NE(own.losses, RunTrainer("").losses);
+}
+
+TEST(FlatTrainer, RefusesSeveralRanksWithoutZero) {
+  // Without --zero there are no ranks to split the batch over, and no stage 3 with --zero (the Engine's path).
   const TrainerRun world = RunTrainer("--world 4");
   EXPECT_NE(world.status, 0);
   EXPECT_NE(world.output.find("--world 1"), std::string::npos) << world.output;
+  EXPECT_TRUE(world.losses.empty()) << world.output;
+  const TrainerRun stage3 = RunTrainer("--zero --stage 3");
+  EXPECT_NE(stage3.status, 0);
+  EXPECT_NE(stage3.output.find("Engine"), std::string::npos) << stage3.output;
 }
 
 #ifdef ZERO_RUN_PATH
