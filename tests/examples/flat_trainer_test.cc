@@ -1,0 +1,99 @@
+// zero-flat-trainer (examples/flat_trainer) run as a binary: the --zero run on ShardedOptimizer, each rank on its
+// slice of the global batch, must reproduce the trainer's own single-process AdamW on the whole batch.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+constexpr int kSteps = 20;
+
+struct TrainerRun {
+  int status = -1;
+  std::string output;
+  std::vector<double> losses;  // losses[k - 1]: step k's, from the --json lines
+};
+
+// Runs `prefix` + the trainer + `args` (stderr folded into the output) and parses the {"step": k, "loss": x} lines.
+TrainerRun RunTrainer(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = absl::StrCat(prefix, ZERO_FLAT_TRAINER, " --json --steps ", kSteps, " ", args, " 2>&1");
+  TrainerRun run;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[1024];
+  while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) {
+    run.output += buf;
+    const char* json = std::strstr(buf, "{\"step\": ");  // zero-run prefixes lines with [rN]
+    int step = 0;
+    double loss = 0;
+    if (json != nullptr && std::sscanf(json, "{\"step\": %d, \"loss\": %lf}", &step, &loss) == 2) {
+      EXPECT_EQ(step, static_cast<int>(run.losses.size()) + 1) << buf;
+      run.losses.push_back(loss);
+    }
+  }
+  run.status = p == nullptr ? -1 : ::pclose(p);
+  return run;
+}
+
+void ExpectSameLosses(const TrainerRun& want, const TrainerRun& got, double rel) {
+  ASSERT_EQ(want.status, 0) << want.output;
+  ASSERT_EQ(got.status, 0) << got.output;
+  ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps)) << want.output;
+  ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << got.output;
+  for (int k = 0; k < kSteps; ++k) {
+    EXPECT_LE(std::abs(got.losses[k] - want.losses[k]), rel * std::abs(want.losses[k]))
+        << "step " << k + 1 << ": " << got.losses[k] << " vs " << want.losses[k];
+  }
+  // Not a run that learns nothing: the loss falls.
+  EXPECT_LT(want.losses.back(), 0.8 * want.losses.front());
+}
+
+TEST(FlatTrainer, ZeroAtWorldOneEqualsOwnAdamW) {
+  ExpectSameLosses(RunTrainer(""), RunTrainer("--zero --world 1"), 1e-6);
+}
+
+TEST(FlatTrainer, ZeroAtWorldFourEqualsOwnAdamWOnTheWholeBatch) {
+  const TrainerRun own = RunTrainer("");
+  for (int stage : {0, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    ExpectSameLosses(own, RunTrainer(absl::StrCat("--zero --world 4 --stage ", stage)), 1e-5);
+  }
+}
+
+TEST(FlatTrainer, SeedChangesTheRun) {
+  const TrainerRun a = RunTrainer(""), b = RunTrainer("--seed 7");
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  EXPECT_NE(a.losses, b.losses);
+}
+
+TEST(FlatTrainer, DecayOnMatricesOnlyAgreesToo) {
+  // llm.c's rule (no weight decay on biases and layernorm parameters): the own loop's per-tensor test against a
+  // ShardedOptimizer parameter group; a different run from decay everywhere.
+  const TrainerRun own = RunTrainer("--decay-2d");
+  ExpectSameLosses(own, RunTrainer("--zero --world 1 --decay-2d"), 1e-6);
+  ExpectSameLosses(own, RunTrainer("--zero --world 4 --stage 2 --decay-2d"), 1e-5);
+  EXPECT_NE(own.losses, RunTrainer("").losses);
+}
+
+TEST(FlatTrainer, RefusesSeveralRanksWithoutZero) {
+  // Without --zero there are no ranks to split the batch over, and no stage 3 with --zero (the Engine's path).
+  const TrainerRun world = RunTrainer("--world 4");
+  EXPECT_NE(world.status, 0);
+  EXPECT_NE(world.output.find("--world 1"), std::string::npos) << world.output;
+  EXPECT_TRUE(world.losses.empty()) << world.output;
+  const TrainerRun stage3 = RunTrainer("--zero --stage 3");
+  EXPECT_NE(stage3.status, 0);
+  EXPECT_NE(stage3.output.find("Engine"), std::string::npos) << stage3.output;
+}
+
+#ifdef ZERO_RUN_PATH
+TEST(FlatTrainer, ZeroUnderLauncherEqualsOwnAdamW) {
+  ExpectSameLosses(RunTrainer(""), RunTrainer("--zero --stage 2", absl::StrCat(ZERO_RUN_PATH, " -n 2 -- ")), 1e-5);
+}
+#endif
+
+}  // namespace
