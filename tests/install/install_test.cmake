@@ -46,6 +46,16 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer build failed: ${rc}")
 endif()
 
+# The CUDA part of the package is a component: asking for it succeeds exactly when the install has it.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build-cuda
+                        -DCMAKE_PREFIX_PATH=${prefix} -DZERO_CONSUMER_COMPONENTS=cuda
+                RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+if(ZERO_HAVE_CUDA AND NOT rc EQUAL 0)
+  message(FATAL_ERROR "find_package(zero COMPONENTS cuda) failed on a CUDA-enabled install")
+elseif(NOT ZERO_HAVE_CUDA AND rc EQUAL 0)
+  message(FATAL_ERROR "find_package(zero COMPONENTS cuda) succeeded on an install built without CUDA")
+endif()
+
 if(EXPECT_TOOLS)
   set(run ${prefix}/bin/zero-run -n 2 --timeout 120 -- ${WORK_DIR}/build/app)
 else()
