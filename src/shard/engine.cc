@@ -178,7 +178,8 @@ Status Engine::Impl::ResolveGroups() {
 }
 
 // Stage 3 keeps units below stage3_param_persistence_threshold gathered: say which, and what it costs, once —
-// a trainer that registered its model as one small unit would otherwise not see that nothing is sharded.
+// a trainer that registered its model as small units would otherwise not see that nothing is sharded. And a unit
+// holding most of the model is gathered whole: say so too.
 void Engine::Impl::LogPersistentUnits(const internal::StagePlan& plan) const {
   if (ctx.stage() != 3 || ctx.rank != 0) return;
   std::vector<std::string> names;
@@ -187,6 +188,27 @@ void Engine::Impl::LogPersistentUnits(const internal::StagePlan& plan) const {
     if (!plan.units[i].persistent) continue;
     elems += plan.units[i].padded;
     if (++count <= 6) names.push_back(ctx.units[i].name());
+  }
+  // The one-unit trap: at stage 3 a unit that holds most of the model is gathered whole in every scope, so the
+  // gather (and, in backward, the gradient bucket) is about as large as the unsharded model.
+  int64_t total = 0, largest = 0;
+  size_t largest_at = 0;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    total += plan.units[i].padded;
+    if (!plan.units[i].persistent && plan.units[i].padded > largest) {
+      largest = plan.units[i].padded;
+      largest_at = i;
+    }
+  }
+  // (Three quarters of the model in one unit of several tensors: a model registered whole, not a layer that
+  // happens to dominate, like a two-layer MLP's first layer.)
+  if (ctx.world > 1 && largest * 4 > total * 3 && ctx.units[largest_at].layout.params.size() >= 4) {
+    const int64_t bytes = largest * static_cast<int64_t>(DTypeSize(ctx.cd()));
+    ZERO_LOG(WARNING) << "stage 3: unit " << ctx.units[largest_at].name() << " holds " << (100 * largest / total)
+                      << " % of the parameters (" << largest << " elements): every Forward/Backward scope gathers it "
+                      << "whole, so each rank's peak holds all " << bytes << " bytes of it (and a gradient bucket as "
+                      << "large in backward) beside its shard; registered as k units of one layer each, the gather "
+                      << "working set is about 1/k of that (stage3_max_live_parameters bounds it)";
   }
   if (count == 0) return;
   if (count > 6) names.push_back("...");

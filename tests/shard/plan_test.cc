@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "support/multi_rank.h"
 #include "support/synthetic_trainer.h"
 #include "zero/engine.h"
+#include "zero/logging.h"
 
 namespace zero {
 namespace {
@@ -256,6 +258,41 @@ TEST(PlanTest, PolicyFromConfigNamesImpossibleCombinations) {
   ASSERT_OK_AND_ASSIGN(PlanPolicy q, PlanPolicy::FromConfig(c, 2, 0));
   EXPECT_TRUE(q.offload_optimizer);
   EXPECT_FALSE(q.offload_param);
+}
+
+// What Finalize says about stage-3 units that will not be sharded between uses: those below the persistence
+// threshold (they stay gathered), and a whole model registered as one unit (gathered whole in every scope).
+TEST(PlanLogTest, Stage3SaysWhatStaysGatheredAndWhatIsGatheredWhole) {
+  std::vector<std::string> lines;
+  std::mutex mu;
+  SetLogSink([&](LogLevel, std::string_view line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.emplace_back(line);
+  });
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    Config cfg = testing::TrainConfig(3, 1);
+    cfg.zero.stage3_param_persistence_threshold = 100;
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(cfg, testing::Borrow(comm)));
+    // One "model" unit of four tensors holding almost everything, and a small one below the threshold.
+    ASSERT_OK(e->AddUnit("model", {{"wte", {64, 32}}, {"w1", {32, 32}}, {"w2", {32, 32}}, {"b", {32}}}));
+    ASSERT_OK(e->AddUnit("head_bias", {{"b", {10}}}));
+    ASSERT_OK(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.01f * static_cast<float>(i % 7);
+    }));
+  });
+  SetLogSink(nullptr);
+  auto has = [&](const std::string& text) {
+    for (const auto& l : lines) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(
+      has("stage 3: unit model holds 98 % of the parameters (4160 elements): every Forward/Backward scope "
+          "gathers it whole"));
+  EXPECT_TRUE(
+      has("stage 3: 1 of 2 units (64 parameter elements, 256 bytes) are below "
+          "stage3_param_persistence_threshold (100) and stay gathered on every rank, as at stage 2: head_bias"));
 }
 
 // ---- a running engine's memory equals its plan ----
