@@ -68,6 +68,12 @@ class ShardedOptimizer {
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
+  // Hands buffer pair `buffer`'s gradients over as soon as the trainer's backward has finished them (DDP's
+  // reducer buckets, at the granularity of the buffer pairs given to Create): its reduction starts at once and
+  // runs while the trainer computes the others' gradients; the trainer must not write that gradient buffer again
+  // before Step. Optional: Step reduces every pair not handed over. Collective (every rank, same order).
+  Status GradientsReady(int buffer);
+
   // One optimizer step over the gradients the trainer accumulated since the last one. Collective.
   StatusOr<StepResult> Step(const StepOptions& options = {});
 

@@ -40,12 +40,33 @@ StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vect
   return id;
 }
 
+Status Engine::Impl::ReduceTrainerUnit(UnitId id) {
+  Unit& u = ctx.units[id];
+  u.backward_count = 1;  // the trainer accumulated its micro-steps itself
+  if (u.frozen) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
+  return reducer.RetireCompleted();  // never waits: what finished lands, the rest overlaps the trainer's work
+}
+
+Status Engine::Impl::GradientsReady(UnitId id) {
+  if (!ctx.finalized) return absl::FailedPreconditionError("GradientsReady: call Finalize first");
+  ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
+  if (id < 0 || id >= static_cast<UnitId>(ctx.units.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradientsReady: no buffer pair ", id, " (", ctx.units.size(), " given to Create)"));
+  }
+  if (ctx.units[id].backward_count != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("GradientsReady(", id, "): the gradients of buffer pair \"",
+                                                      ctx.units[id].name(), "\" were already handed over this step"));
+  }
+  return ReduceTrainerUnit(id);
+}
+
 StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) {
   if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
-  for (Unit& u : ctx.units) {
-    u.backward_count = 1;  // the trainer accumulated its micro-steps itself
-    if (!u.frozen) ZERO_RETURN_IF_ERROR(reducer.ReduceTrainerOwned(u));
+  for (UnitId id = 0; id < static_cast<UnitId>(ctx.units.size()); ++id) {
+    if (ctx.units[id].backward_count == 0) ZERO_RETURN_IF_ERROR(ReduceTrainerUnit(id));  // not handed over
   }
   return step.Run(options);
 }
@@ -83,6 +104,8 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
 
 ShardedOptimizer::ShardedOptimizer(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
 ShardedOptimizer::~ShardedOptimizer() = default;
+
+Status ShardedOptimizer::GradientsReady(int buffer) { return engine_->impl_->GradientsReady(buffer); }
 
 StatusOr<StepResult> ShardedOptimizer::Step(const StepOptions& options) {
   return engine_->impl_->StepTrainerOwned(options);

@@ -201,6 +201,63 @@ TEST(ShardedOptimizerBf16, KeepsAnFp32MasterOfTheShard) {
   });
 }
 
+// Gradients handed over during backward (GradientsReady) reduce while the trainer computes the rest, and give the
+// parameters of a run that hands nothing over, bit for bit. Two buffer pairs (two "layers"); the trainer finishes
+// layer 1's gradient first, as backward does.
+TEST(ShardedOptimizerOverlap, GradientsReadyStartsTheReductionAndChangesNothing) {
+  const int world = 3;
+  const std::vector<ParamSpec> layer = {{"w", {29, 11}}, {"b", {11}}};
+  const int64_t n = 29 * 11 + 11;
+  for (int stage = 0; stage <= 2; ++stage) {
+    std::vector<std::vector<float>> final_params(2);
+    for (bool hand_over : {false, true}) {
+      testing::RunRanks(world, [&](Communicator& comm, int rank) {
+        const int64_t cap = ShardedOptimizer::Capacity(n, world);
+        std::vector<std::vector<float>> p(2, std::vector<float>(cap, 0.0f)), g(2, std::vector<float>(cap, 0.0f));
+        for (int l = 0; l < 2; ++l) {
+          for (int64_t i = 0; i < n; ++i) p[l][i] = 0.1f * std::sin(0.3f * static_cast<float>(i) + l);
+        }
+        Config cfg = WrapperConfig(stage);
+        cfg.zero.overlap_comm = true;
+        ASSERT_OK_AND_ASSIGN(
+            auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm),
+                                               {FlatBuffers{p[0].data(), g[0].data(), DType::kF32, cap, layer, "l0"},
+                                                FlatBuffers{p[1].data(), g[1].data(), DType::kF32, cap, layer, "l1"}}));
+        auto grad = [&](int l, int step) {
+          for (int64_t i = 0; i < n; ++i) {
+            g[l][i] = 0.05f * std::cos(0.7f * static_cast<float>(i) + step + rank) + 0.2f * p[l][i];
+          }
+        };
+        for (int step = 1; step <= 4; ++step) {
+          grad(1, step);
+          if (hand_over) {
+            ASSERT_OK(opt->GradientsReady(1));
+            EXPECT_THAT(opt->GradientsReady(1), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                                  ::testing::HasSubstr("already handed over")));
+            if (stage == 0 && step == 1) {
+              // Ops run in issue order: once a barrier issued after it completes, the average all-reduce of
+              // layer 1's gradient has run, before Step was called.
+              const std::vector<float> before(g[1].begin(), g[1].begin() + n);
+              ASSERT_OK(comm.Barrier().Wait());
+              size_t changed = 0;
+              for (int64_t i = 0; i < n; ++i) changed += g[1][i] != before[i];
+              EXPECT_GT(changed, 0u) << "the reduction had not run by the time of the barrier";
+            }
+          }
+          grad(0, step);
+          ASSERT_OK(opt->Step());
+        }
+        if (rank == 0) {
+          std::vector<float>& out = final_params[hand_over];
+          out.assign(p[0].begin(), p[0].begin() + n);
+          out.insert(out.end(), p[1].begin(), p[1].begin() + n);
+        }
+      });
+    }
+    EXPECT_EQ(final_params[0], final_params[1]) << "stage " << stage;
+  }
+}
+
 // The trainer's own learning rate: Step({.lr = x}) equals a constant schedule of x.
 TEST(ShardedOptimizerLr, StepTakesTheTrainersLearningRate) {
   std::vector<float> a(kNumel), b(kNumel);

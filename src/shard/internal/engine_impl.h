@@ -36,6 +36,8 @@ class Engine::Impl {
   StatusOr<UnitId> AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params, void* grads,
                                   DType dtype, int64_t capacity);
   StatusOr<StepResult> StepTrainerOwned(const StepOptions& options);
+  Status GradientsReady(UnitId id);
+  Status ReduceTrainerUnit(UnitId id);
   StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const;
   TensorView ScopeView(UnitId id, const std::string& name, bool grad) const;
   StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
