@@ -83,6 +83,9 @@ class ShardedOptimizer {
   int64_t steps() const;
   int rank() const;
   int world_size() const;
+  // The CUDA engine's compute stream (EngineOptions::cuda_stream or its own), where Step's work runs on the
+  // trainer's device buffers; nullptr on the host engine.
+  CUstream_st* cuda_stream() const;
   // The full fp32 master values of one tensor (buffer pair `buffer`, tensor `name`). Collective.
   StatusOr<std::vector<float>> GatherParam(int buffer, const std::string& name);
 

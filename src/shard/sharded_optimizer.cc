@@ -114,6 +114,7 @@ MemoryReport ShardedOptimizer::memory_report() const { return engine_->memory_re
 double ShardedOptimizer::loss_scale() const { return engine_->loss_scale(); }
 int64_t ShardedOptimizer::steps() const { return engine_->steps(); }
 int ShardedOptimizer::rank() const { return engine_->rank(); }
+CUstream_st* ShardedOptimizer::cuda_stream() const { return engine_->cuda_stream(); }
 int ShardedOptimizer::world_size() const { return engine_->world_size(); }
 StatusOr<std::vector<float>> ShardedOptimizer::GatherParam(int buffer, const std::string& name) {
   return engine_->GatherParam(buffer, name);
