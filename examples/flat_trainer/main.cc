@@ -424,7 +424,8 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
     std::fflush(stdout);
   }
   if (opt != nullptr && rank == 0 && !flags.json) {
-    std::printf("rank 0 holds, beyond the trainer's two buffers:\n%s", opt->memory_report().ToString().c_str());
+    std::printf("the trainer's two buffers: %lld bytes (its own); rank 0 holds beyond them:\n%s",
+                static_cast<long long>(opt->trainer_bytes()), opt->memory_report().ToString().c_str());
   }
   for (float* mem : {model.params_memory, model.grads_memory, model.acts_memory, model.grad_acts_memory, model.m_memory,
                      model.v_memory}) {

@@ -79,6 +79,9 @@ class ShardedOptimizer {
 
   // This rank's bytes by tag and tier, without the trainer's buffers (see the file comment).
   MemoryReport memory_report() const;
+  // The trainer's own buffers the wrapper works in (parameters and gradients, capacity included), reported apart:
+  // the trainer's, not the library's.
+  int64_t trainer_bytes() const;
   double loss_scale() const;
   int64_t steps() const;
   int rank() const;

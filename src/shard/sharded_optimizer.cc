@@ -111,6 +111,11 @@ StatusOr<StepResult> ShardedOptimizer::Step(const StepOptions& options) {
   return engine_->impl_->StepTrainerOwned(options);
 }
 MemoryReport ShardedOptimizer::memory_report() const { return engine_->memory_report(); }
+int64_t ShardedOptimizer::trainer_bytes() const {
+  int64_t bytes = 0;
+  for (const Unit& u : engine_->impl_->ctx.units) bytes += static_cast<int64_t>(u.params.size() + u.full_grads.size());
+  return bytes;
+}
 double ShardedOptimizer::loss_scale() const { return engine_->loss_scale(); }
 int64_t ShardedOptimizer::steps() const { return engine_->steps(); }
 int ShardedOptimizer::rank() const { return engine_->rank(); }
