@@ -40,6 +40,13 @@ struct ShardUpdate {
   // Double, like a Python float in torch.optim: the step's scalars (lr / (1 - beta1^step), 1 - lr * wd, ...)
   // are formed in double and rounded to f32 once, exactly as torch forms them.
   double lr = 0.0;
+  // Where the tile lies, for a trainer's own optimizer (the built-ins ignore it): the unit (Engine's UnitId), its
+  // parameter group (an EngineOptions::param_groups index; -1: none), and the unit-wide index of element 0 —
+  // parameters are packed in registration order, so Engine::UnitParams gives each one's range. A tile never
+  // spans two groups.
+  int unit = -1;
+  int group = -1;
+  int64_t first_element = 0;
 };
 
 // An optimizer whose update of element i reads and writes only element i of the master, the gradient, the

@@ -32,6 +32,7 @@ CopyStream::Ticket RunHostStep(const ElementwiseOptimizer& opt, const HostStep& 
     for (size_t s = 0; s < states; ++s) st[s] = whole.state[s] + off;
     t.state = st.data();
     t.n = m;
+    t.first_element = whole.first_element + static_cast<int64_t>(off);
     void* out = nullptr;  // where this tile's parameters are written on the host
     const int b = staging.next;
     if (copy_back) {

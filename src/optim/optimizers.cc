@@ -231,6 +231,7 @@ void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int t
     part.state = n_states > 0 ? &states[t * n_states] : u.state;
     if (u.param_out != nullptr) part.param_out = static_cast<char*>(u.param_out) + begin * out_size;
     part.n = std::min(tile, u.n - begin);
+    part.first_element = u.first_element + static_cast<int64_t>(begin);
     opt.Update(part);
   });
 }

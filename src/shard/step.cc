@@ -302,6 +302,9 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
         if (up.param_out != nullptr) part.param_out = static_cast<char*>(up.param_out) + k * cds;
         part.n = static_cast<size_t>(e - b);
         part.lr = lr * LrScaleOf(seg.group);
+        part.unit = static_cast<int>(ui);
+        part.group = seg.group;
+        part.first_element = first_global + b;
         c.compute->Update(OptimizerOf(seg.group), part, c.threads, opt_tile);
       }
       if (stochastic) {
@@ -356,6 +359,9 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
         if (hs.param_host != nullptr) part.param_host = static_cast<char*>(hs.param_host) + b * cds;
         part.u.n = static_cast<size_t>(e - b);
         part.u.lr = lr * LrScaleOf(seg.group);
+        part.u.unit = static_cast<int>(ui);
+        part.u.group = seg.group;
+        part.u.first_element = first_global + b;
         part.first_index = first_global + b;
         copied = RunHostStep(OptimizerOf(seg.group), part, *copies_, opt_staging_);
       }

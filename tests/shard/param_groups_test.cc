@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -231,6 +234,77 @@ TEST(ParamGroupsTest, AUnitMixingFrozenAndTrainableParametersIsAnError) {
                 testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                   ::testing::HasSubstr("unit l0 mixes frozen parameter w with trainable parameter b")));
   });
+}
+
+// A trainer's own ElementwiseOptimizer is told where each tile lies: its unit, its group and the unit-wide index of
+// its first element. Every call stays inside one group, and a step's calls cover this rank's range exactly once —
+// on the compute tier and on the offloaded host part alike.
+class RecordingSgd : public ElementwiseOptimizer {
+ public:
+  struct Call {
+    int unit, group;
+    int64_t first, n;
+  };
+  std::string Name() const override { return "recording-sgd"; }
+  std::vector<std::string> StateNames() const override { return {}; }
+  void Update(const ShardUpdate& u) const override {
+    for (size_t i = 0; i < u.n; ++i) u.master[i] -= static_cast<float>(u.lr) * LoadAsF32(u.grad, u.grad_dtype, i);
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back({u.unit, u.group, u.first_element, static_cast<int64_t>(u.n)});
+  }
+  std::vector<Call> Take() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(calls_, {});
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<Call> calls_;
+};
+
+TEST(ParamGroupsTest, APlugInOptimizerIsToldEachTilesUnitGroupAndOffset) {
+  const int world = 2;
+  for (bool offload : {false, true}) {
+    testing::RunRanks(world, [&](Communicator& comm, int rank) {
+      Config cfg = AdamWConfig(2, 0.01, 0.0);
+      if (offload) {
+        cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
+        cfg.zero.offload_optimizer.ratio = 0.5;  // Twin-Flow: half of each shard on the host, half in the compute tier
+        cfg.zero.stage = 3;
+      }
+      auto opt = std::make_shared<RecordingSgd>();
+      EngineOptions opts;
+      opts.optimizer = opt;
+      opts.param_groups = {{.match = "*.b", .lr_scale = 0.5}, {.match = "*ln_*", .lr_scale = 2.0}};
+      ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(cfg, testing::Borrow(comm), opts));
+      for (const auto& [name, specs] : kLayers) ASSERT_OK(e->AddUnit(name, specs));
+      ASSERT_OK(e->Finalize(Init));
+      ZeroGradSteps(*e, 1);
+      const std::vector<RecordingSgd::Call> calls = opt->Take();
+      for (UnitId id = 0; id < static_cast<UnitId>(kLayers.size()); ++id) {
+        // Each element's group, and this rank's range of the padded unit.
+        std::vector<int> group;
+        for (const ParamSpec& p : kLayers[id].second) {
+          const int g = p.name == "b" ? 0 : p.name == "ln_w" ? 1 : -1;
+          group.insert(group.end(), p.numel(), g);
+        }
+        const int64_t q = 32 * world, padded = (static_cast<int64_t>(group.size()) + q - 1) / q * q;
+        const int64_t shard = padded / world, lo = rank * shard, hi = lo + shard;
+        std::vector<int> covered(padded, 0);
+        for (const auto& c : calls) {
+          if (c.unit != id) continue;
+          for (int64_t j = c.first; j < c.first + c.n; ++j) {
+            ASSERT_GE(j, lo);
+            ASSERT_LT(j, hi);
+            ++covered[j];
+            ASSERT_EQ(c.group, j < static_cast<int64_t>(group.size()) ? group[j] : -1)
+                << "unit " << id << " element " << j << (offload ? " (offloaded)" : "");
+          }
+        }
+        for (int64_t j = lo; j < hi; ++j) ASSERT_EQ(covered[j], 1) << "unit " << id << " element " << j;
+      }
+    });
+  }
 }
 
 // The same groups in the trainer-owned wrapper: no decay on the biases of a flat buffer.
