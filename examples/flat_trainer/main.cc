@@ -483,13 +483,6 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   return f->world >= 1 && f->steps >= 0;
 }
 
-bool UnderLauncher() {
-  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
-
 // The embedded default config: the trainer's own AdamW, written out in full precision.
 std::string DefaultConfigJson(const AdamW& hp, int stage) {
   char buf[512];
@@ -541,7 +534,7 @@ int main(int argc, char** argv) {
     Usage();
     return 2;
   }
-  const bool launched = UnderLauncher();
+  const bool launched = zero::Communicator::Launched();
   const char* env_world = std::getenv("WORLD_SIZE");
   if (!flags.zero && (flags.world != 1 || (launched && env_world != nullptr && std::atoi(env_world) != 1))) {
     std::fprintf(stderr,

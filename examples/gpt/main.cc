@@ -102,13 +102,6 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   return f->world >= 1 && f->steps >= 0 && (f->device == "cpu" || f->device == "cuda");
 }
 
-bool UnderLauncher() {
-  for (const char* v : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
-    if (std::getenv(v) != nullptr) return true;
-  }
-  return false;
-}
-
 std::string MemoryJson(const std::vector<zero::MemoryReport>& ranks) {
   // Per tag, the largest rank's figures (by peak); per tier, the largest rank's true peak (peak_total).
   zero::MemoryReport worst;
@@ -154,7 +147,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 #endif
-  if (cuda && !UnderLauncher() && flags.world != 1) {
+  if (cuda && !zero::Communicator::Launched() && flags.world != 1) {
     std::fprintf(stderr, "zero-gpt: --device cuda runs one rank per GPU: use --world 1, or a launcher (zero-run)\n");
     return 2;
   }
@@ -168,7 +161,7 @@ int main(int argc, char** argv) {
     return zero::gpt::TrainRank(cfg, std::move(comm), o, cb);
   };
 
-  const bool launched = UnderLauncher();
+  const bool launched = zero::Communicator::Launched();
   const int world = launched ? 0 : flags.world;
   zero::gpt::TrainOptions opt;
   opt.model = flags.model;

@@ -133,6 +133,9 @@ class Communicator {
   // MASTER_PORT a TCP store served by rank 0; without launcher variables, world size 1. kNccl uses LOCAL_RANK
   // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/comm.md.
   static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
+  // Whether this process was started as one rank by a launcher FromEnv understands (a rank variable of torchrun or
+  // zero-run, OpenMPI or Slurm is set): a trainer then takes its rank from FromEnv instead of spawning its own.
+  static bool Launched();
 };
 
 }  // namespace zero

@@ -57,19 +57,32 @@ StatusOr<CommOptions> ApplyCommEnvOverrides(CommOptions options, const EnvLookup
   return options;
 }
 
+namespace {
+
+// The launchers FromEnv understands, in order of precedence.
+struct Source {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+};
+constexpr Source kSources[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+}  // namespace
+
+bool HasLauncherRank(const EnvLookup& env) {
+  for (const Source& src : kSources) {
+    if (env(src.rank)) return true;
+  }
+  return false;
+}
+
 StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   LaunchEnv out;
-  struct Source {
-    const char* name;
-    const char* rank;
-    const char* size;
-    const char* local_rank;
-  };
-  static constexpr Source kSources[] = {
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-  };
   for (const Source& src : kSources) {
     auto rank = env(src.rank);
     auto size = env(src.size);
@@ -106,6 +119,8 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
 }
 
 }  // namespace internal
+
+bool Communicator::Launched() { return internal::HasLauncherRank(internal::ProcessEnv()); }
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, const CommOptions& options) {
   const internal::EnvLookup env = internal::ProcessEnv();

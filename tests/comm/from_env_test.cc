@@ -32,6 +32,15 @@ TEST(LaunchEnv, NoLauncherMeansWorldOfOne) {
   EXPECT_EQ(e->source, "default");
 }
 
+// Communicator::Launched: any launcher's rank variable (what ReadLaunchEnv reads), and nothing else.
+TEST(LaunchEnv, LaunchedMeansALauncherRankVariable) {
+  EXPECT_FALSE(internal::HasLauncherRank(FakeEnv({})));
+  EXPECT_FALSE(internal::HasLauncherRank(FakeEnv({{"WORLD_SIZE", "4"}, {"MASTER_PORT", "29500"}})));
+  EXPECT_TRUE(internal::HasLauncherRank(FakeEnv({{"RANK", "0"}})));
+  EXPECT_TRUE(internal::HasLauncherRank(FakeEnv({{"OMPI_COMM_WORLD_RANK", "3"}})));
+  EXPECT_TRUE(internal::HasLauncherRank(FakeEnv({{"SLURM_PROCID", "1"}})));
+}
+
 TEST(LaunchEnv, Torchrun) {
   auto e = internal::ReadLaunchEnv(FakeEnv({{"RANK", "5"},
                                             {"WORLD_SIZE", "8"},

@@ -37,6 +37,8 @@ struct LaunchEnv {
 // ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT. kInvalidArgument naming the variable for unparsable or
 // inconsistent values (e.g. RANK >= WORLD_SIZE, or RANK without WORLD_SIZE).
 StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
+// Whether a launcher's rank variable is set (Communicator::Launched).
+bool HasLauncherRank(const EnvLookup& env);
 
 // "localhost", "::1" or 127.x.y.z.
 bool IsLoopbackHost(const std::string& host);
