@@ -47,6 +47,11 @@ struct ShardUpdate {
   int unit = -1;
   int group = -1;
   int64_t first_element = 0;
+
+  // Elements [begin, begin + n) of this update: master, gradient, state, param_out and first_element moved by
+  // `begin`. The moved state pointers are written to `states` (n_states of them, one per state buffer), which must
+  // outlive the result.
+  ShardUpdate Slice(size_t begin, size_t n, size_t n_states, float** states) const;
 };
 
 // An optimizer whose update of element i reads and writes only element i of the master, the gradient, the

@@ -15,7 +15,6 @@ CopyStream::Ticket RunHostStep(const ElementwiseOptimizer& opt, const HostStep& 
   const size_t n = whole.n;
   if (n == 0) return 0;
   const size_t states = opt.StateNames().size();
-  const size_t gsz = DTypeSize(whole.grad_dtype);
   const bool copy_back = whole.param_out != nullptr;
   ZERO_CHECK(!(copy_back && step.param_host != nullptr)) << "RunHostStep: param_out and param_host both set";
   const size_t osz = copy_back ? DTypeSize(whole.param_out_dtype) : 0;
@@ -26,13 +25,7 @@ CopyStream::Ticket RunHostStep(const ElementwiseOptimizer& opt, const HostStep& 
   std::vector<float*> st(states);
   for (size_t off = 0; off < n; off += tile) {
     const size_t m = std::min(tile, n - off);
-    ShardUpdate t = whole;
-    t.master = whole.master + off;
-    t.grad = static_cast<const char*>(whole.grad) + off * gsz;
-    for (size_t s = 0; s < states; ++s) st[s] = whole.state[s] + off;
-    t.state = st.data();
-    t.n = m;
-    t.first_element = whole.first_element + static_cast<int64_t>(off);
+    ShardUpdate t = whole.Slice(off, m, states, st.data());
     void* out = nullptr;  // where this tile's parameters are written on the host
     const int b = staging.next;
     if (copy_back) {
@@ -44,8 +37,7 @@ CopyStream::Ticket RunHostStep(const ElementwiseOptimizer& opt, const HostStep& 
     t.param_out = step.stochastic ? nullptr : out;
     ParallelUpdate(opt, t, step.threads, step.optimizer_tile);
     if (step.stochastic && out != nullptr) {
-      StochasticRoundToBF16(t.master, static_cast<uint16_t*>(out), m, step.stochastic_key,
-                            step.first_index + static_cast<int64_t>(off));
+      StochasticRoundToBF16(t.master, static_cast<uint16_t*>(out), m, step.stochastic_key, t.first_element);
     }
     if (copy_back) {
       char* dst = static_cast<char*>(whole.param_out) + off * osz;

@@ -30,11 +30,10 @@ struct HostStep {
   int threads = 1;
   size_t optimizer_tile = 1 << 20;  // ParallelUpdate's tile (sub_group_size)
   size_t pipeline_tile = 1 << 20;   // elements per staged copy
-  // bf16 stochastic rounding instead of the fused round-to-nearest write-back: the key and global index of
-  // element 0 of the range (zero/mixed_precision.h StochasticRoundToBF16).
+  // bf16 stochastic rounding instead of the fused round-to-nearest write-back, keyed by `stochastic_key` and each
+  // element's global index (u.first_element for element 0; zero/mixed_precision.h StochasticRoundToBF16).
   bool stochastic = false;
   uint64_t stochastic_key = 0;
-  int64_t first_index = 0;
   // Runs on the copy stream's worker: copies `bytes` of staged host parameters into the compute tier and
   // returns when they are there (a device's H2D copy). Empty: memcpy (the host engine's compute tier is DRAM).
   std::function<void(void* dst, const void* host_src, size_t bytes)> copy_to_compute;

@@ -196,6 +196,18 @@ StatusOr<std::unique_ptr<ElementwiseOptimizer>> MakeOptimizer(const OptimizerCon
                                                  "ElementwiseOptimizer)"));
 }
 
+ShardUpdate ShardUpdate::Slice(size_t begin, size_t count, size_t n_states, float** states) const {
+  ShardUpdate part = *this;
+  part.master = master + begin;
+  part.grad = static_cast<const char*>(grad) + begin * DTypeSize(grad_dtype);
+  for (size_t k = 0; k < n_states; ++k) states[k] = state[k] + begin;
+  if (n_states > 0) part.state = states;
+  if (param_out != nullptr) part.param_out = static_cast<char*>(param_out) + begin * DTypeSize(param_out_dtype);
+  part.n = count;
+  part.first_element = first_element + static_cast<int64_t>(begin);
+  return part;
+}
+
 void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile_elems) {
   if (u.n == 0) return;
   threads = std::max(threads, 1);
@@ -216,23 +228,11 @@ void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int t
     opt.Update(u);
     return;
   }
-  // Per-tile state pointer arrays, built up front so workers only read shared data.
+  // Per-tile state pointer arrays, one slice each, so workers write only their own.
   std::vector<float*> states(n_tiles * n_states);
-  for (size_t t = 0; t < n_tiles; ++t) {
-    for (size_t k = 0; k < n_states; ++k) states[t * n_states + k] = u.state[k] + t * tile;
-  }
-  const size_t grad_size = DTypeSize(u.grad_dtype);
-  const size_t out_size = DTypeSize(u.param_out_dtype);
   optim_internal::ParallelFor(n_tiles, threads, [&](size_t t) {
     const size_t begin = t * tile;
-    ShardUpdate part = u;
-    part.master = u.master + begin;
-    part.grad = static_cast<const char*>(u.grad) + begin * grad_size;
-    part.state = n_states > 0 ? &states[t * n_states] : u.state;
-    if (u.param_out != nullptr) part.param_out = static_cast<char*>(u.param_out) + begin * out_size;
-    part.n = std::min(tile, u.n - begin);
-    part.first_element = u.first_element + static_cast<int64_t>(begin);
-    opt.Update(part);
+    opt.Update(u.Slice(begin, std::min(tile, u.n - begin), n_states, states.data() + t * n_states));
   });
 }
 

@@ -141,7 +141,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
     u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
   }
   step.Allocate(plan);
-  LogPersistentUnits(plan);
+  LogUnshardedUnits(plan);
   ZERO_RETURN_IF_ERROR(ctx.compute->status());
   ctx.finalized = true;
   return InitialValues(init);
@@ -180,7 +180,7 @@ Status Engine::Impl::ResolveGroups() {
 // Stage 3 keeps units below stage3_param_persistence_threshold gathered: say which, and what it costs, once —
 // a trainer that registered its model as small units would otherwise not see that nothing is sharded. And a unit
 // holding most of the model is gathered whole: say so too.
-void Engine::Impl::LogPersistentUnits(const internal::StagePlan& plan) const {
+void Engine::Impl::LogUnshardedUnits(const internal::StagePlan& plan) const {
   if (ctx.stage() != 3 || ctx.rank != 0) return;
   std::vector<std::string> names;
   int64_t elems = 0, count = 0;

@@ -97,11 +97,10 @@ Status GradReducer::Reduce(Unit& u) {
   EngineContext& c = *ctx_;
   const DType cd = c.cd();
   const bool last_micro = u.backward_count == c.ga();
-  const int64_t S = u.layout.shard;
   const size_t cds = DTypeSize(cd);
   void* G = u.GradBase();
-  PendingReduce p;
   if (c.policy.ReduceEveryMicroStep()) {
+    PendingReduce p;
     Deposit dep{u.grad_shard.data(), u.grad_shard_dtype(), /*add=*/u.backward_count > 1};
     if (c.stage() == 1) {  // the persistent full gradient is read by the op, then zeroed for the next micro-step
       p.zero_after = G;
@@ -123,27 +122,25 @@ Status GradReducer::Reduce(Unit& u) {
     src_dtype = DType::kF32;
   }
   if (!last_micro) return absl::OkStatus();
-  if (c.stage() == 0) {
-    return Issue(u, src, src_dtype, /*allreduce=*/true, Deposit{src, src_dtype, false}, std::move(p));
-  }
+  return IssueWhole(u, G, src, src_dtype, /*free_full=*/true);
+}
+
+Status GradReducer::IssueWhole(Unit& u, void* G, void* src, DType src_dtype, bool free_full) {
+  EngineContext& c = *ctx_;
+  const DType cd = c.cd();
+  if (c.stage() == 0) return Issue(u, src, src_dtype, /*allreduce=*/true, Deposit{src, src_dtype, false}, {});
   if (c.stage() == 1) {
-    Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * S * cds, cd, false};
-    return Issue(u, src, src_dtype, false, dep, std::move(p));
+    Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * u.layout.shard * DTypeSize(cd), cd, false};
+    return Issue(u, src, src_dtype, false, dep, {});
   }
-  p.free_full_after = true;
+  PendingReduce p;
+  p.free_full_after = free_full;
   return Issue(u, src, src_dtype, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype(), false}, std::move(p));
 }
 
 Status GradReducer::ReduceTrainerOwned(Unit& u) {
-  EngineContext& c = *ctx_;
-  const DType cd = c.cd();
   void* G = u.full_grads.data();
-  if (c.stage() == 0) return Issue(u, G, cd, /*allreduce=*/true, Deposit{G, cd, false}, PendingReduce{});
-  if (c.stage() == 1) {
-    Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * u.layout.shard * DTypeSize(cd), cd, false};
-    return Issue(u, G, cd, false, dep, PendingReduce{});
-  }
-  return Issue(u, G, cd, false, Deposit{u.grad_shard.data(), u.grad_shard_dtype(), false}, PendingReduce{});
+  return IssueWhole(u, G, G, ctx_->cd(), /*free_full=*/false);  // the trainer's buffer: read, never freed
 }
 
 Status GradReducer::RetireOldest() {

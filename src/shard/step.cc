@@ -273,6 +273,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     base.step = applied_steps_ + 1;
     base.lr = lr;
     base.param_out_dtype = cd;
+    base.unit = static_cast<int>(ui);
     // The device part [host_n, range): the optimizer over compute-tier buffers (all of it without offload).
     if (n_dev > 0) {
       ShardUpdate up = base;
@@ -282,6 +283,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       up.state = states.data();
       std::tie(up.grad, up.grad_dtype) = reducer_->OptGrad(u);
       up.n = n_dev;
+      up.first_element = first_global + hn;
       if (c.mixed()) {
         up.master = u.master.as<float>();
         up.param_out = stochastic ? nullptr : params_dev;  // fused 16-bit write-back (round to nearest even)
@@ -292,19 +294,10 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       for (const Segment& seg : segments) {
         const int64_t b = std::max(seg.begin, hn), e = seg.end;
         if (b >= e) continue;
-        const int64_t k = b - hn;
-        ShardUpdate part = up;
-        std::vector<float*> part_states(states);
-        for (float*& p : part_states) p += k;
-        part.state = part_states.data();
-        part.master = up.master + k;
-        part.grad = static_cast<const char*>(up.grad) + k * DTypeSize(up.grad_dtype);
-        if (up.param_out != nullptr) part.param_out = static_cast<char*>(up.param_out) + k * cds;
-        part.n = static_cast<size_t>(e - b);
+        std::vector<float*> part_states(states.size());
+        ShardUpdate part = up.Slice(b - hn, e - b, states.size(), part_states.data());
         part.lr = lr * LrScaleOf(seg.group);
-        part.unit = static_cast<int>(ui);
         part.group = seg.group;
-        part.first_element = first_global + b;
         c.compute->Update(OptimizerOf(seg.group), part, c.threads, opt_tile);
       }
       if (stochastic) {
@@ -323,6 +316,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       hs.u.grad = u.host_grad.data();
       hs.u.grad_dtype = u.grad_shard_dtype();
       hs.u.n = hn;
+      hs.u.first_element = first_global;
       if (c.policy.MasterIsHostParams()) {
         hs.u.master = reinterpret_cast<float*>(param_here);  // fp32 host shard: the parameters are the master
       } else {
@@ -344,25 +338,16 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
       hs.pipeline_tile = pipeline_tile_;
       hs.stochastic = stochastic;
       hs.stochastic_key = key;
-      hs.first_index = first_global;
       // One host step per parameter-group segment of [0, host_n) (the whole part without groups).
       for (const Segment& seg : segments) {
         const int64_t b = seg.begin, e = std::min(seg.end, hn);
         if (b >= e) continue;
         HostStep part = hs;
-        std::vector<float*> part_states(states);
-        for (float*& p : part_states) p += b;
-        part.u.state = part_states.data();
-        part.u.master = hs.u.master + b;
-        part.u.grad = static_cast<const char*>(hs.u.grad) + b * DTypeSize(hs.u.grad_dtype);
-        if (hs.u.param_out != nullptr) part.u.param_out = static_cast<char*>(hs.u.param_out) + b * cds;
+        std::vector<float*> part_states(states.size());
+        part.u = hs.u.Slice(b, e - b, states.size(), part_states.data());
         if (hs.param_host != nullptr) part.param_host = static_cast<char*>(hs.param_host) + b * cds;
-        part.u.n = static_cast<size_t>(e - b);
         part.u.lr = lr * LrScaleOf(seg.group);
-        part.u.unit = static_cast<int>(ui);
         part.u.group = seg.group;
-        part.u.first_element = first_global + b;
-        part.first_index = first_global + b;
         copied = RunHostStep(OptimizerOf(seg.group), part, *copies_, opt_staging_);
       }
     }

@@ -84,7 +84,7 @@ TEST_P(HostStepTest, CopyBackEqualsOneParallelUpdate) {
   hs.pipeline_tile = c.pipeline_tile;
   hs.stochastic = c.stochastic;
   hs.stochastic_key = 99;
-  hs.first_index = 1000;
+  hs.u.first_element = 1000;
   const auto last = RunHostStep(*opt, hs, copies, staging);
   const size_t tiles = (c.n + c.pipeline_tile - 1) / c.pipeline_tile;
   EXPECT_EQ(last, tiles);  // one copy per tile, in order

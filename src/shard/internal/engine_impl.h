@@ -58,7 +58,7 @@ class Engine::Impl {
   Status InitDevice();
   Status CheckUnit(UnitId id, const char* what) const;
   Status ResolveGroups();
-  void LogPersistentUnits(const internal::StagePlan& plan) const;
+  void LogUnshardedUnits(const internal::StagePlan& plan) const;
   // Finalize: every rank evaluates each parameter in full and keeps its part.
   Status InitialValues(const ParamInit& init);
   // One parameter's full values on their way in (Finalize, CopyIn), before the ranks agree on them.

@@ -75,6 +75,10 @@ class GradReducer {
     int64_t elems = 0;
   };
 
+  // The one reduction of a unit's whole gradient `src` once nothing more accumulates into it: an average
+  // all-reduce in place at stage 0, a reduce-scatter into this rank's slice of the full gradient G at stage 1, into
+  // the reduced shard at stages 2-3 (`free_full`: the full gradient lived only until this reduction).
+  Status IssueWhole(Unit& u, void* G, void* src, DType src_dtype, bool free_full);
   Status Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p);
   Status RetireOldest();
   Status RetireUnit(UnitId unit);  // up to and including the last one of `unit` (FIFO order is kept)
