@@ -14,6 +14,7 @@ pkgs=(
   libbenchmark-dev
   libhwy-dev           # portable SIMD with runtime dispatch for the CPU optimizer
   libopenblas-dev      # matrix products in the reference GPT trainer
+  python3-numpy        # tests/checkpoint: an independent safetensors reader checks zero-ckpt export
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)

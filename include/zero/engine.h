@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
@@ -246,6 +247,23 @@ class Engine {
 
   // The full fp32 values of one parameter, assembled from all shards (master weights). Collective.
   StatusOr<std::vector<float>> GatherParam(UnitId unit, const std::string& name);
+
+  // Checkpoints (zero/checkpoint.h). Save writes this rank's part of every unit, its optimizer state and the
+  // run's counters under DIR/<tag>/, and, once every rank's file is durable, rank 0 writes meta.json and makes
+  // <tag> DIR's latest; it returns the tag. It is refused inside a gradient-accumulation cycle and when
+  // DIR/<tag> already holds a checkpoint. A failure on any rank fails Save on every rank and leaves the
+  // previous checkpoint current. Collective.
+  StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options = {});
+  // Replaces the parameters, master weights, optimizer state, step count and loss scaler with a checkpoint's,
+  // saved at any world size and stage, by the Engine or the ShardedOptimizer (parameters matched by full name
+  // "unit.param", LoadOptions::name_map). After Finalize, between Steps. The run then continues exactly as the
+  // saved one would have (bit for bit at the same world size). On an error every rank fails, and the engine's
+  // values are unspecified until a Load succeeds. Collective.
+  StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options = {});
+  // Parameter values (and the master weights) from a safetensors file by full name "unit.param" (through
+  // options.name_map; options.strict: the file may hold no other tensor). After Finalize; optimizer state and
+  // step count are untouched. Every rank reads the file. Collective.
+  Status LoadSafetensors(const std::string& path, const LoadOptions& options = {});
 
   // The loss scale the trainer multiplies its loss by (1 unless fp16 is enabled).
   double loss_scale() const;

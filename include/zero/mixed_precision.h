@@ -48,6 +48,21 @@ class LossScaler {
   int64_t iteration() const { return iter_; }
   bool dynamic() const { return opt_.dynamic; }
 
+  // Everything Update changes, for checkpoints: a restored scaler continues exactly as the saved one would.
+  struct State {
+    double scale = 1.0;
+    int hysteresis = 0;
+    int64_t iteration = 0;
+    int64_t last_overflow_iteration = -1;
+  };
+  State state() const { return {scale_, cur_hysteresis_, iter_, last_overflow_iter_}; }
+  void Restore(const State& s) {
+    scale_ = s.scale;
+    cur_hysteresis_ = s.hysteresis;
+    iter_ = s.iteration;
+    last_overflow_iter_ = s.last_overflow_iteration;
+  }
+
   // Records one optimizer step's outcome. Returns true when the step must be skipped (overflow).
   // kFailedPrecondition when an overflow arrives with the scale already at min_loss_scale (DeepSpeed's
   // "cannot decrease scale anymore"): training cannot make progress.

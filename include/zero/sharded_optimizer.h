@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
@@ -76,6 +77,12 @@ class ShardedOptimizer {
 
   // One optimizer step over the gradients the trainer accumulated since the last one. Collective.
   StatusOr<StepResult> Step(const StepOptions& options = {});
+
+  // Checkpoints, as Engine::Save/Load/LoadSafetensors (zero/checkpoint.h): the parameters are read from and
+  // written into the trainer's buffers; tensor full names are "<FlatBuffers::name>.<tensor>". Collective.
+  StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options = {});
+  StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options = {});
+  Status LoadSafetensors(const std::string& path, const LoadOptions& options = {});
 
   // This rank's bytes by tag and tier, without the trainer's buffers (see the file comment).
   MemoryReport memory_report() const;

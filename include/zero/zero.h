@@ -5,6 +5,7 @@
 // See README.md for the quick start and include/zero/engine.h for the trainer's view.
 #pragma once
 
+#include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/dtype.h"

@@ -387,6 +387,15 @@ StatusOr<std::vector<float>> Engine::GatherParam(UnitId unit, const std::string&
   return impl_->GatherParam(unit, name);
 }
 double Engine::loss_scale() const { return impl_->step.loss_scale(); }
+StatusOr<std::string> Engine::Save(const std::string& dir, const SaveOptions& options) {
+  return impl_->Save(dir, options);
+}
+StatusOr<LoadResult> Engine::Load(const std::string& dir, const LoadOptions& options) {
+  return impl_->Load(dir, options);
+}
+Status Engine::LoadSafetensors(const std::string& path, const LoadOptions& options) {
+  return impl_->LoadSafetensors(path, options);
+}
 int64_t Engine::steps() const { return impl_->step.applied_steps(); }
 int Engine::rank() const { return impl_->ctx.rank; }
 int Engine::world_size() const { return impl_->ctx.world; }

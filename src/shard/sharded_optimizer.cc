@@ -110,6 +110,15 @@ Status ShardedOptimizer::GradientsReady(int buffer) { return engine_->impl_->Gra
 StatusOr<StepResult> ShardedOptimizer::Step(const StepOptions& options) {
   return engine_->impl_->StepTrainerOwned(options);
 }
+StatusOr<std::string> ShardedOptimizer::Save(const std::string& dir, const SaveOptions& options) {
+  return engine_->Save(dir, options);
+}
+StatusOr<LoadResult> ShardedOptimizer::Load(const std::string& dir, const LoadOptions& options) {
+  return engine_->Load(dir, options);
+}
+Status ShardedOptimizer::LoadSafetensors(const std::string& path, const LoadOptions& options) {
+  return engine_->LoadSafetensors(path, options);
+}
 MemoryReport ShardedOptimizer::memory_report() const { return engine_->memory_report(); }
 int64_t ShardedOptimizer::trainer_bytes() const {
   int64_t bytes = 0;

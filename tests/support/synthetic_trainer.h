@@ -71,7 +71,8 @@ inline StatusOr<std::unique_ptr<Engine>> MakeSyntheticEngine(const Config& cfg, 
   return e;
 }
 
-inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, SyntheticTrace* t) {
+// `first_step`: the index of the first step trained here (a resumed run continues the gradients' sequence).
+inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, SyntheticTrace* t, int first_step = 0) {
   std::vector<UnitId> ids;
   for (const auto& [name, specs] : SyntheticUnits()) ids.push_back(e.FindUnit(name));
   std::vector<unsigned char> pbuf, gbuf;
@@ -89,8 +90,8 @@ inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, Synth
           ASSERT_NO_FATAL_FAILURE(io.read(pv, &pbuf));
           ASSERT_NO_FATAL_FAILURE(io.read(gv, &gbuf));
           for (int64_t i = 0; i < gv.numel; ++i) {
-            const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + 0.5f * m +
-                                             static_cast<float>(e.rank())) +
+            const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k + first_step) +
+                                             0.5f * m + static_cast<float>(e.rank())) +
                             0.1f * LoadAsF32(pbuf.data(), pv.dtype, i);
             StoreFromF32(gbuf.data(), gv.dtype, i, LoadAsF32(gbuf.data(), gv.dtype, i) + g);
           }

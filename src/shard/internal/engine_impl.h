@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/internal/format.h"
 #include "offload/copy_stream.h"
 #include "shard/internal/context.h"
 #include "shard/internal/gather.h"
@@ -13,6 +14,7 @@
 #include "shard/internal/plan.h"
 #include "shard/internal/registration.h"
 #include "shard/internal/step.h"
+#include "zero/checkpoint.h"
 #include "zero/engine.h"
 
 namespace zero {
@@ -41,6 +43,10 @@ class Engine::Impl {
   StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const;
   TensorView ScopeView(UnitId id, const std::string& name, bool grad) const;
   StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
+  // Checkpoints (shard/checkpoint.cc).
+  StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options);
+  StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options);
+  Status LoadSafetensors(const std::string& path, const LoadOptions& options);
   // A registered unit; aborts naming the accessor on an id no unit has (a caller bug, like a bad view dtype).
   const internal::Unit& CheckedUnit(UnitId id, const char* what) const;
 
@@ -59,6 +65,30 @@ class Engine::Impl {
   Status CheckUnit(UnitId id, const char* what) const;
   Status ResolveGroups();
   void LogUnshardedUnits(const internal::StagePlan& plan) const;
+  // Checkpoints: a unit's values by stream (see shard/checkpoint.cc for the streams and where they live).
+  struct StreamDesc {
+    std::string name;  // "master", "param", "state.<name>"
+    DType dtype;
+    enum Kind { kMaster, kParam, kState } kind;
+    int state;  // kState: the optimizer state's index
+  };
+  // A buffer holding unit elements [begin, begin + n) from its index 0.
+  struct Segment {
+    Buffer* buffer;
+    int64_t begin, n;
+  };
+  std::vector<StreamDesc> Streams(const internal::Unit& u) const;
+  // Where this rank holds stream `s` of `u`; for_write adds the copies a load must also fill (fp32's host master).
+  std::vector<Segment> Segments(internal::Unit& u, const StreamDesc& s, bool for_write);
+  void ReadBuffer(const Buffer& b, int64_t at, size_t elem_size, void* host_dst, int64_t n);
+  void WriteBuffer(Buffer& b, int64_t at, size_t elem_size, const void* host_src, int64_t n);
+  size_t PieceElems() const;
+  // Save and Load run between Steps only: no scope open, no gradient-accumulation cycle begun.
+  Status CheckCheckpointable(const char* what) const;
+  // Every rank's outcome of a collective operation: this rank's error, or one naming the first rank that
+  // failed, so a failure anywhere fails everywhere.
+  StatusOr<std::string> AgreeOnStatus(const Status& mine, const char* what);
+  ckpt::Meta DescribeForCheckpoint(const std::string& tag) const;
   // Finalize: every rank evaluates each parameter in full and keeps its part.
   Status InitialValues(const ParamInit& init);
   // One parameter's full values on their way in (Finalize, CopyIn), before the ranks agree on them.

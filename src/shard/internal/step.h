@@ -42,6 +42,14 @@ class ShardedStep {
   const ElementwiseOptimizer& optimizer() const { return *optimizer_; }
   double loss_scale() const { return scaler_.scale(); }
   int64_t applied_steps() const { return applied_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  const LossScaler& scaler() const { return scaler_; }
+  // Checkpoint load: the counters and the scaler as saved (the LR schedule follows from applied_steps).
+  void Restore(int64_t applied, int64_t skipped, const LossScaler::State& scaler) {
+    applied_steps_ = applied;
+    skipped_steps_ = skipped;
+    scaler_.Restore(scaler);
+  }
 
  private:
   Status CheckReady() const;  // no scope open, every unit's micro-steps complete

@@ -1,0 +1,125 @@
+// zero/checkpoint.h — saving and resuming a run: sharded, atomic checkpoints that load at any world size and
+// stage, and safetensors export and import.
+//
+//   // every rank, between two Step()s (never inside a gradient-accumulation cycle):
+//   ZERO_ASSIGN_OR_RETURN(std::string tag, engine->Save("ckpt", {.trainer_state = {{"data_pos", pos}}}));
+//   // a later run, at any world size and stage, after Finalize (whose initial values Load replaces):
+//   ZERO_ASSIGN_OR_RETURN(zero::LoadResult r, engine->Load("ckpt"));      // the latest complete checkpoint
+//   pos = r.trainer_state["data_pos"];
+//
+// On disk (docs/design.md, "Checkpoints"):
+//   DIR/latest                          the tag of the newest complete checkpoint, written last
+//   DIR/<tag>/meta.json                 rank 0: format version, world size, stage, dtypes, step, loss scaler,
+//                                       parameter groups, every unit and parameter (name, shape, offset), and for
+//                                       every rank file its sections with a CRC-32C per MiB
+//   DIR/<tag>/rank-RRRRR-of-WWWWW.bin   each rank's part of every unit: the fp32 master, the 16-bit
+//                                       parameters (mixed precision) and each optimizer state
+// Each rank writes the elements [r·S, r·S + owned) of every unit (S = the unit's shard at the saving world
+// size), at every stage: stage 0's replicated state is written once, split like stage 1's. Values are stored
+// by unit element, not by buffer, so a checkpoint loads at any world size, stage and offload setting; each
+// rank reads only the byte ranges (whole 1 MiB checksum blocks) it needs. Every file is written to a
+// temporary name, fsynced and renamed (then the directory is fsynced); meta.json is written only once every
+// rank's file is, and `latest` after it, so a crash at any moment leaves the previous checkpoint current.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/dtype.h"
+#include "zero/status.h"
+
+namespace zero {
+
+// A trainer's own state (its RNG, its data position): opaque bytes by key, saved and restored per rank.
+using TrainerState = std::map<std::string, std::string>;
+
+struct SaveOptions {
+  // The checkpoint's folder name under DIR; empty: "step-%08d" of the applied steps.
+  std::string tag;
+  // This rank's state; Load returns it to the rank of the same number.
+  TrainerState trainer_state;
+};
+
+struct LoadOptions {
+  // Which checkpoint under DIR; empty: the one DIR/latest names.
+  std::string tag;
+  // This model's full parameter names ("unit.param") to the checkpoint's; a name not in the map is looked up as
+  // it is. Lets a model whose units are cut differently (the Engine's blocks, the wrapper's one flat buffer)
+  // load the same parameters.
+  std::map<std::string, std::string> name_map;
+  // false: parameters and master weights only, optimizer state starts at zero and the step count at 0 (a new
+  // fine-tuning run from saved weights).
+  bool load_optimizer_state = true;
+  // A checkpoint parameter this model does not have is an error (else ignored).
+  bool strict = true;
+};
+
+struct LoadResult {
+  std::string tag;
+  int64_t step = 0;  // applied steps when saved (now the engine's steps())
+  int saved_world_size = 0;
+  int saved_stage = 0;
+  // The state the rank of this number saved; when the world size changed and the saving world had no such rank,
+  // rank 0's.
+  TrainerState trainer_state;
+};
+
+// ---- Offline: no engine, no communicator (what build/bin/zero-ckpt runs) ----
+
+// The tag DIR/latest names; kNotFound when there is none.
+StatusOr<std::string> LatestCheckpointTag(const std::string& dir);
+// A readable summary: format, world size, stage, dtypes, step, every unit with its parameters, the files and
+// their sizes. `tag` empty: the latest.
+StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::string& tag = "");
+// Reads every byte of checkpoint `tag` (empty: the latest) and checks the metadata's checksum, that every rank
+// file is there at its recorded size, that the sections cover every unit's elements, and every block's
+// checksum. The error names the file and what is wrong (kDataLoss for damage, kNotFound for a missing file,
+// "incomplete" for a checkpoint whose meta.json was never written).
+Status VerifyCheckpoint(const std::string& dir, const std::string& tag = "");
+// Every tag folder under DIR with its verification result ("ok" or the error), oldest first.
+StatusOr<std::vector<std::pair<std::string, Status>>> VerifyAllCheckpoints(const std::string& dir);
+
+struct ExportOptions {
+  std::string tag;               // empty: the latest
+  DType dtype = DType::kF32;     // of the exported parameters (from the fp32 master, rounded to nearest even)
+  bool optimizer_state = false;  // also "<unit>.<param>:<state>" tensors (f32) for every optimizer state
+};
+// Writes the parameters as one safetensors file ("<unit>.<param>", shapes as registered, in registration
+// order), streaming: no more than one 16 MiB buffer is held whatever the model's size.
+Status ExportSafetensors(const std::string& dir, const std::string& out_file, const ExportOptions& options = {});
+
+// Writes, under out_dir, the checkpoint a run of `world_size` ranks at `stage` (-1: the saved stage) would have
+// saved from the same state, without running one, and makes it out_dir's latest.
+Status ReshardCheckpoint(const std::string& dir, const std::string& tag, const std::string& out_dir, int world_size,
+                         int stage = -1);
+
+// A safetensors file, read a tensor at a time (F32, F16 and BF16 tensors; any other dtype is an error naming it).
+class SafetensorsFile {
+ public:
+  static StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  ~SafetensorsFile();
+  struct Tensor {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    int64_t begin = 0, end = 0;  // byte offsets in the data section
+    int64_t numel() const;
+  };
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const Tensor* Find(const std::string& name) const;  // nullptr if absent
+  // The tensor's values widened to fp32 (n must equal its numel).
+  Status ReadF32(const std::string& name, float* dst, int64_t n) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  int fd_ = -1;
+  int64_t data_start_ = 0;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace zero

@@ -1,0 +1,639 @@
+// checkpoint/format.cc — meta.json, rank files, and the checked reader.
+#include "checkpoint/internal/format.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "checkpoint/internal/crc32c.h"
+#include "checkpoint/internal/file.h"
+#include "nlohmann/json.hpp"
+
+namespace zero::ckpt {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int64_t kMaxWorld = int64_t{1} << 20;
+constexpr int64_t kMaxElems = int64_t{1} << 50;  // far above any model, far below int64 overflow in bytes
+
+std::string Hex32(uint32_t v) { return absl::StrFormat("crc32c:%08x", v); }
+
+json RankJson(const RankFileMeta& r) {
+  json jr = {{"file", r.file}, {"bytes", r.bytes}};
+  json sections = json::array();
+  for (const Section& s : r.sections) {
+    json crcs = json::array();
+    for (uint32_t c : s.crc) crcs.push_back(c);
+    sections.push_back({{"unit", s.unit},
+                        {"stream", s.stream},
+                        {"begin", s.begin},
+                        {"end", s.end},
+                        {"offset", s.offset},
+                        {"crc32c", crcs}});
+  }
+  jr["sections"] = sections;
+  json ts = json::object();
+  for (const auto& [k, v] : r.trainer_state) ts[k] = absl::Base64Escape(v);
+  jr["trainer_state"] = ts;
+  return jr;
+}
+
+json MetaJson(const Meta& m) {
+  json j;
+  j["format"] = "zero-checkpoint";
+  j["format_version"] = m.format_version;
+  j["tag"] = m.tag;
+  j["kind"] = m.kind;
+  j["world_size"] = m.world_size;
+  j["stage"] = m.stage;
+  j["compute_dtype"] = std::string(DTypeName(m.compute_dtype));
+  j["optimizer"] = m.optimizer;
+  j["state_names"] = m.state_names;
+  j["step"] = m.step;
+  j["skipped_steps"] = m.skipped_steps;
+  j["loss_scaler"] = {{"scale", m.loss_scaler.scale},
+                      {"hysteresis", m.loss_scaler.hysteresis},
+                      {"iteration", m.loss_scaler.iteration},
+                      {"last_overflow_iteration", m.loss_scaler.last_overflow_iteration}};
+  json groups = json::array();
+  for (const GroupMeta& g : m.param_groups) {
+    json jg = {{"match", g.match}, {"lr_scale", g.lr_scale}, {"frozen", g.frozen}};
+    for (const auto& [k, v] : g.overrides) jg[k] = v;
+    groups.push_back(jg);
+  }
+  j["param_groups"] = groups;
+  json units = json::array();
+  for (const UnitMeta& u : m.units) {
+    json ju = {{"name", u.name}, {"numel", u.numel}, {"frozen", u.frozen}};
+    json streams = json::array();
+    for (const StreamMeta& s : u.streams)
+      streams.push_back({{"name", s.name}, {"dtype", std::string(DTypeName(s.dtype))}});
+    ju["streams"] = streams;
+    json params = json::array();
+    for (const ParamMeta& p : u.params) {
+      params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}, {"group", p.group}});
+    }
+    ju["params"] = params;
+    units.push_back(ju);
+  }
+  j["units"] = units;
+  json ranks = json::array();
+  for (const RankFileMeta& r : m.ranks) ranks.push_back(RankJson(r));
+  j["ranks"] = ranks;
+  return j;
+}
+
+// Field access that turns every malformed input into an error naming the field (no exception escapes).
+struct Parser {
+  std::string what;
+  Status error;
+  bool Fail(const std::string& msg) {
+    if (error.ok()) error = absl::DataLossError(absl::StrCat(what, ": ", msg));
+    return false;
+  }
+  const json* Field(const json& obj, const char* key, const std::string& where) {
+    if (!obj.is_object()) {
+      Fail(absl::StrCat(where, " is not an object"));
+      return nullptr;
+    }
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      Fail(absl::StrCat(where, " has no \"", key, "\""));
+      return nullptr;
+    }
+    return &*it;
+  }
+  bool Int(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi, int64_t* out) {
+    const json* f = Field(obj, key, where);
+    if (f == nullptr) return false;
+    if (!f->is_number_integer()) return Fail(absl::StrCat(where, ".", key, " is not an integer"));
+    const int64_t v = f->get<int64_t>();
+    if (v < lo || v > hi) return Fail(absl::StrCat(where, ".", key, " is ", v, ", outside [", lo, ", ", hi, "]"));
+    *out = v;
+    return true;
+  }
+  template <typename T>
+  bool IntAs(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi, T* out) {
+    int64_t v = 0;
+    if (!Int(obj, key, where, lo, hi, &v)) return false;
+    *out = static_cast<T>(v);
+    return true;
+  }
+  bool Str(const json& obj, const char* key, const std::string& where, std::string* out) {
+    const json* f = Field(obj, key, where);
+    if (f == nullptr) return false;
+    if (!f->is_string()) return Fail(absl::StrCat(where, ".", key, " is not a string"));
+    *out = f->get<std::string>();
+    return true;
+  }
+  bool Num(const json& obj, const char* key, const std::string& where, double* out) {
+    const json* f = Field(obj, key, where);
+    if (f == nullptr) return false;
+    if (!f->is_number()) return Fail(absl::StrCat(where, ".", key, " is not a number"));
+    *out = f->get<double>();
+    return true;
+  }
+  bool Bool(const json& obj, const char* key, const std::string& where, bool* out) {
+    const json* f = Field(obj, key, where);
+    if (f == nullptr) return false;
+    if (!f->is_boolean()) return Fail(absl::StrCat(where, ".", key, " is not a boolean"));
+    *out = f->get<bool>();
+    return true;
+  }
+  bool Array(const json& obj, const char* key, const std::string& where, const json** out) {
+    const json* f = Field(obj, key, where);
+    if (f == nullptr) return false;
+    if (!f->is_array()) return Fail(absl::StrCat(where, ".", key, " is not an array"));
+    *out = f;
+    return true;
+  }
+  bool Dtype(const json& obj, const char* key, const std::string& where, DType* out) {
+    std::string s;
+    if (!Str(obj, key, where, &s)) return false;
+    StatusOr<DType> d = ParseDType(s);
+    if (!d.ok()) return Fail(absl::StrCat(where, ".", key, " is \"", s, "\", not a dtype"));
+    *out = *d;
+    return true;
+  }
+};
+
+bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& p, RankFileMeta& r) {
+  const json* sections = nullptr;
+  if (!p.Str(jr, "file", where, &r.file) || !p.Int(jr, "bytes", where, kRankHeaderBytes, kMaxElems, &r.bytes) ||
+      !p.Array(jr, "sections", where, &sections)) {
+    return false;
+  }
+  if (!SafeFileName(r.file)) return p.Fail(absl::StrCat(where, ".file \"", r.file, "\" is not a plain file name"));
+  int64_t end_of_last = kRankHeaderBytes;
+  for (size_t si = 0; si < sections->size(); ++si) {
+    const json& js = (*sections)[si];
+    const std::string sw = absl::StrCat(where, ".sections[", si, "]");
+    Section s;
+    const json* crcs = nullptr;
+    if (!p.IntAs(js, "unit", sw, 0, static_cast<int64_t>(m.units.size()) - 1, &s.unit)) return false;
+    const UnitMeta& u = m.units[s.unit];
+    if (!p.IntAs(js, "stream", sw, 0, static_cast<int64_t>(u.streams.size()) - 1, &s.stream) ||
+        !p.Int(js, "begin", sw, 0, u.numel, &s.begin) || !p.Int(js, "end", sw, s.begin, u.numel, &s.end) ||
+        !p.Int(js, "offset", sw, end_of_last, r.bytes, &s.offset) || !p.Array(js, "crc32c", sw, &crcs)) {
+      return false;
+    }
+    const int64_t bytes = (s.end - s.begin) * static_cast<int64_t>(DTypeSize(u.streams[s.stream].dtype));
+    if (s.offset + bytes > r.bytes) {
+      return p.Fail(absl::StrCat(sw, " ends at byte ", s.offset + bytes, ", past the file's ", r.bytes));
+    }
+    end_of_last = s.offset + bytes;
+    const int64_t blocks = (bytes + kBlockBytes - 1) / kBlockBytes;
+    if (static_cast<int64_t>(crcs->size()) != blocks) {
+      return p.Fail(absl::StrCat(sw, " has ", crcs->size(), " checksums for ", blocks, " blocks"));
+    }
+    for (const json& c : *crcs) {
+      if (!c.is_number_unsigned() || c.get<uint64_t>() > 0xFFFFFFFFull) {
+        return p.Fail(absl::StrCat(sw, ".crc32c holds ", c.dump()));
+      }
+      s.crc.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
+    }
+    r.sections.push_back(std::move(s));
+  }
+  const json* ts = p.Field(jr, "trainer_state", where);
+  if (ts == nullptr) return false;
+  if (!ts->is_object()) return p.Fail(absl::StrCat(where, ".trainer_state is not an object"));
+  for (auto it = ts->begin(); it != ts->end(); ++it) {
+    std::string raw;
+    if (!it.value().is_string() || !absl::Base64Unescape(it.value().get<std::string>(), &raw)) {
+      return p.Fail(absl::StrCat(where, ".trainer_state.", it.key(), " is not base64"));
+    }
+    r.trainer_state[it.key()] = std::move(raw);
+  }
+  return true;
+}
+
+bool ParseMeta(const json& j, Parser& p, Meta& m) {
+  std::string format;
+  if (!p.Str(j, "format", "meta", &format)) return false;
+  if (format != "zero-checkpoint") return p.Fail(absl::StrCat("format is \"", format, "\", not \"zero-checkpoint\""));
+  int64_t version = 0;
+  if (!p.Int(j, "format_version", "meta", 0, 1 << 30, &version)) return false;
+  if (version != kFormatVersion) {
+    return p.Fail(absl::StrCat("format_version is ", version, "; this build reads version ", kFormatVersion));
+  }
+  m.format_version = static_cast<int>(version);
+  if (!p.Str(j, "tag", "meta", &m.tag) || !p.Str(j, "kind", "meta", &m.kind) ||
+      !p.IntAs(j, "world_size", "meta", 1, kMaxWorld, &m.world_size) || !p.IntAs(j, "stage", "meta", 0, 3, &m.stage) ||
+      !p.Dtype(j, "compute_dtype", "meta", &m.compute_dtype) || !p.Str(j, "optimizer", "meta", &m.optimizer) ||
+      !p.Int(j, "step", "meta", 0, kMaxElems, &m.step) ||
+      !p.Int(j, "skipped_steps", "meta", 0, kMaxElems, &m.skipped_steps)) {
+    return false;
+  }
+  const json* names = nullptr;
+  if (!p.Array(j, "state_names", "meta", &names)) return false;
+  for (const json& n : *names) {
+    if (!n.is_string()) return p.Fail("state_names holds a non-string");
+    m.state_names.push_back(n.get<std::string>());
+  }
+  const json* ls = p.Field(j, "loss_scaler", "meta");
+  if (ls == nullptr || !p.Num(*ls, "scale", "loss_scaler", &m.loss_scaler.scale) ||
+      !p.IntAs(*ls, "hysteresis", "loss_scaler", 0, 1 << 30, &m.loss_scaler.hysteresis) ||
+      !p.Int(*ls, "iteration", "loss_scaler", 0, kMaxElems, &m.loss_scaler.iteration) ||
+      !p.Int(*ls, "last_overflow_iteration", "loss_scaler", -1, kMaxElems, &m.loss_scaler.last_overflow_iteration)) {
+    return false;
+  }
+  const json* groups = nullptr;
+  if (!p.Array(j, "param_groups", "meta", &groups)) return false;
+  for (size_t gi = 0; gi < groups->size(); ++gi) {
+    const json& jg = (*groups)[gi];
+    const std::string where = absl::StrCat("param_groups[", gi, "]");
+    GroupMeta g;
+    if (!p.Str(jg, "match", where, &g.match) || !p.Num(jg, "lr_scale", where, &g.lr_scale) ||
+        !p.Bool(jg, "frozen", where, &g.frozen)) {
+      return false;
+    }
+    for (const char* k : {"weight_decay", "beta1", "beta2", "eps"}) {
+      if (jg.contains(k)) {
+        double v;
+        if (!p.Num(jg, k, where, &v)) return false;
+        g.overrides[k] = v;
+      }
+    }
+    m.param_groups.push_back(std::move(g));
+  }
+  const json* units = nullptr;
+  if (!p.Array(j, "units", "meta", &units)) return false;
+  for (size_t ui = 0; ui < units->size(); ++ui) {
+    const json& ju = (*units)[ui];
+    const std::string where = absl::StrCat("units[", ui, "]");
+    UnitMeta u;
+    if (!p.Str(ju, "name", where, &u.name) || !p.Int(ju, "numel", where, 0, kMaxElems, &u.numel) ||
+        !p.Bool(ju, "frozen", where, &u.frozen)) {
+      return false;
+    }
+    const json* streams = nullptr;
+    if (!p.Array(ju, "streams", where, &streams)) return false;
+    for (size_t si = 0; si < streams->size(); ++si) {
+      StreamMeta s;
+      const std::string sw = absl::StrCat(where, ".streams[", si, "]");
+      if (!p.Str((*streams)[si], "name", sw, &s.name) || !p.Dtype((*streams)[si], "dtype", sw, &s.dtype)) return false;
+      u.streams.push_back(std::move(s));
+    }
+    const json* params = nullptr;
+    if (!p.Array(ju, "params", where, &params)) return false;
+    int64_t next = 0;
+    for (size_t pi = 0; pi < params->size(); ++pi) {
+      const json& jp = (*params)[pi];
+      const std::string pw = absl::StrCat(where, ".params[", pi, "]");
+      ParamMeta pm;
+      const json* shape = nullptr;
+      if (!p.Str(jp, "name", pw, &pm.name) || !p.Array(jp, "shape", pw, &shape) ||
+          !p.Int(jp, "offset", pw, 0, kMaxElems, &pm.offset) ||
+          !p.IntAs(jp, "group", pw, -1, static_cast<int64_t>(m.param_groups.size()) - 1, &pm.group)) {
+        return false;
+      }
+      pm.numel = 1;
+      for (const json& d : *shape) {
+        if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > kMaxElems) {
+          return p.Fail(absl::StrCat(pw, ".shape holds ", d.dump(), ", not a positive size"));
+        }
+        pm.shape.push_back(d.get<int64_t>());
+        if (pm.numel > kMaxElems / pm.shape.back()) return p.Fail(absl::StrCat(pw, ".shape is too large"));
+        pm.numel *= pm.shape.back();
+      }
+      if (pm.offset != next) {
+        return p.Fail(absl::StrCat(pw, ".offset is ", pm.offset, " but the parameters before it end at ", next));
+      }
+      next += pm.numel;
+      u.params.push_back(std::move(pm));
+    }
+    if (next != u.numel) return p.Fail(absl::StrCat(where, ".numel is ", u.numel, " but its parameters hold ", next));
+    m.units.push_back(std::move(u));
+  }
+  const json* ranks = nullptr;
+  if (!p.Array(j, "ranks", "meta", &ranks)) return false;
+  if (static_cast<int64_t>(ranks->size()) != m.world_size) {
+    return p.Fail(absl::StrCat("ranks lists ", ranks->size(), " files for world_size ", m.world_size));
+  }
+  for (size_t ri = 0; ri < ranks->size(); ++ri) {
+    RankFileMeta r;
+    if (!ParseRank((*ranks)[ri], absl::StrCat("ranks[", ri, "]"), m, p, r)) return false;
+    m.ranks.push_back(std::move(r));
+  }
+  // Every stream of every unit is covered exactly once: the reader then never meets a hole or an overlap.
+  std::map<std::pair<int, int>, std::vector<std::pair<int64_t, int64_t>>> cover;
+  for (const RankFileMeta& r : m.ranks) {
+    for (const Section& s : r.sections) {
+      if (s.end > s.begin) cover[{s.unit, s.stream}].push_back({s.begin, s.end});
+    }
+  }
+  for (size_t ui = 0; ui < m.units.size(); ++ui) {
+    const UnitMeta& u = m.units[ui];
+    for (size_t si = 0; si < u.streams.size(); ++si) {
+      auto& v = cover[{static_cast<int>(ui), static_cast<int>(si)}];
+      std::sort(v.begin(), v.end());
+      int64_t at = 0;
+      for (const auto& [b, e] : v) {
+        if (b != at) {
+          return p.Fail(absl::StrCat("unit ", u.name, " stream ", u.streams[si].name, ": the sections ",
+                                     b < at ? "overlap" : "leave a hole", " at element ", std::min(b, at)));
+        }
+        at = e;
+      }
+      if (at != u.numel) {
+        return p.Fail(absl::StrCat("unit ", u.name, " stream ", u.streams[si].name, ": the sections end at element ",
+                                   at, " of ", u.numel));
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool SafeFileName(const std::string& f) {
+  return !f.empty() && f.size() < 256 && f.find('/') == std::string::npos && f != "." && f != ".." &&
+         f.find('\0') == std::string::npos && f.find('\n') == std::string::npos;
+}
+
+int UnitMeta::Stream(const std::string& n) const {
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (streams[i].name == n) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int64_t Meta::Shard(int unit) const {
+  // The engine's rule (shard/internal/layout.h, PaddedNumel): numel rounded up to world × 32, split evenly.
+  const int64_t q = int64_t{32} * world_size;
+  return (units[unit].numel + q - 1) / q * q / world_size;
+}
+
+int Meta::Unit(const std::string& n) const {
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (units[i].name == n) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string MetaToJson(const Meta& meta) {
+  json j = MetaJson(meta);
+  j["checksum"] = Hex32(Crc32c(0, j.dump().data(), j.dump().size()));
+  return j.dump(1) + "\n";
+}
+
+StatusOr<Meta> MetaFromJson(const std::string& text, const std::string& what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat(what, ": not a JSON object"));
+  auto it = j.find("checksum");
+  if (it == j.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, ": no \"checksum\""));
+  const std::string recorded = it->get<std::string>();
+  j.erase("checksum");
+  const std::string canonical = j.dump();
+  const std::string actual = Hex32(Crc32c(0, canonical.data(), canonical.size()));
+  if (recorded != actual) {
+    return absl::DataLossError(absl::StrCat(what, ": checksum mismatch (recorded ", recorded, ", contents ", actual,
+                                            "): the file is damaged"));
+  }
+  Parser p{what, absl::OkStatus()};
+  Meta m;
+  if (!ParseMeta(j, p, m)) return p.error;
+  return m;
+}
+
+std::string RankFileMetaToJson(const RankFileMeta& r) { return RankJson(r).dump(); }
+
+StatusOr<RankFileMeta> RankFileMetaFromJson(const std::string& text, const Meta& meta, int rank) {
+  const std::string what = absl::StrCat("rank ", rank, "'s file description");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  Parser p{what, absl::OkStatus()};
+  RankFileMeta r;
+  if (!ParseRank(j, what, meta, p, r)) return p.error;
+  return r;
+}
+
+std::string RankFileName(int rank, int world) { return absl::StrFormat("rank-%05d-of-%05d.bin", rank, world); }
+std::string DefaultTag(int64_t step) { return absl::StrFormat("step-%08d", step); }
+
+// ---- RankFileWriter ----
+
+struct RankFileWriter::Impl {
+  AtomicFile file;
+  RankFileMeta meta;
+  Section cur;
+  bool open_section = false;
+  int64_t block_fill = 0;  // bytes of the current block checksummed so far
+  uint32_t block_crc = 0;
+};
+
+RankFileWriter::RankFileWriter() : impl_(std::make_unique<Impl>()) {}
+RankFileWriter::~RankFileWriter() = default;
+
+Status RankFileWriter::Open(const std::string& path, int rank, int world) {
+  ZERO_RETURN_IF_ERROR(impl_->file.Open(path));
+  const size_t slash = path.find_last_of('/');
+  impl_->meta.file = slash == std::string::npos ? path : path.substr(slash + 1);
+  char header[kRankHeaderBytes] = {};
+  std::memcpy(header, kRankMagic, 8);
+  const uint32_t fields[3] = {static_cast<uint32_t>(kFormatVersion), static_cast<uint32_t>(rank),
+                              static_cast<uint32_t>(world)};
+  std::memcpy(header + 8, fields, sizeof(fields));
+  return impl_->file.Write(header, sizeof(header));
+}
+
+Status RankFileWriter::BeginSection(int unit, int stream, int64_t begin, int64_t end, DType) {
+  Impl& m = *impl_;
+  m.cur = Section{unit, stream, begin, end, m.file.written(), {}};
+  m.open_section = true;
+  m.block_fill = 0;
+  m.block_crc = 0;
+  return absl::OkStatus();
+}
+
+Status RankFileWriter::Append(const void* data, size_t bytes) {
+  Impl& m = *impl_;
+  const char* p = static_cast<const char*>(data);
+  size_t left = bytes;
+  while (left > 0) {
+    const size_t take = std::min<size_t>(left, static_cast<size_t>(kBlockBytes - m.block_fill));
+    m.block_crc = Crc32c(m.block_crc, p, take);
+    m.block_fill += static_cast<int64_t>(take);
+    if (m.block_fill == kBlockBytes) {
+      m.cur.crc.push_back(m.block_crc);
+      m.block_fill = 0;
+      m.block_crc = 0;
+    }
+    p += take;
+    left -= take;
+  }
+  return m.file.Write(data, bytes);
+}
+
+Status RankFileWriter::EndSection() {
+  Impl& m = *impl_;
+  if (m.block_fill > 0) m.cur.crc.push_back(m.block_crc);
+  m.meta.sections.push_back(std::move(m.cur));
+  m.open_section = false;
+  return absl::OkStatus();
+}
+
+StatusOr<RankFileMeta> RankFileWriter::Commit() {
+  impl_->meta.bytes = impl_->file.written();
+  ZERO_RETURN_IF_ERROR(impl_->file.Commit());
+  return std::move(impl_->meta);
+}
+
+// ---- CheckpointReader ----
+
+CheckpointReader::~CheckpointReader() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir, const std::string& tag) {
+  std::string t = tag;
+  if (t.empty()) {
+    ZERO_ASSIGN_OR_RETURN(t, LatestCheckpointTag(dir));
+  }
+  auto r = std::unique_ptr<CheckpointReader>(new CheckpointReader());
+  r->folder_ = absl::StrCat(dir, "/", t);
+  const std::string meta_path = absl::StrCat(r->folder_, "/", kMetaFile);
+  if (!Exists(meta_path)) {
+    if (Exists(r->folder_)) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", r->folder_, " is incomplete: it has no ", kMetaFile,
+                                              " (the save did not finish)"));
+    }
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", r->folder_));
+  }
+  ZERO_ASSIGN_OR_RETURN(std::string text, ReadFile(meta_path));
+  ZERO_ASSIGN_OR_RETURN(r->meta_, MetaFromJson(text, meta_path));
+  r->fds_.assign(r->meta_.ranks.size(), -1);
+  for (size_t ri = 0; ri < r->meta_.ranks.size(); ++ri) {
+    const auto& secs = r->meta_.ranks[ri].sections;
+    for (size_t si = 0; si < secs.size(); ++si) {
+      r->index_[{secs[si].unit, secs[si].stream}].push_back({static_cast<int>(ri), static_cast<int>(si)});
+    }
+  }
+  for (auto& [key, v] : r->index_) {
+    std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) {
+      return r->meta_.ranks[a.first].sections[a.second].begin < r->meta_.ranks[b.first].sections[b.second].begin;
+    });
+  }
+  return r;
+}
+
+std::string CheckpointReader::SectionName(int rank, const Section& s) const {
+  const UnitMeta& u = meta_.units[s.unit];
+  return absl::StrCat(folder_, "/", meta_.ranks[rank].file, " (unit ", u.name, ", ", u.streams[s.stream].name,
+                      ", elements ", s.begin, "-", s.end, ")");
+}
+
+Status CheckpointReader::OpenRank(int rank) {
+  if (fds_[rank] >= 0) return absl::OkStatus();
+  const RankFileMeta& rf = meta_.ranks[rank];
+  const std::string path = absl::StrCat(folder_, "/", rf.file);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", folder_, " is incomplete: rank file ", path, " is missing"));
+  }
+  fds_[rank] = fd;
+  ZERO_ASSIGN_OR_RETURN(int64_t size, FileSize(path));
+  if (size != rf.bytes) {
+    return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes but ", kMetaFile, " records ", rf.bytes,
+                                            size < rf.bytes ? " (truncated)" : ""));
+  }
+  char header[kRankHeaderBytes];
+  ZERO_RETURN_IF_ERROR(ReadAt(fd, path, 0, header, sizeof(header)));
+  uint32_t fields[3];
+  std::memcpy(fields, header + 8, sizeof(fields));
+  if (std::memcmp(header, kRankMagic, 8) != 0 || fields[0] != static_cast<uint32_t>(kFormatVersion) ||
+      fields[1] != static_cast<uint32_t>(rank) || fields[2] != static_cast<uint32_t>(meta_.world_size)) {
+    return absl::DataLossError(absl::StrCat(path, ": the header is not that of rank ", rank, " of ", meta_.world_size,
+                                            " in format version ", kFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckpointReader::ReadBlock(int rank, const Section& s, int64_t block, const std::string& where) {
+  if (cache_rank_ == rank && cache_section_ == &s && cache_block_ == block) return absl::OkStatus();
+  ZERO_RETURN_IF_ERROR(OpenRank(rank));
+  const int64_t bytes =
+      (s.end - s.begin) * static_cast<int64_t>(DTypeSize(meta_.units[s.unit].streams[s.stream].dtype));
+  const int64_t b0 = block * kBlockBytes, n = std::min(kBlockBytes, bytes - b0);
+  cache_rank_ = -1;
+  cache_.resize(static_cast<size_t>(n));
+  ZERO_RETURN_IF_ERROR(ReadAt(fds_[rank], where, s.offset + b0, cache_.data(), cache_.size()));
+  const uint32_t crc = Crc32c(0, cache_.data(), cache_.size());
+  if (crc != s.crc[block]) {
+    return absl::DataLossError(absl::StrCat(where, ": checksum mismatch in block ", block, " (bytes ", s.offset + b0,
+                                            "-", s.offset + b0 + n, "): the file is damaged"));
+  }
+  cache_rank_ = rank;
+  cache_section_ = &s;
+  cache_block_ = block;
+  return absl::OkStatus();
+}
+
+Status CheckpointReader::Read(int unit, int stream, int64_t begin, int64_t end, DType dtype, void* dst) {
+  auto it = index_.find({unit, stream});
+  const size_t des = DTypeSize(dtype);
+  char* out = static_cast<char*>(dst);
+  if (begin >= end) return absl::OkStatus();
+  if (it == index_.end()) return absl::InternalError("CheckpointReader::Read: no such stream");
+  for (const auto& [rank, si] : it->second) {
+    const Section& s = meta_.ranks[rank].sections[si];
+    const int64_t lo = std::max(begin, s.begin), hi = std::min(end, s.end);
+    if (lo >= hi) continue;
+    const DType sdt = meta_.units[unit].streams[stream].dtype;
+    const int64_t es = static_cast<int64_t>(DTypeSize(sdt));
+    const std::string where = SectionName(rank, s);
+    int64_t x = lo;
+    while (x < hi) {
+      const int64_t byte = (x - s.begin) * es, block = byte / kBlockBytes;
+      ZERO_RETURN_IF_ERROR(ReadBlock(rank, s, block, where));
+      const int64_t block_end_elem = s.begin + (block + 1) * kBlockBytes / es;
+      const int64_t n = std::min(hi, block_end_elem) - x;
+      ConvertBuffer(cache_.data() + (byte - block * kBlockBytes), sdt, out + (x - begin) * des, dtype,
+                    static_cast<size_t>(n));
+      x += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckpointReader::VerifyAll() {
+  for (size_t r = 0; r < meta_.ranks.size(); ++r) {
+    ZERO_RETURN_IF_ERROR(OpenRank(static_cast<int>(r)));
+    for (const Section& s : meta_.ranks[r].sections) {
+      for (size_t b = 0; b < s.crc.size(); ++b) {
+        ZERO_RETURN_IF_ERROR(ReadBlock(static_cast<int>(r), s, static_cast<int64_t>(b), SectionName(r, s)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status CommitCheckpoint(const std::string& dir, const Meta& meta) {
+  ZERO_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(dir, "/", meta.tag, "/", kMetaFile), MetaToJson(meta)));
+  return WriteFileAtomic(absl::StrCat(dir, "/", kLatestFile), meta.tag + "\n");
+}
+
+}  // namespace zero::ckpt
+
+namespace zero {
+
+StatusOr<std::string> LatestCheckpointTag(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", ckpt::kLatestFile);
+  if (!ckpt::Exists(path)) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " (no ", path, ")"));
+  ZERO_ASSIGN_OR_RETURN(std::string t, ckpt::ReadFile(path));
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  if (!ckpt::SafeFileName(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
+  return t;
+}
+
+}  // namespace zero

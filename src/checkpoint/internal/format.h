@@ -1,0 +1,158 @@
+// checkpoint/internal/format.h — the checkpoint's metadata, its rank files, and the reader and writer both the
+// engine and the offline tools use. defines: Meta (+ UnitMeta, ParamMeta, StreamMeta, Section, RankFileMeta),
+// MetaToJson, MetaFromJson, RankFileName, RankFileWriter, CheckpointReader, CommitCheckpoint.
+//
+// A unit's values are addressed by unit element (the registration order's packing, world-independent; the
+// padding past the last parameter is never stored). Each rank file holds sections: one (unit, stream, element
+// range) each, back to back after a 64-byte header, with a CRC-32C for every kBlockBytes of the section.
+// Streams: "master" (f32, every trainable unit), "param" (the compute dtype: 16-bit parameters under mixed
+// precision, and a frozen unit's parameters, which have no master) and "state.<name>" (f32, each optimizer
+// state). meta.json carries a CRC-32C of its own canonical text ("checksum"), so a flipped byte that still
+// parses is caught too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/checkpoint.h"
+#include "zero/dtype.h"
+#include "zero/status.h"
+
+namespace zero::ckpt {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr int64_t kBlockBytes = int64_t{1} << 20;
+inline constexpr int64_t kRankHeaderBytes = 64;
+inline constexpr char kRankMagic[8] = {'Z', 'E', 'R', 'O', 'C', 'K', 'P', 'T'};
+inline constexpr const char* kMetaFile = "meta.json";
+inline constexpr const char* kLatestFile = "latest";
+
+struct ParamMeta {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0, numel = 0;  // elements, in the unit
+  int group = -1;                 // index into Meta::param_groups, -1: none
+};
+struct StreamMeta {
+  std::string name;  // "master", "param", "state.<name>"
+  DType dtype = DType::kF32;
+};
+struct UnitMeta {
+  std::string name;
+  int64_t numel = 0;
+  bool frozen = false;
+  std::vector<ParamMeta> params;
+  std::vector<StreamMeta> streams;
+  int Stream(const std::string& name) const;  // -1 if absent
+};
+struct Section {
+  int unit = 0, stream = 0;
+  int64_t begin = 0, end = 0;  // unit elements [begin, end)
+  int64_t offset = 0;          // bytes, in the rank file
+  std::vector<uint32_t> crc;   // one per kBlockBytes of the section's bytes
+};
+struct RankFileMeta {
+  std::string file;
+  int64_t bytes = 0;
+  std::vector<Section> sections;
+  TrainerState trainer_state;
+};
+struct LossScalerMeta {
+  double scale = 1.0;
+  int hysteresis = 0;
+  int64_t iteration = 0, last_overflow_iteration = -1;
+};
+struct GroupMeta {
+  std::string match;
+  double lr_scale = 1.0;
+  bool frozen = false;
+  std::map<std::string, double> overrides;  // "weight_decay", "beta1", ... where set
+};
+
+struct Meta {
+  int format_version = kFormatVersion;
+  std::string tag;
+  std::string kind = "engine";  // or "sharded_optimizer"
+  int world_size = 1;
+  int stage = 0;
+  DType compute_dtype = DType::kF32;
+  std::string optimizer;
+  std::vector<std::string> state_names;
+  int64_t step = 0, skipped_steps = 0;
+  LossScalerMeta loss_scaler;
+  std::vector<GroupMeta> param_groups;
+  std::vector<UnitMeta> units;
+  std::vector<RankFileMeta> ranks;
+
+  int64_t Shard(int unit) const;            // the unit's shard at this world size (the engine's padding rule)
+  int Unit(const std::string& name) const;  // -1 if absent
+};
+
+// The canonical JSON text, with "checksum" = the CRC-32C of the text without it.
+std::string MetaToJson(const Meta& meta);
+// One rank file's description, on its way to rank 0 (Engine::Save); checked against `meta`'s units.
+std::string RankFileMetaToJson(const RankFileMeta& r);
+StatusOr<RankFileMeta> RankFileMetaFromJson(const std::string& text, const Meta& meta, int rank);
+// Parses and checks meta.json's text; errors name `what` (the file) and the field.
+StatusOr<Meta> MetaFromJson(const std::string& text, const std::string& what);
+// A name that stays inside its folder: no '/', not "." or "..", no NUL or newline, under 256 bytes.
+bool SafeFileName(const std::string& name);
+std::string RankFileName(int rank, int world);  // "rank-00003-of-00004.bin"
+std::string DefaultTag(int64_t step);           // "step-00000100"
+
+// Writes one rank's file: sections appended in order, each with its block checksums.
+class RankFileWriter {
+ public:
+  RankFileWriter();
+  ~RankFileWriter();
+  Status Open(const std::string& path, int rank, int world);
+  Status BeginSection(int unit, int stream, int64_t begin, int64_t end, DType dtype);
+  Status Append(const void* data, size_t bytes);
+  Status EndSection();
+  // fsync + rename; the file's description for meta.json.
+  StatusOr<RankFileMeta> Commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads a checkpoint's values by unit element, checking every block it touches.
+class CheckpointReader {
+ public:
+  // Reads DIR/<tag>/meta.json (tag empty: DIR/latest's) and checks it: format, version, and that each unit's
+  // sections cover its elements exactly once per stream.
+  static StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& dir, const std::string& tag);
+  ~CheckpointReader();
+  const Meta& meta() const { return meta_; }
+  const std::string& folder() const { return folder_; }
+  // Elements [begin, end) of stream `stream` of unit `unit`, converted to `dtype` (fp32 to 16-bit rounds to
+  // nearest even), into dst.
+  Status Read(int unit, int stream, int64_t begin, int64_t end, DType dtype, void* dst);
+  // Every rank file at its size and every block's checksum.
+  Status VerifyAll();
+
+ private:
+  CheckpointReader() = default;
+  Status OpenRank(int rank);
+  Status ReadBlock(int rank, const Section& s, int64_t block, const std::string& where);
+  std::string SectionName(int rank, const Section& s) const;
+  Meta meta_;
+  std::string folder_;
+  std::vector<int> fds_;
+  // By (unit, stream): the sections that hold it, sorted by begin, as (rank, section index).
+  std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> index_;
+  // One block kept: sequential reads of small pieces do not re-read and re-check it.
+  int cache_rank_ = -1;
+  const Section* cache_section_ = nullptr;
+  int64_t cache_block_ = -1;
+  std::vector<char> cache_;
+};
+
+// Writes meta.json (rank files already committed), then makes `tag` the folder's latest.
+Status CommitCheckpoint(const std::string& dir, const Meta& meta);
+
+}  // namespace zero::ckpt

@@ -1,0 +1,437 @@
+// shard/checkpoint.cc — the engine's checkpoints: Save, Load (at any world size, stage and offload setting) and
+// parameters from a safetensors file. The format and its reader and writer are the checkpoint layer's
+// (checkpoint/internal/format.h); this file knows where each value lives in the engine's buffers.
+//
+// A unit's values are addressed by unit element e in [0, numel). What a rank holds of a stream is a list of
+// segments, each a buffer that holds elements [begin, begin + n) from its index 0:
+//   param   the parameters (compute dtype): [0, padded) at stages 0-2 and for persistent units, the rank's shard
+//           [r·S, r·S + S) at stage 3
+//   master  fp32: under mixed precision the master's host part [base, base + host_n) (offload) and device part
+//           [base + host_n, base + range); in fp32 the parameters themselves (and, written, the host master)
+//   state.k fp32: host part and device part of state k, like the master
+// where base = r·S and range = S at stages 1-3, base = 0 and range = padded at stage 0.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/internal/file.h"
+#include "checkpoint/internal/format.h"
+#include "shard/internal/engine_impl.h"
+#include "zero/logging.h"
+
+namespace zero {
+
+using internal::Unit;
+
+namespace {
+
+// Elements per piece while streaming a unit's values through host memory: 16 MiB of fp32.
+constexpr int64_t kPieceElems = int64_t{4} << 20;
+
+std::string StatePrefix(const std::string& name) { return "state." + name; }
+
+}  // namespace
+
+size_t Engine::Impl::PieceElems() const {
+  int64_t largest = 0;
+  for (const Unit& u : ctx.units) largest = std::max(largest, u.layout.padded);
+  return static_cast<size_t>(std::min(kPieceElems, largest));
+}
+
+std::vector<Engine::Impl::StreamDesc> Engine::Impl::Streams(const Unit& u) const {
+  std::vector<StreamDesc> s;
+  if (!u.frozen) s.push_back({"master", DType::kF32, StreamDesc::kMaster, -1});
+  if (ctx.mixed() || u.frozen) s.push_back({"param", ctx.cd(), StreamDesc::kParam, -1});
+  if (!u.frozen) {
+    const std::vector<std::string> names = step.optimizer().StateNames();
+    for (size_t k = 0; k < names.size(); ++k) {
+      s.push_back({StatePrefix(names[k]), DType::kF32, StreamDesc::kState, static_cast<int>(k)});
+    }
+  }
+  return s;
+}
+
+std::vector<Engine::Impl::Segment> Engine::Impl::Segments(Unit& u, const StreamDesc& s, bool for_write) {
+  const int64_t S = u.layout.shard, padded = u.layout.padded;
+  const int64_t base = ctx.stage() == 0 ? 0 : static_cast<int64_t>(ctx.rank) * S;
+  const int64_t range = ctx.stage() == 0 ? padded : S;
+  const int64_t hn = u.host_n();
+  std::vector<Segment> out;
+  auto add = [&](Buffer* b, int64_t begin, int64_t n) {
+    if (b != nullptr && !b->empty() && n > 0) out.push_back({b, begin, n});
+  };
+  auto params = [&] {
+    if (u.sharded_params()) {
+      add(&u.params, static_cast<int64_t>(ctx.rank) * S, S);
+    } else {
+      add(&u.params, 0, padded);
+    }
+  };
+  switch (s.kind) {
+    case StreamDesc::kParam: params(); break;
+    case StreamDesc::kMaster:
+      if (ctx.mixed()) {
+        add(&u.host_master, base, hn);
+        add(&u.master, base + hn, range - hn);
+      } else {
+        params();  // fp32: the parameters are the master
+        if (for_write) add(&u.host_master, base, hn);
+      }
+      break;
+    case StreamDesc::kState:
+      if (s.state < static_cast<int>(u.host_state.size())) add(&u.host_state[s.state], base, hn);
+      if (s.state < static_cast<int>(u.state.size())) add(&u.state[s.state], base + hn, range - hn);
+      break;
+  }
+  return out;
+}
+
+void Engine::Impl::ReadBuffer(const Buffer& b, int64_t at, size_t es, void* dst, int64_t n) {
+  const char* src = static_cast<const char*>(b.data()) + at * es;
+  if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
+    std::memcpy(dst, src, n * es);
+  } else {
+    ctx.compute->CopyToHostSync(dst, src, n * es);
+  }
+}
+
+void Engine::Impl::WriteBuffer(Buffer& b, int64_t at, size_t es, const void* src, int64_t n) {
+  char* dst = static_cast<char*>(b.data()) + at * es;
+  if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
+    std::memcpy(dst, src, n * es);
+  } else {
+    ctx.compute->CopyFromHostSync(dst, src, n * es);
+  }
+}
+
+Status Engine::Impl::CheckCheckpointable(const char* what) const {
+  if (!ctx.finalized) return absl::FailedPreconditionError(absl::StrCat(what, ": call Finalize first"));
+  for (const Unit& u : ctx.units) {
+    if (u.scope_open) {
+      return absl::FailedPreconditionError(absl::StrCat(what, ": unit ", u.name(), " has an open ",
+                                                        u.scope_backward ? "backward" : "forward",
+                                                        " scope; close it first"));
+    }
+    if (u.backward_count != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": unit ", u.name(), " is in the middle of a gradient-accumulation cycle (", u.backward_count, " of ",
+          ctx.ga(), u.trainer_params != nullptr ? " gradient hand-overs" : " micro-steps",
+          " done): the partial gradients are not saved, so save or load right after Step()"));
+    }
+  }
+  return ctx.deferred;
+}
+
+StatusOr<std::string> Engine::Impl::AgreeOnStatus(const Status& mine, const char* what) {
+  ZERO_ASSIGN_OR_RETURN(auto all, host.AllGatherStrings(mine.ok() ? std::string() : std::string(mine.message())));
+  if (!mine.ok()) return mine;  // this rank's own error, with its code
+  for (int r = 0; r < ctx.world; ++r) {
+    if (!all[r].empty()) return absl::AbortedError(absl::StrCat(what, ": failed on rank ", r, ": ", all[r]));
+  }
+  return std::string();
+}
+
+StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptions& options) {
+  const std::string tag = options.tag.empty() ? ckpt::DefaultTag(step.applied_steps()) : options.tag;
+  const std::string folder = absl::StrCat(dir, "/", tag);
+  ckpt::RankFileMeta mine;
+  // Everything local first; the ranks then agree on the outcome, so a failure anywhere fails everywhere
+  // before rank 0 writes meta.json and `latest`.
+  Status local = [&]() -> Status {
+    ZERO_RETURN_IF_ERROR(CheckCheckpointable("Save"));
+    if (!ckpt::SafeFileName(tag)) {
+      return absl::InvalidArgumentError(absl::StrCat("Save: tag \"", tag, "\" is not a plain folder name"));
+    }
+    if (ckpt::Exists(absl::StrCat(folder, "/", ckpt::kMetaFile))) {
+      return absl::AlreadyExistsError(absl::StrCat("Save: checkpoint ", folder,
+                                                   " already exists; choose another tag (a checkpoint is never "
+                                                   "overwritten in place)"));
+    }
+    ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(folder));
+    ckpt::RankFileWriter w;
+    ZERO_RETURN_IF_ERROR(
+        w.Open(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)), ctx.rank, ctx.world));
+    Buffer piece;
+    for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+      Unit& u = ctx.units[ui];
+      const int64_t begin = std::min(u.layout.numel, static_cast<int64_t>(ctx.rank) * u.layout.shard);
+      const int64_t end = begin + u.layout.OwnedElems(ctx.rank);
+      const std::vector<StreamDesc> streams = Streams(u);
+      for (size_t si = 0; si < streams.size(); ++si) {
+        const StreamDesc& s = streams[si];
+        const size_t es = DTypeSize(s.dtype);
+        const std::vector<Segment> segs = Segments(u, s, /*for_write=*/false);
+        ZERO_RETURN_IF_ERROR(w.BeginSection(static_cast<int>(ui), static_cast<int>(si), begin, end, s.dtype));
+        for (int64_t x = begin; x < end; x += kPieceElems) {
+          const int64_t n = std::min(kPieceElems, end - x);
+          if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+          int64_t covered = 0;
+          for (const Segment& g : segs) {
+            const int64_t lo = std::max(x, g.begin), hi = std::min(x + n, g.begin + g.n);
+            if (lo >= hi) continue;
+            ReadBuffer(*g.buffer, lo - g.begin, es, piece.as<char>() + (lo - x) * es, hi - lo);
+            covered += hi - lo;
+          }
+          ZERO_CHECK(covered == n) << "Save: unit " << u.name() << " stream " << s.name << " elements " << x << "-"
+                                   << x + n << " are not all held by rank " << ctx.rank;
+          ZERO_RETURN_IF_ERROR(ctx.compute->status());
+          ZERO_RETURN_IF_ERROR(w.Append(piece.data(), static_cast<size_t>(n) * es));
+        }
+        ZERO_RETURN_IF_ERROR(w.EndSection());
+      }
+    }
+    ZERO_ASSIGN_OR_RETURN(mine, w.Commit());
+    mine.trainer_state = options.trainer_state;
+    return absl::OkStatus();
+  }();
+  ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Save").status());
+  // Every rank's file is durable. Rank 0 needs their sections and checksums for meta.json.
+  ckpt::Meta meta = DescribeForCheckpoint(tag);
+  ZERO_ASSIGN_OR_RETURN(auto all,
+                        host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
+  Status committed = absl::OkStatus();
+  if (ctx.rank == 0) {
+    committed = [&]() -> Status {
+      meta.ranks.push_back(std::move(mine));
+      for (int r = 1; r < ctx.world; ++r) {
+        ZERO_ASSIGN_OR_RETURN(ckpt::RankFileMeta theirs, ckpt::RankFileMetaFromJson(all[r], meta, r));
+        meta.ranks.push_back(std::move(theirs));
+      }
+      return ckpt::CommitCheckpoint(dir, meta);
+    }();
+  }
+  ZERO_RETURN_IF_ERROR(AgreeOnStatus(committed, "Save").status());
+  return tag;
+}
+
+ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
+  ckpt::Meta m;
+  m.tag = tag;
+  bool wrapper = false;
+  for (const Unit& u : ctx.units) wrapper = wrapper || u.trainer_params != nullptr;
+  m.kind = wrapper ? "sharded_optimizer" : "engine";
+  m.world_size = ctx.world;
+  m.stage = ctx.stage();
+  m.compute_dtype = ctx.cd();
+  m.optimizer = step.optimizer().Name();
+  m.state_names = step.optimizer().StateNames();
+  m.step = step.applied_steps();
+  m.skipped_steps = step.skipped_steps();
+  const LossScaler::State ls = step.scaler().state();
+  m.loss_scaler = {ls.scale, ls.hysteresis, ls.iteration, ls.last_overflow_iteration};
+  for (const ParamGroup& g : ctx.opts.param_groups) {
+    ckpt::GroupMeta gm{g.match, g.lr_scale, g.frozen, {}};
+    if (g.weight_decay) gm.overrides["weight_decay"] = *g.weight_decay;
+    if (g.beta1) gm.overrides["beta1"] = *g.beta1;
+    if (g.beta2) gm.overrides["beta2"] = *g.beta2;
+    if (g.eps) gm.overrides["eps"] = *g.eps;
+    m.param_groups.push_back(std::move(gm));
+  }
+  for (const Unit& u : ctx.units) {
+    ckpt::UnitMeta um;
+    um.name = u.name();
+    um.numel = u.layout.numel;
+    um.frozen = u.frozen;
+    for (size_t i = 0; i < u.layout.params.size(); ++i) {
+      const internal::ParamSlot& p = u.layout.params[i];
+      um.params.push_back(
+          {p.spec.name, p.spec.shape, p.offset, p.numel, i < u.param_group.size() ? u.param_group[i] : -1});
+    }
+    for (const StreamDesc& s : Streams(u)) um.streams.push_back({s.name, s.dtype});
+    m.units.push_back(std::move(um));
+  }
+  return m;
+}
+
+StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOptions& options) {
+  LoadResult result;
+  ckpt::Meta saved;
+  Status local = [&]() -> Status {
+    ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
+    ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
+    const ckpt::Meta& m = reader->meta();
+    const std::string from = reader->folder();
+    // Where each of this model's parameters is in the checkpoint, by full name through the name map.
+    std::map<std::string, std::pair<int, int>> by_name;
+    for (size_t ui = 0; ui < m.units.size(); ++ui) {
+      for (size_t pi = 0; pi < m.units[ui].params.size(); ++pi) {
+        by_name[absl::StrCat(m.units[ui].name, ".", m.units[ui].params[pi].name)] = {static_cast<int>(ui),
+                                                                                     static_cast<int>(pi)};
+      }
+    }
+    std::map<std::string, bool> used;
+    // A run: local unit elements [local, local + n) are checkpoint unit `unit`'s [theirs, theirs + n).
+    struct Run {
+      int64_t local, n;
+      int unit;
+      int64_t theirs;
+    };
+    std::vector<std::vector<Run>> runs(ctx.units.size());
+    for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+      const Unit& u = ctx.units[ui];
+      for (const internal::ParamSlot& slot : u.layout.params) {
+        const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
+        auto mapped = options.name_map.find(mine);
+        const std::string theirs = mapped == options.name_map.end() ? mine : mapped->second;
+        auto it = by_name.find(theirs);
+        if (it == by_name.end()) {
+          return absl::NotFoundError(absl::StrCat("Load: parameter ", mine,
+                                                  theirs == mine ? "" : absl::StrCat(" (as ", theirs, ")"),
+                                                  " is not in checkpoint ", from));
+        }
+        const ckpt::ParamMeta& p = m.units[it->second.first].params[it->second.second];
+        if (p.shape != slot.spec.shape) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("Load: parameter ", mine, " has shape [", absl::StrJoin(slot.spec.shape, ","), "] but ",
+                           theirs, " in checkpoint ", from, " has [", absl::StrJoin(p.shape, ","), "]"));
+        }
+        used[theirs] = true;
+        std::vector<Run>& r = runs[ui];
+        if (!r.empty() && r.back().unit == it->second.first && r.back().local + r.back().n == slot.offset &&
+            r.back().theirs + r.back().n == p.offset) {
+          r.back().n += slot.numel;
+        } else {
+          r.push_back({slot.offset, slot.numel, it->second.first, p.offset});
+        }
+      }
+    }
+    if (options.strict && used.size() != by_name.size()) {
+      std::vector<std::string> extra;
+      for (const auto& [name, where] : by_name) {
+        if (!used.count(name) && extra.size() < 5) extra.push_back(name);
+      }
+      return absl::InvalidArgumentError(absl::StrCat("Load: checkpoint ", from, " has ", by_name.size() - used.size(),
+                                                     " parameters this model does not (", absl::StrJoin(extra, ", "),
+                                                     by_name.size() - used.size() > extra.size() ? ", ..." : "",
+                                                     "); LoadOptions::strict = false ignores them"));
+    }
+    const std::vector<std::string> state_names = step.optimizer().StateNames();
+    // For every local stream, the checkpoint stream of checkpoint unit U it reads (-1: zeros).
+    auto source = [&](const StreamDesc& s, int U) -> StatusOr<int> {
+      const ckpt::UnitMeta& cu = m.units[U];
+      switch (s.kind) {
+        case StreamDesc::kMaster: {
+          const int i = cu.Stream("master");
+          return i >= 0 ? i : cu.Stream("param");  // a frozen unit's parameters become a trainable one's master
+        }
+        case StreamDesc::kParam: {
+          const int p = cu.Stream("param");
+          if (p >= 0 && cu.streams[p].dtype == s.dtype) return p;
+          const int i = cu.Stream("master");  // rounded to nearest even from fp32
+          return i >= 0 ? i : p;
+        }
+        case StreamDesc::kState: {
+          if (!options.load_optimizer_state || cu.frozen) return -1;  // fresh state: zeros
+          const int i = cu.Stream(s.name);
+          if (i < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("Load: checkpoint ", from, " was saved with optimizer ", m.optimizer, " (state ",
+                             absl::StrJoin(m.state_names, ", "), "); this engine's ", step.optimizer().Name(),
+                             " needs ", s.name.substr(6), " for unit ", ctx.units.empty() ? "" : cu.name,
+                             "; LoadOptions::load_optimizer_state = false starts the optimizer state at zero"));
+          }
+          return i;
+        }
+      }
+      return -1;
+    };
+    Buffer piece;
+    for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+      Unit& u = ctx.units[ui];
+      for (const StreamDesc& s : Streams(u)) {
+        const size_t es = DTypeSize(s.dtype);
+        std::map<int, int> src;  // checkpoint unit -> stream
+        for (const Run& r : runs[ui]) {
+          if (!src.count(r.unit)) {
+            ZERO_ASSIGN_OR_RETURN(src[r.unit], source(s, r.unit));
+          }
+        }
+        for (const Segment& g : Segments(u, s, /*for_write=*/true)) {
+          for (int64_t x = g.begin; x < g.begin + g.n; x += kPieceElems) {
+            const int64_t n = std::min(kPieceElems, g.begin + g.n - x);
+            if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+            std::memset(piece.data(), 0, static_cast<size_t>(n) * es);  // padding and fresh state stay zero
+            for (const Run& r : runs[ui]) {
+              const int64_t lo = std::max(x, r.local), hi = std::min(x + n, r.local + r.n);
+              if (lo >= hi || src[r.unit] < 0) continue;
+              ZERO_RETURN_IF_ERROR(reader->Read(r.unit, src[r.unit], r.theirs + (lo - r.local),
+                                                r.theirs + (hi - r.local), s.dtype, piece.as<char>() + (lo - x) * es));
+            }
+            WriteBuffer(*g.buffer, x - g.begin, es, piece.data(), n);
+            ZERO_RETURN_IF_ERROR(ctx.compute->status());
+          }
+        }
+      }
+    }
+    saved = m;
+    return absl::OkStatus();
+  }();
+  ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Load").status());
+  // Stage 3: a unit gathered before the load holds the old values; the next scope gathers the new ones.
+  for (Unit& u : ctx.units) {
+    if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
+  }
+  result.tag = saved.tag;
+  result.saved_world_size = saved.world_size;
+  result.saved_stage = saved.stage;
+  result.trainer_state = saved.ranks[ctx.rank < saved.world_size ? ctx.rank : 0].trainer_state;
+  if (options.load_optimizer_state) {
+    step.Restore(saved.step, saved.skipped_steps,
+                 {saved.loss_scaler.scale, saved.loss_scaler.hysteresis, saved.loss_scaler.iteration,
+                  saved.loss_scaler.last_overflow_iteration});
+  } else {
+    step.Restore(0, 0, step.scaler().state());
+  }
+  result.step = step.applied_steps();
+  return result;
+}
+
+Status Engine::Impl::LoadSafetensors(const std::string& path, const LoadOptions& options) {
+  ZERO_RETURN_IF_ERROR(CheckCheckpointable("LoadSafetensors"));
+  // Every rank reads the same file, so the ranks agree without an exchange; each keeps its part (Place).
+  Status local = [&]() -> Status {
+    ZERO_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));
+    size_t used = 0;
+    std::vector<float> values;
+    for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+      const Unit& u = ctx.units[ui];
+      for (const internal::ParamSlot& slot : u.layout.params) {
+        const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
+        auto mapped = options.name_map.find(mine);
+        const std::string theirs = mapped == options.name_map.end() ? mine : mapped->second;
+        const SafetensorsFile::Tensor* t = file->Find(theirs);
+        if (t == nullptr) {
+          return absl::NotFoundError(absl::StrCat("LoadSafetensors: parameter ", mine,
+                                                  theirs == mine ? "" : absl::StrCat(" (as ", theirs, ")"),
+                                                  " is not in ", path));
+        }
+        if (t->shape != slot.spec.shape) {
+          return absl::InvalidArgumentError(absl::StrCat("LoadSafetensors: parameter ", mine, " has shape [",
+                                                         absl::StrJoin(slot.spec.shape, ","), "] but ", path, " holds ",
+                                                         theirs, " as [", absl::StrJoin(t->shape, ","), "]"));
+        }
+        ++used;
+        values.resize(slot.numel);
+        ZERO_RETURN_IF_ERROR(file->ReadF32(theirs, values.data(), slot.numel));
+        ZERO_RETURN_IF_ERROR(Place(static_cast<UnitId>(ui), slot, values.data()));
+      }
+    }
+    if (options.strict && used != file->tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("LoadSafetensors: ", path, " has ", file->tensors().size() - used,
+                                                     " tensors this model does not use; LoadOptions::strict = false "
+                                                     "ignores them"));
+    }
+    return absl::OkStatus();
+  }();
+  ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "LoadSafetensors").status());
+  for (Unit& u : ctx.units) {
+    if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zero

@@ -1,0 +1,304 @@
+// Checkpoints through the Engine: a save at step k and a resume give the run an uninterrupted one gives, bit for
+// bit, at every stage, fp32/bf16/fp16, with and without offload, with gradient accumulation; a checkpoint loads
+// at other world sizes and stages (4→2, 2→3, 1→4, 3→1, 4→4) with every value intact; saves are refused mid-cycle
+// and fail on every rank when one rank fails.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/engine_helpers.h"
+#include "support/multi_rank.h"
+#include "support/status_matchers.h"
+#include "support/synthetic_trainer.h"
+#include "zero/checkpoint.h"
+#include "zero/engine.h"
+
+namespace zero {
+namespace {
+
+using testing::Borrow;
+using testing::SyntheticTrace;
+using testing::TrainConfig;
+
+std::string MakeTempDir() {
+  std::string t = ::testing::TempDir() + "/zero_ckpt_XXXXXX";
+  char* d = ::mkdtemp(t.data());
+  ZERO_CHECK(d != nullptr) << "mkdtemp " << t;
+  return t;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Case {
+  const char* name;
+  int world;
+  int stage;
+  DType dtype = DType::kF32;
+  int ga = 1;
+  bool offload = false;
+  bool stochastic = false;
+};
+
+Config CaseConfig(const Case& c) {
+  Config cfg = TrainConfig(c.stage, /*micro=*/1, c.ga);
+  cfg.bf16.enabled = c.dtype == DType::kBF16;
+  cfg.bf16.stochastic_rounding = c.stochastic;
+  cfg.fp16.enabled = c.dtype == DType::kF16;
+  cfg.fp16.initial_scale_power = 8;
+  if (c.offload) {
+    cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    // Stage 3: Twin-Flow, so host and device parts both hold state (a ratio below 1 needs stage 3).
+    cfg.zero.offload_optimizer.ratio = c.stage == 3 ? 0.5 : 1.0;
+    cfg.zero.sub_group_size = 300;
+  }
+  return cfg;
+}
+
+void ExpectSameSteps(const std::vector<StepResult>& a, const std::vector<StepResult>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step) << "step " << i;
+    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << i;  // exact
+    EXPECT_EQ(a[i].lr, b[i].lr) << "step " << i;
+    EXPECT_EQ(a[i].loss_scale, b[i].loss_scale) << "step " << i;
+    EXPECT_EQ(a[i].skipped, b[i].skipped) << "step " << i;
+  }
+}
+
+void ExpectSameParams(const SyntheticTrace& a, const SyntheticTrace& b) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    ASSERT_EQ(values.size(), other.size()) << name;
+    size_t diff = 0;
+    for (size_t i = 0; i < values.size(); ++i) diff += std::memcmp(&values[i], &other[i], 4) != 0;
+    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << values.size() << " values differ";
+  }
+}
+
+class ResumeTest : public ::testing::TestWithParam<Case> {};
+
+// Six steps straight against three, a save, a fresh engine, a load, and three more: the same run, bit for bit.
+TEST_P(ResumeTest, ResumedRunEqualsUninterruptedRun) {
+  const Case& c = GetParam();
+  const Config cfg = CaseConfig(c);
+  const std::string dir = MakeTempDir();
+  constexpr int kFirst = 3, kSecond = 3;
+  testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
+    SyntheticTrace straight, before, after;
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, kFirst + kSecond, c.ga, testing::HostViewIo(), &straight));
+    }
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, kFirst, c.ga, testing::HostViewIo(), &before));
+      ASSERT_OK_AND_ASSIGN(std::string tag, e->Save(dir, {.trainer_state = {{"pos", std::to_string(100 + rank)}}}));
+      EXPECT_EQ(tag, "step-00000003");
+    }
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+      ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir));
+      EXPECT_EQ(r.step, kFirst);
+      EXPECT_EQ(e->steps(), kFirst);
+      EXPECT_EQ(r.trainer_state.at("pos"), std::to_string(100 + rank));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, kSecond, c.ga, testing::HostViewIo(), &after, kFirst));
+    }
+    std::vector<StepResult> joined = before.steps;
+    joined.insert(joined.end(), after.steps.begin(), after.steps.end());
+    ExpectSameSteps(straight.steps, joined);
+    ExpectSameParams(straight, after);
+    // Training really moved the parameters (the comparison is not between two untouched models).
+    EXPECT_GT(testing::MovedElements("a.w", after.params.at("a.w")), 0u);
+  });
+  if (!HasFailure()) {
+    ASSERT_OK(VerifyCheckpoint(dir));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, ResumeTest,
+                         ::testing::Values(Case{"s0_f32", 2, 0}, Case{"s1_f32", 2, 1}, Case{"s2_f32", 3, 2},
+                                           Case{"s3_f32", 2, 3}, Case{"s0_bf16_ga2", 2, 0, DType::kBF16, 2},
+                                           Case{"s1_bf16", 2, 1, DType::kBF16},
+                                           Case{"s2_bf16_ga2", 2, 2, DType::kBF16, 2},
+                                           Case{"s3_bf16_sr", 3, 3, DType::kBF16, 1, false, true},
+                                           Case{"s2_f16", 2, 2, DType::kF16}, Case{"s3_f16_ga2", 2, 3, DType::kF16, 2},
+                                           Case{"s1_f32_offload", 2, 1, DType::kF32, 1, true},
+                                           Case{"s2_bf16_offload_ga2", 2, 2, DType::kBF16, 2, true},
+                                           Case{"s3_bf16_offload", 2, 3, DType::kBF16, 1, true},
+                                           Case{"s3_f32_offload_ga2", 3, 3, DType::kF32, 2, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// Values of every parameter and every optimizer state, by name, as an export of the checkpoint holds them.
+std::string ExportWithState(const std::string& dir, const std::string& out) {
+  ExportOptions o;
+  o.optimizer_state = true;
+  Status s = ExportSafetensors(dir, out, o);
+  EXPECT_OK(s);
+  return Slurp(out);
+}
+
+struct ReshardCase {
+  const char* name;
+  int from_world, from_stage, to_world, to_stage;
+  DType dtype;
+  bool offload_to = false;
+};
+
+class ReshardTest : public ::testing::TestWithParam<ReshardCase> {};
+
+// Saved at (N, s) after three steps, loaded at (M, t): the loaded engine holds exactly the saved parameters and
+// optimizer state (its own save exports byte-identically), the offline tool writes the same, and it trains on.
+TEST_P(ReshardTest, LoadsAtAnotherWorldAndStage) {
+  const ReshardCase& c = GetParam();
+  const std::string dir = MakeTempDir(), again = MakeTempDir(), offline = MakeTempDir();
+  std::map<std::string, std::vector<float>> saved;
+  testing::RunRanks(c.from_world, [&](Communicator& comm, int rank) {
+    Case k{"from", c.from_world, c.from_stage, c.dtype};
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(CaseConfig(k), Borrow(comm)));
+    SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &t));
+    ASSERT_OK(e->Save(dir, {.trainer_state = {{"rank", std::to_string(rank)}}}).status());
+    if (rank == 0) saved = t.params;
+  });
+  ASSERT_FALSE(HasFailure());
+  testing::RunRanks(c.to_world, [&](Communicator& comm, int rank) {
+    Case k{"to", c.to_world, c.to_stage, c.dtype, 1, c.offload_to};
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(CaseConfig(k), Borrow(comm)));
+    ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir));
+    EXPECT_EQ(r.saved_world_size, c.from_world);
+    EXPECT_EQ(r.saved_stage, c.from_stage);
+    EXPECT_EQ(r.trainer_state.at("rank"), std::to_string(rank < c.from_world ? rank : 0));
+    for (const auto& [unit, specs] : testing::SyntheticUnits()) {
+      for (const ParamSpec& p : specs) {
+        ASSERT_OK_AND_ASSIGN(std::vector<float> v, e->GatherParam(e->FindUnit(unit), p.name));
+        const auto& want = saved.at(unit + "." + p.name);
+        EXPECT_EQ(0, std::memcmp(v.data(), want.data(), v.size() * 4)) << unit << "." << p.name;
+      }
+    }
+    ASSERT_OK(e->Save(again, {.tag = r.tag}).status());
+    SyntheticTrace t;  // and it trains on
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 1, 1, testing::HostViewIo(), &t, 3));
+    EXPECT_EQ(t.steps.back().step, 4);
+    EXPECT_TRUE(std::isfinite(t.steps.back().grad_norm));
+  });
+  ASSERT_FALSE(HasFailure());
+  ASSERT_OK(ReshardCheckpoint(dir, "", offline, c.to_world, c.to_stage));
+  ASSERT_OK(VerifyCheckpoint(again));
+  ASSERT_OK(VerifyCheckpoint(offline));
+  const std::string a = ExportWithState(dir, dir + "/export.safetensors");
+  const std::string b = ExportWithState(again, again + "/export.safetensors");
+  const std::string o = ExportWithState(offline, offline + "/export.safetensors");
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_TRUE(a == b) << "the export of the checkpoint re-saved at world " << c.to_world << " differs";
+  EXPECT_TRUE(a == o) << "the export of the offline reshard differs";
+  // The offline reshard holds the same rank files a run at the target world size saved.
+  for (int r = 0; r < c.to_world; ++r) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "/step-00000003/rank-%05d-of-%05d.bin", r, c.to_world);
+    EXPECT_TRUE(Slurp(again + name) == Slurp(offline + name)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, ReshardTest,
+                         ::testing::Values(ReshardCase{"w4s3_to_w2s1", 4, 3, 2, 1, DType::kBF16},
+                                           ReshardCase{"w2s0_to_w3s3", 2, 0, 3, 3, DType::kF32},
+                                           ReshardCase{"w1s2_to_w4s2_offload", 1, 2, 4, 2, DType::kBF16, true},
+                                           ReshardCase{"w3s1_to_w1s0", 3, 1, 1, 0, DType::kF32},
+                                           ReshardCase{"w4s3_to_w4s2", 4, 3, 4, 2, DType::kF16}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(CheckpointTest, SaveInsideAnAccumulationCycleIsRefused) {
+  const std::string dir = MakeTempDir();
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(2, 1, /*ga=*/2), Borrow(comm)));
+    const UnitId d = e->FindUnit("d");
+    { ASSERT_OK(e->Backward(d).status()); }
+    auto s = e->Save(dir);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(s.status().message()).find("gradient-accumulation cycle"), std::string::npos) << s.status();
+  });
+  EXPECT_FALSE(LatestCheckpointTag(dir).ok());
+}
+
+// Rank 1 cannot write its file: every rank's Save fails naming it, and `latest` still names the previous save.
+TEST(CheckpointTest, AFailureOnOneRankFailsTheSaveEverywhere) {
+  const std::string dir = MakeTempDir();
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(e->Save(dir, {.tag = "first"}).status());
+    if (rank == 1) {
+      // A directory where rank 1's file must go: its rename fails.
+      ASSERT_EQ(0, ::mkdir((dir + "/second").c_str(), 0755) == 0 || errno == EEXIST ? 0 : -1);
+      ::mkdir((dir + "/second/rank-00001-of-00002.bin").c_str(), 0755);
+      ::mkdir((dir + "/second/rank-00001-of-00002.bin/x").c_str(), 0755);
+    }
+    ASSERT_OK(comm.Barrier().Wait());
+    auto s = e->Save(dir, {.tag = "second"});
+    ASSERT_FALSE(s.ok());
+    if (rank == 0) {
+      EXPECT_NE(std::string(s.status().message()).find("rank 1"), std::string::npos) << s.status();
+    }
+    ASSERT_OK(comm.Barrier().Wait());
+  });
+  ASSERT_OK_AND_ASSIGN(std::string latest, LatestCheckpointTag(dir));
+  EXPECT_EQ(latest, "first");
+  ASSERT_OK(VerifyCheckpoint(dir));
+  const Status v = VerifyCheckpoint(dir, "second");
+  EXPECT_FALSE(v.ok());
+  EXPECT_NE(std::string(v.message()).find("incomplete"), std::string::npos) << v;
+}
+
+TEST(CheckpointTest, ASavedTagIsNeverOverwritten) {
+  const std::string dir = MakeTempDir();
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(0, 1), Borrow(comm)));
+    ASSERT_OK(e->Save(dir).status());
+    EXPECT_EQ(e->Save(dir).status().code(), absl::StatusCode::kAlreadyExists);
+  });
+}
+
+TEST(CheckpointTest, LoadChecksTheModel) {
+  const std::string dir = MakeTempDir();
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(e->Save(dir).status());
+    // Another model: a parameter of another shape.
+    ASSERT_OK_AND_ASSIGN(auto other, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(other->AddUnit("a", {{"w", {19, 37}}, {"b", {19}}}).status());
+    ASSERT_OK(other->Finalize(nullptr));
+    auto r = other->Load(dir, {.strict = false});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(r.status().message()).find("a.w has shape [19,37]"), std::string::npos) << r.status();
+    // A subset of the model: strict names what the model lacks; non-strict loads it.
+    ASSERT_OK_AND_ASSIGN(auto part, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(part->AddUnit("c", {{"v", {101}}}).status());
+    ASSERT_OK(part->Finalize(nullptr));
+    auto strict = part->Load(dir);
+    EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_OK(part->Load(dir, {.strict = false}).status());
+    // Another optimizer: its state is not in the checkpoint.
+    Config sgd = TrainConfig(1, 1);
+    sgd.optimizer->type = "SGD";
+    sgd.optimizer->momentum = 0.9;
+    ASSERT_OK_AND_ASSIGN(auto s, testing::MakeSyntheticEngine(sgd, Borrow(comm)));
+    auto bad = s->Load(dir);
+    EXPECT_NE(std::string(bad.status().message()).find("momentum_buffer"), std::string::npos) << bad.status();
+    ASSERT_OK(s->Load(dir, {.load_optimizer_state = false}).status());
+    EXPECT_EQ(s->steps(), 0);
+  });
+}
+
+}  // namespace
+}  // namespace zero
