@@ -551,7 +551,9 @@ Status CheckpointReader::OpenRank(int rank) {
   ZERO_RETURN_IF_ERROR(ReadAt(fd, path, 0, header, sizeof(header)));
   uint32_t fields[3];
   std::memcpy(fields, header + 8, sizeof(fields));
-  if (std::memcmp(header, kRankMagic, 8) != 0 || fields[0] != static_cast<uint32_t>(kFormatVersion) ||
+  bool reserved_zero = true;  // bytes 20-63 are reserved, written as zeros: anything else is damage
+  for (int64_t i = 20; i < kRankHeaderBytes; ++i) reserved_zero = reserved_zero && header[i] == 0;
+  if (!reserved_zero || std::memcmp(header, kRankMagic, 8) != 0 || fields[0] != static_cast<uint32_t>(kFormatVersion) ||
       fields[1] != static_cast<uint32_t>(rank) || fields[2] != static_cast<uint32_t>(meta_.world_size)) {
     return absl::DataLossError(absl::StrCat(path, ": the header is not that of rank ", rank, " of ", meta_.world_size,
                                             " in format version ", kFormatVersion));
