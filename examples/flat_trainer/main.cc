@@ -22,7 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/sharded_optimizer.h"
@@ -352,6 +355,8 @@ struct Flags {
   uint64_t seed = 1234;
   bool json = false;
   bool decay_2d = false;
+  std::string save_dir, resume_dir;  // --zero only: ShardedOptimizer's checkpoints (zero/checkpoint.h)
+  int save_every = 0;
 };
 
 zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
@@ -404,7 +409,19 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
                            .c_str()
                      : absl::StrCat("the trainer's own AdamW on the whole batch of ", B, " samples").c_str());
   }
-  for (int step = 1; step <= flags.steps; ++step) {
+  // --resume: the parameters (into the trainer's buffer), the AdamW state, the step count; the data position is
+  // the trainer's own state, saved beside them.
+  int first_step = 1;
+  if (opt != nullptr && !flags.resume_dir.empty()) {
+    if (zero::LatestCheckpointTag(flags.resume_dir).ok()) {
+      ZERO_ASSIGN_OR_RETURN(zero::LoadResult r, opt->Load(flags.resume_dir));
+      if (!absl::SimpleAtoi(r.trainer_state["next_step"], &first_step)) {
+        return absl::InvalidArgumentError("--resume: the checkpoint holds no next_step");
+      }
+      if (rank == 0 && !flags.json) std::printf("resumed from %s at step %d\n", r.tag.c_str(), first_step);
+    }
+  }
+  for (int step = first_step; step <= flags.steps; ++step) {
     MakeBatch(c, flags.seed, step, first, B, x.data(), y.data());
     std::memset(model.grads_memory, 0, model.num_parameters * sizeof(float));
     float loss = Forward(&model, x.data(), y.data(), B);  // the mean over this rank's slice
@@ -414,6 +431,12 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
       ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, zero::DType::kF32, zero::ReduceOp::kAvg).Wait());
     } else {
       AdamWUpdate(&model, hp, step);
+    }
+    if (opt != nullptr && !flags.save_dir.empty() &&
+        ((flags.save_every > 0 && step % flags.save_every == 0) || step == flags.steps)) {
+      ZERO_RETURN_IF_ERROR(opt->Save(flags.save_dir, {.tag = absl::StrFormat("step-%08d", step),
+                                                      .trainer_state = {{"next_step", absl::StrCat(step + 1)}}})
+                               .status());
     }
     if (rank != 0) continue;
     if (flags.json) {
@@ -441,12 +464,14 @@ void Usage() {
   std::fprintf(
       stderr,
       "usage: zero-flat-trainer [--zero] [--config FILE] [--stage 0-2] [--world N] [--steps K] [--seed S]\n"
-      "                         [--decay-2d] [--json]\n"
+      "                         [--decay-2d] [--json] [--save DIR [--save-every K]] [--resume DIR]\n"
       "  --zero       zero::ShardedOptimizer instead of the trainer's own AdamW; --world N runs N ranks as\n"
       "               threads (Gloo over loopback), a launcher (zero-run) one rank per process\n"
       "  --config FILE  the optimizer's config (default: embedded, AdamW as the trainer's own, stage 1,\n"
       "               no clipping, fp32); the batch keys are the trainer's (global batch %d)\n"
-      "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (with --zero: a parameter group)\n",
+      "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (with --zero: a parameter group)\n"
+      "  --save DIR   (--zero) save a checkpoint every --save-every steps and after the last; --resume DIR\n"
+      "               continues from DIR's latest (any world size); --steps K is the step to stop at\n",
       kBatch);
 }
 
@@ -475,10 +500,20 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->steps = std::atoi(v);
     } else if (a == "--seed") {
       f->seed = std::strtoull(v, nullptr, 10);
+    } else if (a == "--save") {
+      f->save_dir = v;
+    } else if (a == "--save-every") {
+      f->save_every = std::atoi(v);
+    } else if (a == "--resume") {
+      f->resume_dir = v;
     } else {
       std::fprintf(stderr, "zero-flat-trainer: unknown flag %s\n", a.c_str());
       return false;
     }
+  }
+  if ((!f->save_dir.empty() || !f->resume_dir.empty()) && !f->zero) {
+    std::fprintf(stderr, "zero-flat-trainer: --save and --resume need --zero (ShardedOptimizer's checkpoints)\n");
+    return false;
   }
   return f->world >= 1 && f->steps >= 0;
 }

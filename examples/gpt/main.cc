@@ -10,6 +10,8 @@
 // (stage 0 unless --stage is given; AdamW lr 1e-3; micro-batch 4).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,20 +44,30 @@ struct Flags {
   int blas_threads = 0;
   std::string data_file;
   std::string device = "cpu";
+  std::string save_dir, resume_dir, init_from, init_map;
+  int64_t save_every = 0;
+  bool params_hash = false;
 };
 
 void Usage() {
   std::fprintf(stderr,
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
-               "                [--device cpu|cuda] [--bf16]\n"
+               "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--resume DIR]\n"
+               "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash]\n"
                "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
                "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
                "  --recompute  recompute every block's activations in backward (every k-th with the config's\n"
                "               activation_checkpointing.number_checkpoints; checkpoints on the host with its\n"
                "               cpu_checkpointing); without it nothing is recomputed\n"
-               "  --blas-threads N  OpenBLAS threads per process (default: cores / ranks on this host)\n");
+               "  --blas-threads N  OpenBLAS threads per process (default: cores / ranks on this host)\n"
+               "  --save DIR   save a checkpoint (zero/checkpoint.h) every --save-every steps and after the last\n"
+               "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
+               "               step to stop at, so a resumed run stops where the uninterrupted one does\n"
+               "  --init-from FILE  initial weights from a safetensors file by \"unit.param\" name (zero-ckpt export\n"
+               "               writes one); --init-map FILE: lines \"ours theirs\" renaming parameters\n"
+               "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n");
 }
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -69,6 +81,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->recompute = true;
     } else if (a == "--bf16") {
       f->bf16 = true;
+    } else if (a == "--params-hash") {
+      f->params_hash = true;
     } else if (a == "--help" || a == "-h") {
       return false;
     } else if ((v = next()) == nullptr) {
@@ -94,6 +108,16 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->data_file = v;
     } else if (a == "--device") {
       f->device = v;
+    } else if (a == "--save") {
+      f->save_dir = v;
+    } else if (a == "--save-every") {
+      f->save_every = std::atoll(v);
+    } else if (a == "--resume") {
+      f->resume_dir = v;
+    } else if (a == "--init-from") {
+      f->init_from = v;
+    } else if (a == "--init-map") {
+      f->init_map = v;
     } else {
       std::fprintf(stderr, "zero-gpt: unknown flag %s\n", a.c_str());
       return false;
@@ -156,9 +180,9 @@ int main(int argc, char** argv) {
   auto train_one = [&](std::shared_ptr<zero::Communicator> comm, const zero::gpt::TrainOptions& o,
                        const StepCallback& cb) -> zero::StatusOr<zero::gpt::TrainResult> {
 #if ZERO_GPT_CUDA
-    if (cuda) return zero::gpt::TrainRankCuda(cfg, std::move(comm), o, cb);
+    if (cuda) return zero::gpt::TrainRankCuda(cfg, std::move(comm), o, cb, flags.params_hash);
 #endif
-    return zero::gpt::TrainRank(cfg, std::move(comm), o, cb);
+    return zero::gpt::TrainRank(cfg, std::move(comm), o, cb, flags.params_hash);
   };
 
   const bool launched = zero::Communicator::Launched();
@@ -171,6 +195,19 @@ int main(int argc, char** argv) {
   opt.data_file = flags.data_file;
   opt.recompute = flags.recompute;
   opt.blas_threads = flags.blas_threads;
+  opt.save_dir = flags.save_dir;
+  opt.save_every = flags.save_every;
+  opt.resume_dir = flags.resume_dir;
+  opt.init_from = flags.init_from;
+  if (!flags.init_map.empty()) {
+    std::ifstream in(flags.init_map);
+    if (!in) {
+      std::fprintf(stderr, "zero-gpt: --init-map: cannot read %s\n", flags.init_map.c_str());
+      return 2;
+    }
+    std::string ours, theirs;
+    while (in >> ours >> theirs) opt.init_map[ours] = theirs;
+  }
 
   std::mutex print_mu;
   auto on_step = [&](const zero::gpt::StepLog& s) {
@@ -258,6 +295,17 @@ int main(int argc, char** argv) {
         rc.recompute_s, rc.backward_s, mc.layers, static_cast<size_t>(B) * T * mc.channels * sizeof(float),
         zero::gpt::BlockActs::Bytes(mc, B, T), zero::gpt::HeadActs::Bytes(mc, B, T),
         zero::gpt::BlockScratch::Bytes(mc, B, T));
+    if (flags.params_hash) {
+      // FNV-1a over the final fp32 parameters' bits: equal hashes, equal parameters (a resumed run's check).
+      uint64_t h = 1469598103934665603ull;
+      for (float v : res.final_params) {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xFF)) * 1099511628211ull;
+      }
+      std::printf("{\"params_hash\": \"%016llx\", \"first_step\": %lld, \"saved\": %zu}\n",
+                  static_cast<unsigned long long>(h), static_cast<long long>(res.first_step), res.saved.size());
+    }
   } else {
     std::printf("params %lld, world %d, stage %d; memory of rank 0:\n%s", static_cast<long long>(res.params),
                 world_size, cfg.zero.stage, res.memory.ToString().c_str());

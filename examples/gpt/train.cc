@@ -9,10 +9,14 @@
 #include <ctime>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "data.h"
 #include "model.h"
+#include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/logging.h"
 #include "zero/recompute.h"
 
 namespace zero::gpt {
@@ -118,7 +122,47 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
   ZERO_ASSIGN_OR_RETURN(ByteDataset data, LoadData(options));
   const int B = static_cast<int>(cfg.micro_batch());
   const int ga = static_cast<int>(cfg.accumulation_steps());
-  return GptRun{std::move(engine), B, ga, dtype, std::move(units), std::move(data)};
+  GptRun run{std::move(engine), B, ga, dtype, std::move(units), std::move(data)};
+  if (!options.init_from.empty()) {
+    LoadOptions lo;
+    lo.name_map = options.init_map;
+    ZERO_RETURN_IF_ERROR(run.engine->LoadSafetensors(options.init_from, lo));
+  }
+  if (!options.resume_dir.empty()) {
+    StatusOr<std::string> latest = LatestCheckpointTag(options.resume_dir);
+    if (latest.ok()) {
+      ZERO_ASSIGN_OR_RETURN(LoadResult r, run.engine->Load(options.resume_dir));
+      auto next = r.trainer_state.find("next_step");
+      if (next == r.trainer_state.end() || !absl::SimpleAtoi(next->second, &run.first_step)) {
+        return absl::InvalidArgumentError(absl::StrCat("--resume ", options.resume_dir, ": checkpoint ", r.tag,
+                                                       " holds no next_step (not saved by zero-gpt)"));
+      }
+      if (run.engine->rank() == 0) {
+        ZERO_LOG(INFO) << "resumed from " << options.resume_dir << "/" << r.tag << " (saved at world size "
+                       << r.saved_world_size << ", stage " << r.saved_stage << "): continuing at step "
+                       << run.first_step;
+      }
+    } else if (absl::IsNotFound(latest.status())) {
+      if (run.engine->rank() == 0) {
+        ZERO_LOG(INFO) << "--resume " << options.resume_dir << ": no checkpoint there yet; starting at step 0";
+      }
+    } else {
+      return latest.status();
+    }
+  }
+  return run;
+}
+
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, TrainResult* result) {
+  if (options.save_dir.empty()) return absl::OkStatus();
+  const bool every = options.save_every > 0 && next_step % options.save_every == 0;
+  if (!every && next_step != options.steps) return absl::OkStatus();
+  SaveOptions so;
+  so.tag = absl::StrFormat("step-%08d", next_step);
+  so.trainer_state["next_step"] = absl::StrCat(next_step);  // the data order follows the step index
+  ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
+  result->saved.push_back(tag);
+  return absl::OkStatus();
 }
 
 StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units) {
@@ -229,7 +273,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
 
   TrainResult result;
   result.params = engine->num_params();
-  for (int64_t step = 0; step < options.steps; ++step) {
+  result.first_step = run.first_step;
+  for (int64_t step = run.first_step; step < options.steps; ++step) {
     const internal::StepClock started;
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
@@ -274,6 +319,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     float loss = static_cast<float>(loss_sum / ga);
     ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
+    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }
   internal::RecordEngineStats(*engine, &result);
   result.recompute = ckpt->stats();

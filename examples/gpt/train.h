@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,13 @@ struct TrainOptions {
   // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
   // cpu_checkpointing). false: nothing is recomputed.
   bool recompute = false;
+  // Checkpoints (zero/checkpoint.h). `steps` is the step to stop at, so a resumed run stops where the
+  // uninterrupted one does.
+  std::string save_dir;    // save here every `save_every` steps and after the last step (empty: never)
+  int64_t save_every = 0;  // 0: only after the last step
+  std::string resume_dir;  // load its latest checkpoint after Finalize and continue from it (none there: start)
+  std::string init_from;   // initial weights from this safetensors file, by "unit.param" name
+  std::map<std::string, std::string> init_map;  // this model's names to the file's (LoadOptions::name_map)
   // CUDA path (train_cuda.h): the device ordinal to run on; -1 = the calling thread's current device.
   int device = -1;
 };
@@ -53,6 +61,8 @@ struct StepLog {
 
 struct TrainResult {
   std::vector<StepLog> steps;
+  int64_t first_step = 0;          // where this run began (a resumed run: the checkpoint's next step)
+  std::vector<std::string> saved;  // checkpoint tags written, in order
   int64_t params = 0;
   MemoryReport memory;                  // this rank's
   std::vector<MemoryReport> all_ranks;  // every rank's (gathered), in rank order

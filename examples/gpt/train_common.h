@@ -43,9 +43,13 @@ struct GptRun {
   DType dtype = DType::kF32;  // the compute dtype the engine hands out (fp16/bf16/f32)
   GptUnits units;
   ByteDataset data;
+  int64_t first_step = 0;  // the step to start at: 0, or the resumed checkpoint's next step
 };
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options);
+// After step `next_step - 1`: saves a checkpoint tagged "step-<next_step>" to options.save_dir when save_every
+// divides next_step or it is the last step, and records the tag. Collective.
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, TrainResult* result);
 // When a step started (wall clock and this process's CPU time), for its StepLog.
 struct StepClock {
   std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();

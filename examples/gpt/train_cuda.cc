@@ -155,7 +155,8 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
 
   TrainResult result;
   result.params = engine->num_params();
-  for (int64_t step = 0; step < options.steps; ++step) {
+  result.first_step = run.first_step;
+  for (int64_t step = run.first_step; step < options.steps; ++step) {
     const internal::StepClock started;
     for (int m = 0; m < ga; ++m) {
       data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
@@ -211,6 +212,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
       ZERO_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "loss"));
     }
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
+    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }
   internal::RecordEngineStats(*engine, &result);
   // Every rank's report through device copies (NCCL reads device memory).

@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "support/engine_helpers.h"
+#include "support/flat_mlp.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/sharded_optimizer.h"
 
 namespace zero {
 namespace {
@@ -297,6 +299,66 @@ TEST(CheckpointTest, LoadChecksTheModel) {
     EXPECT_NE(std::string(bad.status().message()).find("momentum_buffer"), std::string::npos) << bad.status();
     ASSERT_OK(s->Load(dir, {.load_optimizer_state = false}).status());
     EXPECT_EQ(s->steps(), 0);
+  });
+}
+
+// A C-style trainer's ShardedOptimizer checkpoint (one buffer "flat", stage 2, world 2) loads into an Engine
+// that cuts the same parameters into other units (through a name map) at world 3 and stage 3, and back into a
+// wrapper at world 1: the same values wherever they go.
+TEST(CheckpointTest, WrapperAndEngineLoadEachOthersCheckpoints) {
+  namespace fm = testing::flat_mlp;
+  const std::string dir = MakeTempDir(), dir2 = MakeTempDir();
+  std::map<std::string, std::vector<float>> saved;
+  Config cfg = TrainConfig(2, 1);
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    const int64_t cap = ShardedOptimizer::Capacity(fm::kNumel, 2);
+    std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
+    fm::InitParams(params.data());
+    FlatBuffers flat{params.data(), grads.data(), DType::kF32, cap, fm::kTensors, "flat"};
+    ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(cfg, Borrow(comm), {flat}));
+    for (int t = 1; t <= 3; ++t) {
+      fm::ForwardBackward(params.data(), grads.data(), t, rank * fm::kBatch / 2, (rank + 1) * fm::kBatch / 2);
+      ASSERT_OK(opt->Step().status());
+    }
+    ASSERT_OK(opt->Save(dir).status());
+    for (const ParamSpec& p : fm::kTensors) {
+      ASSERT_OK_AND_ASSIGN(auto v, opt->GatherParam(0, p.name));
+      if (rank == 0) saved["flat." + p.name] = v;
+    }
+  });
+  ASSERT_FALSE(HasFailure());
+  testing::RunRanks(3, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(TrainConfig(3, 1), Borrow(comm)));
+    const UnitId l1 = e->AddUnit("l1", {fm::kTensors[0], fm::kTensors[1]}).value();
+    const UnitId l2 = e->AddUnit("l2", {fm::kTensors[2], fm::kTensors[3]}).value();
+    ASSERT_OK(e->Finalize(nullptr));
+    LoadOptions lo;
+    lo.name_map = {{"l1.w1", "flat.w1"}, {"l1.b1", "flat.b1"}, {"l2.w2", "flat.w2"}, {"l2.b2", "flat.b2"}};
+    ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir, lo));
+    EXPECT_EQ(r.step, 3);
+    for (const auto& [unit, name] :
+         std::vector<std::pair<UnitId, std::string>>{{l1, "w1"}, {l1, "b1"}, {l2, "w2"}, {l2, "b2"}}) {
+      ASSERT_OK_AND_ASSIGN(auto v, e->GatherParam(unit, name));
+      EXPECT_EQ(v, saved.at("flat." + name)) << name;
+    }
+    ASSERT_OK(e->Save(dir2).status());
+  });
+  ASSERT_FALSE(HasFailure());
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    const int64_t cap = ShardedOptimizer::Capacity(fm::kNumel, 1);
+    std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
+    FlatBuffers flat{params.data(), grads.data(), DType::kF32, cap, fm::kTensors, "flat"};
+    ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(TrainConfig(1, 1), Borrow(comm), {flat}));
+    LoadOptions lo;
+    lo.name_map = {{"flat.w1", "l1.w1"}, {"flat.b1", "l1.b1"}, {"flat.w2", "l2.w2"}, {"flat.b2", "l2.b2"}};
+    ASSERT_OK(opt->Load(dir2, lo).status());
+    // The trainer's own buffer now holds the values.
+    int64_t at = 0;
+    for (const ParamSpec& p : fm::kTensors) {
+      const auto& want = saved.at("flat." + p.name);
+      EXPECT_EQ(0, std::memcmp(params.data() + at, want.data(), want.size() * 4)) << p.name;
+      at += p.numel();
+    }
   });
 }
 
