@@ -597,6 +597,22 @@ Status CheckpointReader::Read(int unit, int stream, int64_t begin, int64_t end, 
     int64_t x = lo;
     while (x < hi) {
       const int64_t byte = (x - s.begin) * es, block = byte / kBlockBytes;
+      const int64_t block_elems = kBlockBytes / es, block_end = s.begin + (block + 1) * block_elems;
+      const int64_t section_bytes = (s.end - s.begin) * es;
+      if (sdt == dtype && byte % kBlockBytes == 0 && (std::min(hi, block_end) == block_end || hi == s.end) &&
+          !(cache_rank_ == rank && cache_section_ == &s && cache_block_ == block)) {
+        // A whole block wanted as stored: read it straight into dst and check it there (no copy).
+        ZERO_RETURN_IF_ERROR(OpenRank(rank));
+        const int64_t n = std::min(kBlockBytes, section_bytes - byte);
+        char* to = out + (x - begin) * des;
+        ZERO_RETURN_IF_ERROR(ReadAt(fds_[rank], where, s.offset + byte, to, static_cast<size_t>(n)));
+        if (Crc32c(0, to, static_cast<size_t>(n)) != s.crc[block]) {
+          return absl::DataLossError(absl::StrCat(where, ": checksum mismatch in block ", block, " (bytes ",
+                                                  s.offset + byte, "-", s.offset + byte + n, "): the file is damaged"));
+        }
+        x += n / es;
+        continue;
+      }
       ZERO_RETURN_IF_ERROR(ReadBlock(rank, s, block, where));
       const int64_t block_end_elem = s.begin + (block + 1) * kBlockBytes / es;
       const int64_t n = std::min(hi, block_end_elem) - x;

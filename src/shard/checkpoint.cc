@@ -44,14 +44,25 @@ size_t Engine::Impl::PieceElems() const {
 
 std::vector<Engine::Impl::StreamDesc> Engine::Impl::Streams(const Unit& u) const {
   std::vector<StreamDesc> s;
-  if (!u.frozen) s.push_back({"master", DType::kF32, StreamDesc::kMaster, -1});
-  if (ctx.mixed() || u.frozen) s.push_back({"param", ctx.cd(), StreamDesc::kParam, -1});
+  if (!u.frozen) s.push_back({"master", DType::kF32, StreamDesc::kMaster, -1, true});
+  // The 16-bit parameters are the master rounded to nearest even, except under stochastic rounding: only then
+  // (and for a frozen unit, which has no master) are they saved.
+  const bool stochastic = ctx.cd() == DType::kBF16 && ctx.cfg.bf16.stochastic_rounding;
+  if (u.frozen || ctx.mixed()) {
+    s.push_back({"param", ctx.cd(), StreamDesc::kParam, -1, /*saved=*/u.frozen || stochastic});
+  }
   if (!u.frozen) {
     const std::vector<std::string> names = step.optimizer().StateNames();
     for (size_t k = 0; k < names.size(); ++k) {
-      s.push_back({StatePrefix(names[k]), DType::kF32, StreamDesc::kState, static_cast<int>(k)});
+      s.push_back({StatePrefix(names[k]), DType::kF32, StreamDesc::kState, static_cast<int>(k), true});
     }
   }
+  return s;
+}
+
+std::vector<Engine::Impl::StreamDesc> Engine::Impl::SavedStreams(const Unit& u) const {
+  std::vector<StreamDesc> s = Streams(u);
+  s.erase(std::remove_if(s.begin(), s.end(), [](const StreamDesc& d) { return !d.saved; }), s.end());
   return s;
 }
 
@@ -160,7 +171,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
       Unit& u = ctx.units[ui];
       const int64_t begin = std::min(u.layout.numel, static_cast<int64_t>(ctx.rank) * u.layout.shard);
       const int64_t end = begin + u.layout.OwnedElems(ctx.rank);
-      const std::vector<StreamDesc> streams = Streams(u);
+      const std::vector<StreamDesc> streams = SavedStreams(u);
       for (size_t si = 0; si < streams.size(); ++si) {
         const StreamDesc& s = streams[si];
         const size_t es = DTypeSize(s.dtype);
@@ -241,7 +252,7 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
       um.params.push_back(
           {p.spec.name, p.spec.shape, p.offset, p.numel, i < u.param_group.size() ? u.param_group[i] : -1});
     }
-    for (const StreamDesc& s : Streams(u)) um.streams.push_back({s.name, s.dtype});
+    for (const StreamDesc& s : SavedStreams(u)) um.streams.push_back({s.name, s.dtype});
     m.units.push_back(std::move(um));
   }
   return m;
@@ -250,6 +261,7 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
 StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOptions& options) {
   LoadResult result;
   ckpt::Meta saved;
+  std::vector<bool> gather_after;
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
@@ -339,7 +351,8 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       }
       return -1;
     };
-    Buffer piece;
+    Buffer piece, master_piece;
+    gather_after.assign(ctx.units.size(), false);
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       Unit& u = ctx.units[ui];
       for (const StreamDesc& s : Streams(u)) {
@@ -350,11 +363,42 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
             ZERO_ASSIGN_OR_RETURN(src[r.unit], source(s, r.unit));
           }
         }
+        // The 16-bit parameters of a trainable unit, where the checkpoint has none of this dtype, are this
+        // unit's master (loaded just before: Streams lists it first) rounded to nearest even: converted from
+        // memory rather than read from the disk a second time.
+        bool from_master = s.kind == StreamDesc::kParam && !u.frozen && !runs[ui].empty();
+        for (const auto& [U, si] : src) from_master = from_master && si >= 0 && m.units[U].streams[si].name == "master";
+        const std::vector<Segment> master_segs =
+            from_master ? Segments(u, Streams(u).front(), /*for_write=*/false) : std::vector<Segment>{};
         for (const Segment& g : Segments(u, s, /*for_write=*/true)) {
-          for (int64_t x = g.begin; x < g.begin + g.n; x += kPieceElems) {
-            const int64_t n = std::min(kPieceElems, g.begin + g.n - x);
+          // Full parameters (stages 0-2, persistent units): each rank reads its slice, and an all-gather below
+          // fills the rest, as after every step; the disk is read once in all, not once per rank.
+          int64_t g_begin = g.begin, g_end = g.begin + g.n;
+          if (g.buffer == &u.params && !u.sharded_params() && ctx.world > 1) {
+            g_begin = std::max(g_begin, static_cast<int64_t>(ctx.rank) * u.layout.shard);
+            g_end = std::min(g_end, static_cast<int64_t>(ctx.rank + 1) * u.layout.shard);
+            gather_after[ui] = true;
+          }
+          for (int64_t x = g_begin; x < g_end; x += kPieceElems) {
+            const int64_t n = std::min(kPieceElems, g_end - x);
             if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
             std::memset(piece.data(), 0, static_cast<size_t>(n) * es);  // padding and fresh state stay zero
+            if (from_master) {
+              if (master_piece.empty()) master_piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+              int64_t covered = 0;
+              for (const Segment& ms : master_segs) {
+                const int64_t lo = std::max(x, ms.begin), hi = std::min(x + n, ms.begin + ms.n);
+                if (lo >= hi) continue;
+                ReadBuffer(*ms.buffer, lo - ms.begin, 4, master_piece.as<float>() + (lo - x), hi - lo);
+                covered += hi - lo;
+              }
+              ZERO_CHECK(covered == n) << "Load: unit " << u.name() << ": the master does not cover elements " << x
+                                       << "-" << x + n << " of the parameters on rank " << ctx.rank;
+              ConvertBuffer(master_piece.data(), DType::kF32, piece.data(), s.dtype, static_cast<size_t>(n));
+              WriteBuffer(*g.buffer, x - g.begin, es, piece.data(), n);
+              ZERO_RETURN_IF_ERROR(ctx.compute->status());
+              continue;
+            }
             for (const Run& r : runs[ui]) {
               const int64_t lo = std::max(x, r.local), hi = std::min(x + n, r.local + r.n);
               if (lo >= hi || src[r.unit] < 0) continue;
@@ -371,6 +415,18 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     return absl::OkStatus();
   }();
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Load").status());
+  std::vector<Work> refresh;
+  for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+    if (!gather_after[ui]) continue;
+    Unit& u = ctx.units[ui];
+    const int64_t S = u.layout.shard;
+    char* slice = static_cast<char*>(u.params.data()) + static_cast<int64_t>(ctx.rank) * S * DTypeSize(ctx.cd());
+    refresh.push_back(ctx.comm->AllGather(slice, u.params.data(), S, ctx.cd(), ctx.stream()));
+  }
+  for (Work& w : refresh) {
+    Status st = ctx.compute->Join(w);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("Load: all-gather of the parameters: ", st.message()));
+  }
   // Stage 3: a unit gathered before the load holds the old values; the next scope gathers the new ones.
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);

@@ -197,6 +197,49 @@ TEST(CheckpointDamageTest, MissingFileAndAnotherVersionAreNamed) {
   EXPECT_NE(std::string(st.message()).find("format_version is 2; this build reads version 1"), std::string::npos) << st;
 }
 
+// Initial weights from a safetensors file by name: an Engine whose units are named otherwise takes an export
+// through a name map; a missing tensor, another shape and (strict) an unused tensor are errors naming them.
+TEST(SafetensorsImportTest, LoadSafetensorsByNameWithAMap) {
+  const Saved s = SaveOne();
+  ASSERT_FALSE(HasFailure());
+  const std::string file = s.dir + "/init.safetensors";
+  ASSERT_OK(ExportSafetensors(s.dir, file));
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(TrainConfig(3, 1), Borrow(comm)));
+    LoadOptions lo;
+    std::vector<std::pair<UnitId, std::string>> names;
+    for (const auto& [unit, specs] : testing::SyntheticUnits()) {
+      ASSERT_OK_AND_ASSIGN(UnitId id, e->AddUnit("renamed_" + unit, specs));
+      for (const ParamSpec& p : specs) {
+        lo.name_map["renamed_" + unit + "." + p.name] = unit + "." + p.name;
+        names.push_back({id, unit + "." + p.name});
+      }
+    }
+    ASSERT_OK(e->Finalize(nullptr));
+    ASSERT_OK(e->LoadSafetensors(file, lo));
+    for (const auto& [id, name] : names) {
+      ASSERT_OK_AND_ASSIGN(auto v, e->GatherParam(id, name.substr(name.find('.') + 1)));
+      EXPECT_EQ(v, s.params.at(name)) << name;
+    }
+    // Without the map the names are not there.
+    const Status missing = e->LoadSafetensors(file);
+    EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+    EXPECT_NE(std::string(missing.message()).find("renamed_a.w"), std::string::npos) << missing;
+  });
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(e->AddUnit("a", {{"w", {19, 37}}}).status());
+    ASSERT_OK(e->Finalize(nullptr));
+    const Status shape = e->LoadSafetensors(file, {.strict = false});
+    EXPECT_NE(std::string(shape.message()).find("a.w has shape [19,37]"), std::string::npos) << shape;
+    ASSERT_OK_AND_ASSIGN(auto c, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(c->AddUnit("c", {{"v", {101}}}).status());
+    ASSERT_OK(c->Finalize(nullptr));
+    EXPECT_EQ(c->LoadSafetensors(file).code(), absl::StatusCode::kInvalidArgument);  // strict: unused tensors
+    ASSERT_OK(c->LoadSafetensors(file, {.strict = false}));
+  });
+}
+
 #ifdef ZERO_CKPT_PY_READER
 // The export read back by tests/checkpoint/read_safetensors.py (stdlib + numpy): the same names, shapes and
 // values as GatherParam, f32 exactly and bf16 as the values rounded to nearest even.

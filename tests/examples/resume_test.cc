@@ -94,6 +94,24 @@ TEST(GptResumeTest, ResumesAtAnotherWorldSizeAndStage) {
 }
 #endif
 
+#if defined(ZERO_GPT) && defined(ZERO_CKPT_TOOL)
+// zero-ckpt export of a checkpoint, then zero-gpt --init-from it: the run starts from exactly the saved weights
+// (the final-parameter hash of a zero-step run equals the saving run's).
+TEST(GptInitFromTest, StartsFromAnExportedCheckpoint) {
+  const std::string dir = TempDir();
+  const std::string base = absl::StrCat(ZERO_GPT, " --model tiny --seq 32 --json --world 2 --stage 2 --bf16");
+  const ProgramRun saved = Exec(base + " --steps 2 --params-hash --save " + dir);
+  ASSERT_EQ(saved.status, 0) << saved.output;
+  const ProgramRun exported = Exec(absl::StrCat(ZERO_CKPT_TOOL, " export ", dir, " ", dir, "/w.safetensors"));
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  const ProgramRun fresh = Exec(base + " --steps 0 --params-hash");
+  const ProgramRun init = Exec(base + " --stage 3 --steps 0 --params-hash --init-from " + dir + "/w.safetensors");
+  ASSERT_EQ(init.status, 0) << init.output;
+  EXPECT_EQ(init.hash, saved.hash);
+  EXPECT_NE(fresh.hash, saved.hash);  // the weights did change from the seeded initialization
+}
+#endif
+
 #ifdef ZERO_FLAT_TRAINER
 TEST(FlatTrainerResumeTest, ResumedRunEqualsUninterruptedRun) {
   const std::string dir = TempDir();

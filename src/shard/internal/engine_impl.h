@@ -70,14 +70,16 @@ class Engine::Impl {
     std::string name;  // "master", "param", "state.<name>"
     DType dtype;
     enum Kind { kMaster, kParam, kState } kind;
-    int state;  // kState: the optimizer state's index
+    int state;   // kState: the optimizer state's index
+    bool saved;  // written by Save (else only loaded: the 16-bit parameters are derived from the master)
   };
   // A buffer holding unit elements [begin, begin + n) from its index 0.
   struct Segment {
     Buffer* buffer;
     int64_t begin, n;
   };
-  std::vector<StreamDesc> Streams(const internal::Unit& u) const;
+  std::vector<StreamDesc> Streams(const internal::Unit& u) const;       // what Load fills
+  std::vector<StreamDesc> SavedStreams(const internal::Unit& u) const;  // what Save writes
   // Where this rank holds stream `s` of `u`; for_write adds the copies a load must also fill (fp32's host master).
   std::vector<Segment> Segments(internal::Unit& u, const StreamDesc& s, bool for_write);
   void ReadBuffer(const Buffer& b, int64_t at, size_t elem_size, void* host_dst, int64_t n);
