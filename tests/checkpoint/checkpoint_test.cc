@@ -302,6 +302,77 @@ TEST(CheckpointTest, LoadChecksTheModel) {
   });
 }
 
+// A frozen base (unit "a", parameters only) under trainable units, bf16 at stage 3: resumed exactly; and the
+// same checkpoint loads into a model where "a" is trainable (its master from the saved 16-bit parameters, its
+// optimizer state from zero) and a decay-free group.
+TEST(CheckpointTest, FrozenUnitsAndGroupsResumeExactly) {
+  const std::string dir = MakeTempDir();
+  Config cfg = TrainConfig(3, 1);
+  cfg.bf16.enabled = true;
+  EngineOptions frozen;
+  frozen.param_groups = {{.match = "a.*", .frozen = true}, {.match = "*.b", .weight_decay = 0.0}};
+  // TrainSynthetic writes every unit's gradient; a frozen unit hands out none, so train the others directly.
+  auto train = [&](Engine& e, int first, int steps, std::vector<double>* norms) {
+    for (int k = first; k < first + steps; ++k) {
+      for (const char* name : {"b", "c", "d"}) {
+        auto s = e.Backward(e.FindUnit(name));
+        ASSERT_OK(s);
+        for (const ParamSpec& p : e.UnitParams(e.FindUnit(name))) {
+          const TensorView g = s->grad(p.name);
+          uint16_t* gv = g.u16();
+          std::vector<float> f(g.numel);
+          for (int64_t i = 0; i < g.numel; ++i) f[i] = 0.01f * std::sin(0.3f * i + k + e.rank());
+          ConvertBuffer(f.data(), DType::kF32, gv, DType::kBF16, f.size());
+        }
+      }
+      auto r = e.Step();
+      ASSERT_OK(r);
+      norms->push_back(r->grad_norm);
+    }
+  };
+  std::vector<float> straight_d, resumed_d;
+  cfg.zero.ignore_unused_parameters = true;  // the frozen unit gets no gradient
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    std::vector<double> n1, n2, n3;
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), frozen));
+      ASSERT_NO_FATAL_FAILURE(train(*e, 0, 4, &n1));
+      ASSERT_OK_AND_ASSIGN(auto d, e->GatherParam(e->FindUnit("d"), "w"));
+      if (rank == 0) straight_d = d;
+    }
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), frozen));
+      ASSERT_NO_FATAL_FAILURE(train(*e, 0, 2, &n2));
+      ASSERT_OK(e->Save(dir).status());
+    }
+    {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), frozen));
+      ASSERT_OK(e->Load(dir).status());
+      ASSERT_NO_FATAL_FAILURE(train(*e, 2, 2, &n3));
+      ASSERT_OK_AND_ASSIGN(auto d, e->GatherParam(e->FindUnit("d"), "w"));
+      if (rank == 0) resumed_d = d;
+    }
+    n2.insert(n2.end(), n3.begin(), n3.end());
+    EXPECT_EQ(n1, n2);
+    // Unfrozen: "a" trains from the saved values.
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+    ASSERT_OK(e->Load(dir).status());
+    ASSERT_OK_AND_ASSIGN(auto a, e->GatherParam(e->FindUnit("a"), "w"));
+    for (size_t i = 0; i < a.size(); ++i) {
+      // The frozen base never moved: its values are the bf16-rounded initial values.
+      uint16_t h;
+      float want = testing::SyntheticInit("a", "w", static_cast<int64_t>(i)), back;
+      ConvertBuffer(&want, DType::kF32, &h, DType::kBF16, 1);
+      ConvertBuffer(&h, DType::kBF16, &back, DType::kF32, 1);
+      ASSERT_EQ(a[i], back) << i;
+    }
+  });
+  EXPECT_EQ(straight_d, resumed_d);
+  ASSERT_OK_AND_ASSIGN(std::string desc, DescribeCheckpoint(dir));
+  EXPECT_NE(desc.find("unit a: 722 elements, frozen [param:bf16]"), std::string::npos) << desc;
+  EXPECT_NE(desc.find("group \"*.b\": lr_scale 1, weight_decay 0"), std::string::npos) << desc;
+}
+
 // A C-style trainer's ShardedOptimizer checkpoint (one buffer "flat", stage 2, world 2) loads into an Engine
 // that cuts the same parameters into other units (through a name map) at world 3 and stage 3, and back into a
 // wrapper at world 1: the same values wherever they go.
