@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "zero/dtype.h"
@@ -109,6 +110,19 @@ class Communicator {
   // the communication stream. Gloo (whose Waits already notice failures): an already completed Work.
   virtual Work Fence() { return Work(); }
 
+  // What the caller is doing, for error messages and the desync check: every op issued while a label is set
+  // carries it ("AllGather#12(bf16, 4096 elements) [forward gather of unit h.3]") and its hash joins the op's
+  // fingerprint, so ranks that issue the same ops for different reasons (another unit order) differ. The
+  // Engine labels its collectives with the phase and the unit; a trainer may label its own. Issuing thread only.
+  void SetLabel(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
+  // A running hash of every op issued so far (kind, dtype, count, root, reduce op, label): equal on all ranks
+  // exactly when they issued the same sequence. The Engine compares it across ranks at every Step. 0 when the
+  // implementation does not keep one.
+  virtual uint64_t IssuedOpsHash() const { return 0; }
+  // The last ops issued (up to 12), oldest first, as error messages describe them.
+  virtual std::vector<std::string> RecentOps() const { return {}; }
+
   // The CUDA device the communicator's memory and streams are on (NCCL), or -1 (Gloo: host memory).
   virtual int cuda_device() const { return -1; }
 
@@ -136,6 +150,24 @@ class Communicator {
   // Whether this process was started as one rank by a launcher FromEnv understands (a rank variable of torchrun or
   // zero-run, OpenMPI or Slurm is set): a trainer then takes its rank from FromEnv instead of spawning its own.
   static bool Launched();
+
+ private:
+  std::string label_;
+};
+
+// Sets a communicator's label for a scope and restores the previous one at its end.
+class CommLabel {
+ public:
+  CommLabel(Communicator* comm, std::string label) : comm_(comm), saved_(comm->label()) {
+    comm_->SetLabel(std::move(label));
+  }
+  ~CommLabel() { comm_->SetLabel(std::move(saved_)); }
+  CommLabel(const CommLabel&) = delete;
+  CommLabel& operator=(const CommLabel&) = delete;
+
+ private:
+  Communicator* comm_;
+  std::string saved_;
 };
 
 }  // namespace zero

@@ -552,6 +552,7 @@ class GlooCommunicator final : public Communicator {
 
   // Connects both contexts through `native` (a gloo::rendezvous::Store), then starts the thread.
   Status Connect(gloo::rendezvous::Store& native, const std::string& key_prefix) {
+    key_prefix_ = key_prefix;
     if (world_ > 1) {
       gloo::transport::tcp::attr attr;
       attr.hostname = options_.hostname;
@@ -594,6 +595,8 @@ class GlooCommunicator final : public Communicator {
   Backend backend() const override { return Backend::kGloo; }
   MemoryReport memory_report() const override { return tracker_.Report(); }
   MemoryTracker* memory_tracker() override { return &tracker_; }
+  uint64_t IssuedOpsHash() const override { return history_.hash(); }
+  std::vector<std::string> RecentOps() const override { return history_.Recent(); }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};
@@ -717,6 +720,7 @@ class GlooCommunicator final : public Communicator {
 
   Work Enqueue(OpDesc desc, Status precheck, Body body) {
     desc.seq = next_seq_++;
+    history_.Record(desc, label());
     if (!precheck.ok()) {
       precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_, " of ",
                                                             world_, ": ", precheck.message()));
@@ -755,11 +759,35 @@ class GlooCommunicator final : public Communicator {
     } catch (...) {
       s = internal::GlooExceptionToStatus(std::current_exception(), what);
     }
+    if (absl::IsDeadlineExceeded(s) && world_ > 1) s = WithDesyncReport(s);
     progress_->Stop();
     if (!s.ok() && absl::IsFailedPrecondition(s)) {
       s = absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
     }
     return s;
+  }
+
+  // An op timed out: a peer is dead, stopped, or issuing other ops (a desync). Torch's desync debugging
+  // compares the ranks' op sequences at this point; so does this, through the store (which still works when
+  // the collectives do not): each failing rank posts its last ops and waits a bounded time for the others',
+  // a quarter of the timeout and at most 10 s (the Wait backstop fires only at 1.5 timeouts).
+  Status WithDesyncReport(const Status& s) {
+    const std::vector<std::string> recent = history_.Recent();
+    std::string mine;
+    for (const std::string& op : recent) absl::StrAppend(&mine, op, "\n");
+    if (mine.empty()) mine = "\n";
+    const std::string base = absl::StrCat(key_prefix_, "/desync/");
+    if (!store_->Set(base + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end())).ok()) return s;
+    const absl::Time deadline = absl::Now() + std::min(options_.timeout / 4, absl::Seconds(10));
+    std::vector<std::string> posted(world_);
+    posted[rank_] = mine;
+    for (int r = 0; r < world_; ++r) {
+      if (r == rank_) continue;
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+      auto v = store_->Get(base + std::to_string(r), left);
+      if (v.ok()) posted[r].assign(v->begin(), v->end());
+    }
+    return absl::Status(s.code(), absl::StrCat(s.message(), "\n", internal::DescribeDesync(posted, rank_)));
   }
 
   // Check mode: all ranks allgather a fingerprint of the op before running it.
@@ -873,7 +901,9 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> fn_ctx_;
   std::shared_ptr<gloo::rendezvous::Context> rs_ctx_;
 
-  int64_t next_seq_ = 0;    // issuing thread only
+  int64_t next_seq_ = 0;  // issuing thread only
+  internal::OpHistory history_;
+  std::string key_prefix_;  // this communicator's store keys (the generation under options_.prefix)
   bool connected_ = false;  // both contexts connected (world > 1)
 
   const std::shared_ptr<internal::OrderedExecutor> executor_ = std::make_shared<internal::OrderedExecutor>();

@@ -371,6 +371,7 @@ class NcclCommunicator final : public Communicator {
     OpDesc d{.kind = OpKind::kBroadcast, .dtype = dtype, .root = root, .count = count};
     if (root < 0 || root >= world_) {
       d.seq = next_seq_++;
+      history_.Record(d, label());
       return Work(std::make_shared<internal::CompletedWorkState>(
           d, absl::InvalidArgumentError(
                  absl::StrCat(internal::DescribeOp(d), ": root ", root, " is not a rank of a world of ", world_))));
@@ -381,6 +382,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   int cuda_device() const override { return device_; }
+  uint64_t IssuedOpsHash() const override { return history_.hash(); }
+  std::vector<std::string> RecentOps() const override { return history_.Recent(); }
 
   // No op: the Work of an event at the communication stream's current end (Communicator::Fence).
   Work Fence() override {
@@ -407,6 +410,7 @@ class NcclCommunicator final : public Communicator {
   template <typename Call>
   Work Issue(OpDesc d, CUstream_st* producer, Call call) {
     d.seq = next_seq_++;
+    history_.Record(d, label());
     const std::string what = absl::StrCat(internal::DescribeOp(d), " on rank ", rank_, " of ", world_);
     if (shared_ == nullptr) return Failed(d, what, absl::FailedPreconditionError("the communicator is not connected"));
     ScopedDevice guard(device_);
@@ -457,6 +461,7 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t ready_ = nullptr;
   float* d_barrier_ = nullptr;
   int64_t next_seq_ = 0;
+  internal::OpHistory history_;  // issuing thread only
 };
 
 }  // namespace

@@ -138,6 +138,7 @@ Status Engine::Impl::CheckCheckpointable(const char* what) const {
 }
 
 StatusOr<std::string> Engine::Impl::AgreeOnStatus(const Status& mine, const char* what) {
+  CommLabel label(ctx.comm.get(), absl::StrCat(what, ": the ranks' outcome"));
   ZERO_ASSIGN_OR_RETURN(auto all, host.AllGatherStrings(mine.ok() ? std::string() : std::string(mine.message())));
   if (!mine.ok()) return mine;  // this rank's own error, with its code
   for (int r = 0; r < ctx.world; ++r) {
@@ -202,6 +203,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Save").status());
   // Every rank's file is durable. Rank 0 needs their sections and checksums for meta.json.
   ckpt::Meta meta = DescribeForCheckpoint(tag);
+  CommLabel label(ctx.comm.get(), "Save: the rank files' sections");
   ZERO_ASSIGN_OR_RETURN(auto all,
                         host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
   Status committed = absl::OkStatus();
@@ -421,6 +423,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     Unit& u = ctx.units[ui];
     const int64_t S = u.layout.shard;
     char* slice = static_cast<char*>(u.params.data()) + static_cast<int64_t>(ctx.rank) * S * DTypeSize(ctx.cd());
+    CommLabel label(ctx.comm.get(), absl::StrCat("Load: parameters of unit ", u.name()));
     refresh.push_back(ctx.comm->AllGather(slice, u.params.data(), S, ctx.cd(), ctx.stream()));
   }
   for (Work& w : refresh) {

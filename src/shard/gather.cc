@@ -1,6 +1,7 @@
 // shard/gather.cc — stage-3 gathers, release and prefetch (shard/internal/gather.h).
 #include "shard/internal/gather.h"
 
+#include "absl/strings/str_cat.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -8,6 +9,7 @@ namespace zero::internal {
 Status GatherScheduler::Issue(Unit& u) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
   EngineContext& c = *ctx_;
+  CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
   const size_t cds = DTypeSize(c.cd());
   u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
   ZERO_RETURN_IF_ERROR(c.AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));

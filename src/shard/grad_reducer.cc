@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
+
 namespace zero::internal {
 
 Status GradReducer::BeginBackward(UnitId id) {
@@ -40,6 +42,7 @@ void GradReducer::FreeFull(Buffer& b) {
 // result is deposited in full, or an average reduce-scatter whose shard is deposited.
 Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
   EngineContext& c = *ctx_;
+  CommLabel label(c.comm.get(), absl::StrCat("gradient reduction of unit ", u.name()));
   const DType wire = c.policy.wire;
   ReleaseHeld();
   const int64_t n = u.layout.padded, S = u.layout.shard;

@@ -120,6 +120,7 @@ StatusOr<std::vector<std::string>> HostCollectives::AllGatherStrings(const std::
 }
 
 Status CheckRegistrationAgrees(HostCollectives& host, int world, const std::vector<UnitLayout>& layouts) {
+  CommLabel label(host.comm(), "Finalize: registration check");
   const std::string desc = DescribeRegistration(layouts);
   const uint64_t h = Fnv1a64(desc);
   std::vector<float> send(2), recv(2 * world);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -164,7 +166,48 @@ Status ShardedStep::GradNorm(float red[2]) {
   local_nonfinite += dev.nonfinite;
   red[0] = static_cast<float>(local);
   red[1] = local_nonfinite > 0 ? 1.0f : 0.0f;
+  CommLabel label(c.comm.get(), "Step: gradient norm");
   return host_->AllReduceSum(red, 2);
+}
+
+Status ShardedStep::CheckInSync() {
+  EngineContext& c = *ctx_;
+  if (c.world == 1) return absl::OkStatus();
+  // The running hash of every op each rank issued, compared through a sum: per 4-bit digit d of the hash, the
+  // ranks' sum of d and of d² (integers far below 2^24, so f32 sums are exact in any order). All ranks' digits
+  // are equal exactly when world · Σd² == (Σd)² (Cauchy-Schwarz), so every rank learns whether the hashes
+  // agree from one small all-reduce, whatever the world size.
+  const uint64_t h = c.comm->IssuedOpsHash();
+  float digits[32];
+  for (int k = 0; k < 16; ++k) {
+    const float d = static_cast<float>((h >> (4 * k)) & 0xF);
+    digits[k] = d;
+    digits[16 + k] = d * d;
+  }
+  {
+    CommLabel label(c.comm.get(), "Step: desync check");
+    ZERO_RETURN_IF_ERROR(host_->AllReduceSum(digits, 32));
+  }
+  bool agree = true;
+  for (int k = 0; k < 16; ++k) {
+    agree = agree && static_cast<double>(c.world) * digits[16 + k] == static_cast<double>(digits[k]) * digits[k];
+  }
+  if (agree) return absl::OkStatus();
+  // They do not: every rank knows it. Say what each issued (the last ops; the collectives still line up here).
+  std::string mine = absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+  for (const std::string& op : c.comm->RecentOps()) absl::StrAppend(&mine, "\n", op);
+  ZERO_ASSIGN_OR_RETURN(auto all, host_->AllGatherStrings(mine));
+  std::string msg = absl::StrCat(
+      "Step ", applied_steps_ + skipped_steps_ + 1,
+      ": the ranks issued different collectives since they last agreed (every rank must open the same units "
+      "in the same order and call Step together; a trainer bug such as another unit order, a skipped Step or "
+      "another shape). Issued-ops hashes and the last ops of each rank:");
+  for (int r = 0; r < c.world; ++r) {
+    std::vector<std::string> lines = absl::StrSplit(all[r], '\n');
+    absl::StrAppend(&msg, "\n  rank ", r, " (hash ", lines[0], "):");
+    for (size_t i = 1; i < lines.size(); ++i) absl::StrAppend(&msg, "\n    ", lines[i]);
+  }
+  return absl::FailedPreconditionError(msg);
 }
 
 StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
@@ -173,6 +216,7 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   ZERO_RETURN_IF_ERROR(Drain());
 
   const auto t_norm = Clock::now();
+  ZERO_RETURN_IF_ERROR(CheckInSync());
   float red[2];
   ZERO_RETURN_IF_ERROR(GradNorm(red));
   const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
@@ -252,6 +296,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     const int64_t dS = d.layout.shard;
     char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank) * dS * cds;
     copies_->Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
+    CommLabel label(c.comm.get(), absl::StrCat("Step: parameter refresh of unit ", d.name()));
     gathers.push_back(c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // refresh in place
     deferred_unit = -1;
   };

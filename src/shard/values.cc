@@ -38,6 +38,7 @@ void Engine::Impl::ReadTrainerValues(const Unit& u, const internal::ParamSlot& s
 }
 
 Status Engine::Impl::InitialValues(const ParamInit& init) {
+  CommLabel label(ctx.comm.get(), "Finalize: initial values");
   // Parameters are evaluated and agreed on in batches of at most kAgreeBatchBytes (or one parameter, if larger):
   // one hash exchange per batch instead of one per parameter (a collective costs milliseconds of latency on
   // Gloo), while no rank holds more than a batch beyond its shards.
@@ -120,6 +121,7 @@ StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::
 }
 
 Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* values) {
+  CommLabel label(ctx.comm.get(), absl::StrCat("CopyIn of parameter ", name));
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
   const Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
@@ -170,6 +172,7 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
 }
 
 StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::string& name) {
+  CommLabel label(ctx.comm.get(), absl::StrCat("GatherParam of parameter ", name));
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "GatherParam"));
   Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);

@@ -1,8 +1,13 @@
 #include "comm/internal/op.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace zero::internal {
 namespace {
@@ -67,7 +72,116 @@ std::string DescribeOp(const OpDesc& op) {
   }
   if (op.kind == OpKind::kBroadcast) absl::StrAppend(&s, ", root ", op.root);
   absl::StrAppend(&s, ")");
+  if (!op.label.empty()) {
+    absl::StrAppend(&s, " [", op.label, "]");
+  } else if (op.label_hash != 0) {
+    absl::StrAppend(&s, " [label ", absl::Hex(op.label_hash, absl::kZeroPad8), "]");
+  }
   return s;
+}
+
+uint32_t LabelHash(const std::string& label) {
+  if (label.empty()) return 0;
+  uint32_t h = 2166136261u;
+  for (unsigned char c : label) h = (h ^ c) * 16777619u;
+  return h == 0 ? 1 : h;
+}
+
+void OpHistory::Record(OpDesc& desc, const std::string& label) {
+  desc.label = label;
+  desc.label_hash = LabelHash(label);
+  const Fingerprint f = EncodeFingerprint(desc);
+  std::string text = DescribeOp(desc);
+  absl::MutexLock lock(&mu_);
+  for (uint8_t b : f) hash_ = (hash_ ^ b) * 0x100000001b3ull;
+  ring_[count_ % kRecent] = std::move(text);
+  ++count_;
+}
+
+uint64_t OpHistory::hash() const {
+  absl::MutexLock lock(&mu_);
+  return hash_;
+}
+
+std::vector<std::string> OpHistory::Recent() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  const uint64_t n = std::min<uint64_t>(count_, kRecent);
+  for (uint64_t i = count_ - n; i < count_; ++i) out.push_back(ring_[i % kRecent]);
+  return out;
+}
+
+namespace {
+// The op number of a description "Kind#seq(...)", -1 when there is none.
+int64_t SeqOf(const std::string& d) {
+  const size_t hash = d.find('#');
+  if (hash == std::string::npos) return -1;
+  int64_t v = 0;
+  size_t i = hash + 1;
+  if (i >= d.size() || d[i] < '0' || d[i] > '9') return -1;
+  for (; i < d.size() && d[i] >= '0' && d[i] <= '9'; ++i) v = v * 10 + (d[i] - '0');
+  return v;
+}
+}  // namespace
+
+std::string DescribeDesync(const std::vector<std::string>& posted, int my_rank) {
+  const int world = static_cast<int>(posted.size());
+  std::vector<std::map<int64_t, std::string>> ops(world);
+  for (int r = 0; r < world; ++r) {
+    for (absl::string_view line : absl::StrSplit(posted[r], '\n', absl::SkipEmpty())) {
+      ops[r][SeqOf(std::string(line))] = std::string(line);
+    }
+  }
+  std::string first;
+  // The first op number that two reporting ranks both hold with different descriptions.
+  for (int a = 0; a < world && first.empty(); ++a) {
+    for (int b = a + 1; b < world && first.empty(); ++b) {
+      for (const auto& [seq, desc] : ops[a]) {
+        auto it = ops[b].find(seq);
+        if (seq >= 0 && it != ops[b].end() && it->second != desc) {
+          first = absl::StrCat("the ranks diverged at op #", seq, ": rank ", a, " issued ", desc, " where rank ", b,
+                               " issued ", it->second);
+          break;
+        }
+      }
+    }
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < world; ++r) {
+    if (posted[r].empty()) silent.push_back(r);
+  }
+  if (first.empty() && !silent.empty()) {
+    first = absl::StrCat(silent.size() == 1 ? "rank " : "ranks ", absl::StrJoin(silent, ", "),
+                         " posted no report in time: dead, stopped, or not waiting in a collective (a rank that "
+                         "left the collective sequence, e.g. one that failed on its own or skipped a Step)");
+  }
+  if (first.empty()) {
+    // Same descriptions where they overlap: some rank stopped issuing earlier (it is behind, stuck or dead).
+    int64_t hi = -1, lo = INT64_MAX;
+    int hi_rank = -1, lo_rank = -1;
+    for (int r = 0; r < world; ++r) {
+      if (ops[r].empty()) continue;
+      const int64_t last = ops[r].rbegin()->first;
+      if (last > hi) hi = last, hi_rank = r;
+      if (last < lo) lo = last, lo_rank = r;
+    }
+    if (hi_rank >= 0 && hi != lo) {
+      first = absl::StrCat("rank ", lo_rank, " issued nothing after op #", lo, " while rank ", hi_rank, " went on to #",
+                           hi, " (a rank skipped or added collectives, or is stuck in its own code)");
+    } else if (hi_rank >= 0) {
+      first = "every reporting rank issued the same ops (a rank that posted nothing is dead or stuck)";
+    }
+  }
+  std::string out = absl::StrCat("desync report (what each rank issued last): ", first);
+  for (int r = 0; r < world; ++r) {
+    absl::StrAppend(&out, "\n  rank ", r, r == my_rank ? " (this rank)" : "", ":");
+    if (posted[r].empty()) {
+      absl::StrAppend(&out, " posted nothing in time (dead, stopped, or not failing yet)");
+      continue;
+    }
+    for (const auto& [seq, desc] : ops[r]) absl::StrAppend(&out, "\n    ", desc);
+  }
+  return out;
 }
 
 Fingerprint EncodeFingerprint(const OpDesc& op) {
@@ -79,6 +193,7 @@ Fingerprint EncodeFingerprint(const OpDesc& op) {
   PutU32(&f[8], static_cast<uint32_t>(op.root));
   PutU64(&f[12], op.count);
   PutU64(&f[20], static_cast<uint64_t>(op.seq));
+  PutU32(&f[28], op.label_hash);
   return f;
 }
 
@@ -91,6 +206,7 @@ bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op) {
   op->root = static_cast<int32_t>(GetU32(bytes + 8));
   op->count = GetU64(bytes + 12);
   op->seq = static_cast<int64_t>(GetU64(bytes + 20));
+  op->label_hash = GetU32(bytes + 28);
   return true;
 }
 

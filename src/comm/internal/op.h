@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
 #include "zero/status.h"
@@ -33,13 +35,17 @@ struct OpDesc {
   int32_t root = -1;                 // meaningful for kBroadcast
   uint64_t count = 0;                // elements per rank (AllGather/ReduceScatter: the per-rank block)
   int64_t seq = -1;
+  // What the caller was doing (Communicator::SetLabel when the op was issued), and its hash, which the
+  // fingerprint carries (a decoded fingerprint has the hash only).
+  std::string label;
+  uint32_t label_hash = 0;
 };
 
 const char* OpKindName(OpKind kind);
 const char* ReduceOpName(ReduceOp op);
 
 // "AllGather#5(f32, 1000 elements)", "ReduceScatter#6(bf16, 250 elements, sum)", "Broadcast#7(f32, 3
-// elements, root 1)", "Barrier#8".
+// elements, root 1)", "Barrier#8", followed by " [label]" when the op has one.
 std::string DescribeOp(const OpDesc& op);
 
 // Fixed-size wire form of an OpDesc (little-endian fields and a magic word, so a rank that sends garbage, e.g.
@@ -49,6 +55,33 @@ using Fingerprint = std::array<uint8_t, kFingerprintBytes>;
 Fingerprint EncodeFingerprint(const OpDesc& op);
 // False when `bytes` does not carry the magic word.
 bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op);
+
+// 32-bit FNV-1a of a label (0 for none).
+uint32_t LabelHash(const std::string& label);
+
+// What a communicator has issued: a running hash of every op's fingerprint, and the last kRecent ops'
+// descriptions. Equal hashes on all ranks mean they issued the same sequence (kinds, dtypes, counts, roots,
+// reduce ops and labels); the descriptions say what each side issued when they do not. Recorded by the issuing
+// thread; read by it and by the thread that reports a failed op.
+class OpHistory {
+ public:
+  static constexpr size_t kRecent = 12;
+  // Fills in desc.label and desc.label_hash from `label`, then records the op.
+  void Record(OpDesc& desc, const std::string& label);
+  uint64_t hash() const;
+  std::vector<std::string> Recent() const;  // oldest first
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t hash_ ABSL_GUARDED_BY(mu_) = 0xcbf29ce484222325ull;
+  std::array<std::string, kRecent> ring_ ABSL_GUARDED_BY(mu_);
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// After an op timed out: what each rank last issued, from the lines each posted (Recent()), "" for a rank that
+// posted nothing. Names the first op number at which two ranks' descriptions differ, or the rank that is
+// behind, then lists every rank's last ops.
+std::string DescribeDesync(const std::vector<std::string>& posted, int my_rank);
 
 // Compares the fingerprints of all ranks (`all` holds world_size fingerprints, rank order). OK when they all
 // equal `mine`; else kFailedPrecondition with the same message on every rank, naming the lowest rank whose op

@@ -30,6 +30,7 @@ class HostCollectives {
   static constexpr size_t kBroadcastChunk = size_t{1} << 20;
   // All-gather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
   StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine);
+  Communicator* comm() const { return comm_; }
 
  private:
   Communicator* comm_;

@@ -56,6 +56,9 @@ class ShardedStep {
   Status Drain();             // reductions, copies, stage-3 releases
   // The global norm's two all-reduced numbers over owned elements: {sum of squares, non-finite flag}.
   Status GradNorm(float red[2]);
+  // Whether every rank issued the same collectives so far (Communicator::IssuedOpsHash): one all-reduce of
+  // 32 floats; kFailedPrecondition naming each rank's last ops when not. Collective.
+  Status CheckInSync();
   Status ApplyOptimizer(float grad_scale, double lr);
   Status MakeGroupOptimizers();
   // The rank's range [0, range) of unit `u` (global element first_global + i) cut where the parameter group

@@ -1,0 +1,140 @@
+// Desync detection with the communicator's default options (no per-op fingerprint exchange): ranks that issue
+// different collectives — another unit order, a skipped Step, another shape — get an error naming what each
+// side issued, within the timeout, never a hang or silently wrong parameters.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "support/engine_helpers.h"
+#include "support/multi_rank.h"
+#include "support/status_matchers.h"
+#include "zero/engine.h"
+
+namespace zero {
+namespace {
+
+using testing::Borrow;
+using testing::TrainConfig;
+
+constexpr int kTimeoutS = 2;
+
+testing::RunRanksOptions DefaultCommOptions() {
+  testing::RunRanksOptions o;
+  o.comm.check_order = false;  // what users run with: the Step-time hash check and the timeout report
+  o.comm.timeout = absl::Seconds(kTimeoutS);
+  return o;
+}
+
+// Two units of the same size: the same ops whatever the order, so only the labels tell the orders apart.
+StatusOr<std::unique_ptr<Engine>> TwoUnits(Communicator& comm, int stage) {
+  ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(TrainConfig(stage, 1), Borrow(comm)));
+  ZERO_RETURN_IF_ERROR(e->AddUnit("first", {{"w", {64, 16}}}).status());
+  ZERO_RETURN_IF_ERROR(e->AddUnit("second", {{"w", {64, 16}}}).status());
+  ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
+    for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.01f * static_cast<float>(i % 17);
+  }));
+  return e;
+}
+
+Status Backward(Engine& e, const char* unit) {
+  ZERO_ASSIGN_OR_RETURN(UnitScope s, e.Backward(e.FindUnit(unit)));
+  float* g = s.grad("w").f32();
+  for (int i = 0; i < 64 * 16; ++i) g[i] = 0.001f * static_cast<float>(i % 7 + e.rank());
+  return s.Close();
+}
+
+class DesyncTest : public ::testing::TestWithParam<int> {};
+
+// Rank 1 runs backward in the other unit order: same kinds, sizes and counts of ops, so nothing on the wire
+// differs, and the reductions would silently swap the units' gradients. Step's hash check fails on every rank,
+// naming the labels each issued.
+TEST_P(DesyncTest, AnotherUnitOrderIsAnErrorNamingBothSides) {
+  const int stage = GetParam();
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int rank) {
+        ASSERT_OK_AND_ASSIGN(auto e, TwoUnits(comm, stage));
+        ASSERT_OK(Backward(*e, rank == 0 ? "second" : "first"));
+        ASSERT_OK(Backward(*e, rank == 0 ? "first" : "second"));
+        auto r = e->Step();
+        ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+        const std::string msg(r.status().message());
+        EXPECT_NE(msg.find("issued different collectives"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("[gradient reduction of unit second]"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("[gradient reduction of unit first]"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("rank 1 (hash"), std::string::npos) << msg;
+      },
+      DefaultCommOptions());
+}
+
+// Rank 1 skips a Step and goes on to the next backward: the engine refuses that backward at once (the unit's
+// accumulation is complete: "call Step()"), and rank 0, left waiting in its Step, fails within the timeout
+// (plus the report's bounded wait) with a report naming rank 1 as the one that left, or on rank 1's
+// connection closing.
+TEST_P(DesyncTest, ASkippedStepIsAnErrorWithinTheTimeout) {
+  const int stage = GetParam();
+  std::vector<std::string> errors(2);
+  std::vector<double> seconds(2);
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int rank) {
+        ASSERT_OK_AND_ASSIGN(auto e, TwoUnits(comm, stage));
+        const auto t0 = std::chrono::steady_clock::now();
+        Status s;
+        for (int step = 0; step < 3 && s.ok(); ++step) {
+          s = Backward(*e, "second");
+          if (s.ok()) s = Backward(*e, "first");
+          if (s.ok() && !(rank == 1 && step == 0)) s = e->Step().status();
+        }
+        if (s.ok()) s = e->Step().status();
+        seconds[rank] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ASSERT_FALSE(s.ok()) << "rank " << rank << " trained on out of step";
+        errors[rank] = std::string(s.message());
+      },
+      DefaultCommOptions());
+  for (int r = 0; r < 2; ++r) EXPECT_LT(seconds[r], 2.0 * kTimeoutS + 1.0) << "rank " << r << ": " << errors[r];
+  EXPECT_NE(errors[1].find("call Step()"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("[Step: desync check]"), std::string::npos) << errors[0];
+  // Rank 1's communicator closes once its own barrier wait (min(timeout, 60 s)) ends, which races with rank 0's
+  // timeout: rank 0 either times out and reports rank 1 silent, or sees rank 1's connection close.
+  const bool reported = errors[0].find("timed out") != std::string::npos &&
+                        errors[0].find("rank 1 posted no report") != std::string::npos;
+  const bool lost = errors[0].find("a peer was lost") != std::string::npos;
+  EXPECT_TRUE(reported || lost) << errors[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, DesyncTest, ::testing::Values(1, 2, 3));
+
+// Another shape: the ranks gather different parameters (another count on the wire). The op fails within the
+// timeout with the report naming both ops and their labels.
+TEST(DesyncShapeTest, AnotherShapeIsAnErrorNamingBothOps) {
+  std::vector<std::string> errors(2);
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int rank) {
+        ASSERT_OK_AND_ASSIGN(auto e, Engine::Create(TrainConfig(3, 1), Borrow(comm)));
+        ASSERT_OK(e->AddUnit("a", {{"w", {100, 10}}, {"b", {10}}}).status());
+        ASSERT_OK(e->Finalize(nullptr));
+        auto v = e->GatherParam(e->FindUnit("a"), rank == 0 ? "w" : "b");
+        // The unit's gather is the same for both; the difference is the label, then the next op.
+        Status s = v.status();
+        if (s.ok()) s = e->GatherParam(e->FindUnit("a"), rank == 0 ? "w" : "b").status();
+        if (s.ok()) {
+          // GatherParam of the same unit issues the same all-gather whatever the parameter: the Step's check
+          // is what catches it.
+          s = e->Step().status();
+        }
+        ASSERT_FALSE(s.ok());
+        errors[rank] = std::string(s.message());
+      },
+      DefaultCommOptions());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("GatherParam of parameter w"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("GatherParam of parameter b"), std::string::npos) << errors[r];
+  }
+}
+
+}  // namespace
+}  // namespace zero
