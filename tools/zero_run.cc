@@ -6,7 +6,8 @@
 // port) and ZERO_STORE_DIR (a fresh temporary directory, removed at exit) so Communicator::FromEnv can
 // rendezvous. Every output line is prefixed with "[rN] ". SIGINT/SIGTERM are forwarded to every rank. When a
 // rank fails, the others get a grace period to report their own errors, then are terminated. The exit code is
-// 0 if every rank exited 0; else the first failing rank's code (128 + signal for a signal), 124 when the job
+// 0 if every rank exited 0; else the first failing rank's code (128 + signal for a signal; a rank stopped by a signal
+// while a peer fails counts as the first to fail), 124 when the job
 // timeout expired, 128 + signal when zero-run itself was interrupted.
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -86,6 +87,7 @@ struct Rank {
   pid_t pid = -1;
   bool running = false;
   int wait_status = 0;
+  bool stopped = false;  // stopped by a signal (SIGSTOP, SIGTSTP, ...) and not continued: a hung rank
   Stream streams[2];
 };
 
@@ -269,14 +271,36 @@ int main(int argc, char** argv) {
     // Reap.
     for (;;) {
       int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid <= 0) break;
       for (int r = 0; r < nproc; ++r) {
         if (ranks[r].pid != pid || !ranks[r].running) continue;
+        // A stopped rank holds its peers in their collectives until their timeout: it is the one that failed,
+        // even though the peers are the first to exit. Said when it happens, and named first below.
+        if (WIFSTOPPED(status)) {
+          ranks[r].stopped = true;
+          std::fprintf(stderr, "zero-run: rank %d was stopped by signal %d (%s)\n", r, WSTOPSIG(status),
+                       strsignal(WSTOPSIG(status)));
+          std::fflush(stderr);
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          ranks[r].stopped = false;
+          std::fprintf(stderr, "zero-run: rank %d continued\n", r);
+          continue;
+        }
         ranks[r].running = false;
         ranks[r].wait_status = status;
         if (Failed(status) && first_failed_rank < 0 && interrupted_by == 0 && !timed_out) {
-          first_failed_rank = r;
+          int culprit = -1;
+          for (int q = 0; q < nproc; ++q) {
+            if (ranks[q].running && ranks[q].stopped && culprit < 0) culprit = q;
+          }
+          if (culprit >= 0) {
+            std::fprintf(stderr, "zero-run: rank %d failed first: it is stopped; rank %d then %s\n", culprit, r,
+                         DescribeExit(status).c_str());
+          }
+          first_failed_rank = culprit >= 0 ? culprit : r;
           std::fprintf(stderr, "zero-run: rank %d %s", r, DescribeExit(status).c_str());
           if (running_count() > 0) {
             std::fprintf(stderr, "; the other ranks have %.3g s to exit before they are terminated", grace_s);
@@ -304,6 +328,9 @@ int main(int argc, char** argv) {
     if (now >= terminate_at) {
       terminate_at = kNever;
       signal_all(SIGTERM);
+      for (auto& rk : ranks) {
+        if (rk.running && rk.stopped) ::kill(-rk.pid, SIGCONT);  // a stopped rank acts on SIGTERM only when continued
+      }
       kill_at = now + std::chrono::seconds(3);
     }
     if (now >= kill_at) {

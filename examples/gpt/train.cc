@@ -317,7 +317,10 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     }
     ZERO_ASSIGN_OR_RETURN(StepResult r, engine->Step());
     float loss = static_cast<float>(loss_sum / ga);
-    ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
+    {
+      CommLabel label(comm.get(), "zero-gpt: mean loss");
+      ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
+    }
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
     ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }

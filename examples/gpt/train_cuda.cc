@@ -207,6 +207,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     float loss = static_cast<float>(loss_sum / ga);
     if (world > 1) {  // the mean over ranks, through device memory (NCCL)
       ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(d_loss.data(), &loss, 4, cudaMemcpyHostToDevice, stream), "loss"));
+      CommLabel label(comm.get(), "zero-gpt: mean loss");
       ZERO_RETURN_IF_ERROR(comm->AllReduce(d_loss.data(), 1, DType::kF32, ReduceOp::kAvg, stream).Wait());
       ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&loss, d_loss.data(), 4, cudaMemcpyDeviceToHost, stream), "loss"));
       ZERO_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "loss"));

@@ -37,6 +37,7 @@
 #include "comm/internal/op.h"
 #include "comm/internal/ordered_executor.h"
 #include "comm/internal/work_state.h"
+#include "core/internal/fault.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
@@ -507,6 +508,25 @@ void DivideInPlace(float* p, size_t n, float divisor) {
   for (size_t i = 0; i < n; ++i) p[i] /= divisor;
 }
 
+// A rendezvous store whose every wait is bounded by `timeout` (Store::get included).
+class BoundedStore final : public gloo::rendezvous::Store {
+ public:
+  BoundedStore(gloo::rendezvous::Store& inner, std::chrono::milliseconds timeout) : inner_(inner), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override { inner_.set(key, data); }
+  std::vector<char> get(const std::string& key) override {
+    inner_.wait({key}, timeout_);
+    return inner_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override { inner_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    inner_.wait(keys, timeout);
+  }
+
+ private:
+  gloo::rendezvous::Store& inner_;
+  const std::chrono::milliseconds timeout_;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<Store> store, int rank, int world_size, CommOptions options)
@@ -565,11 +585,15 @@ class GlooCommunicator final : public Communicator {
         device_ = gloo::transport::tcp::CreateDevice(attr);
         fn_ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
         fn_ctx_->setTimeout(internal::ToGlooTimeout(options_.timeout));
-        gloo::rendezvous::PrefixStore fn_store(key_prefix + "/fn", native);
+        // Gloo's full-mesh connect reads peers' addresses with Store::get, which waits Gloo's default 30 s
+        // whatever the context's timeout: bound every wait by the communicator's timeout instead, so a rank
+        // that never arrives fails the others within comm_timeout_s (tests/faults, phase rendezvous).
+        BoundedStore bounded(native, internal::ToGlooTimeout(options_.timeout));
+        gloo::rendezvous::PrefixStore fn_store(key_prefix + "/fn", bounded);
         fn_ctx_->connectFullMesh(fn_store, device_);
         rs_ctx_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
         rs_ctx_->setTimeout(internal::ToGlooTimeout(options_.timeout));
-        gloo::rendezvous::PrefixStore rs_store(key_prefix + "/rs", native);
+        gloo::rendezvous::PrefixStore rs_store(key_prefix + "/rs", bounded);
         rs_ctx_->connectFullMesh(rs_store, device_);
         connected_ = true;
       } catch (...) {
@@ -943,6 +967,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr
   if (sigaction(SIGPIPE, nullptr, &old_action) == 0 && old_action.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
 
   auto comm = std::make_unique<GlooCommunicator>(std::move(store), rank, world_size, opts);
+  internal::MaybeInjectFault("rendezvous", rank, 0);
   ZERO_RETURN_IF_ERROR(comm->Connect(*native, key_prefix));
   return std::unique_ptr<Communicator>(std::move(comm));
 }

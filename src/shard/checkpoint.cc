@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/internal/file.h"
 #include "checkpoint/internal/format.h"
+#include "core/internal/fault.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -194,6 +195,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
           ZERO_RETURN_IF_ERROR(w.Append(piece.data(), static_cast<size_t>(n) * es));
         }
         ZERO_RETURN_IF_ERROR(w.EndSection());
+        internal::MaybeInjectFault("save", ctx.rank, step.applied_steps());  // a rank file half written
       }
     }
     ZERO_ASSIGN_OR_RETURN(mine, w.Commit());
@@ -411,6 +413,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
             ZERO_RETURN_IF_ERROR(ctx.compute->status());
           }
         }
+        internal::MaybeInjectFault("load", ctx.rank, step.applied_steps());  // the engine half loaded
       }
     }
     saved = m;

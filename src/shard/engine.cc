@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/fault.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -105,6 +106,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   if (ctx.units.empty()) return absl::FailedPreconditionError("Finalize: no units registered");
   std::vector<internal::UnitLayout> layouts;
   for (const auto& u : ctx.units) layouts.push_back(u.layout);
+  internal::MaybeInjectFault("finalize", ctx.rank, 0);
   ZERO_RETURN_IF_ERROR(internal::CheckRegistrationAgrees(host, ctx.world, layouts));
   ZERO_RETURN_IF_ERROR(ResolveGroups());
   // Allocate exactly what the plan lists (shard/internal/plan.h).

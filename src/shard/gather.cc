@@ -2,6 +2,7 @@
 #include "shard/internal/gather.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/internal/fault.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -10,6 +11,7 @@ Status GatherScheduler::Issue(Unit& u) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
   EngineContext& c = *ctx_;
   CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
+  MaybeInjectFault("gather", c.rank, c.applied_steps);
   const size_t cds = DTypeSize(c.cd());
   u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
   ZERO_RETURN_IF_ERROR(c.AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));

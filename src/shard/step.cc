@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/internal/fault.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -167,6 +168,7 @@ Status ShardedStep::GradNorm(float red[2]) {
   red[0] = static_cast<float>(local);
   red[1] = local_nonfinite > 0 ? 1.0f : 0.0f;
   CommLabel label(c.comm.get(), "Step: gradient norm");
+  MaybeInjectFault("step.norm", c.rank, applied_steps_);
   return host_->AllReduceSum(red, 2);
 }
 
@@ -248,6 +250,7 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
     }
     ZERO_RETURN_IF_ERROR(ApplyOptimizer(static_cast<float>(coef * inv), result.lr));
     ++applied_steps_;
+    ctx_->applied_steps = applied_steps_;
   }
   reducer_->ZeroGrads();
   result.step = applied_steps_;
@@ -277,6 +280,7 @@ void ShardedStep::FinishTimes(StepResult& result) {
 
 Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   EngineContext& c = *ctx_;
+  MaybeInjectFault("step.optimizer", c.rank, applied_steps_);
   const int stage = c.stage(), rank = c.rank;
   const DType cd = c.cd();
   std::vector<Work> gathers;
@@ -297,6 +301,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank) * dS * cds;
     copies_->Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
     CommLabel label(c.comm.get(), absl::StrCat("Step: parameter refresh of unit ", d.name()));
+    MaybeInjectFault("step.refresh", rank, applied_steps_);
     gathers.push_back(c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // refresh in place
     deferred_unit = -1;
   };

@@ -179,6 +179,14 @@ std::string DescribeDesync(const std::vector<std::string>& posted, int my_rank) 
       absl::StrAppend(&out, " posted nothing in time (dead, stopped, or not failing yet)");
       continue;
     }
+    int same = -1;  // a lower rank that posted the very same ops: not listed twice
+    for (int q = 0; q < r && same < 0; ++q) {
+      if (posted[q] == posted[r]) same = q;
+    }
+    if (same >= 0) {
+      absl::StrAppend(&out, " the same as rank ", same);
+      continue;
+    }
     for (const auto& [seq, desc] : ops[r]) absl::StrAppend(&out, "\n    ", desc);
   }
   return out;

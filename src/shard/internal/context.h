@@ -48,6 +48,7 @@ struct EngineContext {
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
   bool finalized = false;
+  int64_t applied_steps = 0;       // kept by the step (ShardedStep) for the fault-injection hook's step filter
   Status deferred;                 // an error of a scope's close or a prefetch, reported by the next public call
   StepTimes times;                 // of the step in progress
   std::vector<Buffer> quarantine;  // buffers of collectives whose wait failed (see Quarantine)

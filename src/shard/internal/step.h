@@ -47,6 +47,7 @@ class ShardedStep {
   // Checkpoint load: the counters and the scaler as saved (the LR schedule follows from applied_steps).
   void Restore(int64_t applied, int64_t skipped, const LossScaler::State& scaler) {
     applied_steps_ = applied;
+    ctx_->applied_steps = applied;
     skipped_steps_ = skipped;
     scaler_.Restore(scaler);
   }
