@@ -25,6 +25,12 @@ class Store {
   virtual ~Store() = default;
 
   virtual Status Set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Set, giving up after `timeout` where the store can block (a TCP store whose server went dark); the default
+  // is Set's own bound.
+  virtual Status SetWithin(const std::string& key, const std::vector<uint8_t>& value, absl::Duration timeout) {
+    (void)timeout;
+    return Set(key, value);
+  }
   // Blocks until `key` exists or `timeout`, then returns its value (kDeadlineExceeded naming the key).
   virtual StatusOr<std::vector<uint8_t>> Get(const std::string& key, absl::Duration timeout) = 0;
   // Atomically adds `delta` to the integer at `key` and returns the new value.

@@ -801,8 +801,11 @@ class GlooCommunicator final : public Communicator {
     for (const std::string& op : recent) absl::StrAppend(&mine, op, "\n");
     if (mine.empty()) mine = "\n";
     const std::string base = absl::StrCat(key_prefix_, "/desync/");
-    if (!store_->Set(base + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end())).ok()) return s;
-    const absl::Time deadline = absl::Now() + std::min(options_.timeout / 4, absl::Seconds(10));
+    const absl::Duration budget = std::min(options_.timeout / 4, absl::Seconds(10));
+    const absl::Time deadline = absl::Now() + budget;
+    if (!store_->SetWithin(base + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()), budget).ok()) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), "\n(no desync report: the store is unreachable too)"));
+    }
     std::vector<std::string> posted(world_);
     posted[rank_] = mine;
     for (int r = 0; r < world_; ++r) {

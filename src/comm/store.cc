@@ -159,6 +159,9 @@ class TcpStoreImpl final : public Store {
   Status Set(const std::string& key, const std::vector<uint8_t>& value) override {
     return client_->Set(key, std::string(value.begin(), value.end()));
   }
+  Status SetWithin(const std::string& key, const std::vector<uint8_t>& value, absl::Duration timeout) override {
+    return client_->Set(key, std::string(value.begin(), value.end()), timeout);
+  }
   StatusOr<std::vector<uint8_t>> Get(const std::string& key, absl::Duration timeout) override {
     ZERO_ASSIGN_OR_RETURN(std::string v, client_->Get(key, timeout));
     return std::vector<uint8_t>(v.begin(), v.end());

@@ -94,7 +94,7 @@ ProcRun Exec(const std::string& cmd) {
 }
 
 std::string Gpt(const Case& c, const std::string& args) {
-  return absl::StrCat(ZERO_RUN_PATH, " -n ", kWorld, " --grace 3 -- ", ZERO_GPT_PATH,
+  return absl::StrCat(ZERO_RUN_PATH, " -n ", kWorld, " --grace 8 -- ", ZERO_GPT_PATH,
                       " --model tiny --seq 32 --json --config ", ZERO_FAULT_CONFIGS, "/s", c.stage, "_",
                       c.offload ? "cpu" : "none", ".json ", args);
 }

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -62,10 +63,29 @@ std::string I64Payload(int64_t v) {
   return s;
 }
 
-Status SendAll(int fd, const std::string& data) {
+// Waits until fd is ready for `events` or `deadline` passes (a link that went dark sends no RST, so a plain
+// blocking send or recv could wait for the kernel's TCP timeouts, minutes).
+Status AwaitFd(int fd, short events, absl::Time deadline) {
+  for (;;) {
+    const int ms =
+        deadline == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 1 << 30));
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, ms);
+    if (n > 0) return absl::OkStatus();
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("no progress within the store's timeout");
+  }
+}
+
+Status SendAll(int fd, const std::string& data, absl::Time deadline = absl::InfiniteFuture()) {
   size_t off = 0;
   while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    ZERO_RETURN_IF_ERROR(AwaitFd(fd, POLLOUT, deadline));
+    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0) {
       if (errno == EINTR) continue;
       return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
@@ -75,10 +95,12 @@ Status SendAll(int fd, const std::string& data) {
   return absl::OkStatus();
 }
 
-Status RecvAll(int fd, char* data, size_t size) {
+Status RecvAll(int fd, char* data, size_t size, absl::Time deadline = absl::InfiniteFuture()) {
   size_t off = 0;
   while (off < size) {
-    ssize_t n = ::recv(fd, data + off, size - off, 0);
+    ZERO_RETURN_IF_ERROR(AwaitFd(fd, POLLIN, deadline));
+    ssize_t n = ::recv(fd, data + off, size - off, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n == 0) return absl::UnavailableError("the store server closed the connection");
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -325,7 +347,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
           ::freeaddrinfo(res);
           int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-          return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(fd, endpoint));
+          return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(fd, endpoint, timeout));
         }
         last_error = absl::StrCat("connect: ", std::strerror(errno));
         ::close(fd);
@@ -344,7 +366,7 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::str
 TcpStoreClient::~TcpStoreClient() { ::close(fd_); }
 
 StatusOr<std::pair<uint8_t, std::string>> TcpStoreClient::RoundTrip(uint8_t cmd, const std::string& key,
-                                                                    const std::string& payload) {
+                                                                    const std::string& payload, absl::Duration bound) {
   std::string req;
   req.push_back(static_cast<char>(cmd));
   AppendU32(&req, static_cast<uint32_t>(key.size()));
@@ -352,20 +374,29 @@ StatusOr<std::pair<uint8_t, std::string>> TcpStoreClient::RoundTrip(uint8_t cmd,
   AppendU64(&req, payload.size());
   req += payload;
   absl::MutexLock lock(&mu_);
-  Status s = SendAll(fd_, req);
+  // A request that got no answer leaves the connection's framing unknown: the client is unusable after it.
+  if (!broken_.ok()) return broken_;
+  const absl::Time deadline = bound >= absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + bound;
+  auto fail = [&](const Status& s) {
+    broken_ =
+        absl::Status(absl::IsDeadlineExceeded(s) ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+                     absl::StrCat("TCP store ", endpoint_, ": ", s.message()));
+    return broken_;
+  };
+  Status s = SendAll(fd_, req, deadline);
   char header[9];
-  if (s.ok()) s = RecvAll(fd_, header, sizeof(header));
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat("TCP store ", endpoint_, ": ", s.message()));
+  if (s.ok()) s = RecvAll(fd_, header, sizeof(header), deadline);
+  if (!s.ok()) return fail(s);
   const uint64_t len = ReadU64(header + 1);
   if (len > kMaxMessage) return absl::InternalError(absl::StrCat("TCP store ", endpoint_, ": bad response"));
   std::string body(len, '\0');
-  s = RecvAll(fd_, body.data(), len);
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat("TCP store ", endpoint_, ": ", s.message()));
+  s = RecvAll(fd_, body.data(), len, deadline);
+  if (!s.ok()) return fail(s);
   return std::make_pair(static_cast<uint8_t>(header[0]), std::move(body));
 }
 
-Status TcpStoreClient::Set(const std::string& key, const std::string& value) {
-  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdSet, key, value));
+Status TcpStoreClient::Set(const std::string& key, const std::string& value, absl::Duration limit) {
+  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdSet, key, value, std::min(io_timeout_, limit)));
   if (r.first == kCodeExists) return absl::AlreadyExistsError(absl::StrCat("store key '", key, "' is already set"));
   if (r.first != kCodeOk) return absl::InternalError(absl::StrCat("TCP store: SET '", key, "' rejected"));
   return absl::OkStatus();
@@ -373,7 +404,8 @@ Status TcpStoreClient::Set(const std::string& key, const std::string& value) {
 
 StatusOr<std::string> TcpStoreClient::Get(const std::string& key, absl::Duration timeout) {
   const int64_t ms = timeout == absl::InfiniteDuration() ? -1 : absl::ToInt64Milliseconds(timeout);
-  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdGet, key, I64Payload(ms)));
+  // The server holds a Get up to `timeout`; the round trip may take that plus the store's own timeout.
+  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdGet, key, I64Payload(ms), io_timeout_ + timeout));
   if (r.first == kCodeTimeout) {
     return absl::DeadlineExceededError(
         absl::StrCat("store key '", key, "' did not appear within ", absl::FormatDuration(timeout)));
@@ -383,7 +415,7 @@ StatusOr<std::string> TcpStoreClient::Get(const std::string& key, absl::Duration
 }
 
 StatusOr<int64_t> TcpStoreClient::Add(const std::string& key, int64_t delta) {
-  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdAdd, key, I64Payload(delta)));
+  ZERO_ASSIGN_OR_RETURN(auto r, RoundTrip(kCmdAdd, key, I64Payload(delta), io_timeout_));
   if (r.first != kCodeOk || r.second.size() != 8) {
     return absl::InternalError(absl::StrCat("TCP store: ADD '", key, "' rejected"));
   }

@@ -52,20 +52,27 @@ class TcpStoreClient {
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;
 
   // Thread-safe; one request at a time per client.
-  Status Set(const std::string& key, const std::string& value);
+  // Set within min(the store's timeout, limit).
+  Status Set(const std::string& key, const std::string& value, absl::Duration limit = absl::InfiniteDuration());
   StatusOr<std::string> Get(const std::string& key, absl::Duration timeout);
   StatusOr<int64_t> Add(const std::string& key, int64_t delta);
 
   const std::string& endpoint() const { return endpoint_; }
 
  private:
-  TcpStoreClient(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
-  // Sends one request and reads its response; kUnavailable if the connection broke.
-  StatusOr<std::pair<uint8_t, std::string>> RoundTrip(uint8_t cmd, const std::string& key, const std::string& payload);
+  TcpStoreClient(int fd, std::string endpoint, absl::Duration io_timeout)
+      : fd_(fd), endpoint_(std::move(endpoint)), io_timeout_(io_timeout) {}
+  // Sends one request and reads its response within `bound` (a link that went dark sends no reset, so nothing
+  // else would end the wait); kUnavailable if the connection broke, kDeadlineExceeded if the server did not
+  // answer in time; after either the client fails every request (the framing is lost).
+  StatusOr<std::pair<uint8_t, std::string>> RoundTrip(uint8_t cmd, const std::string& key, const std::string& payload,
+                                                      absl::Duration bound);
 
   absl::Mutex mu_;
   int fd_;
   const std::string endpoint_;
+  const absl::Duration io_timeout_;
+  Status broken_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zero::internal

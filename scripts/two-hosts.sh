@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Two "hosts" on one machine: network namespaces zero_h0 and zero_h1 joined by a veth pair (10.77.0.1 and
+# 10.77.0.2), optionally rate-limited with tc tbf, and 2 x 2 ranks of zero-gpt over Gloo TCP with MASTER_ADDR on
+# the link (no ZERO_STORE_DIR: rank 0 serves the TCP store on 10.77.0.1).
+#
+#   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
+#
+# 1. parity: the 2 x 2 run's losses and final-parameter hash against the same job as 4 local ranks (zero-run);
+# 2. link cut: a longer 2 x 2 run, the veth taken down mid-training; every rank must exit non-zero within the
+#    timeout (comm_timeout_s 5 here) plus a margin, with its error.
+# Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
+# Everything it creates (namespaces, the veth pair, processes, temporary files) is removed on exit, also on
+# failure or interruption.
+set -euo pipefail
+
+RATE="" STEPS=6 OUT="" BUILD=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rate) RATE="$2"; shift 2 ;;
+    --steps) STEPS="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) BUILD="$1"; shift ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+BUILD="${BUILD:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$PWD/$BUILD" ;; esac
+GPT="$BUILD/bin/zero-gpt"
+RUN="$BUILD/bin/zero-run"
+[[ -x "$GPT" && -x "$RUN" ]] || { echo "two-hosts: build zero-gpt and zero-run first ($BUILD/bin)"; exit 2; }
+
+NS0=zero_h0 NS1=zero_h1 IF0=zero_v0 IF1=zero_v1 A0=10.77.0.1 A1=10.77.0.2 PORT=29517
+TMP="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill -9 "$p" 2>/dev/null || true; done
+  ip netns del "$NS0" 2>/dev/null || true   # deleting a namespace deletes its end of the veth, and so the pair
+  ip netns del "$NS1" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+skip() { echo "two-hosts: SKIPPED: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces (CAP_NET_ADMIN)"
+command -v ip >/dev/null || skip "no 'ip' command (iproute2)"
+ip netns del "$NS0" 2>/dev/null || true
+ip netns del "$NS1" 2>/dev/null || true
+ip netns add "$NS0" 2>"$TMP/err" || skip "ip netns add refused: $(cat "$TMP/err")"
+ip netns add "$NS1" 2>"$TMP/err" || skip "ip netns add refused: $(cat "$TMP/err")"
+ip link add "$IF0" netns "$NS0" type veth peer name "$IF1" netns "$NS1" 2>"$TMP/err" ||
+  skip "veth refused: $(cat "$TMP/err")"
+ip -n "$NS0" addr add "$A0/24" dev "$IF0"
+ip -n "$NS1" addr add "$A1/24" dev "$IF1"
+for ns in "$NS0" "$NS1"; do ip -n "$ns" link set lo up; done
+ip -n "$NS0" link set "$IF0" up
+ip -n "$NS1" link set "$IF1" up
+if [[ -n "$RATE" ]]; then
+  # tbf on both ends (netem is not available here): each direction of the link runs at RATE.
+  for pair in "$NS0 $IF0" "$NS1 $IF1"; do
+    set -- $pair
+    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 512kb latency 100ms
+  done
+fi
+
+CONFIG="$TMP/config.json"
+cat > "$CONFIG" <<'EOF'
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "comm_timeout_s": 5,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+EOF
+ARGS=(--model tiny --seq 32 --json --params-hash --config "$CONFIG")
+
+# Starts rank r (0-3) of a 2 x 2 job in its namespace; output to $TMP/<tag>.r<r>.
+start_rank() {
+  local tag="$1" r="$2" steps="$3" ns ifname
+  if [[ $r -lt 2 ]]; then ns=$NS0 ifname=$IF0; else ns=$NS1 ifname=$IF1; fi
+  ip netns exec "$ns" env RANK="$r" WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+    MASTER_ADDR="$A0" MASTER_PORT="$PORT" GLOO_SOCKET_IFNAME="$ifname" ZERO_STORE_DIR= \
+    "$GPT" "${ARGS[@]}" --steps "$steps" >"$TMP/$tag.r$r" 2>&1 &
+  PIDS+=($!)
+}
+
+report() { echo "$*"; [[ -n "$OUT" ]] && echo "$*" >>"$OUT"; return 0; }
+[[ -n "$OUT" ]] && : >"$OUT"
+report "two hosts: namespaces $NS0 ($A0, ranks 0-1) and $NS1 ($A1, ranks 2-3), veth, rate ${RATE:-unlimited}"
+
+# ---- 1. parity ----
+"$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --steps "$STEPS" >"$TMP/local" 2>&1
+grep -o '^\[r0\] {"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/local" | sed 's/^\[r0\] //' >"$TMP/local.steps"
+grep -o '"params_hash": "[0-9a-f]*"' "$TMP/local" | head -1 >"$TMP/local.hash"
+t0=$(date +%s.%N)
+for r in 0 1 2 3; do start_rank parity "$r" "$STEPS"; done
+rc=0
+for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
+PIDS=()
+t1=$(date +%s.%N)
+[[ $rc -eq 0 ]] || { echo "two-hosts: the 2 x 2 run failed:"; tail -5 "$TMP"/parity.r*; exit 1; }
+grep -o '^{"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/parity.r0" >"$TMP/parity.steps"
+grep -o '"params_hash": "[0-9a-f]*"' "$TMP/parity.r0" | head -1 >"$TMP/parity.hash"
+if cmp -s "$TMP/local.steps" "$TMP/parity.steps" && cmp -s "$TMP/local.hash" "$TMP/parity.hash" &&
+   [[ -s "$TMP/local.hash" ]]; then
+  report "parity: identical to 4 local ranks over $STEPS steps (losses, norms, $(cat "$TMP/parity.hash")); 2 x 2 run $(printf '%.1f' "$(echo "$t1 - $t0" | bc)") s"
+else
+  report "parity: DIFFERENT from 4 local ranks"
+  diff "$TMP/local.steps" "$TMP/parity.steps" || true
+  diff "$TMP/local.hash" "$TMP/parity.hash" || true
+  exit 1
+fi
+
+# ---- 2. link cut mid-training ----
+for r in 0 1 2 3; do start_rank cut "$r" 100000; done
+# Cut once training runs (rank 0 has printed steps).
+for _ in $(seq 1 100); do
+  grep -q '"step": 3,' "$TMP/cut.r0" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q '"step": 3,' "$TMP/cut.r0" || { echo "two-hosts: the long run never reached step 3"; tail -5 "$TMP"/cut.r*; exit 1; }
+cut_at=$(date +%s.%N)
+ip -n "$NS0" link set "$IF0" down
+fail=0
+for i in 0 1 2 3; do
+  p=${PIDS[$i]}
+  if wait "$p"; then code=0; else code=$?; fi
+  dt=$(echo "$(date +%s.%N) - $cut_at" | bc)
+  err=$(grep -m1 '^zero-gpt: ' "$TMP/cut.r$i" | cut -c1-220 || true)
+  report "link cut: rank $i exited with code $code $(printf '%.1f' "$dt") s after the cut: ${err:-<no error line>}"
+  [[ $code -ne 0 ]] || fail=1
+  # comm_timeout_s 5: the op times out, then the desync report waits at most a quarter of it.
+  awk -v d="$dt" 'BEGIN { exit !(d <= 5 * 2 + 2) }' || fail=1
+done
+PIDS=()
+[[ $fail -eq 0 ]] || { echo "two-hosts: a rank did not fail in time after the link cut"; exit 1; }
+report "link cut: every rank failed within 2 x comm_timeout_s"
