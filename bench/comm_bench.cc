@@ -27,8 +27,12 @@
 //
 // --chunk BYTES (Gloo): zero's AllGather and ReduceScatter are the engine's chunked collectives of a unit larger than
 // its bucket (shard/internal/collective.h: chunks of at most BYTES — all ranks' blocks together — each rank keeping
-// its contiguous shard, two staging buffers, the reduce-scatter packing every rank's range and averaging), beside
-// the raw call on the whole buffer. Rows are named AG/chunked and RS/chunked; rs and rsd are the same op there.
+// its contiguous shard, two staging buffers, the reduce-scatter packing every rank's range and averaging), and the
+// raw call is Gloo's moving the same chunks: one call per chunk on a contiguous chunk-sized buffer (the raw
+// all-gather of each chunk's inputs, the raw reduce-scatter run once per chunk), with no packing or unpacking.
+// The ratio is then what zero adds to Gloo for a chunked unit; what chunking itself costs against one call on the
+// whole buffer is Gloo's own per-size bandwidth, which the plain rows show. Rows are named AG/chunked and
+// RS/chunked; rs and rsd are the same op there.
 //
 // --only zero|raw times one of the two calls and never runs the other (ratio and the other time print as 0):
 // two processes, one per call, see no trace of each other, a cross-check that interleaving does not move cost
@@ -222,12 +226,18 @@ class GlooRank final : public RankBackend {
   void Prepare(Op op, size_t total) override {
     send_.assign(op == Op::kAllGather ? total / world_ : total, 0.f);
     recv_.assign(IsRs(op) ? total / world_ : total, 0.f);
+    // --chunk: the raw call moves the same chunks, through a buffer of one chunk.
+    raw_chunk_ = chunk_elems_ > 0 && op != Op::kAllReduce
+                     ? zero::internal::ChunkPerRank(static_cast<int64_t>(total), world_, chunk_elems_)
+                     : 0;
+    const size_t raw_total = raw_chunk_ > 0 ? static_cast<size_t>(raw_chunk_) * world_ : total;
+    raw_buf_.assign(raw_chunk_ > 0 ? raw_total : 0, 0.f);
     for (RawGloo* raw : {&raw_, &control_}) {
       raw->rs_algo.reset();
       if (IsRs(op) && raw->rs != nullptr) {
         raw->rs_algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-            raw->rs, std::vector<float*>{send_.data()}, static_cast<int>(total),
-            std::vector<int>(world_, static_cast<int>(total / world_)));
+            raw->rs, std::vector<float*>{raw_chunk_ > 0 ? raw_buf_.data() : send_.data()}, static_cast<int>(raw_total),
+            std::vector<int>(world_, static_cast<int>(raw_total / world_)));
       }
     }
   }
@@ -313,6 +323,21 @@ class GlooRank final : public RankBackend {
     if (world_ == 1) return TimeZero(op, total);
     const size_t block = total / world_;
     const absl::Time t0 = absl::Now();
+    if (raw_chunk_ > 0) {  // the same chunks, each one raw call on a chunk-sized buffer
+      const size_t c = static_cast<size_t>(raw_chunk_);
+      for (size_t a = 0; a < block; a += c) {
+        if (op == Op::kAllGather) {
+          gloo::AllgatherOptions o(raw.fn);
+          o.setTag(++raw_tag_);
+          o.setInput(send_.data() + a, std::min(c, block - a));
+          o.setOutput(raw_buf_.data(), std::min(c, block - a) * world_);
+          gloo::allgather(o);
+        } else {
+          raw.rs_algo->run();  // (a shorter last chunk runs whole: at most one chunk more than zero moves)
+        }
+      }
+      return absl::ToDoubleSeconds(absl::Now() - t0);
+    }
     switch (op) {
       case Op::kAllGather: {
         gloo::AllgatherOptions o(raw.fn);
@@ -389,6 +414,8 @@ class GlooRank final : public RankBackend {
   RawGloo raw_;
   RawGloo control_;  // --aa only
   std::vector<float> send_, recv_;
+  int64_t raw_chunk_ = 0;       // --chunk: elements per rank of the raw calls' chunks (0: one call)
+  std::vector<float> raw_buf_;  // --chunk: the raw calls' chunk-sized buffer
   uint32_t raw_tag_ = 0;
 };
 
@@ -605,7 +632,7 @@ int main(int argc, char** argv) {
         "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s%s\n",
         args.backend.c_str(), world, tcp_cc.c_str(),
         args.chunk > 0 ? absl::StrCat("; zero's AG/RS: the engine's chunked collectives, chunks of ", args.chunk,
-                                      " bytes, raw: one call on the whole buffer")
+                                      " bytes; raw: Gloo's call per chunk on a chunk-sized buffer")
                              .c_str()
                        : "",
         args.aa               ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
