@@ -20,7 +20,7 @@ UnitCollective UnitCollective::AllGather(EngineContext* ctx, BufferPool* staging
   c.src_dtype_ = c.dtype_ = dtype;
   c.S_ = S;
   c.chunk_ = chunk;
-  c.IssueWhileFree();  // the first two chunks; an error stays in the collective for its Join
+  c.Start();
   return c;
 }
 
@@ -35,22 +35,31 @@ UnitCollective UnitCollective::ReduceScatter(EngineContext* ctx, BufferPool* sta
   c.dtype_ = wire;
   c.S_ = S;
   c.chunk_ = chunk;
-  c.IssueWhileFree();  // the first two chunks; an error stays in the collective for its Join
+  c.Start();
   return c;
+}
+
+void UnitCollective::Start() {
+  // Both staging buffers before any chunk: a failed allocation (a device out of memory) then issues nothing, so
+  // no rank waits for a chunk this one never sends.
+  EngineContext& c = *ctx_;
+  const size_t bytes = static_cast<size_t>(c.world * chunk_) * DTypeSize(dtype_);
+  for (int slot = 0; slot < (S_ > chunk_ ? 2 : 1); ++slot) {
+    slots_[slot] = pool_->Take(bytes, /*zero=*/false);
+    if (slots_[slot].empty()) {
+      status_ = absl::ResourceExhaustedError(
+          absl::StrCat("chunk staging buffer (", bytes,
+                       " bytes): ", c.compute->status().ok() ? "allocation failed" : c.compute->status().message()));
+      return;
+    }
+  }
+  IssueWhileFree();  // the first two chunks; an error stays in the collective for its Join
 }
 
 Status UnitCollective::IssueNext() {
   EngineContext& c = *ctx_;
   const int slot = busy_[0] ? 1 : 0;
-  const size_t es = DTypeSize(dtype_), bytes = static_cast<size_t>(c.world * chunk_) * es;
-  if (slots_[slot].empty()) {
-    slots_[slot] = pool_->Take(bytes, /*zero=*/false);
-    if (slots_[slot].empty() && bytes > 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("chunk staging buffer (", bytes,
-                       " bytes): ", c.compute->status().ok() ? "allocation failed" : c.compute->status().message()));
-    }
-  }
+  const size_t es = DTypeSize(dtype_);
   const int64_t a = next_, b = std::min(S_, next_ + chunk_), n = b - a;
   char* buf = static_cast<char*>(slots_[slot].data());
   Work w;

@@ -11,6 +11,9 @@ Status GatherScheduler::Issue(Unit& u) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
   EngineContext& c = *ctx_;
   const size_t cds = DTypeSize(c.cd());
+  // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
+  const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
+  if (chunk > 0) ZERO_RETURN_IF_ERROR(FinishChunked());
   // The pool holds at most the larger of stage3_max_live_parameters and what is in use (buffer_pool.h).
   gather_pool_.set_cap(static_cast<size_t>(std::max<int64_t>(0, c.cfg.zero.stage3_max_live_parameters)) * cds);
   u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
@@ -29,12 +32,9 @@ Status GatherScheduler::Issue(Unit& u) {
     c.compute->CopyFromHost(u.stage_in.data(), send, u.params.size());
     send = u.stage_in.data();
   }
-  const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
   if (chunk == 0) {
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream()));
   } else {
-    // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
-    ZERO_RETURN_IF_ERROR(FinishChunked());
     u.gather_op = UnitCollective::AllGather(ctx_, &chunk_pool_, send, u.gather.data(), u.layout.shard, chunk, c.cd());
     chunked_ = static_cast<UnitId>(&u - c.units.data());
   }

@@ -71,6 +71,7 @@ class UnitCollective {
   void ReleaseStaging();
 
  private:
+  void Start();           // takes the staging buffers, then issues the first chunks
   void IssueWhileFree();  // issues chunks while a staging buffer is free (the first failure goes to status_)
   Status IssueNext();     // the next chunk into a free staging buffer
   Status FinishFront();   // joins the oldest chunk in flight and, for an all-gather, unpacks it
