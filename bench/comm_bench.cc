@@ -1,7 +1,7 @@
 // zero-bench-comm: collective bandwidth of zero::Communicator beside the raw engine call on the same buffers.
 //
 //   zero-bench-comm --world 4 [--backend gloo|nccl] [--json] [--min-bytes 1K] [--max-bytes 256M] [--iters N]
-//                   [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]
+//                   [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw] [--chunk BYTES]
 //
 // Ranks are threads of this process (Gloo: one communicator each over a HashStore, TCP on 127.0.0.1; NCCL: one
 // GPU each, so --world must not exceed the device count). For each size it first runs zero's op once on
@@ -25,6 +25,15 @@
 // same for the raw call; ratio = the median over iterations of raw_time_i / time_i, each pair timed back to
 // back (close to busbw / raw_busbw, less sensitive to a busy machine).
 //
+// --chunk BYTES (Gloo): zero's AllGather and ReduceScatter are the engine's chunked collectives of a unit larger than
+// its bucket (shard/internal/collective.h: chunks of at most BYTES — all ranks' blocks together — each rank keeping
+// its contiguous shard, two staging buffers, the reduce-scatter packing every rank's range and averaging), and the
+// raw call is Gloo's moving the same chunks: one call per chunk on a contiguous chunk-sized buffer (the raw
+// all-gather of each chunk's inputs, the raw reduce-scatter run once per chunk), with no packing or unpacking.
+// The ratio is then what zero adds to Gloo for a chunked unit; what chunking itself costs against one call on the
+// whole buffer is Gloo's own per-size bandwidth, which the plain rows show. Rows are named AG/chunked and
+// RS/chunked; rs and rsd are the same op there.
+//
 // --only zero|raw times one of the two calls and never runs the other (ratio and the other time print as 0):
 // two processes, one per call, see no trace of each other, a cross-check that interleaving does not move cost
 // from one call into the other's window (a thread woken by one op that only gets a core during the next one
@@ -40,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -50,7 +60,11 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "shard/internal/collective.h"
+#include "shard/internal/context.h"
+#include "shard/internal/plan.h"
 #include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/features.h"
 
 #if ZERO_HAVE_CUDA
@@ -82,6 +96,7 @@ struct Args {
   int iters = 0;     // 0 = by size
   bool aa = false;   // A/A control: time the raw call in place of zero's, to show the measurement's noise
   std::string only;  // "zero" or "raw": time only that call
+  size_t chunk = 0;  // --chunk: bytes per chunk of the engine's chunked collectives (0: zero's plain ops)
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -101,12 +116,14 @@ size_t ParseBytes(const std::string& s) {
 }
 
 [[noreturn]] void Usage() {
-  std::fprintf(stderr,
-               "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
-               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
-               "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
-               "        zero's communicator has, so ratio shows the noise of the method\n"
-               "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n");
+  std::fprintf(
+      stderr,
+      "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
+      "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
+      "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
+      "        zero's communicator has, so ratio shows the noise of the method\n"
+      "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n"
+      "  --chunk B  (gloo) zero's AllGather/ReduceScatter are the engine's chunked collectives, chunks of B\n");
   std::exit(2);
 }
 
@@ -126,6 +143,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--min-bytes") a.min_bytes = ParseBytes(value());
     else if (k == "--max-bytes") a.max_bytes = ParseBytes(value());
     else if (k == "--iters") a.iters = std::atoi(value().c_str());
+    else if (k == "--chunk") a.chunk = ParseBytes(value());
     else if (k == "--ops") {
       a.ops.clear();
       for (absl::string_view o : absl::StrSplit(value(), ',')) {
@@ -140,7 +158,8 @@ Args ParseArgs(int argc, char** argv) {
     }
   }
   if (a.world < 1 || (a.backend != "gloo" && a.backend != "nccl") || a.min_bytes < 4 || a.max_bytes < a.min_bytes ||
-      !(a.only.empty() || a.only == "zero" || a.only == "raw") || (!a.only.empty() && a.aa)) {
+      !(a.only.empty() || a.only == "zero" || a.only == "raw") || (!a.only.empty() && a.aa) ||
+      (a.chunk > 0 && a.backend != "gloo")) {
     Usage();
   }
   return a;
@@ -181,7 +200,8 @@ float SumValue(int world, size_t i) { return static_cast<float>(world * (world +
 
 class GlooRank final : public RankBackend {
  public:
-  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store, bool aa) : rank_(rank), world_(world) {
+  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store, bool aa, size_t chunk_bytes)
+      : rank_(rank), world_(world), chunk_elems_(chunk_bytes / 4) {
     zero::CommOptions o;
     o.hostname = "127.0.0.1";
     o.timeout = absl::Seconds(300);
@@ -191,6 +211,12 @@ class GlooRank final : public RankBackend {
       std::exit(1);
     }
     comm_ = std::move(*c);
+    if (chunk_elems_ > 0) {
+      // The engine's context and staging pool, over this communicator and host memory, for its chunked ops.
+      ctx_ = std::make_unique<zero::internal::EngineContext>(zero::Config::Default(), comm_, zero::EngineOptions{});
+      ctx_->compute = zero::internal::MakeHostCompute(&ctx_->tracker);
+      pool_ = std::make_unique<zero::internal::BufferPool>(ctx_->compute, zero::MemTag::kStaging);
+    }
     if (world_ > 1) {
       raw_.Connect(rank, world, *store, "bench/raw");
       if (aa) control_.Connect(rank, world, *store, "bench/control");
@@ -200,12 +226,18 @@ class GlooRank final : public RankBackend {
   void Prepare(Op op, size_t total) override {
     send_.assign(op == Op::kAllGather ? total / world_ : total, 0.f);
     recv_.assign(IsRs(op) ? total / world_ : total, 0.f);
+    // --chunk: the raw call moves the same chunks, through a buffer of one chunk.
+    raw_chunk_ = chunk_elems_ > 0 && op != Op::kAllReduce
+                     ? zero::internal::ChunkPerRank(static_cast<int64_t>(total), world_, chunk_elems_)
+                     : 0;
+    const size_t raw_total = raw_chunk_ > 0 ? static_cast<size_t>(raw_chunk_) * world_ : total;
+    raw_buf_.assign(raw_chunk_ > 0 ? raw_total : 0, 0.f);
     for (RawGloo* raw : {&raw_, &control_}) {
       raw->rs_algo.reset();
       if (IsRs(op) && raw->rs != nullptr) {
         raw->rs_algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-            raw->rs, std::vector<float*>{send_.data()}, static_cast<int>(total),
-            std::vector<int>(world_, static_cast<int>(total / world_)));
+            raw->rs, std::vector<float*>{raw_chunk_ > 0 ? raw_buf_.data() : send_.data()}, static_cast<int>(raw_total),
+            std::vector<int>(world_, static_cast<int>(raw_total / world_)));
       }
     }
   }
@@ -216,7 +248,11 @@ class GlooRank final : public RankBackend {
     switch (op) {
       case Op::kAllGather:
         for (size_t i = 0; i < block; ++i) send_[i] = InputValue(rank_, i);
-        Run(comm_->AllGather(send_.data(), recv_.data(), block, zero::DType::kF32));
+        if (chunk_elems_ > 0) {
+          RunChunked(op, total);
+        } else {
+          Run(comm_->AllGather(send_.data(), recv_.data(), block, zero::DType::kF32));
+        }
         for (int r = 0; r < world_; ++r) {
           for (size_t i = 0; i < block; ++i) wrong += recv_[r * block + i] != InputValue(r, i);
         }
@@ -224,6 +260,13 @@ class GlooRank final : public RankBackend {
       case Op::kReduceScatter:
       case Op::kReduceScatterDestructive:
         for (size_t i = 0; i < total; ++i) send_[i] = InputValue(rank_, i);
+        if (chunk_elems_ > 0) {
+          RunChunked(op, total);  // averages: the engine's reduction
+          for (size_t i = 0; i < block; ++i) {
+            wrong += recv_[i] != SumValue(world_, rank_ * block + i) / static_cast<float>(world_);
+          }
+          break;
+        }
         Run(ZeroReduceScatter(op, block));
         for (size_t i = 0; i < block; ++i) wrong += recv_[i] != SumValue(world_, rank_ * block + i);
         break;
@@ -239,6 +282,10 @@ class GlooRank final : public RankBackend {
   double TimeZero(Op op, size_t total) override {
     const size_t block = total / world_;
     const absl::Time t0 = absl::Now();
+    if (chunk_elems_ > 0 && op != Op::kAllReduce) {
+      RunChunked(op, total);
+      return absl::ToDoubleSeconds(absl::Now() - t0);
+    }
     switch (op) {
       case Op::kAllGather: Run(comm_->AllGather(send_.data(), recv_.data(), block, zero::DType::kF32)); break;
       case Op::kReduceScatter:
@@ -276,6 +323,21 @@ class GlooRank final : public RankBackend {
     if (world_ == 1) return TimeZero(op, total);
     const size_t block = total / world_;
     const absl::Time t0 = absl::Now();
+    if (raw_chunk_ > 0) {  // the same chunks, each one raw call on a chunk-sized buffer
+      const size_t c = static_cast<size_t>(raw_chunk_);
+      for (size_t a = 0; a < block; a += c) {
+        if (op == Op::kAllGather) {
+          gloo::AllgatherOptions o(raw.fn);
+          o.setTag(++raw_tag_);
+          o.setInput(send_.data() + a, std::min(c, block - a));
+          o.setOutput(raw_buf_.data(), std::min(c, block - a) * world_);
+          gloo::allgather(o);
+        } else {
+          raw.rs_algo->run();  // (a shorter last chunk runs whole: at most one chunk more than zero moves)
+        }
+      }
+      return absl::ToDoubleSeconds(absl::Now() - t0);
+    }
     switch (op) {
       case Op::kAllGather: {
         gloo::AllgatherOptions o(raw.fn);
@@ -316,12 +378,44 @@ class GlooRank final : public RankBackend {
     }
   }
 
+  // The engine's chunked collective over the whole buffer (one op when the buffer fits a chunk), issued and
+  // joined as the engine does.
+  void RunChunked(Op op, size_t total) {
+    const int64_t S = static_cast<int64_t>(total / world_);
+    const int64_t chunk = zero::internal::ChunkPerRank(static_cast<int64_t>(total), world_, chunk_elems_);
+    zero::internal::UnitCollective c;
+    if (op == Op::kAllGather) {
+      c = chunk > 0 ? zero::internal::UnitCollective::AllGather(ctx_.get(), pool_.get(), send_.data(), recv_.data(), S,
+                                                                chunk, zero::DType::kF32)
+                    : zero::internal::UnitCollective(
+                          ctx_.get(), comm_->AllGather(send_.data(), recv_.data(), S, zero::DType::kF32));
+    } else {
+      c = chunk > 0
+              ? zero::internal::UnitCollective::ReduceScatter(ctx_.get(), pool_.get(), send_.data(), zero::DType::kF32,
+                                                              recv_.data(), zero::DType::kF32, S, chunk)
+              : zero::internal::UnitCollective(
+                    ctx_.get(),
+                    comm_->ReduceScatter(send_.data(), recv_.data(), S, zero::DType::kF32, zero::ReduceOp::kAvg));
+    }
+    zero::Status s = c.Join();
+    c.ReleaseStaging();
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::exit(1);
+    }
+  }
+
   const int rank_;
   const int world_;
-  std::unique_ptr<zero::Communicator> comm_;
+  const int64_t chunk_elems_;
+  std::shared_ptr<zero::Communicator> comm_;
+  std::unique_ptr<zero::internal::EngineContext> ctx_;  // --chunk only
+  std::unique_ptr<zero::internal::BufferPool> pool_;
   RawGloo raw_;
   RawGloo control_;  // --aa only
   std::vector<float> send_, recv_;
+  int64_t raw_chunk_ = 0;       // --chunk: elements per rank of the raw calls' chunks (0: one call)
+  std::vector<float> raw_buf_;  // --chunk: the raw calls' chunk-sized buffer
   uint32_t raw_tag_ = 0;
 };
 
@@ -535,8 +629,12 @@ int main(int argc, char** argv) {
   if (!args.json) {
     std::printf(
         "# zero-bench-comm: backend %s, world %d, dtype f32, ranks = threads, tcp_cc %s; time = median over "
-        "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s\n",
+        "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s%s\n",
         args.backend.c_str(), world, tcp_cc.c_str(),
+        args.chunk > 0 ? absl::StrCat("; zero's AG/RS: the engine's chunked collectives, chunks of ", args.chunk,
+                                      " bytes; raw: Gloo's call per chunk on a chunk-sized buffer")
+                             .c_str()
+                       : "",
         args.aa               ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
         : args.only == "zero" ? "; ONLY ZERO'S CALL is run"
         : args.only == "raw"  ? "; ONLY THE RAW CALL is run"
@@ -553,7 +651,7 @@ int main(int argc, char** argv) {
 #if ZERO_HAVE_CUDA
       if (args.backend == "nccl") rank = std::make_unique<NcclRank>(r, world, store, raw_id);
 #endif
-      if (rank == nullptr) rank = std::make_unique<GlooRank>(r, world, store, args.aa);
+      if (rank == nullptr) rank = std::make_unique<GlooRank>(r, world, store, args.aa, args.chunk);
       for (Op op : args.ops) {
         for (size_t bytes : sizes) {
           const size_t total = ElementsFor(bytes, world);
@@ -611,18 +709,22 @@ int main(int argc, char** argv) {
             const double algbw = t > 0 ? size / t / 1e9 : 0, raw_algbw = traw > 0 ? size / traw / 1e9 : 0;
             const double busbw = algbw * BusFactor(op, world), raw_busbw = raw_algbw * BusFactor(op, world);
             const double ratio = !args.only.empty() ? 0 : Median(paired);
-            const char* redop = op == Op::kAllGather ? "none" : "sum";
+            const char* redop = op == Op::kAllGather ? "none" : args.chunk > 0 ? "avg" : "sum";
+            const std::string name = args.chunk > 0 && op != Op::kAllReduce
+                                         ? (op == Op::kAllGather ? "AG/chunked" : "RS/chunked")
+                                         : OpName(op);
             if (args.json) {
               std::printf(
                   "{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                   "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
                   "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
-                  "\"only\":\"%s\",\"tcp_cc\":\"%s\"}\n",
-                  args.backend.c_str(), world, OpName(op), redop, size, total, iters, t * 1e6, algbw, busbw, traw * 1e6,
-                  raw_busbw, ratio, wrong_total, args.aa ? "true" : "false", args.only.c_str(), tcp_cc.c_str());
+                  "\"only\":\"%s\",\"tcp_cc\":\"%s\",\"chunk_bytes\":%zu}\n",
+                  args.backend.c_str(), world, name.c_str(), redop, size, total, iters, t * 1e6, algbw, busbw,
+                  traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false", args.only.c_str(),
+                  tcp_cc.c_str(), args.chunk);
             } else {
-              std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", OpName(op), size,
-                          total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
+              std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", name.c_str(),
+                          size, total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
             }
             std::fflush(stdout);
           }

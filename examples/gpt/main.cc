@@ -144,6 +144,20 @@ std::string MemoryJson(const std::vector<zero::MemoryReport>& ranks) {
   return absl::StrCat("\"memory\": ", worst.ToJson(), ", \"padding_bytes\": ", worst.padding_bytes);
 }
 
+// The placement plan's bound on the true peak per tier (Engine::TruePeakBound; the same on every rank, whose
+// buffers are alike), then its terms.
+std::string PeakBoundJson(const std::array<zero::PeakBound, 2>& b) {
+  auto terms = [](const zero::PeakBound& t) {
+    return absl::StrCat("{\"model_state\": ", t.model_state, ", \"gathers\": ", t.gathers,
+                        ", \"reductions\": ", t.reductions, ", \"staging\": ", t.staging, ", \"trainer\": ", t.trainer,
+                        "}");
+  };
+  const zero::PeakBound &host = b[static_cast<size_t>(zero::MemTier::kHost)],
+                        &device = b[static_cast<size_t>(zero::MemTier::kDevice)];
+  return absl::StrCat("\"peak_bound\": {\"host\": ", host.total(), ", \"device\": ", device.total(),
+                      "}, \"peak_bound_terms\": {\"host\": ", terms(host), ", \"device\": ", terms(device), "}");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,17 +298,17 @@ int main(int argc, char** argv) {
     const zero::gpt::GptConfig mc = zero::gpt::GptConfig::FromName(flags.model).value();  // TrainRank checked it
     const int B = static_cast<int>(cfg.micro_batch()), T = flags.seq > 0 ? flags.seq : mc.max_seq;
     std::printf(
-        "{\"params\": %lld, \"world\": %d, \"stage\": %d, %s, \"recompute\": {\"enabled\": %s, "
+        "{\"params\": %lld, \"world\": %d, \"stage\": %d, %s, %s, \"recompute\": {\"enabled\": %s, "
         "\"forwards\": %lld, \"recomputes\": %lld, \"peak_arena_bytes\": %zu, \"peak_checkpoint_bytes\": %zu, "
         "\"checkpoint_tier\": \"%s\", \"forward_s\": %.6f, \"recompute_s\": %.6f, \"backward_s\": %.6f}, "
         "\"activation_sizes\": {\"layers\": %d, \"stream\": %zu, \"block\": %zu, \"head\": %zu, "
         "\"scratch\": %zu}}\n",
         static_cast<long long>(res.params), world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str(),
-        flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards), static_cast<long long>(rc.recomputes),
-        rc.peak_arena_bytes, rc.peak_checkpoint_bytes, zero::MemTierName(rc.checkpoint_tier), rc.forward_s,
-        rc.recompute_s, rc.backward_s, mc.layers, static_cast<size_t>(B) * T * mc.channels * sizeof(float),
-        zero::gpt::BlockActs::Bytes(mc, B, T), zero::gpt::HeadActs::Bytes(mc, B, T),
-        zero::gpt::BlockScratch::Bytes(mc, B, T));
+        PeakBoundJson(res.peak_bound).c_str(), flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards),
+        static_cast<long long>(rc.recomputes), rc.peak_arena_bytes, rc.peak_checkpoint_bytes,
+        zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
+        static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
+        zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
     if (flags.params_hash) {
       // FNV-1a over the final fp32 parameters' bits: equal hashes, equal parameters (a resumed run's check).
       uint64_t h = 1469598103934665603ull;

@@ -106,11 +106,29 @@ void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& 
   if (rank == 0 && on_step) on_step(log);
 }
 
-void RecordEngineStats(const Engine& engine, TrainResult* result) {
+void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult* result,
+                       std::array<int64_t, 2> trainer_bytes) {
   result->memory = engine.memory_report();
   result->prefetch_gathers = engine.prefetch_gathers();
   result->demand_gathers = engine.demand_gathers();
   result->peak_live_elements = engine.peak_live_elements();
+  // The bound on the true peak: the trainer keeps the root unit open for the whole pass beside one block, and its
+  // activations (the Checkpointer's arena) and its own buffers are in the engine's tracker.
+  auto padded = [&](UnitId u) {
+    int64_t n = 0;
+    for (const zero::ParamSpec& p : engine.UnitParams(u)) n += p.numel();
+    const int64_t q = int64_t{32} * engine.world_size();
+    return (n + q - 1) / q * q;
+  };
+  PeakBoundOptions o;
+  int64_t block = 0;
+  for (UnitId b : units.blocks) block = std::max(block, padded(b));
+  o.open_elements = padded(units.root) + block;
+  o.trainer_host_bytes = result->memory.Get(MemTier::kHost, MemTag::kActivations).peak + trainer_bytes[0];
+  o.trainer_device_bytes = result->memory.Get(MemTier::kDevice, MemTag::kActivations).peak + trainer_bytes[1];
+  for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
+    result->peak_bound[static_cast<size_t>(tier)] = engine.TruePeakBound(tier, o);
+  }
 }
 
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
@@ -324,7 +342,9 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
     ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }
-  internal::RecordEngineStats(*engine, &result);
+  // UnitWork's fp32 copies of 16-bit weights and gradients are the trainer's, in the host tier.
+  const int64_t unit_work = dtype == DType::kF32 ? 0 : 8 * (UnitNumel(RootParams(mc)) + UnitNumel(BlockParams(mc)));
+  internal::RecordEngineStats(*engine, units, &result, {unit_work, 0});
   result.recompute = ckpt->stats();
   ZERO_ASSIGN_OR_RETURN(result.all_ranks,
                         GatherReports(world, result.memory, [&](const float* send, float* recv, size_t n) {

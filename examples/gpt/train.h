@@ -11,6 +11,7 @@
 // device tier too, or in the host tier with activation_checkpointing.cpu_checkpointing (docs/recompute.md).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,6 +21,7 @@
 
 #include "zero/communicator.h"
 #include "zero/config.h"
+#include "zero/engine.h"
 #include "zero/memory.h"
 #include "zero/recompute.h"
 #include "zero/status.h"
@@ -75,6 +77,8 @@ struct TrainResult {
   // This rank's activation figures (zero::Checkpointer::stats): peaks of the arena and of the checkpoints,
   // forwards and recomputes run.
   RecomputeStats recompute;
+  // The placement plan's bound on this rank's true peak, per tier (MemTier index; Engine::TruePeakBound).
+  std::array<PeakBound, 2> peak_bound{};
 };
 
 // Trains one rank. `on_step` (rank 0 only, may be empty) is called after every step. Collective.

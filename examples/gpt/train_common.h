@@ -1,6 +1,8 @@
 // examples/gpt/train_common.h — pieces the host (train.cc) and CUDA (train_cuda.cc) training loops share.
 #pragma once
 
+#include <array>
+
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -60,7 +62,9 @@ struct StepClock {
 void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
                 const std::function<void(const StepLog&)>& on_step, TrainResult* result);
 // The engine's end-of-run figures: memory report, gather counts, peak live parameter elements.
-void RecordEngineStats(const Engine& engine, TrainResult* result);
+// `trainer_bytes`: the trainer's own bytes in the engine's tracker beside its activations, per tier (MemTier index).
+void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult* result,
+                       std::array<int64_t, 2> trainer_bytes = {});
 // Every final parameter in fp32, unit by unit in registration order (the master weights). Collective.
 StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units);
 

@@ -215,7 +215,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
     ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }
-  internal::RecordEngineStats(*engine, &result);
+  internal::RecordEngineStats(*engine, run.units, &result);
   // Every rank's report through device copies (NCCL reads device memory).
   ZERO_ASSIGN_OR_RETURN(
       result.all_ranks, GatherReports(world, result.memory, [&](const float* send, float* recv, size_t n) -> Status {

@@ -53,6 +53,14 @@ struct CommOptions {
   std::string prefix = "zero";
   // NCCL: the CUDA device ordinal.
   int device = 0;
+  // Gloo: the most bytes of staging kept cached between ops — the reduce-scatter instances (Gloo's receive
+  // buffers, about twice an op's input, and a staged copy of the input where there is one) and the f32 scratch
+  // of 16-bit all-reduces. An op that needs a new instance or more scratch first releases least recently used
+  // instances until what stays cached and what it needs fit; after the op, what is cached beyond the budget is
+  // released (an op that alone needs more still runs, and rebuilds its instance the next time). So the staging
+  // is at most cache_bytes between ops and at most the larger of cache_bytes and one op's need during one
+  // (Communicator::ReduceScatterStagingBytes). Every rank must give the same value: CreateGloo checks it.
+  int64_t cache_bytes = int64_t{1} << 30;
 };
 
 class Communicator {
@@ -72,6 +80,14 @@ class Communicator {
   // the high-water mark of the engine's bytes and this staging alive at once, not a sum of two peaks. A
   // communicator that reports memory but returns nullptr here makes the engine's peak_total an upper bound.
   virtual MemoryTracker* memory_tracker() { return nullptr; }
+  // What the engine's bound on its true peak needs of the communicator's staging (docs/design.md, "The true
+  // peak and its bound"): the budget of what stays cached between ops (CommOptions::cache_bytes), and the staging
+  // bytes one op holds while it runs — a ReduceScatter (ReduceScatterDestructive if `destructive`) or an AllReduce
+  // of `count` elements per rank (AllReduce: in all) of `dtype`. 0 where the backend counts nothing (NCCL's
+  // internal buffers are not tracked; AllGather and Broadcast stage nothing on either backend).
+  virtual int64_t cache_bytes() const { return 0; }
+  virtual int64_t ReduceScatterStagingBytes(size_t /*count*/, DType /*dtype*/, bool /*destructive*/) const { return 0; }
+  virtual int64_t AllReduceStagingBytes(size_t /*count*/, DType /*dtype*/) const { return 0; }
 
   // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.
   // `send` may alias recv + rank*count (in-place).

@@ -163,6 +163,29 @@ struct EngineOptions {
   std::vector<ParamGroup> param_groups;
 };
 
+// The bound the placement plan gives on one tier of this rank's true peak (MemoryReport::peak_total), by term
+// (docs/design.md, "The true peak and its bound"). It holds for the host (Gloo) engine at any point of training;
+// the measured true peak reaches it where every pool fills (tests/shard/true_peak_test.cc).
+struct PeakBound {
+  int64_t model_state = 0;  // the plan's buffers: parameters, gradients, master, optimizer state, offload staging
+  int64_t gathers = 0;      // stage 3: full-unit gather buffers within the live window (stage3_max_live_parameters,
+                            // stage3_prefetch_bucket_size, the units open at once)
+  int64_t reductions = 0;   // gradient buckets, wire copies and reduce-scatter outputs within reduce_bucket_size and
+                            // the open backward scopes; reduction chunk staging; low-communication full gradients
+  int64_t staging = 0;      // all-gather chunk staging (allgather_bucket_size); the communicator's cached staging
+                            // (CommOptions::cache_bytes and the largest op's own)
+  int64_t trainer = 0;      // PeakBoundOptions' trainer bytes
+  int64_t total() const { return model_state + gathers + reductions + staging + trainer; }
+};
+
+struct PeakBoundOptions {
+  // Elements of the units the trainer keeps open in scopes at once (the reference GPT: its root unit, open for
+  // the whole pass, and one block). 0: the largest unit, one scope at a time.
+  int64_t open_elements = 0;
+  // The trainer's own bytes in Engine::memory_tracker() (its activations), per tier, at their peak.
+  int64_t trainer_host_bytes = 0, trainer_device_bytes = 0;
+};
+
 class Engine;
 
 // RAII scope over one unit's full parameters (and, in a backward scope, its full gradient). Move-only.
@@ -295,6 +318,9 @@ class Engine {
   int64_t demand_gathers() const;
   // Largest number of non-persistent parameter elements that were gathered (AVAILABLE or INFLIGHT) at once.
   int64_t peak_live_elements() const;
+  // The bound on `tier` of memory_report().peak_total, from the placement plan, the config's bucket sizes and the
+  // communicator's staging (see PeakBound). After Finalize.
+  PeakBound TruePeakBound(MemTier tier, const PeakBoundOptions& options = {}) const;
 
   class Impl;
 

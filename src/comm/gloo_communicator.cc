@@ -132,9 +132,14 @@ class FloatScratch {
  public:
   explicit FloatScratch(MemoryTracker* tracker) : tracker_(tracker) {}
   float* Get(size_t n) {
-    if (n > data_.size()) data_ = TrackedFloats(tracker_, n);
+    if (n > data_.size()) {
+      data_ = TrackedFloats();  // first: the old and the new buffer are never alive together
+      data_ = TrackedFloats(tracker_, n);
+    }
     return data_.get();
   }
+  int64_t bytes() const { return static_cast<int64_t>(data_.size() * sizeof(float)); }
+  void Release() { data_ = TrackedFloats(); }
 
  private:
   MemoryTracker* tracker_;
@@ -203,6 +208,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     if (contextSize_ > 1) BuildBlockAcks();
   }
   ~RetargetableReduceScatter() { tracker_->Sub(MemTier::kHost, MemTag::kStaging, gloo_bytes_); }
+  int64_t gloo_bytes() const { return gloo_bytes_; }
 
   void run() override {
     if (contextSize_ == 1) return;              // one buffer, one rank: nothing to reduce or move
@@ -497,10 +503,24 @@ struct RsCacheEntry {
   RsKey key;
   TrackedFloats owned;  // the staged variant's buffer
   std::unique_ptr<RetargetableReduceScatter> algorithm;
+  int64_t bytes = 0;  // owned + Gloo's receive buffers (RsInstanceBytes)
   uint64_t last_use = 0;
   uint64_t uses = 0;
 };
 constexpr size_t kRsCacheEntries = 4;
+
+// The staging one cached reduce-scatter of `total` elements (all ranks' blocks) holds at `world` ranks: Gloo's
+// receive buffers, recvBuf_ (chunkSize_ << steps_, with steps_ = floor(log2 world) and chunkSize_ = total / 2^steps_
+// rounded up) and recvBufDist_ (total), plus the staged variant's own buffer of the input's size. The constructor
+// checks it against the instance it built, so the engine's bound (Communicator::ReduceScatterStagingBytes) is
+// what the tracker counts.
+int64_t RsInstanceBytes(int world, size_t total, bool staged) {
+  int steps = 0;
+  while ((2 << steps) <= world) ++steps;
+  const size_t chunks = size_t{1} << steps;
+  const size_t recv_buf = (total + chunks - 1) / chunks * chunks;
+  return static_cast<int64_t>((recv_buf + total + (staged ? total : 0)) * sizeof(float));
+}
 // How long a communicator's destructor waits for the other ranks' (see MeetPeersBeforeClosing).
 constexpr absl::Duration kClosingTimeout = absl::Seconds(60);
 
@@ -596,6 +616,16 @@ class GlooCommunicator final : public Communicator {
         gloo::rendezvous::PrefixStore rs_store(key_prefix + "/rs", bounded);
         rs_ctx_->connectFullMesh(rs_store, device_);
         connected_ = true;
+        // Every rank must cache alike: eviction rebuilds an instance, which takes new slot numbers, so ranks
+        // whose budgets differ would stop matching. The tag is outside the ops' (they never set the high bit)
+        // and is used once, before any op.
+        budgets_.assign(world_, 0);
+        gloo::AllgatherOptions o(fn_ctx_);
+        o.setInput(const_cast<int64_t*>(&options_.cache_bytes), 1);
+        o.setOutput(budgets_.data(), budgets_.size());
+        o.setTag(0xffffffffu);
+        o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+        gloo::allgather(o);
       } catch (...) {
         Status s = internal::GlooExceptionToStatus(std::current_exception(), what);
         if (absl::IsDeadlineExceeded(s)) {
@@ -605,6 +635,13 @@ class GlooCommunicator final : public Communicator {
                            "ends with the missing rank]"));
         }
         return s;
+      }
+      for (int r = 0; r < world_; ++r) {
+        if (budgets_[r] != options_.cache_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "CommOptions::cache_bytes: rank ", rank_, " has ", options_.cache_bytes, " where rank ", r, " has ",
+              budgets_[r], "; every rank must give the same value (the ranks' cached reduce-scatters must match)"));
+        }
       }
     }
     thread_ = std::thread([this] {
@@ -621,6 +658,23 @@ class GlooCommunicator final : public Communicator {
   MemoryTracker* memory_tracker() override { return &tracker_; }
   uint64_t IssuedOpsHash() const override { return history_.hash(); }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }
+  int64_t cache_bytes() const override { return options_.cache_bytes; }
+
+  int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
+    if (world_ == 1 || count == 0) return 0;
+    const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
+    if (dtype == DType::kF32 && count <= chunk &&
+        (destructive || RetargetableReduceScatter::CanRunFromInput(world_, count * world_))) {
+      return RsInstanceBytes(world_, count * world_, /*staged=*/false);
+    }
+    // Staged in column chunks of `chunk` per rank: that instance and, for a shorter last chunk, one more.
+    int64_t bytes = RsInstanceBytes(world_, std::min(chunk, count) * world_, /*staged=*/true);
+    if (count > chunk && count % chunk != 0) bytes += RsInstanceBytes(world_, count % chunk * world_, true);
+    return bytes;
+  }
+  int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
+    return world_ == 1 || dtype == DType::kF32 ? 0 : static_cast<int64_t>(count * sizeof(float));
+  }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};
@@ -668,6 +722,13 @@ class GlooCommunicator final : public Communicator {
     Status check = ValidateBuffers(count, {buf}, 1);
     return Enqueue(d, check, [this, buf, count, dtype, op](const OpDesc& desc) -> Status {
       if (world_ == 1) return absl::OkStatus();  // sum, avg and max of one rank are the identity
+      if (dtype != DType::kF32) {
+        if (static_cast<int64_t>(count * sizeof(float)) > stage_.bytes()) {
+          stage_.Release();  // it grows: the old scratch goes first
+          MakeRoom(static_cast<int64_t>(count * sizeof(float)), nullptr, true);
+        }
+        stage_last_use_ = ++rs_clock_;
+      }
       float* data = dtype == DType::kF32 ? static_cast<float*>(buf) : stage_.Get(count);
       if (dtype != DType::kF32) ConvertBuffer(buf, dtype, data, DType::kF32, count);
       gloo::AllreduceOptions o(fn_ctx_);
@@ -682,6 +743,7 @@ class GlooCommunicator final : public Communicator {
       gloo::allreduce(o);
       if (op == ReduceOp::kAvg) DivideInPlace(data, count, static_cast<float>(world_));
       if (dtype != DType::kF32) ConvertBuffer(data, DType::kF32, buf, dtype, count);
+      TrimCache();
       return absl::OkStatus();
     });
   }
@@ -833,6 +895,8 @@ class GlooCommunicator final : public Communicator {
   // Returns the cached algorithm for `key`, constructed on a miss, over a buffer of its own (kStaged) or over
   // `over` (kExternal: the caller's buffer, to which it is retargeted on every use; kFromInput: the caller's
   // input, which that variant's run() only reads through SetInput's buffers).
+  // A miss first releases least recently used instances (MakeRoom), so that what stays cached and the new
+  // instance fit options_.cache_bytes where they can.
   RsCacheEntry& GetReduceScatter(const RsKey& key, float* over) {
     ++rs_clock_;
     RsCacheEntry* entry = nullptr;
@@ -846,9 +910,12 @@ class GlooCommunicator final : public Communicator {
                              [](const RsCacheEntry& a, const RsCacheEntry& b) { return a.last_use < b.last_use; });
         rs_cache_.erase(lru);
       }
+      const int64_t bytes = RsInstanceBytes(world_, key.total, key.mode == RsMode::kStaged);
+      MakeRoom(bytes, nullptr, false);
       rs_cache_.emplace_back();
       entry = &rs_cache_.back();
       entry->key = key;
+      entry->bytes = bytes;
       if (key.mode == RsMode::kStaged) entry->owned = TrackedFloats(&tracker_, key.total);
     }
     entry->last_use = rs_clock_;
@@ -860,12 +927,53 @@ class GlooCommunicator final : public Communicator {
           std::vector<int>(world_, static_cast<int>(block)),
           key.reduce == ReduceOp::kMax ? gloo::ReductionFunction<float>::max : gloo::ReductionFunction<float>::sum,
           &tracker_);
+      ZERO_CHECK(entry->bytes == entry->algorithm->gloo_bytes() + static_cast<int64_t>(entry->owned.size() * 4))
+          << "RsInstanceBytes no longer matches Gloo's instance (total " << key.total << ", world " << world_ << ")";
     }
     if (key.mode == RsMode::kExternal) entry->algorithm->Retarget(over);
     return *entry;
   }
 
+  // The staging cached between ops: the reduce-scatter instances and the f32 scratch.
+  int64_t CachedBytes() const {
+    int64_t b = stage_.bytes();
+    for (const auto& e : rs_cache_) b += e.bytes;
+    return b;
+  }
+  // Releases the least recently used of the instances and the scratch, except what the op in progress uses
+  // (`keep`, `keep_scratch`); false if nothing is left to release.
+  bool ReleaseLeastRecentlyUsed(const RsKey* keep, bool keep_scratch) {
+    auto lru = rs_cache_.end();
+    for (auto it = rs_cache_.begin(); it != rs_cache_.end(); ++it) {
+      if (keep != nullptr && it->key == *keep) continue;
+      if (lru == rs_cache_.end() || it->last_use < lru->last_use) lru = it;
+    }
+    const bool scratch = !keep_scratch && stage_.bytes() > 0;
+    if (scratch && (lru == rs_cache_.end() || stage_last_use_ < lru->last_use)) {
+      stage_.Release();
+      return true;
+    }
+    if (lru == rs_cache_.end()) return false;
+    rs_cache_.erase(lru);
+    return true;
+  }
+  // Before an op allocates `need` bytes of staging: releases what was least recently used while what stays
+  // cached and `need` exceed the budget. Every rank decides alike (same budget, same ops, same sizes).
+  void MakeRoom(int64_t need, const RsKey* keep, bool keep_scratch) {
+    while (CachedBytes() + need > options_.cache_bytes && ReleaseLeastRecentlyUsed(keep, keep_scratch)) {
+    }
+  }
+  // After an op: what stays cached beyond the budget is released, least recently used first (what the op just
+  // used last). So between ops the staging is at most cache_bytes, and during one at most the larger of
+  // cache_bytes and what the op itself needs.
+  void TrimCache() { MakeRoom(0, nullptr, false); }
+
   void RunReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool destructive) {
+    RunReduceScatterCached(send, recv, count, dtype, op, destructive);
+    TrimCache();
+  }
+
+  void RunReduceScatterCached(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, bool destructive) {
     const size_t esize = DTypeSize(dtype);
     const auto* in = static_cast<const uint8_t*>(send);
     auto* out = static_cast<uint8_t*>(recv);
@@ -930,8 +1038,9 @@ class GlooCommunicator final : public Communicator {
 
   int64_t next_seq_ = 0;  // issuing thread only
   internal::OpHistory history_;
-  std::string key_prefix_;  // this communicator's store keys (the generation under options_.prefix)
-  bool connected_ = false;  // both contexts connected (world > 1)
+  std::string key_prefix_;        // this communicator's store keys (the generation under options_.prefix)
+  std::vector<int64_t> budgets_;  // every rank's cache_bytes, exchanged at Connect
+  bool connected_ = false;        // both contexts connected (world > 1)
 
   const std::shared_ptr<internal::OrderedExecutor> executor_ = std::make_shared<internal::OrderedExecutor>();
   std::thread thread_;
@@ -941,7 +1050,8 @@ class GlooCommunicator final : public Communicator {
   MemoryTracker tracker_;  // declared before the buffers it counts, so it outlives them
   FloatScratch stage_{&tracker_};
   std::deque<RsCacheEntry> rs_cache_;  // deque: entries stay put when others are added
-  uint64_t rs_clock_ = 0;
+  uint64_t rs_clock_ = 0;              // the cache's clock: one tick per use of an instance or the scratch
+  uint64_t stage_last_use_ = 0;
 };
 
 }  // namespace
@@ -957,6 +1067,9 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr
   if (opts.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("comm_timeout_s must be positive, got ", absl::FormatDuration(opts.timeout)));
+  }
+  if (opts.cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CommOptions::cache_bytes must be >= 0, got ", opts.cache_bytes));
   }
   // Each rank counts the communicators it built on this store and prefix, so the k-th communicator of every
   // rank meets the others under the same fresh keys (Gloo's store keys are write-once).

@@ -248,7 +248,8 @@ const KeySpec kSchema[] = {
      .support = S::kOffOnly, .ref = FIELD(zero.reduce_scatter),
      .doc = "Reduce-scatter gradients (false: all-reduce); zero always reduce-scatters at stages 1-3."},
     {.path = "zero_optimization.reduce_bucket_size", .type = T::kInt, .default_json = "500000000", .min = 0,
-     .flags = kAutoOk, .ref = FIELD(zero.reduce_bucket_size), .doc = "Elements per gradient-reduction bucket."},
+     .flags = kAutoOk, .ref = FIELD(zero.reduce_bucket_size),
+     .doc = "Gradient elements in reduction at once; a larger unit is reduce-scattered in chunks of at most this."},
     {.path = "zero_optimization.use_multi_rank_bucket_allreduce", .type = T::kBool, .default_json = "true",
      .support = S::kNoEffect, .doc = "DeepSpeed stage 1/2: merge per-rank reduces into one all-reduce.",
      .note = "zero reduces with a true reduce-scatter"},
@@ -256,9 +257,9 @@ const KeySpec kSchema[] = {
      .support = S::kOffOnly, .ref = FIELD(zero.allgather_partitions),
      .doc = "All-gather updated parameters after the step (false: a series of broadcasts)."},
     {.path = "zero_optimization.allgather_bucket_size", .type = T::kInt, .default_json = "500000000", .min = 0,
-     .flags = kEven, .support = S::kNoEffect, .ref = FIELD(zero.allgather_bucket_size),
-     .doc = "Elements per parameter all-gather bucket (DeepSpeed asserts it is even).",
-     .note = "zero all-gathers one unit per collective: units are the buckets"},
+     .flags = kEven, .ref = FIELD(zero.allgather_bucket_size),
+     .doc = "Elements per parameter all-gather; a larger unit is gathered in chunks of at most this (DeepSpeed "
+            "asserts it is even)."},
     {.path = "zero_optimization.load_from_fp32_weights", .type = T::kBool, .default_json = "true",
      .support = S::kOffOnly,
      .doc = "DeepSpeed: initialize the fp32 master from a checkpoint's fp32 copy rather than its 16-bit weights. "

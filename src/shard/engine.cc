@@ -259,8 +259,9 @@ Status Engine::Impl::Close(UnitId id, bool backward) {
   Status s;
   if (backward) s = reducer.Reduce(u);
   if (u.sharded_params()) gathers.Release(u);
-  // Retire the reductions that have finished meanwhile (never blocking).
+  // Retire the reductions that have finished meanwhile and advance chunked collectives (never blocking).
   if (s.ok()) s = reducer.RetireCompleted();
+  gathers.Poll();
   return s;
 }
 
@@ -361,8 +362,7 @@ Engine::~Engine() {
   if (!impl_) return;
   bool unfinished = impl_->reducer.WaitAllForShutdown();
   for (auto& u : impl_->ctx.units) {
-    if (u.status == UnitStatus::kInflight) (void)u.gather_work.Wait();
-    unfinished |= !u.gather_work.IsCompleted();
+    unfinished |= !u.gather_op.WaitInFlight();
   }
   for (auto& b : impl_->ctx.quarantine) unfinished |= !b.empty();
   if (unfinished) {
@@ -433,5 +433,21 @@ const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
 int64_t Engine::prefetch_gathers() const { return impl_->gathers.prefetch_gathers(); }
 int64_t Engine::demand_gathers() const { return impl_->gathers.demand_gathers(); }
 int64_t Engine::peak_live_elements() const { return impl_->gathers.peak_live_elements(); }
+PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) const {
+  internal::PeakInputs in;
+  in.open_elems = options.open_elements;
+  in.trainer_bytes[static_cast<size_t>(MemTier::kHost)] = options.trainer_host_bytes;
+  in.trainer_bytes[static_cast<size_t>(MemTier::kDevice)] = options.trainer_device_bytes;
+  const Communicator& comm = *impl_->ctx.comm;
+  in.comm_cache_bytes = comm.cache_bytes();
+  in.rs_staging = [&comm](int64_t count, DType dtype, bool destructive) {
+    return comm.ReduceScatterStagingBytes(static_cast<size_t>(count), dtype, destructive);
+  };
+  in.ar_staging = [&comm](int64_t count, DType dtype) {
+    return comm.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
+  };
+  const internal::PeakTerms t = internal::TruePeakBound(impl_->Plan(), in)[static_cast<size_t>(tier)];
+  return PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};
+}
 
 }  // namespace zero

@@ -1,6 +1,8 @@
 // shard/gather.cc — stage-3 gathers, release and prefetch (shard/internal/gather.h).
 #include "shard/internal/gather.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/internal/fault.h"
 #include "zero/logging.h"
@@ -13,6 +15,11 @@ Status GatherScheduler::Issue(Unit& u) {
   CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
   MaybeInjectFault("gather", c.rank, c.applied_steps);
   const size_t cds = DTypeSize(c.cd());
+  // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
+  const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
+  if (chunk > 0) ZERO_RETURN_IF_ERROR(FinishChunked());
+  // The pool holds at most the larger of stage3_max_live_parameters and what is in use (buffer_pool.h).
+  gather_pool_.set_cap(static_cast<size_t>(std::max<int64_t>(0, c.cfg.zero.stage3_max_live_parameters)) * cds);
   u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
   ZERO_RETURN_IF_ERROR(c.AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));
   // With offload_param the shard is in the host tier and the all-gather reads it from there: on the host
@@ -29,7 +36,12 @@ Status GatherScheduler::Issue(Unit& u) {
     c.compute->CopyFromHost(u.stage_in.data(), send, u.params.size());
     send = u.stage_in.data();
   }
-  u.gather_work = c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream());
+  if (chunk == 0) {
+    u.gather_op = UnitCollective(ctx_, c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream()));
+  } else {
+    u.gather_op = UnitCollective::AllGather(ctx_, &chunk_pool_, send, u.gather.data(), u.layout.shard, chunk, c.cd());
+    chunked_ = static_cast<UnitId>(&u - c.units.data());
+  }
   u.status = UnitStatus::kInflight;
   UpdateLive(u.layout.padded);
   return absl::OkStatus();
@@ -38,9 +50,10 @@ Status GatherScheduler::Issue(Unit& u) {
 Status GatherScheduler::Wait(Unit& u) {
   ZERO_CHECK(u.status == UnitStatus::kInflight);
   const auto t0 = Clock::now();
-  Status s = ctx_->compute->Join(u.gather_work);  // the host waits; a device stream-waits
+  Status s = u.gather_op.Join();  // the host waits; a device stream-waits
   ctx_->times.gather_wait_ms += MsSince(t0);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", u.name(), ": ", s.message()));
+  u.gather_op.ReleaseStaging();
   stage_pool_.Give(std::move(u.stage_in));  // the gather is joined into the compute stream
   u.status = UnitStatus::kAvailable;
   return absl::OkStatus();
@@ -50,11 +63,12 @@ void GatherScheduler::Release(Unit& u) {
   ZERO_CHECK(u.status != UnitStatus::kNotAvailable);
   bool failed = false;
   if (u.status == UnitStatus::kInflight) {
-    Status s = ctx_->compute->Join(u.gather_work);  // never reuse a buffer an op is still writing
+    Status s = u.gather_op.Join();  // never reuse a buffer an op is still writing
     failed = !s.ok();
     if (failed) ctx_->Defer(s);
   }
-  if (failed && !u.gather_work.IsCompleted()) {
+  u.gather_op.ReleaseStaging();  // (quarantined if an op did not complete)
+  if (failed && u.gather_op.Unfinished()) {
     ctx_->Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
     ctx_->Quarantine(std::move(u.stage_in));
   }
@@ -62,6 +76,27 @@ void GatherScheduler::Release(Unit& u) {
   gather_pool_.Give(std::move(u.gather));
   u.status = UnitStatus::kNotAvailable;
   UpdateLive(-u.layout.padded);
+}
+
+Status GatherScheduler::FinishChunked() {
+  if (chunked_ < 0) return absl::OkStatus();
+  Unit& v = ctx_->units[chunked_];
+  chunked_ = -1;
+  if (v.status != UnitStatus::kInflight) return absl::OkStatus();  // waited for (or released) already
+  const auto t0 = Clock::now();
+  Status s = v.gather_op.Join();
+  ctx_->times.gather_wait_ms += MsSince(t0);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", v.name(), ": ", s.message()));
+  v.gather_op.ReleaseStaging();
+  return absl::OkStatus();
+}
+
+void GatherScheduler::Poll() {
+  if (chunked_ < 0 || ctx_->units[chunked_].status != UnitStatus::kInflight) return;
+  Unit& v = ctx_->units[chunked_];
+  if (Status s = v.gather_op.Poll(); !s.ok()) {
+    ctx_->Defer(absl::Status(s.code(), absl::StrCat("gathering unit ", v.name(), ": ", s.message())));
+  }
 }
 
 void GatherScheduler::Prefetch() {
@@ -75,6 +110,12 @@ void GatherScheduler::Prefetch() {
     if (v.status != UnitStatus::kNotAvailable) continue;
     if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
     if (live_elems_ + v.layout.padded > z.stage3_max_live_parameters) break;
+    // A prefetch never waits: a chunked unit waits while another's chunked gather is in flight (decided by the
+    // units' states, which every rank changes at the same calls, never by whether an op has completed).
+    if (ChunkPerRank(v.layout.padded, ctx_->world, z.allgather_bucket_size) > 0 && chunked_ >= 0 &&
+        ctx_->units[chunked_].status == UnitStatus::kInflight) {
+      break;
+    }
     if (Status s = Issue(v); !s.ok()) {  // reported by the next call; prefetch stops here
       ctx_->Defer(s);
       break;
@@ -99,6 +140,12 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step) {
   }
   this_step_order_.push_back(id);
   if (u.status == UnitStatus::kNotAvailable) {
+    // stage3_max_live_parameters holds on demand gathers too: units prefetched but not opened make room first
+    // (only off the recorded order; on it, prefetch fills a prefix of what comes next, which this unit heads).
+    for (auto& v : ctx_->units) {
+      if (live_elems_ + u.layout.padded <= ctx_->cfg.zero.stage3_max_live_parameters) break;
+      if (&v != &u && v.sharded_params() && v.status != UnitStatus::kNotAvailable && !v.scope_open) Release(v);
+    }
     ZERO_RETURN_IF_ERROR(Issue(u));
     ++demand_gathers_;
   }

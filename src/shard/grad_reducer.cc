@@ -40,7 +40,8 @@ void GradReducer::FreeFull(Buffer& b) {
 }
 
 // Issues the reduction of `src` (the unit's full padded gradient, `src_dtype`): an average all-reduce whose
-// result is deposited in full, or an average reduce-scatter whose shard is deposited.
+// result is deposited in full, or an average reduce-scatter whose shard is deposited — in chunks when the unit is
+// larger than reduce_bucket_size (shard/internal/collective.h).
 Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
   EngineContext& c = *ctx_;
   CommLabel label(c.comm.get(), absl::StrCat("gradient reduction of unit ", u.name()));
@@ -48,11 +49,18 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
   const DType wire = c.policy.wire;
   ReleaseHeld();
   const int64_t n = u.layout.padded, S = u.layout.shard;
+  // reduce_bucket_size bounds the gradient elements in flight, this reduction's included: the oldest are retired
+  // before it takes its buffers (the collectives run in issue order anyway, and what they free is reused here).
+  // A unit larger than the bound goes alone.
+  while (!pending_.empty() && pending_elems_ + n > c.cfg.zero.reduce_bucket_size) {
+    ZERO_RETURN_IF_ERROR(RetireOldest());
+  }
   p.unit = static_cast<UnitId>(&u - c.units.data());
   p.dep = dep;
   p.elems = n;
+  const int64_t chunk = allreduce ? 0 : ChunkPerRank(n, c.world, c.cfg.zero.reduce_bucket_size);
   void* send = src;
-  if (src_dtype != wire) {
+  if (src_dtype != wire && chunk == 0) {  // (chunks are converted as they are packed)
     p.staging = wire_pool_.Take(n * DTypeSize(wire), false);
     ZERO_RETURN_IF_ERROR(c.AllocStatus(p.staging, n * DTypeSize(wire), "wire-dtype copy of the gradient", u));
     c.compute->Convert(src, src_dtype, p.staging.data(), wire, n);
@@ -63,7 +71,7 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
     }
   }
   if (allreduce) {
-    p.work = c.comm->AllReduce(send, n, wire, ReduceOp::kAvg, c.stream());
+    p.op = UnitCollective(ctx_, c.comm->AllReduce(send, n, wire, ReduceOp::kAvg, c.stream()));
     p.result = send == dep.ptr ? nullptr : send;
     p.result_elems = n;
   } else {
@@ -79,16 +87,17 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
       p.result = recv;
     }
     p.result_elems = S;
-    // A pooled bucket or staging copy is scratch: let the backend reduce in it instead of copying it first.
-    const bool scratch = !p.staging.empty() || (!p.bucket.empty() && send == p.bucket.data());
-    p.work = scratch ? c.comm->ReduceScatterDestructive(send, recv, S, wire, ReduceOp::kAvg, c.stream())
-                     : c.comm->ReduceScatter(send, recv, S, wire, ReduceOp::kAvg, c.stream());
+    if (chunk > 0) {
+      p.op = UnitCollective::ReduceScatter(ctx_, &wire_pool_, src, src_dtype, recv, wire, S, chunk);
+    } else {
+      // A pooled bucket or staging copy is scratch: let the backend reduce in it instead of copying it first.
+      const bool scratch = !p.staging.empty() || (!p.bucket.empty() && send == p.bucket.data());
+      p.op = UnitCollective(ctx_,
+                            scratch ? c.comm->ReduceScatterDestructive(send, recv, S, wire, ReduceOp::kAvg, c.stream())
+                                    : c.comm->ReduceScatter(send, recv, S, wire, ReduceOp::kAvg, c.stream()));
+    }
   }
   p.result_dtype = wire;
-  // Bound the gradient elements in flight by reduce_bucket_size, then queue.
-  while (!pending_.empty() && pending_elems_ + p.elems > c.cfg.zero.reduce_bucket_size) {
-    ZERO_RETURN_IF_ERROR(RetireOldest());
-  }
   pending_elems_ += p.elems;
   pending_.push_back(std::move(p));
   if (!c.cfg.zero.overlap_comm) {
@@ -155,12 +164,13 @@ Status GradReducer::RetireOldest() {
   pending_elems_ -= p.elems;
   Unit& u = c.units[p.unit];
   const auto t0 = Clock::now();
-  Status s = c.compute->Join(p.work);  // the host waits; a device stream-waits
+  Status s = p.op.Join();  // the host waits; a device stream-waits
   c.times.reduce_wait_ms += MsSince(t0);
-  if (!s.ok() && !p.work.IsCompleted()) {
+  if (!s.ok() && p.op.Unfinished()) {
     // The wait failed (timeout, dead peer) with the op still running: its buffers must outlive it.
     for (Buffer* b : {&p.bucket, &p.recv, &p.staging}) c.Quarantine(std::move(*b));
   }
+  p.op.ReleaseStaging();
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.name(), ": ", s.message()));
   }
@@ -190,7 +200,12 @@ Status GradReducer::RetireOldest() {
 }
 
 Status GradReducer::RetireCompleted() {
-  while (!pending_.empty() && pending_.front().work.IsCompleted()) ZERO_RETURN_IF_ERROR(RetireOldest());
+  while (!pending_.empty()) {
+    PendingReduce& front = pending_.front();
+    (void)front.op.Poll();  // a chunked reduction advances; a failure is RetireOldest's to report
+    if (!front.op.Done()) break;
+    ZERO_RETURN_IF_ERROR(RetireOldest());
+  }
   return absl::OkStatus();
 }
 
@@ -261,10 +276,7 @@ void GradReducer::ZeroGrads() {
 
 bool GradReducer::WaitAllForShutdown() {
   bool unfinished = false;
-  for (auto& p : pending_) {
-    (void)p.work.Wait();
-    unfinished |= !p.work.IsCompleted();
-  }
+  for (auto& p : pending_) unfinished |= !p.op.WaitInFlight();
   return unfinished;
 }
 

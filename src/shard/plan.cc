@@ -2,7 +2,10 @@
 #include "shard/internal/plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "shard/internal/layout.h"
@@ -47,6 +50,10 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
   p.model_persistence_threshold = cfg.zero.stage3_model_persistence_threshold;
   p.sub_group_size = cfg.zero.sub_group_size;
+  p.reduce_bucket = cfg.zero.reduce_bucket_size;
+  p.allgather_bucket = cfg.zero.allgather_bucket_size;
+  p.prefetch_bucket = cfg.zero.stage3_prefetch_bucket_size;
+  p.max_live = cfg.zero.stage3_max_live_parameters;
   return p;
 }
 
@@ -195,6 +202,158 @@ MemoryReport StagePlan::Report() const {
   }
   for (const auto& b : staging) count(b);
   return r;
+}
+
+}  // namespace zero::internal
+
+namespace zero::internal {
+
+int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket) {
+  if (padded <= bucket) return 0;
+  const int64_t q = kShardAlignElems;
+  return std::max<int64_t>(q, bucket / world / q * q);
+}
+
+namespace {
+
+// A pool of same-sized buffers keeps, per size, as many buffers as were ever in use at once, and never frees them
+// (shard/internal/buffer_pool.h). With at most `window` elements in use at once, at most min(n, max(1, window / s))
+// of the n units of s elements hold one: one alone may exceed the window (a demand gather, a unit larger than the
+// bucket). `units` are (s, bytes of one buffer) pairs, one per unit; the bound sums over the distinct s.
+int64_t PoolBound(const std::vector<std::pair<int64_t, int64_t>>& units, int64_t window) {
+  std::vector<std::pair<int64_t, int64_t>> sorted = units;
+  std::sort(sorted.begin(), sorted.end());
+  int64_t bound = 0;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    int64_t bytes = 0;
+    while (j < sorted.size() && sorted[j].first == sorted[i].first) bytes = std::max(bytes, sorted[j++].second);
+    const int64_t n = static_cast<int64_t>(j - i), s = sorted[i].first;
+    bound += bytes * std::min(n, std::max<int64_t>(1, s > 0 ? window / s : n));
+    i = j;
+  }
+  return bound;
+}
+
+}  // namespace
+
+std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& in) {
+  const PlanPolicy& p = plan.policy;
+  const int N = p.world;
+  const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute)), ws = static_cast<int64_t>(DTypeSize(p.wire));
+  std::array<PeakTerms, 2> t{};
+  PeakTerms& dev = t[static_cast<size_t>(MemTier::kDevice)];
+  PeakTerms& host = t[static_cast<size_t>(MemTier::kHost)];
+  const MemoryReport model = plan.Report();
+  for (size_t tier = 0; tier < 2; ++tier) {
+    for (const MemoryUsage& m : model.usage[tier]) t[tier].model_state += m.current;
+    t[tier].trainer = in.trainer_bytes[tier];
+  }
+  int64_t largest = 0;
+  for (const UnitPlan& u : plan.units) largest = std::max(largest, u.padded);
+  const int64_t open = in.open_elems > 0 ? in.open_elems : largest;
+
+  // Stage 3's live window: at most max(open, min(max_live, open + prefetch)) elements gathered at once
+  // (shard/internal/gather.h), and never more than every sharded unit.
+  std::vector<std::pair<int64_t, int64_t>> sharded;
+  int64_t sharded_total = 0;
+  for (const UnitPlan& u : plan.units) {
+    if (!u.sharded_params) continue;
+    sharded.emplace_back(u.padded, u.padded * cds);
+    sharded_total += u.padded;
+  }
+  // The gather pool keeps, per size, the most buffers of that size in use at once, and never more than the larger
+  // of max_live and what is in use (shard/internal/buffer_pool.h).
+  const int64_t window = std::min(sharded_total, std::max(open, std::min(p.max_live, open + p.prefetch_bucket)));
+  dev.gathers = std::min(PoolBound(sharded, window), cds * std::max(p.max_live, window));
+
+  // All-gather chunk staging, two buffers of one chunk's `world` blocks: the stage-3 gathers' and the step's
+  // refresh of full parameters (stages 1-2, persistent stage-3 units) each keep their own.
+  bool chunked_gather = false, chunked_refresh = false;
+  for (const UnitPlan& u : plan.units) {
+    if (ChunkPerRank(u.padded, N, p.allgather_bucket) == 0) continue;
+    if (u.sharded_params) chunked_gather = true;
+    if (p.stage >= 1 && !u.sharded_params && !u.frozen) chunked_refresh = true;
+  }
+  const int64_t ag_chunk =
+      std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
+  dev.staging = (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
+
+  // Reductions. Each is issued once the ones in flight and it fit reduce_bucket_size (or it goes alone), so at
+  // most q = max(reduce_bucket_size, its unit) gradient elements are in flight, the new one included, beside
+  // the open backward scopes' buckets.
+  std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires;
+  int64_t grad_total = 0, largest_grad = 0, full_grads = 0;
+  bool chunked_reduce = false;
+  struct Shape {
+    int64_t count;
+    bool destructive;
+  };
+  std::vector<Shape> rs_shapes;
+  int64_t ar_need = 0;
+  const bool every_micro = p.ReduceEveryMicroStep();
+  for (const UnitPlan& u : plan.units) {
+    if (u.frozen) continue;
+    grad_total += u.padded;
+    largest_grad = std::max(largest_grad, u.padded);
+    const bool bucket = p.stage >= 2 && every_micro && !u.trainer_owned;
+    if (bucket) buckets.emplace_back(u.padded, u.padded * cds);
+    if (p.stage >= 2 && !every_micro && !u.trainer_owned) {
+      full_grads += u.padded * (cds + (p.Accumulate16() ? 4 : 0));
+    }
+    // What the reduction reads (shard/grad_reducer.cc): the fp32 accumulator of 16-bit gradients where one
+    // accumulates across micro-steps locally, else the compute-dtype gradient.
+    const bool from_accumulator = p.Accumulate16() && !every_micro;
+    const DType src = from_accumulator ? DType::kF32 : p.compute;
+    const int64_t chunk = p.stage == 0 ? 0 : ChunkPerRank(u.padded, N, p.reduce_bucket);
+    if (src != p.wire && chunk == 0) wires.emplace_back(u.padded, u.padded * ws);
+    if (p.stage == 0) {
+      if (in.ar_staging) ar_need = std::max(ar_need, in.ar_staging(u.padded, p.wire));
+      continue;
+    }
+    // Where the reduced shard lands: stage 1 in the gradient's own slice unless it accumulates in an fp32 shard;
+    // else the gradient shard. A separate output is needed unless the op can write it directly.
+    const bool slice = p.stage == 1 && !every_micro;
+    const DType dep = slice ? p.compute : u.grad_shard_dtype;
+    const bool adds = every_micro && p.accumulation_steps > 1;
+    if (dep != p.wire || adds || u.host_n > 0) recvs.emplace_back(u.padded, u.shard * ws);
+    if (chunk > 0) {
+      chunked_reduce = true;
+      rs_shapes.push_back({chunk, true});
+      if (u.shard % chunk != 0) rs_shapes.push_back({u.shard % chunk, true});
+    } else {
+      rs_shapes.push_back({u.shard, src != p.wire || bucket});
+    }
+  }
+  const int64_t q = std::min(grad_total, std::max(p.reduce_bucket, largest_grad));
+  const int64_t rs_chunk =
+      std::max<int64_t>(kShardAlignElems, p.reduce_bucket / N / kShardAlignElems * kShardAlignElems);
+  dev.reductions = PoolBound(buckets, q + open) + PoolBound(recvs, q) + PoolBound(wires, q) +
+                   (chunked_reduce ? 2 * N * rs_chunk * ws : 0) + full_grads;
+
+  // The communicator's staging: at most the larger of its budget and one op's need, and at most what its cache
+  // can hold (four reduce-scatter instances, the largest needs, and the scratch of the largest 16-bit all-reduce).
+  // (Each distinct shape is an instance of its own; shapes the communicator happens to key alike are counted twice,
+  // which only loosens the bound.)
+  std::sort(rs_shapes.begin(), rs_shapes.end(), [](const Shape& a, const Shape& b) {
+    return std::tie(a.count, a.destructive) < std::tie(b.count, b.destructive);
+  });
+  rs_shapes.erase(
+      std::unique(rs_shapes.begin(), rs_shapes.end(),
+                  [](const Shape& a, const Shape& b) { return a.count == b.count && a.destructive == b.destructive; }),
+      rs_shapes.end());
+  std::vector<int64_t> needs;
+  if (in.rs_staging) {
+    for (const Shape& sh : rs_shapes) needs.push_back(in.rs_staging(sh.count, p.wire, sh.destructive));
+  }
+  std::sort(needs.begin(), needs.end(), std::greater<>());
+  int64_t most = ar_need, four = ar_need;
+  for (size_t i = 0; i < needs.size(); ++i) {
+    most = std::max(most, needs[i]);
+    if (i < 4) four += needs[i];
+  }
+  host.staging = std::min(std::max(in.comm_cache_bytes, most), four);
+  return t;
 }
 
 }  // namespace zero::internal

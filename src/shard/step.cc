@@ -283,7 +283,9 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   MaybeInjectFault("step.optimizer", c.rank, applied_steps_);
   const int stage = c.stage(), rank = c.rank;
   const DType cd = c.cd();
-  std::vector<Work> gathers;
+  std::vector<UnitCollective> gathers;
+  size_t chunked = SIZE_MAX;  // the chunked refresh in `gathers` that may be in flight (one at a time)
+  Status failed;              // the first refresh that failed
   const size_t cds = DTypeSize(cd);
   const bool stochastic = cd == DType::kBF16 && c.cfg.bf16.stochastic_rounding;
   const size_t opt_tile = static_cast<size_t>(std::max<int64_t>(c.cfg.zero.sub_group_size, 1));
@@ -302,7 +304,18 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     copies_->Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
     CommLabel label(c.comm.get(), absl::StrCat("Step: parameter refresh of unit ", d.name()));
     MaybeInjectFault("step.refresh", rank, applied_steps_);
-    gathers.push_back(c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // refresh in place
+    const int64_t chunk = ChunkPerRank(d.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
+    if (chunk == 0) {
+      gathers.emplace_back(ctx_, c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // in place
+    } else {
+      if (chunked != SIZE_MAX) {  // its staging is this one's
+        Status s = gathers[chunked].Join();
+        if (!s.ok() && failed.ok()) failed = s;
+        gathers[chunked].ReleaseStaging();
+      }
+      chunked = gathers.size();
+      gathers.push_back(UnitCollective::AllGather(ctx_, &refresh_pool_, slice, d.params.data(), dS, chunk, cd));
+    }
     deferred_unit = -1;
   };
   for (size_t ui = 0; ui < c.units.size(); ++ui) {
@@ -414,8 +427,12 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   c.times.optimizer_ms += MsSince(t_opt);
   const auto t_ag = Clock::now();
   for (auto& g : gathers) {
-    Status s = c.compute->Join(g);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("all-gather of updated parameters: ", s.message()));
+    Status s = g.Join();
+    g.ReleaseStaging();
+    if (!s.ok() && failed.ok()) failed = s;
+  }
+  if (!failed.ok()) {
+    return absl::Status(failed.code(), absl::StrCat("all-gather of updated parameters: ", failed.message()));
   }
   c.times.allgather_ms += MsSince(t_ag);
   return absl::OkStatus();

@@ -5,8 +5,10 @@
 //
 // Inputs are small integers so every sum, average and maximum is exact in all three dtypes; the expected
 // values are formulas of (rank, index), not a second implementation.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -414,6 +416,114 @@ TEST(Collectives, MemoryReportCountsGlooReceiveBuffers) {
     std::vector<uint16_t> send16(total, F32ToBF16(1.0f)), recv16(n);
     ASSERT_OK(comm.ReduceScatter(send16.data(), recv16.data(), n, DType::kBF16, ReduceOp::kSum).Wait());
     EXPECT_EQ(staging() - before, static_cast<int64_t>((2 + 2 + 3) * total * 4));  // a third, staged
+  });
+}
+
+// ReduceScatterStagingBytes and AllReduceStagingBytes (the engine's bound on its true peak rests on them) are
+// exactly what an op holds while it runs: with a budget of 0 nothing stays cached, so each op builds its
+// instance (or scratch), and its staging peak is that alone; afterwards nothing is left. Worlds 2-5, f32 and
+// bf16, both reduce-scatter variants, counts that run from the input, stage it, and are below one block each.
+TEST(Collectives, StagingBytesAreWhatAnOpHolds) {
+  testing::RunRanksOptions o = MatrixOptions();
+  o.comm.cache_bytes = 0;
+  for (int world : {2, 3, 4, 5}) {
+    RunRanks(
+        world,
+        [world](Communicator& comm, int rank) {
+          MemoryTracker& tracker = *comm.memory_tracker();
+          auto staging = [&] { return comm.memory_report().Get(MemTier::kHost, MemTag::kStaging); };
+          for (size_t n : {size_t{7}, size_t{1024}, size_t{4099}}) {
+            for (DType t : {DType::kF32, DType::kBF16}) {
+              for (bool destructive : {false, true}) {
+                SCOPED_TRACE(absl::StrCat("world ", world, " count ", n, " ", std::string(DTypeName(t)),
+                                          destructive ? " destructive" : ""));
+                auto send = Make(n * world, t);
+                for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, SumInput(rank, i, t));
+                auto recv = Make(n, t);
+                tracker.ResetPeaks();
+                Work w = destructive ? comm.ReduceScatterDestructive(send.data(), recv.data(), n, t, ReduceOp::kSum)
+                                     : comm.ReduceScatter(send.data(), recv.data(), n, t, ReduceOp::kSum);
+                ASSERT_OK(w.Wait());
+                ASSERT_EQ(CheckReduced(recv, t, n, ReduceOp::kSum, world, rank * n), "");
+                EXPECT_EQ(staging().peak, comm.ReduceScatterStagingBytes(n, t, destructive));
+                EXPECT_GT(staging().peak, 0);
+                EXPECT_EQ(staging().current, 0);
+              }
+              auto buf = Make(n, t);
+              for (size_t i = 0; i < n; ++i) StoreFromF32(buf.data(), t, i, SumInput(rank, i, t));
+              tracker.ResetPeaks();
+              ASSERT_OK(comm.AllReduce(buf.data(), n, t, ReduceOp::kSum).Wait());
+              ASSERT_EQ(CheckReduced(buf, t, n, ReduceOp::kSum, world, 0), "");
+              EXPECT_EQ(staging().peak, comm.AllReduceStagingBytes(n, t));
+              EXPECT_EQ(staging().current, 0);
+            }
+          }
+        },
+        o);
+  }
+}
+
+// The cache holds at most CommOptions::cache_bytes between ops: with room for one instance, ops of two sizes
+// and both variants alternate (each miss releases the other instance first), a 16-bit all-reduce's scratch
+// displaces them too, and an op larger than the budget runs and is released after it. During an op the staging
+// is at most the larger of the budget and that op's own; every result is exact.
+TEST(Collectives, CacheBudgetBoundsTheStaging) {
+  constexpr size_t kSmall = 1024, kLarge = 3000;
+  for (int world : {3, 4}) {
+    testing::RunRanksOptions o = MatrixOptions();
+    o.comm.cache_bytes = static_cast<int64_t>(2 * kSmall * world * sizeof(float)) + 4096;
+    RunRanks(
+        world,
+        [world, budget = o.comm.cache_bytes](Communicator& comm, int rank) {
+          EXPECT_EQ(comm.cache_bytes(), budget);
+          MemoryTracker& tracker = *comm.memory_tracker();
+          auto staging = [&] { return comm.memory_report().Get(MemTier::kHost, MemTag::kStaging); };
+          for (int call = 0; call < 8; ++call) {
+            const size_t n = call % 4 == 3 ? kLarge : kSmall;
+            const bool destructive = call % 2 == 1;
+            const DType t = call == 6 ? DType::kBF16 : DType::kF32;
+            SCOPED_TRACE(absl::StrCat("world ", world, " call ", call));
+            auto send = Make(n * world, t);
+            for (size_t i = 0; i < n * world; ++i) StoreFromF32(send.data(), t, i, SumInput(rank, i, t));
+            auto recv = Make(n, t);
+            tracker.ResetPeaks();
+            Work w = destructive ? comm.ReduceScatterDestructive(send.data(), recv.data(), n, t, ReduceOp::kSum)
+                                 : comm.ReduceScatter(send.data(), recv.data(), n, t, ReduceOp::kSum);
+            ASSERT_OK(w.Wait());
+            ASSERT_EQ(CheckReduced(recv, t, n, ReduceOp::kSum, world, rank * n), "");
+            const int64_t need = comm.ReduceScatterStagingBytes(n, t, destructive);
+            EXPECT_LE(staging().peak, std::max(budget, need));
+            EXPECT_LE(staging().current, budget);
+            // An op that fits stays cached (the next of its kind needs nothing new); a larger one does not.
+            EXPECT_EQ(staging().current >= need, need <= budget) << "need " << need;
+            if (call == 4) {
+              auto buf = Make(kLarge, DType::kBF16);
+              for (size_t i = 0; i < kLarge; ++i)
+                StoreFromF32(buf.data(), DType::kBF16, i, SumInput(rank, i, DType::kBF16));
+              tracker.ResetPeaks();
+              ASSERT_OK(comm.AllReduce(buf.data(), kLarge, DType::kBF16, ReduceOp::kSum).Wait());
+              ASSERT_EQ(CheckReduced(buf, DType::kBF16, kLarge, ReduceOp::kSum, world, 0), "");
+              EXPECT_LE(staging().peak, std::max(budget, comm.AllReduceStagingBytes(kLarge, DType::kBF16)));
+              EXPECT_LE(staging().current, budget);
+            }
+          }
+        },
+        o);
+  }
+}
+
+// The ranks' caches must decide alike, so their budgets must agree: a rank that differs fails every rank's
+// CreateGloo with an error that names the option and both values.
+TEST(Collectives, CacheBudgetsMustAgree) {
+  auto store = Store::Hash();
+  testing::RunThreads(3, [&](int rank) {
+    CommOptions o = testing::TestCommOptions();
+    o.cache_bytes = rank == 1 ? 4096 : 8192;
+    auto c = Communicator::CreateGloo(store, rank, 3, o);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(c.status().message()), ::testing::HasSubstr("CommOptions::cache_bytes"));
+    EXPECT_THAT(std::string(c.status().message()), ::testing::HasSubstr(rank == 1 ? "8192" : "4096"));
   });
 }
 

@@ -209,6 +209,13 @@ class DrainingComm final : public Communicator {
   Backend backend() const override { return inner_.backend(); }
   MemoryReport memory_report() const override { return inner_.memory_report(); }
   MemoryTracker* memory_tracker() override { return inner_.memory_tracker(); }
+  int64_t cache_bytes() const override { return inner_.cache_bytes(); }
+  int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
+    return inner_.ReduceScatterStagingBytes(count, dtype, destructive);
+  }
+  int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
+    return inner_.AllReduceStagingBytes(count, dtype);
+  }
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
@@ -289,6 +296,7 @@ struct Case {
   int offload = 0;  // 1: offload_optimizer; 2: + offload_param
   double ratio = 1.0;
   double clip = 1.0;
+  bool chunked = false;  // 200-element buckets: units move in chunks (shard/internal/collective.h)
 };
 
 Config CaseConfig(const Case& c) {
@@ -303,6 +311,7 @@ Config CaseConfig(const Case& c) {
     cfg.zero.sub_group_size = 300;
   }
   if (c.offload >= 2) cfg.zero.offload_param.device = OffloadDevice::kCpu;
+  if (c.chunked) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = 200;
   return cfg;
 }
 
@@ -372,19 +381,24 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Engine, AsyncTierTest,
-    ::testing::Values(Case{"w1_s0_f32", 1, 0, DType::kF32, 1}, Case{"w2_s0_bf16_ga2", 2, 0, DType::kBF16, 2},
-                      Case{"w2_s1_f32", 2, 1, DType::kF32, 1}, Case{"w2_s1_bf16_ga2", 2, 1, DType::kBF16, 2},
-                      Case{"w2_s2_bf16", 2, 2, DType::kBF16, 1},
-                      Case{"w2_s2_bf16_ga3_lowcomm", 2, 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication},
-                      Case{"w3_s3_f32", 3, 3, DType::kF32, 1}, Case{"w2_s3_bf16_ga2", 2, 3, DType::kBF16, 2},
-                      Case{"w2_s3_f16", 2, 3, DType::kF16, 1},
-                      Case{"w2_s3_bf16_sr", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true},
-                      Case{"w2_s1_bf16_offload", 2, 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1},
-                      Case{"w2_s2_f32_offload_ga2", 2, 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 1},
-                      Case{"w2_s3_bf16_offload_all", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2},
-                      Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
-                      Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1,
-                           0.5}),
+    ::testing::Values(
+        Case{"w1_s0_f32", 1, 0, DType::kF32, 1}, Case{"w2_s0_bf16_ga2", 2, 0, DType::kBF16, 2},
+        Case{"w2_s1_f32", 2, 1, DType::kF32, 1}, Case{"w2_s1_bf16_ga2", 2, 1, DType::kBF16, 2},
+        Case{"w2_s2_bf16", 2, 2, DType::kBF16, 1},
+        Case{"w2_s2_bf16_ga3_lowcomm", 2, 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication},
+        Case{"w3_s3_f32", 3, 3, DType::kF32, 1}, Case{"w2_s3_bf16_ga2", 2, 3, DType::kBF16, 2},
+        Case{"w2_s3_f16", 2, 3, DType::kF16, 1},
+        Case{"w2_s3_bf16_sr", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true},
+        Case{"w2_s1_bf16_offload", 2, 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1},
+        Case{"w2_s2_f32_offload_ga2", 2, 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 1},
+        Case{"w2_s3_bf16_offload_all", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2},
+        Case{"w2_s3_f32_offload_all", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 2},
+        Case{"w2_s3_bf16_twinflow", 2, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 1, 0.5},
+        Case{"w2_s1_bf16_ga2_chunked", 2, 1, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
+             true},
+        Case{"w3_s2_f32_chunked", 3, 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, true},
+        Case{"w3_s3_bf16_ga2_chunked", 3, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
+             true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned

@@ -373,5 +373,24 @@ INSTANTIATE_TEST_SUITE_P(Engine, EngineMatchesPlanTest, ::testing::ValuesIn(Engi
                                                c.mode == GradAccumulationMode::kLowMemory ? "" : "_lowcomm");
                          });
 
+// Chunking's geometry: one collective while the unit fits its bucket; else the largest multiple of 32 elements
+// per rank whose `world` blocks fit the bucket, and never below 32 (the shard alignment) however small the bucket.
+TEST(ChunkPerRankTest, WholeMultiplesOf32WithinTheBucket) {
+  EXPECT_EQ(internal::ChunkPerRank(1024, 4, 1024), 0);         // fits: one collective
+  EXPECT_EQ(internal::ChunkPerRank(1024, 4, 500'000'000), 0);  // DeepSpeed's default never chunks this
+  EXPECT_EQ(internal::ChunkPerRank(1152, 4, 1024), 256);       // 4 x 256 = the bucket
+  EXPECT_EQ(internal::ChunkPerRank(4096, 3, 1000), 320);       // 1000 / 3 = 333 -> 320; 3 x 320 <= 1000
+  EXPECT_EQ(internal::ChunkPerRank(4096, 5, 100), 32);         // below 32 per rank: 32
+  EXPECT_EQ(internal::ChunkPerRank(4096, 2, 0), 32);           // a bucket of 0 too
+  for (int world = 1; world <= 8; ++world) {
+    for (int64_t bucket : {int64_t{64}, int64_t{1000}, int64_t{77777}}) {
+      const int64_t c = internal::ChunkPerRank(int64_t{1} << 20, world, bucket);
+      EXPECT_EQ(c % 32, 0);
+      EXPECT_TRUE(c == 32 || c * world <= bucket) << "world " << world << " bucket " << bucket;
+      EXPECT_GT((c + 32) * world, bucket) << "the largest such chunk";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zero

@@ -1,7 +1,8 @@
 // tests/support/flat_mlp.h — a C-style trainer of the classic kind for ShardedOptimizer's tests: one flat
 // parameter buffer, one gradient buffer, tensors as slices, plain-loop forward/backward and its own AdamW loop
-// (torch's formulas). Shared by tests/shard/sharded_optimizer_test.cc (thread ranks) and its process worker.
-// defines: the model's shape constants, Input, Target, InitParams, ForwardBackward, OwnAdamW, ReferenceRun,
+// (torch's formulas). Shared by tests/shard/sharded_optimizer_test.cc (thread ranks) and its process worker, and,
+// at a larger Shape, by tests/shard/true_peak_test.cc (the model registered as one unit).
+// defines: the model's shape constants, Shape, Input, Target, InitParams, ForwardBackward, OwnAdamW, ReferenceRun,
 // RelativeDifference.
 #pragma once
 
@@ -20,27 +21,38 @@ inline constexpr int64_t kNumel = kH * kD + kH + kH + 1;
 inline const std::vector<ParamSpec> kTensors = {{"w1", {kH, kD}}, {"b1", {kH}}, {"w2", {kH}}, {"b2", {1}}};
 inline constexpr double kLr = 1e-2, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kWd = 0.05;
 
-inline float Input(int step, int b, int i) { return std::sin(0.37f * static_cast<float>(b * kD + i) + 0.11f * step); }
+// The same model at another width: D inputs, H hidden units (the constants above are Shape{kD, kH}).
+struct Shape {
+  int d = kD, h = kH;
+  int64_t numel() const { return static_cast<int64_t>(h) * d + h + h + 1; }
+  std::vector<ParamSpec> tensors() const { return {{"w1", {h, d}}, {"b1", {h}}, {"w2", {h}}, {"b2", {1}}}; }
+};
+
+inline float Input(int step, int b, int i, int d = kD) {
+  return std::sin(0.37f * static_cast<float>(b * d + i) + 0.11f * step);
+}
 inline float Target(int step, int b) { return std::cos(0.23f * static_cast<float>(b) + 0.07f * step); }
 
-inline void InitParams(float* p) {
-  for (int64_t i = 0; i < kNumel; ++i) p[i] = 0.3f * std::sin(1.7f * static_cast<float>(i) + 0.5f);
+inline void InitParams(float* p, const Shape& s = {}) {
+  for (int64_t i = 0; i < s.numel(); ++i) p[i] = 0.3f * std::sin(1.7f * static_cast<float>(i) + 0.5f);
 }
 
 // The trainer's forward and backward over samples [b0, b1) of the step's global batch: writes the gradient of
 // the MEAN loss over those samples into g (overwriting) and returns that loss.
-inline float ForwardBackward(const float* p, float* g, int step, int b0, int b1) {
-  const float *W1 = p, *B1 = p + kH * kD, *W2 = B1 + kH, *B2 = W2 + kH;
-  float *gW1 = g, *gB1 = g + kH * kD, *gW2 = gB1 + kH, *gB2 = gW2 + kH;
-  std::memset(g, 0, kNumel * sizeof(float));
+inline float ForwardBackward(const float* p, float* g, int step, int b0, int b1, const Shape& s = {}) {
+  const int D = s.d, H = s.h;
+  const float *W1 = p, *B1 = p + static_cast<int64_t>(H) * D, *W2 = B1 + H, *B2 = W2 + H;
+  float *gW1 = g, *gB1 = g + static_cast<int64_t>(H) * D, *gW2 = gB1 + H, *gB2 = gW2 + H;
+  std::memset(g, 0, s.numel() * sizeof(float));
   const float inv = 1.0f / static_cast<float>(b1 - b0);
   float loss = 0;
-  float h[kH];
+  std::vector<float> h(H), x(D);
   for (int b = b0; b < b1; ++b) {
+    for (int i = 0; i < D; ++i) x[i] = Input(step, b, i, D);
     float out = B2[0];
-    for (int j = 0; j < kH; ++j) {
+    for (int j = 0; j < H; ++j) {
       float a = B1[j];
-      for (int i = 0; i < kD; ++i) a += W1[j * kD + i] * Input(step, b, i);
+      for (int i = 0; i < D; ++i) a += W1[static_cast<int64_t>(j) * D + i] * x[i];
       h[j] = std::tanh(a);
       out += W2[j] * h[j];
     }
@@ -48,11 +60,11 @@ inline float ForwardBackward(const float* p, float* g, int step, int b0, int b1)
     loss += err * err * inv;
     const float dout = 2 * err * inv;
     gB2[0] += dout;
-    for (int j = 0; j < kH; ++j) {
+    for (int j = 0; j < H; ++j) {
       gW2[j] += dout * h[j];
       const float da = dout * W2[j] * (1 - h[j] * h[j]);
       gB1[j] += da;
-      for (int i = 0; i < kD; ++i) gW1[j * kD + i] += da * Input(step, b, i);
+      for (int i = 0; i < D; ++i) gW1[static_cast<int64_t>(j) * D + i] += da * x[i];
     }
   }
   return loss;

@@ -6,7 +6,12 @@
 // not yet opened) and stage3_max_live_parameters (elements gathered or in flight). A gather that does not match
 // logs once, stops prefetching for the rest of the step, and that step's sequence becomes the recorded order
 // (DeepSpeed's PartitionedParameterCoordinator with its trace modes). Every rank runs the same trainer code, so
-// every rank issues the same prefetch collectives at the same points.
+// every rank issues the same prefetch collectives at the same points. A demand gather that would take the live
+// elements past stage3_max_live_parameters first releases units prefetched but not opened (off the recorded
+// order; on it they are a prefix of what comes next, headed by the demanded unit), so the live elements stay
+// within max(stage3_max_live_parameters, the units open at once) and within the units open plus
+// stage3_prefetch_bucket_size. A unit larger than allgather_bucket_size is gathered in chunks
+// (shard/internal/collective.h), one such unit at a time.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +26,10 @@ namespace zero::internal {
 class GatherScheduler {
  public:
   explicit GatherScheduler(EngineContext* ctx)
-      : ctx_(ctx), gather_pool_(ctx->compute, MemTag::kGather), stage_pool_(ctx->compute, MemTag::kStaging) {}
+      : ctx_(ctx),
+        gather_pool_(ctx->compute, MemTag::kGather),
+        stage_pool_(ctx->compute, MemTag::kStaging),
+        chunk_pool_(ctx->compute, MemTag::kStaging) {}
 
   // Opening a scope on sharded unit `id`: records it in this step's order, gathers it (or waits for its
   // prefetch) and prefetches ahead while the step follows the recorded order. Collective.
@@ -30,6 +38,8 @@ class GatherScheduler {
   void Release(Unit& u);
   // At Step: releases prefetched units nobody opened and adopts this step's order for the next one.
   Status EndStep();
+  // Advances a chunked gather in flight without blocking (a scope's close); errors go to the next call.
+  void Poll();
 
   int64_t prefetch_gathers() const { return prefetch_gathers_; }
   int64_t demand_gathers() const { return demand_gathers_; }
@@ -40,6 +50,7 @@ class GatherScheduler {
   Status Issue(Unit& u);
   Status Wait(Unit& u);  // INFLIGHT -> AVAILABLE
   void Prefetch();
+  Status FinishChunked();  // joins the chunked gather in flight, if any
   void UpdateLive(int64_t delta) {
     live_elems_ += delta;
     peak_live_ = std::max(peak_live_, live_elems_);
@@ -48,6 +59,8 @@ class GatherScheduler {
   EngineContext* ctx_;
   BufferPool gather_pool_;
   BufferPool stage_pool_;  // CUDA engine with offload_param: see Issue
+  BufferPool chunk_pool_;  // the staging of chunked gathers (shard/internal/collective.h)
+  UnitId chunked_ = -1;    // the unit whose chunked gather may be in flight
   std::vector<UnitId> order_, this_step_order_;
   bool order_valid_ = false, order_broken_ = false;
   size_t order_pos_ = 0;

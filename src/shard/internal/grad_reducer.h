@@ -3,10 +3,12 @@
 //
 // Closing a backward scope issues the unit's reduction at once (average all-reduce at stage 0, average
 // reduce-scatter otherwise) and queues it; with overlap_comm the trainer's next unit computes while the Gloo
-// thread (or NCCL stream) reduces. reduce_bucket_size bounds the gradient elements in flight: before queueing a
-// reduction that would exceed it, the oldest is retired. The wire dtype is communication_data_type (fp32 unless
-// set), so 16-bit gradients are widened once into a pooled staging buffer. With optimizer offload the host
-// part of each reduced shard streams to the host tier on the copy stream while backward goes on.
+// thread (or NCCL stream) reduces. reduce_bucket_size bounds the gradient elements in flight, the new reduction's
+// included: before one is issued that would exceed it, the oldest are retired, and a unit larger than the bound
+// goes alone, reduce-scattered in chunks of at most reduce_bucket_size (shard/internal/collective.h). The wire
+// dtype is communication_data_type (fp32 unless set), so 16-bit gradients are widened once into a pooled staging
+// buffer (a chunked unit: chunk by chunk, as it is packed). With optimizer offload the host part of each reduced
+// shard streams to the host tier on the copy stream while backward goes on.
 #pragma once
 
 #include <cstddef>
@@ -61,7 +63,7 @@ class GradReducer {
   };
   struct PendingReduce {
     UnitId unit = -1;
-    Work work;
+    UnitCollective op;
     Buffer bucket;                 // the trainer's gradient bucket (stages 2-3), returned to the pool when done
     Buffer staging;                // the input converted to the wire dtype
     Buffer recv;                   // reduce-scatter output before it is deposited

@@ -17,12 +17,16 @@
 // moves the host part [0, host_n) of the shard's reduced gradient, master and state to the host tier (all of it,
 // or ratio × S with Twin-Flow); offload_param keeps the stage-3 parameter shards there.
 //
-// Not in the plan: the transient buffers the engine pools (stage-3 gathers, gradient buckets, wire copies,
-// the full gradient of low-communication mode while it lives) and the communicator's own staging.
+// Not in the plan's buffer list: the transient buffers the engine pools (stage-3 gathers, gradient buckets, wire
+// copies, chunk staging, the full gradient of low-communication mode while it lives) and the communicator's own
+// staging. TruePeakBound bounds them from the config's bucket sizes: with the plan's model state, the bound on
+// the true peak (MemoryReport::peak_total) per tier (docs/design.md, "The true peak and its bound").
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "zero/config.h"
@@ -50,6 +54,9 @@ struct PlanPolicy {
   int64_t model_persistence_threshold = 0;  // stage3_model_persistence_threshold (elements, in total)
   int64_t sub_group_size = 1;
   int optimizer_states = 0;  // fp32 buffers the optimizer keeps per element (Adam 2, SGD with momentum 1)
+  // The transient buffers' bounds (elements): reduce_bucket_size, allgather_bucket_size,
+  // stage3_prefetch_bucket_size, stage3_max_live_parameters.
+  int64_t reduce_bucket = 0, allgather_bucket = 0, prefetch_bucket = 0, max_live = 0;
 
   // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
   static StatusOr<PlanPolicy> FromConfig(const Config& cfg, int world, int rank);
@@ -137,5 +144,41 @@ struct StagePlan {
 // Units flagged in `frozen` hold their parameters only.
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
                    const std::vector<bool>& trainer_owned = {}, const std::vector<bool>& frozen = {});
+
+// Chunking: a unit's all-gather or reduce-scatter of more than `bucket` elements (allgather_bucket_size,
+// reduce_bucket_size) runs as collectives of ChunkPerRank elements per rank: the largest multiple of 32 (the
+// shard alignment) whose `world` blocks fit the bucket, at least 32. 0: the unit fits, one collective carries it.
+int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
+
+// What the bound needs that the plan cannot know.
+struct PeakInputs {
+  // Elements of the units a trainer keeps open in scopes at once (the GPT: its root and one block). 0: the
+  // largest unit (one scope at a time).
+  int64_t open_elems = 0;
+  // The trainer's own bytes in the engine's tracker (activations), per tier, at their peak.
+  std::array<int64_t, 2> trainer_bytes{};
+  // The communicator (Communicator::cache_bytes, ReduceScatterStagingBytes, AllReduceStagingBytes); empty
+  // functions: a communicator that counts no staging.
+  int64_t comm_cache_bytes = 0;
+  std::function<int64_t(int64_t count, DType dtype, bool destructive)> rs_staging;
+  std::function<int64_t(int64_t count, DType dtype)> ar_staging;
+};
+
+// The bound on one tier's true peak, by term.
+struct PeakTerms {
+  int64_t model_state = 0;  // the plan's buffers (what the tracker holds right after Finalize)
+  int64_t gathers = 0;      // stage 3: pooled full-unit gather buffers within the live window
+  int64_t reductions = 0;   // gradient buckets, wire copies, reduce-scatter outputs, reduction chunk staging, and
+                            // the full gradients of low-communication mode
+  int64_t staging = 0;      // all-gather chunk staging (device), the communicator's cached staging (host)
+  int64_t trainer = 0;      // PeakInputs::trainer_bytes
+  int64_t total() const { return model_state + gathers + reductions + staging + trainer; }
+};
+
+// Per tier (index MemTier): model state + the live window + the reductions in flight + the staging bounds + the
+// trainer's bytes. A pure function of the plan (its policy carries the bucket sizes) and `in`. It bounds the
+// host (Gloo) engine; a CUDA engine also stages host arrays and offload_param's shards on the device, and NCCL's
+// own buffers are not tracked.
+std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& in);
 
 }  // namespace zero::internal

@@ -31,7 +31,12 @@ class ShardedStep {
  public:
   ShardedStep(EngineContext* ctx, GatherScheduler* gathers, GradReducer* reducer, HostCollectives* host,
               CopyStream* copies)
-      : ctx_(ctx), gathers_(gathers), reducer_(reducer), host_(host), copies_(copies) {}
+      : ctx_(ctx),
+        gathers_(gathers),
+        reducer_(reducer),
+        host_(host),
+        copies_(copies),
+        refresh_pool_(ctx->compute, MemTag::kStaging) {}
 
   // Init: the optimizer (the trainer's, or the config's), the LR schedule and the loss scaler.
   Status Init();
@@ -88,6 +93,7 @@ class ShardedStep {
   int64_t applied_steps_ = 0, skipped_steps_ = 0;
   size_t pipeline_tile_ = 0;
   StagingPair opt_staging_;  // host tier: updated parameters on their way back to the compute tier
+  BufferPool refresh_pool_;  // the staging of chunked refreshes (a unit larger than allgather_bucket_size)
   double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
   Clock::time_point last_step_end_ = Clock::now();
 };

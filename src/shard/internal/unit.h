@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "shard/internal/collective.h"
 #include "shard/internal/layout.h"
 #include "shard/internal/plan.h"
 #include "zero/engine.h"
@@ -52,9 +53,9 @@ struct Unit {
 
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
-  Buffer gather;    // stage 3: the full parameters while INFLIGHT/AVAILABLE
-  Buffer stage_in;  // CUDA engine with offload_param: the host shard copied to the device for its gather
-  Work gather_work;
+  Buffer gather;             // stage 3: the full parameters while INFLIGHT/AVAILABLE
+  Buffer stage_in;           // CUDA engine with offload_param: the host shard copied to the device for its gather
+  UnitCollective gather_op;  // its all-gather (shard/internal/collective.h)
   bool scope_open = false;
   bool scope_backward = false;
   Buffer bucket;  // the full gradient buffer of an open backward scope (stages 2-3, low-memory mode)
