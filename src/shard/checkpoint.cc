@@ -35,6 +35,12 @@ constexpr int64_t kPieceElems = int64_t{4} << 20;
 
 std::string StatePrefix(const std::string& name) { return "state." + name; }
 
+// The name a parameter has in a checkpoint or file: through LoadOptions::name_map, else its own.
+std::string TheirName(const LoadOptions& options, const std::string& mine) {
+  auto mapped = options.name_map.find(mine);
+  return mapped == options.name_map.end() ? mine : mapped->second;
+}
+
 }  // namespace
 
 size_t Engine::Impl::PieceElems() const {
@@ -291,8 +297,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       const Unit& u = ctx.units[ui];
       for (const internal::ParamSlot& slot : u.layout.params) {
         const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
-        auto mapped = options.name_map.find(mine);
-        const std::string theirs = mapped == options.name_map.end() ? mine : mapped->second;
+        const std::string theirs = TheirName(options, mine);
         auto it = by_name.find(theirs);
         if (it == by_name.end()) {
           return absl::NotFoundError(absl::StrCat("Load: parameter ", mine,
@@ -463,8 +468,7 @@ Status Engine::Impl::LoadSafetensors(const std::string& path, const LoadOptions&
       const Unit& u = ctx.units[ui];
       for (const internal::ParamSlot& slot : u.layout.params) {
         const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
-        auto mapped = options.name_map.find(mine);
-        const std::string theirs = mapped == options.name_map.end() ? mine : mapped->second;
+        const std::string theirs = TheirName(options, mine);
         const SafetensorsFile::Tensor* t = file->Find(theirs);
         if (t == nullptr) {
           return absl::NotFoundError(absl::StrCat("LoadSafetensors: parameter ", mine,

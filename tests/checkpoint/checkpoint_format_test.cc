@@ -21,6 +21,7 @@
 #include "checkpoint/internal/crc32c.h"
 #include "checkpoint/internal/format.h"
 #include "support/engine_helpers.h"
+#include "support/files.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
@@ -33,21 +34,9 @@ namespace {
 using testing::Borrow;
 using testing::TrainConfig;
 
-std::string MakeTempDir() {
-  std::string t = ::testing::TempDir() + "/zero_ckptf_XXXXXX";
-  ZERO_CHECK(::mkdtemp(t.data()) != nullptr) << t;
-  return t;
-}
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-void Spit(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << data;
-}
+std::string MakeTempDir() { return testing::MakeTempDir("zero_ckptf"); }
+using testing::ReadWholeFile;
+using testing::WriteWholeFile;
 
 TEST(Crc32cTest, ReferenceValuesAndHardwareEqualsTable) {
   EXPECT_EQ(ckpt::Crc32c(0, "123456789", 9), 0xE3069283u);  // the CRC-32C check value
@@ -112,7 +101,7 @@ Status LoadAndCompare(const Saved& s) {
 // each boundary, the header, and the end.
 std::map<std::string, std::vector<int64_t>> Boundaries(const Saved& s) {
   std::map<std::string, std::vector<int64_t>> at;
-  auto meta = ckpt::MetaFromJson(Slurp(s.folder + "/meta.json"), "meta.json");
+  auto meta = ckpt::MetaFromJson(ReadWholeFile(s.folder + "/meta.json"), "meta.json");
   ZERO_CHECK(meta.ok()) << meta.status();
   for (const auto& r : meta->ranks) {
     auto& v = at[r.file];
@@ -125,7 +114,7 @@ std::map<std::string, std::vector<int64_t>> Boundaries(const Saved& s) {
       }
     }
   }
-  const int64_t m = static_cast<int64_t>(Slurp(s.folder + "/meta.json").size());
+  const int64_t m = static_cast<int64_t>(ReadWholeFile(s.folder + "/meta.json").size());
   auto& v = at["meta.json"];
   for (int64_t b = 0; b < m; b += std::max<int64_t>(1, m / 40)) v.push_back(b);
   v.push_back(m - 2);
@@ -141,11 +130,11 @@ TEST(CheckpointDamageTest, FlipsAndCutsAtEveryBoundaryNeverCrashOrLoadWrongValue
   int flips = 0, flips_caught = 0, cuts = 0;
   for (const auto& [file, offsets] : Boundaries(s)) {
     const std::string path = s.folder + "/" + file;
-    const std::string good = Slurp(path);
+    const std::string good = ReadWholeFile(path);
     for (int64_t b : offsets) {
       std::string bad = good;
       bad[b] = static_cast<char>(bad[b] ^ 0x40);
-      Spit(path, bad);
+      WriteWholeFile(path, bad);
       ++flips;
       const Status st = LoadAndCompare(s);
       ASSERT_FALSE(HasFailure()) << file << " flipped at " << b;  // no wrong values
@@ -159,7 +148,7 @@ TEST(CheckpointDamageTest, FlipsAndCutsAtEveryBoundaryNeverCrashOrLoadWrongValue
         EXPECT_FALSE(VerifyCheckpoint(s.dir).ok()) << file << "@" << b;
       }
       // Cuts: the file ends just before this byte.
-      Spit(path, good.substr(0, static_cast<size_t>(b)));
+      WriteWholeFile(path, good.substr(0, static_cast<size_t>(b)));
       ++cuts;
       const Status cut = LoadAndCompare(s);
       ASSERT_FALSE(HasFailure()) << file << " cut at " << b;  // no wrong values
@@ -167,7 +156,7 @@ TEST(CheckpointDamageTest, FlipsAndCutsAtEveryBoundaryNeverCrashOrLoadWrongValue
       if (!(file == "meta.json" && b + 1 == static_cast<int64_t>(good.size()))) {
         EXPECT_FALSE(cut.ok()) << file << " cut at " << b << " loaded";
       }
-      Spit(path, good);
+      WriteWholeFile(path, good);
     }
   }
   // Every flip is caught: no byte of a checkpoint goes unchecked (the rank header's reserved bytes must be zero).
@@ -180,19 +169,19 @@ TEST(CheckpointDamageTest, MissingFileAndAnotherVersionAreNamed) {
   const Saved s = SaveOne();
   ASSERT_FALSE(HasFailure());
   const std::string rank1 = s.folder + "/rank-00001-of-00002.bin";
-  const std::string kept = Slurp(rank1);
+  const std::string kept = ReadWholeFile(rank1);
   ASSERT_EQ(0, ::unlink(rank1.c_str()));
   Status st = LoadAndCompare(s);
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
   EXPECT_NE(std::string(st.message()).find("rank-00001-of-00002.bin is missing"), std::string::npos) << st;
   st = VerifyCheckpoint(s.dir);
   EXPECT_NE(std::string(st.message()).find("rank-00001-of-00002.bin"), std::string::npos) << st;
-  Spit(rank1, kept);
+  WriteWholeFile(rank1, kept);
   // Another format version, with a valid checksum: named as such.
-  auto meta = ckpt::MetaFromJson(Slurp(s.folder + "/meta.json"), "meta.json");
+  auto meta = ckpt::MetaFromJson(ReadWholeFile(s.folder + "/meta.json"), "meta.json");
   ASSERT_OK(meta.status());
   meta->format_version = 2;
-  Spit(s.folder + "/meta.json", ckpt::MetaToJson(*meta));
+  WriteWholeFile(s.folder + "/meta.json", ckpt::MetaToJson(*meta));
   st = LoadAndCompare(s);
   EXPECT_NE(std::string(st.message()).find("format_version is 2; this build reads version 1"), std::string::npos) << st;
 }
@@ -314,9 +303,9 @@ TEST(ZeroCkptToolTest, InspectVerifyExportReshard) {
   EXPECT_NE(out.find("world size 3, stage 3"), std::string::npos) << out;
   // Damage: verify fails and names the file; a bad option is a usage error.
   const std::string rank0 = s.folder + "/rank-00000-of-00002.bin";
-  std::string bytes = Slurp(rank0);
+  std::string bytes = ReadWholeFile(rank0);
   bytes[bytes.size() / 2] ^= 1;
-  Spit(rank0, bytes);
+  WriteWholeFile(rank0, bytes);
   std::tie(rc, out) = RunTool(tool + " verify " + s.dir);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("rank-00000-of-00002.bin"), std::string::npos) << out;
@@ -369,10 +358,11 @@ TEST(CheckpointCrashTest, SigkillWhileSavingLeavesThePreviousCheckpointLoadable)
     for (const auto& [tag, st] : all) {
       if (tag <= latest) {
         EXPECT_OK(st) << tag;
-      } else {
+      } else if (!st.ok()) {
         EXPECT_NE(std::string(st.message()).find("incomplete"), std::string::npos) << tag << ": " << st;
         ++incomplete_seen;
       }
+      // (A newer tag that verifies was killed between its meta.json and `latest`: complete, not yet current.)
     }
     // The latest loads into a fresh engine.
     testing::RunRanks(1, [&](Communicator& comm, int) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/engine_helpers.h"
+#include "support/files.h"
 #include "support/flat_mlp.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
@@ -28,19 +29,7 @@ using testing::Borrow;
 using testing::SyntheticTrace;
 using testing::TrainConfig;
 
-std::string MakeTempDir() {
-  std::string t = ::testing::TempDir() + "/zero_ckpt_XXXXXX";
-  char* d = ::mkdtemp(t.data());
-  ZERO_CHECK(d != nullptr) << "mkdtemp " << t;
-  return t;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string MakeTempDir() { return testing::MakeTempDir("zero_ckpt"); }
 
 struct Case {
   const char* name;
@@ -148,7 +137,7 @@ std::string ExportWithState(const std::string& dir, const std::string& out) {
   o.optimizer_state = true;
   Status s = ExportSafetensors(dir, out, o);
   EXPECT_OK(s);
-  return Slurp(out);
+  return testing::ReadWholeFile(out);
 }
 
 struct ReshardCase {
@@ -209,7 +198,7 @@ TEST_P(ReshardTest, LoadsAtAnotherWorldAndStage) {
   for (int r = 0; r < c.to_world; ++r) {
     char name[64];
     std::snprintf(name, sizeof(name), "/step-00000003/rank-%05d-of-%05d.bin", r, c.to_world);
-    EXPECT_TRUE(Slurp(again + name) == Slurp(offline + name)) << name;
+    EXPECT_TRUE(testing::ReadWholeFile(again + name) == testing::ReadWholeFile(offline + name)) << name;
   }
 }
 
