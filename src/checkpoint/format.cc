@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/internal/crc32c.h"
 #include "checkpoint/internal/file.h"
+#include "core/internal/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace zero::ckpt {
@@ -351,6 +352,13 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
   return true;
 }
 
+// nlohmann::json::parse, refusing nesting deeper than kMaxJsonDepth first (core/internal/json_depth.h): dump()
+// and comparisons recurse once per level, and these texts come from files.
+json ParseBounded(const std::string& text) {
+  if (zero::internal::JsonTooDeepAt(text) != std::string::npos) return json(json::value_t::discarded);
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 }  // namespace
 
 bool SafeFileName(const std::string& f) {
@@ -385,8 +393,11 @@ std::string MetaToJson(const Meta& meta) {
 }
 
 StatusOr<Meta> MetaFromJson(const std::string& text, const std::string& what) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  json j = ParseBounded(text);
+  if (j.is_discarded()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": not valid JSON (or nested deeper than ", zero::internal::kMaxJsonDepth, " levels)"));
+  }
   if (!j.is_object()) return absl::DataLossError(absl::StrCat(what, ": not a JSON object"));
   auto it = j.find("checksum");
   if (it == j.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, ": no \"checksum\""));
@@ -408,8 +419,11 @@ std::string RankFileMetaToJson(const RankFileMeta& r) { return RankJson(r).dump(
 
 StatusOr<RankFileMeta> RankFileMetaFromJson(const std::string& text, const Meta& meta, int rank) {
   const std::string what = absl::StrCat("rank ", rank, "'s file description");
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  json j = ParseBounded(text);
+  if (j.is_discarded()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": not valid JSON (or nested deeper than ", zero::internal::kMaxJsonDepth, " levels)"));
+  }
   Parser p{what, absl::OkStatus()};
   RankFileMeta r;
   if (!ParseRank(j, what, meta, p, r)) return p.error;
