@@ -232,6 +232,9 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
       !p.Int(j, "skipped_steps", "meta", 0, kMaxElems, &m.skipped_steps)) {
     return false;
   }
+  // The tools write a copy under DIR/<tag> (reshard) and name it in DIR/latest: a tag that is a path would
+  // write outside DIR. Engine::Save accepts only such tags.
+  if (!SafeTag(m.tag)) return p.Fail(absl::StrCat("tag \"", m.tag, "\" is not a plain folder name"));
   const json* names = nullptr;
   if (!p.Array(j, "state_names", "meta", &names)) return false;
   for (const json& n : *names) {
@@ -365,6 +368,8 @@ bool SafeFileName(const std::string& f) {
   return !f.empty() && f.size() < 256 && f.find('/') == std::string::npos && f != "." && f != ".." &&
          f.find('\0') == std::string::npos && f.find('\n') == std::string::npos;
 }
+
+bool SafeTag(const std::string& tag) { return SafeFileName(tag) && tag != kLatestFile; }
 
 int UnitMeta::Stream(const std::string& n) const {
   for (size_t i = 0; i < streams.size(); ++i) {
@@ -555,7 +560,14 @@ Status CheckpointReader::OpenRank(int rank) {
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", folder_, " is incomplete: rank file ", path, " is missing"));
   }
-  fds_[rank] = fd;
+  // Kept only once its size and header check out: a file that failed them fails every later read too (fuzz/
+  // found a second VerifyAll passing once the first had failed on the header).
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
   ZERO_ASSIGN_OR_RETURN(int64_t size, FileSize(path));
   if (size != rf.bytes) {
     return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes but ", kMetaFile, " records ", rf.bytes,
@@ -572,6 +584,8 @@ Status CheckpointReader::OpenRank(int rank) {
     return absl::DataLossError(absl::StrCat(path, ": the header is not that of rank ", rank, " of ", meta_.world_size,
                                             " in format version ", kFormatVersion));
   }
+  fds_[rank] = fd;
+  closer.fd = -1;
   return absl::OkStatus();
 }
 
@@ -664,7 +678,7 @@ StatusOr<std::string> LatestCheckpointTag(const std::string& dir) {
   if (!ckpt::Exists(path)) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " (no ", path, ")"));
   ZERO_ASSIGN_OR_RETURN(std::string t, ckpt::ReadFile(path));
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  if (!ckpt::SafeFileName(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
+  if (!ckpt::SafeTag(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
   return t;
 }
 
