@@ -15,7 +15,7 @@ if ! command -v "$clang_format" >/dev/null; then
   exit 2
 fi
 
-mapfile -t files < <(git ls-files -- src include tests examples tools bench | grep -E '\.(h|cc|cu|cuh)$')
+mapfile -t files < <(git ls-files -- src include tests examples tools bench fuzz | grep -E '\.(h|cc|cu|cuh)$')
 if [[ "${1:-}" == "--fix" ]]; then
   "$clang_format" -i --style=file "${files[@]}"
   exit 0

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "checkpoint/internal/crc32c.h"
 #include "checkpoint/internal/file.h"
+#include "core/internal/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace zero::ckpt {
@@ -231,6 +232,9 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
       !p.Int(j, "skipped_steps", "meta", 0, kMaxElems, &m.skipped_steps)) {
     return false;
   }
+  // The tools write a copy under DIR/<tag> (reshard) and name it in DIR/latest: a tag that is a path would
+  // write outside DIR. Engine::Save accepts only such tags.
+  if (!SafeTag(m.tag)) return p.Fail(absl::StrCat("tag \"", m.tag, "\" is not a plain folder name"));
   const json* names = nullptr;
   if (!p.Array(j, "state_names", "meta", &names)) return false;
   for (const json& n : *names) {
@@ -351,12 +355,21 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
   return true;
 }
 
+// nlohmann::json::parse, refusing nesting deeper than kMaxJsonDepth first (core/internal/json_depth.h): dump()
+// and comparisons recurse once per level, and these texts come from files.
+json ParseBounded(const std::string& text) {
+  if (zero::internal::JsonTooDeepAt(text) != std::string::npos) return json(json::value_t::discarded);
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 }  // namespace
 
 bool SafeFileName(const std::string& f) {
   return !f.empty() && f.size() < 256 && f.find('/') == std::string::npos && f != "." && f != ".." &&
          f.find('\0') == std::string::npos && f.find('\n') == std::string::npos;
 }
+
+bool SafeTag(const std::string& tag) { return SafeFileName(tag) && tag != kLatestFile; }
 
 int UnitMeta::Stream(const std::string& n) const {
   for (size_t i = 0; i < streams.size(); ++i) {
@@ -385,8 +398,11 @@ std::string MetaToJson(const Meta& meta) {
 }
 
 StatusOr<Meta> MetaFromJson(const std::string& text, const std::string& what) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  json j = ParseBounded(text);
+  if (j.is_discarded()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": not valid JSON (or nested deeper than ", zero::internal::kMaxJsonDepth, " levels)"));
+  }
   if (!j.is_object()) return absl::DataLossError(absl::StrCat(what, ": not a JSON object"));
   auto it = j.find("checksum");
   if (it == j.end() || !it->is_string()) return absl::DataLossError(absl::StrCat(what, ": no \"checksum\""));
@@ -408,8 +424,11 @@ std::string RankFileMetaToJson(const RankFileMeta& r) { return RankJson(r).dump(
 
 StatusOr<RankFileMeta> RankFileMetaFromJson(const std::string& text, const Meta& meta, int rank) {
   const std::string what = absl::StrCat("rank ", rank, "'s file description");
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::DataLossError(absl::StrCat(what, ": not valid JSON"));
+  json j = ParseBounded(text);
+  if (j.is_discarded()) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": not valid JSON (or nested deeper than ", zero::internal::kMaxJsonDepth, " levels)"));
+  }
   Parser p{what, absl::OkStatus()};
   RankFileMeta r;
   if (!ParseRank(j, what, meta, p, r)) return p.error;
@@ -541,7 +560,14 @@ Status CheckpointReader::OpenRank(int rank) {
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", folder_, " is incomplete: rank file ", path, " is missing"));
   }
-  fds_[rank] = fd;
+  // Kept only once its size and header check out: a file that failed them fails every later read too (fuzz/
+  // found a second VerifyAll passing once the first had failed on the header).
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
   ZERO_ASSIGN_OR_RETURN(int64_t size, FileSize(path));
   if (size != rf.bytes) {
     return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes but ", kMetaFile, " records ", rf.bytes,
@@ -558,6 +584,8 @@ Status CheckpointReader::OpenRank(int rank) {
     return absl::DataLossError(absl::StrCat(path, ": the header is not that of rank ", rank, " of ", meta_.world_size,
                                             " in format version ", kFormatVersion));
   }
+  fds_[rank] = fd;
+  closer.fd = -1;
   return absl::OkStatus();
 }
 
@@ -650,7 +678,7 @@ StatusOr<std::string> LatestCheckpointTag(const std::string& dir) {
   if (!ckpt::Exists(path)) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " (no ", path, ")"));
   ZERO_ASSIGN_OR_RETURN(std::string t, ckpt::ReadFile(path));
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  if (!ckpt::SafeFileName(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
+  if (!ckpt::SafeTag(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
   return t;
 }
 

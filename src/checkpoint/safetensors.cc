@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/internal/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "zero/checkpoint.h"
 
@@ -94,6 +95,9 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   ZERO_RETURN_IF_ERROR(ckpt::ReadAt(f->fd_, path, 8, text.data(), n));
   f->data_start_ = 8 + static_cast<int64_t>(n);
   const int64_t data_bytes = size - f->data_start_;
+  if (zero::internal::JsonTooDeepAt(text) != std::string::npos) {
+    return bad(absl::StrCat("the header nests deeper than ", zero::internal::kMaxJsonDepth, " levels"));
+  }
   json h = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) return bad("the header is not a JSON object");
   for (auto it = h.begin(); it != h.end(); ++it) {

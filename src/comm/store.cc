@@ -59,6 +59,16 @@ StatusOr<std::vector<uint8_t>> GlooGet(gloo::rendezvous::Store& store, const std
   }
 }
 
+// value + delta, or kOutOfRange when it would overflow int64 (the TCP store's server answers the same).
+StatusOr<int64_t> AddChecked(const std::string& key, int64_t value, int64_t delta) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("store counter '", key, "' is ", value, ": adding ", delta, " would overflow int64"));
+  }
+  return sum;
+}
+
 class HashStoreImpl final : public Store {
  public:
   Status Set(const std::string& key, const std::vector<uint8_t>& value) override { return GlooSet(gloo_, key, value); }
@@ -67,7 +77,9 @@ class HashStoreImpl final : public Store {
   }
   StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
     absl::MutexLock lock(&mu_);
-    return counters_[key] += delta;
+    int64_t& counter = counters_[key];
+    ZERO_ASSIGN_OR_RETURN(counter, AddChecked(key, counter, delta));
+    return counter;
   }
   void* NativeHandle() override { return static_cast<gloo::rendezvous::Store*>(&gloo_); }
 
@@ -132,8 +144,13 @@ class FileStoreImpl final : public Store {
     }
     char buf[32] = {};
     ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    int64_t value = n > 0 ? std::strtoll(buf, nullptr, 10) : 0;
-    value += delta;
+    StatusOr<int64_t> sum = AddChecked(key, n > 0 ? std::strtoll(buf, nullptr, 10) : 0, delta);
+    if (!sum.ok()) {
+      ::flock(fd, LOCK_UN);
+      ::close(fd);
+      return sum.status();
+    }
+    const int64_t value = *sum;
     const std::string text = std::to_string(value);
     bool ok = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
     const int err = errno;

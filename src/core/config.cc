@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/internal/config_schema.h"
+#include "core/internal/json_depth.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -126,6 +127,11 @@ StatusOr<Json> ParseJsonText(const std::string& text) {
     }
     return true;
   };
+  if (const size_t deep = JsonTooDeepAt(text); deep != std::string::npos) {
+    auto [line, column] = LineColumn(text, deep);
+    return absl::InvalidArgumentError("arrays and objects nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                      " levels at line " + std::to_string(line) + ", column " + std::to_string(column));
+  }
   Json root;
   try {
     root = Json::parse(text, cb, /*allow_exceptions=*/true, /*ignore_comments=*/true);
@@ -960,6 +966,10 @@ Config Config::Default() {
 }
 
 Status Config::ResolveJson(const std::string& path, const std::string& json_value) {
+  if (internal::JsonTooDeepAt(json_value) != std::string::npos) {
+    return absl::InvalidArgumentError(path + ": the value nests deeper than " +
+                                      std::to_string(internal::kMaxJsonDepth) + " levels");
+  }
   internal::Json v;
   try {
     v = internal::Json::parse(json_value);

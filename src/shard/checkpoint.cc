@@ -162,8 +162,9 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   // before rank 0 writes meta.json and `latest`.
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Save"));
-    if (!ckpt::SafeFileName(tag)) {
-      return absl::InvalidArgumentError(absl::StrCat("Save: tag \"", tag, "\" is not a plain folder name"));
+    if (!ckpt::SafeTag(tag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Save: tag \"", tag, "\" is not a plain folder name (nor \"", ckpt::kLatestFile, "\")"));
     }
     if (ckpt::Exists(absl::StrCat(folder, "/", ckpt::kMetaFile))) {
       return absl::AlreadyExistsError(absl::StrCat("Save: checkpoint ", folder,

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -32,6 +33,8 @@ namespace zero {
 namespace {
 
 using testing::Borrow;
+using ::testing::HasSubstr;
+using testing::StatusIs;
 using testing::TrainConfig;
 
 std::string MakeTempDir() { return testing::MakeTempDir("zero_ckptf"); }
@@ -184,6 +187,36 @@ TEST(CheckpointDamageTest, MissingFileAndAnotherVersionAreNamed) {
   WriteWholeFile(s.folder + "/meta.json", ckpt::MetaToJson(*meta));
   st = LoadAndCompare(s);
   EXPECT_NE(std::string(st.message()).find("format_version is 2; this build reads version 1"), std::string::npos) << st;
+}
+
+// What fuzz/ found in the readers (docs/fuzzing.md): a tag that is a path (zero-ckpt reshard then wrote outside
+// its output folder; "latest" collides with DIR/latest), and JSON nested a million deep (a stack overflow in
+// nlohmann's recursive dump) are errors, in meta.json, a rank's description and a safetensors header alike.
+TEST(CheckpointDamageTest, PathTagsAndDeepNestingAreRefused) {
+  ckpt::Meta m;
+  m.ranks.push_back({.file = "r.bin", .bytes = ckpt::kRankHeaderBytes});
+  for (const std::string tag : {"../escape", "/abs", "latest", ""}) {
+    m.tag = tag;
+    EXPECT_THAT(ckpt::MetaFromJson(ckpt::MetaToJson(m), "meta.json"),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("is not a plain folder name")))
+        << tag;
+  }
+  m.tag = "step-1";
+  EXPECT_OK(ckpt::MetaFromJson(ckpt::MetaToJson(m), "meta.json").status());
+
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_THAT(ckpt::MetaFromJson("{\"checksum\": \"x\", \"a\": " + deep + "}", "meta.json"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("nested deeper than 128 levels")));
+  EXPECT_THAT(ckpt::RankFileMetaFromJson("{\"file\": " + deep + "}", m, 0),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("nested deeper than 128 levels")));
+  const std::string dir = MakeTempDir();
+  std::string header = "{\"t\": {\"dtype\": \"F32\", \"shape\": [" + deep + "], \"data_offsets\": [0, 4]}}";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = static_cast<char>(header.size() >> (8 * i));
+  WriteWholeFile(dir + "/deep.safetensors", file + header + "abcd");
+  EXPECT_THAT(SafetensorsFile::Open(dir + "/deep.safetensors"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("nests deeper than 128 levels")));
+  std::filesystem::remove_all(dir);
 }
 
 // Initial weights from a safetensors file by name: an Engine whose units are named otherwise takes an export

@@ -257,7 +257,15 @@ TEST(CheckpointTest, ASavedTagIsNeverOverwritten) {
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(0, 1), Borrow(comm)));
     ASSERT_OK(e->Save(dir).status());
     EXPECT_EQ(e->Save(dir).status().code(), absl::StatusCode::kAlreadyExists);
+    // A tag is a folder name: not a path, and not "latest" (the file naming the newest checkpoint).
+    for (const std::string tag : {"../up", "a/b", "latest"}) {
+      const Status s = e->Save(dir, {.tag = tag}).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << tag << ": " << s;
+      EXPECT_NE(std::string(s.message()).find("is not a plain folder name"), std::string::npos) << s;
+    }
   });
+  ASSERT_OK_AND_ASSIGN(std::string latest, LatestCheckpointTag(dir));
+  EXPECT_EQ(latest, "step-00000000");
 }
 
 TEST(CheckpointTest, LoadChecksTheModel) {

@@ -7,10 +7,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "comm/internal/store_protocol.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
@@ -48,6 +50,13 @@ void ExerciseStore(Store& store) {
   EXPECT_EQ(*store.Add("d", 1), 1);
   // Empty values round-trip.
   ASSERT_OK(store.Set("empty", {}));
+  // A counter that would overflow int64 is an error naming it, and keeps its value.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(*store.Add("big", kMax), kMax);
+  EXPECT_THAT(store.Add("big", 1), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("'big'")));
+  EXPECT_EQ(*store.Add("big", -1), kMax - 1);
+  EXPECT_EQ(*store.Add("small", std::numeric_limits<int64_t>::min()), std::numeric_limits<int64_t>::min());
+  EXPECT_THAT(store.Add("small", -1), StatusIs(absl::StatusCode::kOutOfRange));
 }
 
 TEST(Store, Hash) { ExerciseStore(*Store::Hash()); }
@@ -164,6 +173,61 @@ TEST(Store, GlooRendezvousOverTcpStore) {
     stores.push_back(*c);
   }
   RendezvousOver(stores);
+}
+
+// The TCP store's protocol without sockets (fuzz/store_protocol_fuzzer.cc drives the same state with any bytes).
+TEST(StoreProtocol, RequestsSplitAnywhereGetTheSameAnswers) {
+  using namespace internal;  // NOLINT(build/namespaces)
+  const std::string stream = EncodeStoreRequest(kStoreCmdGet, "k", StoreI64Payload(-1)) +
+                             EncodeStoreRequest(kStoreCmdAdd, "n", StoreI64Payload(7)) +
+                             EncodeStoreRequest(9, "x", "") + EncodeStoreRequest(kStoreCmdGet, "k", "short");
+  const absl::Time t0 = absl::UnixEpoch();
+  for (size_t cut = 0; cut <= stream.size(); ++cut) {
+    StoreServerState s;
+    ASSERT_TRUE(s.Receive(1, std::string_view(stream).substr(0, cut), t0));
+    ASSERT_TRUE(s.Receive(1, std::string_view(stream).substr(cut), t0));
+    EXPECT_EQ(s.waiting(), 1u);  // the GET of a missing key with no timeout waits
+    EXPECT_EQ(s.NextDeadline(), absl::InfiniteFuture());
+    ASSERT_TRUE(s.Receive(2, EncodeStoreRequest(kStoreCmdSet, "k", "v"), t0));
+    EXPECT_EQ(s.Output(2), EncodeStoreResponse(kStoreCodeOk, ""));
+    EXPECT_EQ(s.Output(1), EncodeStoreResponse(kStoreCodeOk, StoreI64Payload(7)) +
+                               EncodeStoreResponse(kStoreCodeBadRequest, "") +
+                               EncodeStoreResponse(kStoreCodeBadRequest, "") + EncodeStoreResponse(kStoreCodeOk, "v"))
+        << "cut at " << cut;
+  }
+}
+
+TEST(StoreProtocol, DeadlinesAndOversizedLengths) {
+  using namespace internal;  // NOLINT(build/namespaces)
+  const absl::Time t0 = absl::UnixEpoch();
+  StoreServerState s;
+  ASSERT_TRUE(s.Receive(1, EncodeStoreRequest(kStoreCmdGet, "a", StoreI64Payload(5)), t0));
+  ASSERT_TRUE(s.Receive(2, EncodeStoreRequest(kStoreCmdGet, "a", StoreI64Payload(INT64_MAX)), t0));
+  EXPECT_EQ(s.NextDeadline(), t0 + absl::Milliseconds(5));
+  s.Expire(t0 + absl::Milliseconds(4));
+  EXPECT_FALSE(s.HasOutput(1));
+  s.Expire(t0 + absl::Milliseconds(5));
+  EXPECT_EQ(s.Output(1), EncodeStoreResponse(kStoreCodeTimeout, ""));
+  EXPECT_FALSE(s.HasOutput(2));
+  s.Close(2);
+  EXPECT_EQ(s.waiting(), 0u);
+  // A key or payload length over the limit is a protocol error before any of it arrives.
+  std::string huge_key = EncodeStoreRequest(kStoreCmdSet, "", "");
+  huge_key[4] = 0x7F;  // key_len 0x7F000000
+  EXPECT_FALSE(s.Receive(3, huge_key.substr(0, 5), t0));
+  StoreRequest req;
+  size_t size = 0;
+  std::string huge_payload = EncodeStoreRequest(kStoreCmdSet, "k", "");
+  huge_payload[6 + 7] = 1;  // payload_len 2^56
+  EXPECT_EQ(DecodeStoreRequest(huge_payload, &req, &size), StoreDecode::kMalformed);
+  EXPECT_EQ(DecodeStoreRequest(huge_payload.substr(0, 9), &req, &size), StoreDecode::kIncomplete);
+
+  // poll()'s timeout: rounded up, never negative, and a far deadline never wraps (2^32 ms once became 0: a spin).
+  EXPECT_EQ(PollTimeoutMs(absl::InfiniteFuture(), t0), -1);
+  EXPECT_EQ(PollTimeoutMs(t0 - absl::Seconds(1), t0), 0);
+  EXPECT_EQ(PollTimeoutMs(t0 + absl::Microseconds(1500), t0), 2);
+  EXPECT_EQ(PollTimeoutMs(t0 + absl::Milliseconds(int64_t{1} << 32), t0), 24 * 3600 * 1000);
+  EXPECT_EQ(PollTimeoutMs(t0 + absl::Milliseconds(INT64_MAX), t0), 24 * 3600 * 1000);
 }
 
 TEST(Store, SeveralCommunicatorsOnOneHashStore) {

@@ -810,6 +810,28 @@ TEST_F(ConfigTest, MalformedJsonReportsLineAndColumn) {
   ExpectRejected(R"({"seed": 18446744073709551615})", {"seed", "out of range"});
 }
 
+// Arrays nested a million deep once overflowed the stack (nlohmann's dump and comparisons recurse per level;
+// fuzz/, docs/fuzzing.md): deeper than 128 levels is refused before parsing, wherever the brackets are.
+TEST_F(ConfigTest, DeepNestingIsRefusedNotACrash) {
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  // The outer object is level 1, so the 128th '[' (column 15 + 127) is level 129.
+  ExpectRejected("{\"optimizer\": " + deep + "}", {"nested deeper than 128 levels at line 1, column 142"});
+  ExpectRejected("{\n\"tensorboard\": {\"x\": " + deep + "}}", {"deeper than 128 levels at line 2"});
+  // 128 levels parse as before (the error is about the value, not the nesting); brackets in strings and comments
+  // do not count.
+  const std::string msg =
+      ExpectRejected("{\"optimizer\": " + std::string(127, '[') + std::string(127, ']') + "}", {"optimizer"});
+  EXPECT_THAT(msg, Not(HasSubstr("nested deeper")));
+  Config c = MustParse("// " + std::string(200, '[') +
+                       "\n{\"optimizer\": {\"type\": \"AdamW\"}, \"tensorboard\": "
+                       "{\"job_name\": \"" +
+                       std::string(200, '{') + "\"}}");
+  EXPECT_TRUE(c.optimizer.has_value());
+  Config r = Config::Default();
+  EXPECT_THAT(r.ResolveJson("optimizer.params.betas", deep),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("deeper than 128 levels")));
+}
+
 TEST_F(ConfigTest, MissingFileIsNotFound) {
   StatusOr<Config> c = Config::FromJsonFile(Fixture("no_such_config.json"));
   EXPECT_THAT(c, StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_config.json")));

@@ -100,6 +100,8 @@ StatusOr<RankFileMeta> RankFileMetaFromJson(const std::string& text, const Meta&
 StatusOr<Meta> MetaFromJson(const std::string& text, const std::string& what);
 // A name that stays inside its folder: no '/', not "." or "..", no NUL or newline, under 256 bytes.
 bool SafeFileName(const std::string& name);
+// A checkpoint's tag: a SafeFileName other than "latest" (DIR/latest is the file naming the newest).
+bool SafeTag(const std::string& tag);
 std::string RankFileName(int rank, int world);  // "rank-00003-of-00004.bin"
 std::string DefaultTag(int64_t step);           // "step-00000100"
 

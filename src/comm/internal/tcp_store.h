@@ -1,13 +1,8 @@
 // Internal: a small TCP key-value store for rendezvous across machines (the role of torch's TCPStore).
 //
 // Rank 0 runs a TcpStoreServer on MASTER_PORT; every rank (rank 0 included) talks to it through a
-// TcpStoreClient. The protocol is length-prefixed binary over one TCP connection per client:
-//   request  = u8 cmd | u32 key_len | key | u64 payload_len | payload
-//   response = u8 code | u64 payload_len | payload
-// cmd 1 SET (payload = value; code 1 if the key exists: keys are write-once like Gloo's stores),
-// cmd 2 GET (payload = i64 timeout in ms, -1 = none; the server answers when the key appears, or code 2 at
-// the deadline), cmd 3 ADD (payload = i64 delta; answers the new value). Add counters are a separate
-// namespace from SET keys. All integers are little-endian.
+// TcpStoreClient. The protocol is length-prefixed binary over one TCP connection per client
+// (comm/internal/store_protocol.h, which also holds the server's state: this server only moves its bytes).
 #pragma once
 
 #include <atomic>
