@@ -154,7 +154,10 @@ void CheckpointSeeds(const fs::path& out, const std::string& name, const Model& 
   // As saved (no repair), and with every repair on (what a mutation then changes is checked past the checksums).
   if (!cut_rank_files) Spit(out / "checkpoint_reader" / (name + ".bin"), PackReader(0x00 | 0x40, meta, files));
   Spit(out / "checkpoint_reader" / (name + "-repaired.bin"), PackReader(0x0F | 0x90, meta, files));
-  if (cut_rank_files) return;
+  if (cut_rank_files) {
+    fs::remove_all(dir);
+    return;
+  }
   for (zero::DType dt : {zero::DType::kF32, zero::DType::kBF16}) {
     const std::string st = (fs::path(dir) / "export.safetensors").string();
     CHECK_OK(zero::ExportSafetensors(dir, st, {.dtype = dt, .optimizer_state = dt == zero::DType::kF32}));

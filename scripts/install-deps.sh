@@ -2,6 +2,8 @@
 # Installs zero's build and test dependencies from Debian 12 packages. Idempotent: packages already present are
 # skipped, and apt-get runs only when something is missing. Set ZERO_DEPS_EXTRA="pkg ..." for more.
 #   --bench   also install what the benchmarks compare against (python3-torch).
+#   --fuzz    also install clang and its runtimes for scripts/fuzz.sh (libFuzzer, ASan, UBSan live in
+#             libclang-rt-14-dev, which clang-14 only recommends); the build and the corpus replay tests need neither.
 set -euo pipefail
 
 pkgs=(
@@ -18,6 +20,9 @@ pkgs=(
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)
+fi
+if [[ "${1:-}" == "--fuzz" ]]; then
+  pkgs+=(clang libclang-rt-14-dev)
 fi
 # shellcheck disable=SC2206
 pkgs+=(${ZERO_DEPS_EXTRA:-})
