@@ -213,7 +213,8 @@ class GlooRank final : public RankBackend {
     comm_ = std::move(*c);
     if (chunk_elems_ > 0) {
       // The engine's context and staging pool, over this communicator and host memory, for its chunked ops.
-      ctx_ = std::make_unique<zero::internal::EngineContext>(zero::Config::Default(), comm_, zero::EngineOptions{});
+      ctx_ = std::make_unique<zero::internal::EngineContext>(zero::Config::Default(), comm_, nullptr, nullptr,
+                                                             zero::EngineOptions{});
       ctx_->compute = zero::internal::MakeHostCompute(&ctx_->tracker);
       pool_ = std::make_unique<zero::internal::BufferPool>(ctx_->compute, zero::MemTag::kStaging);
     }

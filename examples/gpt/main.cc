@@ -229,8 +229,9 @@ int main(int argc, char** argv) {
     if (flags.json) {
       std::printf(
           "{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
-          "\"tokens_per_s\": %.1f%s}\n",
+          "\"tokens_per_s\": %.1f, \"bus_bytes\": {\"shard_group\": %lld, \"replicas\": %lld}%s}\n",
           static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
+          static_cast<long long>(s.group_bytes), static_cast<long long>(s.replica_bytes),
           s.skipped ? ", \"skipped\": true" : "");
     } else {
       std::printf("step %4lld  loss %.4f  grad_norm %.4f  %.1f ms  %.0f tok/s%s\n", static_cast<long long>(s.step + 1),

@@ -101,7 +101,15 @@ StatusOr<ByteDataset> LoadData(const TrainOptions& options) {
 void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
                 const std::function<void(const StepLog&)>& on_step, TrainResult* result) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started.wall).count();
-  StepLog log{step, loss, r.grad_norm, ms, ProcessCpuMs() - started.cpu_ms, tokens / (ms / 1000.0), r.skipped};
+  StepLog log{step,
+              loss,
+              r.grad_norm,
+              ms,
+              ProcessCpuMs() - started.cpu_ms,
+              tokens / (ms / 1000.0),
+              r.skipped,
+              r.shard_group_bus_bytes,
+              r.replica_bus_bytes};
   result->steps.push_back(log);
   if (rank == 0 && on_step) on_step(log);
 }

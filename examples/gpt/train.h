@@ -59,6 +59,8 @@ struct StepLog {
   double cpu_ms = 0;  // CPU time of the whole process during the step (every thread-rank, BLAS and Gloo threads)
   double tokens_per_s = 0;
   bool skipped = false;
+  // Rank 0's bytes sent in the step (StepResult): within its shard group, and across replicas (hybrid sharding).
+  int64_t group_bytes = 0, replica_bytes = 0;
 };
 
 struct TrainResult {

@@ -138,6 +138,18 @@ class Communicator {
   virtual uint64_t IssuedOpsHash() const { return 0; }
   // The last ops issued (up to 12), oldest first, as error messages describe them.
   virtual std::vector<std::string> RecentOps() const { return {}; }
+  // The bytes this rank has sent so far by the bandwidth-optimal algorithm of each op issued: nccl-tests' bus
+  // bytes (all-gather and reduce-scatter: (N - 1) per-rank blocks; all-reduce: 2 (N - 1) / N of the buffer;
+  // broadcast: the buffer). A model of the traffic, not a count of the wire's bytes: Gloo's reduce-scatter at a
+  // world that is not a power of two sends more. 0 when the implementation does not count.
+  virtual int64_t bus_bytes() const { return 0; }
+
+  // A communicator over the ranks of this one that pass the same `color` (>= 0), ranked by (`key`, rank here),
+  // as MPI_Comm_split and ncclCommSplit: hybrid sharding's shard groups and replica groups. Collective: every
+  // rank calls it, in the same place in its sequence of ops. The new communicator has this one's options
+  // (timeout, checks) and fails the same ways; it is independent of this one once made (its own connections
+  // and ops), and either may be destroyed first. kUnimplemented where the implementation cannot split.
+  virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
 
   // The CUDA device the communicator's memory and streams are on (NCCL), or -1 (Gloo: host memory).
   virtual int cuda_device() const { return -1; }

@@ -75,6 +75,9 @@ struct ZeroOptimizationConfig {
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;
   int64_t zero_hpz_partition_size = 1;
+  // MiCS / FSDP HYBRID_SHARD: shard within groups of this many consecutive ranks and replicate across the
+  // groups (stages 1-3). <= 0 or the world size: shard across all ranks (docs/design.md, "Hybrid sharding").
+  int64_t mics_shard_size = -1;
   bool zero_quantized_weights = false;
   bool zero_quantized_gradients = false;
   bool ignore_unused_parameters = true;

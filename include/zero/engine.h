@@ -109,6 +109,11 @@ struct StepResult {
   double loss_scale = 1.0;  // the loss scale used for this step's gradients
   int64_t step = 0;         // number of applied steps after this call
   StepTimes times;
+  // The bytes this rank sent since the previous Step returned (or Finalize), as Communicator::bus_bytes counts
+  // them: within its shard group (every collective of full sharding: gathers, reduce-scatters, the norm) and
+  // across the replicas of its shard (hybrid sharding's gradient all-reduce; 0 without hybrid sharding).
+  int64_t shard_group_bus_bytes = 0;
+  int64_t replica_bus_bytes = 0;
 };
 
 // How Finalize and CopyIn make the ranks agree on a parameter's values. Every rank evaluates the values itself;
@@ -291,8 +296,12 @@ class Engine {
   // The loss scale the trainer multiplies its loss by (1 unless fp16 is enabled).
   double loss_scale() const;
   int64_t steps() const;
+  // This rank and the world size of the communicator the engine was created with.
   int rank() const;
   int world_size() const;
+  // The ranks one copy of the model is sharded over: zero_optimization.mics_shard_size under hybrid sharding,
+  // else world_size().
+  int shard_group_size() const;
   const Config& config() const;
   Communicator& comm();
   // The CUDA engine's compute stream (EngineOptions::cuda_stream or its own); nullptr on the host engine.

@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -101,6 +103,25 @@ class MemoryTracker {
   // when the step allocated nothing there (the steady state of the engine's pools).
   int64_t allocations(MemTier tier) const { return adds_[static_cast<size_t>(tier)].load(std::memory_order_relaxed); }
 
+  // A budget for a tier: an allocation through Buffer that would take the tier's total (this tracker's bytes and
+  // those counted in it, as in peak_total) past `bytes` is not made, and fails with RESOURCE_EXHAUSTED as a
+  // failure of the allocator would (see Buffer). 0 (the default): no budget. For running as on a smaller device
+  // than the one at hand, and for testing what an out-of-memory does (docs/design.md, "Running out of memory").
+  // Bytes counted with Add directly (the communicator's record of its transport's own buffers) are not refused,
+  // but they count against the budget of later allocations.
+  void SetLimit(MemTier tier, int64_t bytes);
+  int64_t limit(MemTier tier) const { return limit_[static_cast<size_t>(tier)].load(std::memory_order_relaxed); }
+  // Calls `allocate` (true: it succeeded) and counts `bytes` under (tier, tag) when it did; when the tier's
+  // budget would be exceeded, neither (false, *over_budget set). Under a budget the check, the allocation and the
+  // count are one step, so racing allocations never both pass a budget only one fits, and a refused or failed
+  // allocation leaves no trace in the figures (peaks and allocations() included).
+  bool AllocateCounted(MemTier tier, MemTag tag, int64_t bytes, const std::function<bool()>& allocate,
+                       bool* over_budget);
+  // The tier's bytes alive now, this tracker's and those counted in it: what the budget is checked against.
+  int64_t total(MemTier tier) const {
+    return total_[static_cast<size_t>(tier)].current.load(std::memory_order_relaxed);
+  }
+
  private:
   struct Counter {
     std::atomic<int64_t> current{0};
@@ -117,6 +138,8 @@ class MemoryTracker {
   std::array<Counter, static_cast<size_t>(MemTier::kCount)> total_;
   std::atomic<int64_t> padding_{0};
   std::array<std::atomic<int64_t>, static_cast<size_t>(MemTier::kCount)> adds_{};
+  std::array<std::atomic<int64_t>, static_cast<size_t>(MemTier::kCount)> limit_{};
+  std::mutex limit_mu_;  // serializes AllocateCounted under a budget
   // Add/Sub hold it shared and CountAlsoIn/StopCountingIn exclusively, so the bytes handed over when a link
   // starts or ends are exactly those the later Add/Sub calls pass on or have passed on.
   mutable std::shared_mutex listeners_mu_;
@@ -127,17 +150,21 @@ class MemoryTracker {
 class Buffer {
  public:
   Buffer() = default;
-  // 64-byte aligned host memory (cache line / AVX-512), zero-filled. Aborts on out-of-memory like operator new.
+  // 64-byte aligned host memory (cache line / AVX-512), zero-filled. When the allocator fails or the tracker's
+  // budget (MemoryTracker::SetLimit) would be exceeded: with `error` null, throws std::bad_alloc like operator
+  // new; with `error`, returns an empty buffer and sets *error (RESOURCE_EXHAUSTED naming the tag, the tier and
+  // the bytes). The engine always passes `error`.
   // Reported in `tier`: MemTier::kDevice is for host memory that serves as the compute device's own — the host
   // (Gloo) engine computes on the CPU, so its compute tier is host DRAM reported as "device" (docs/design.md,
   // "Tiers"); everything else is kHost.
-  static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier = MemTier::kHost);
+  static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier = MemTier::kHost,
+                     Status* error = nullptr);
   // Pinned (page-locked) host memory when zero was built with CUDA and a device is present; otherwise the same
-  // as Host. Reported in the host tier.
-  static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes);
+  // as Host. Reported in the host tier. Failures as for Host.
+  static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error = nullptr);
   // Memory of the current CUDA device (cudaMalloc), zero-filled before this returns, reported in the device
-  // tier: the CUDA engine's compute tier. On failure (no CUDA build, no device, out of memory) an empty buffer
-  // and *error names the tag and the size.
+  // tier: the CUDA engine's compute tier. On failure (no CUDA build, no device, out of memory, the tracker's
+  // budget) an empty buffer and *error names the tag and the size.
   static Buffer Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error);
   // A view of memory zero does not own (a trainer's own buffer, zero/sharded_optimizer.h): never counted, never
   // freed; Reset only forgets it. `tier` says where it lives, as for the owning kinds.

@@ -654,10 +654,40 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kGloo; }
+
+  // Every rank's (color, key) by an all-gather on this communicator, then a new communicator over the same
+  // store under keys of its own: "<this one's keys>/split<k>/<color>" (k counts this communicator's splits, the
+  // same on every rank since Split is collective).
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    constexpr int kLimit = 1 << 24;  // exact in the f32 all-gather
+    const std::string what = absl::StrCat("Split(color ", color, ", key ", key, ") on rank ", rank_, " of ", world_);
+    if (color < 0 || color >= kLimit || key < 0 || key >= kLimit) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": color and key must be in [0, 2^24)"));
+    }
+    const float mine[2] = {static_cast<float>(color), static_cast<float>(key)};
+    std::vector<float> all(2 * static_cast<size_t>(world_));
+    {
+      CommLabel l(this, "Split: the ranks' colors and keys");
+      ZERO_RETURN_IF_ERROR(AllGather(mine, all.data(), 2, DType::kF32, nullptr).Wait());
+    }
+    std::vector<std::pair<int, int>> members;  // (key, rank) of this color
+    for (int r = 0; r < world_; ++r) {
+      if (static_cast<int>(all[2 * r]) == color) members.emplace_back(static_cast<int>(all[2 * r + 1]), r);
+    }
+    std::sort(members.begin(), members.end());
+    const int new_rank =
+        static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
+    CommOptions o = options_;
+    o.prefix = absl::StrCat(key_prefix_, "/split", splits_++, "/", color);
+    auto made = CreateGloo(store_, new_rank, static_cast<int>(members.size()), o);
+    if (!made.ok()) return Status(made.status().code(), absl::StrCat(what, ": ", made.status().message()));
+    return made;
+  }
   MemoryReport memory_report() const override { return tracker_.Report(); }
   MemoryTracker* memory_tracker() override { return &tracker_; }
   uint64_t IssuedOpsHash() const override { return history_.hash(); }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }
+  int64_t bus_bytes() const override { return history_.bus_bytes(); }
   int64_t cache_bytes() const override { return options_.cache_bytes; }
 
   int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
@@ -806,7 +836,7 @@ class GlooCommunicator final : public Communicator {
 
   Work Enqueue(OpDesc desc, Status precheck, Body body) {
     desc.seq = next_seq_++;
-    history_.Record(desc, label());
+    history_.Record(desc, label(), world_);
     if (!precheck.ok()) {
       precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_, " of ",
                                                             world_, ": ", precheck.message()));
@@ -1030,6 +1060,7 @@ class GlooCommunicator final : public Communicator {
   const int rank_;
   const int world_;
   const CommOptions options_;
+  int splits_ = 0;  // Split calls so far (issuing thread only)
   const std::shared_ptr<internal::CommProgress> progress_;
 
   std::shared_ptr<gloo::transport::Device> device_;

@@ -343,6 +343,44 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kNccl; }
 
+  // ncclCommSplit on this communicator (collective over it; non-blocking like every comm here, so polled to
+  // completion within the timeout); NCCL numbers the new ranks by (key, rank), as Split promises.
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    const std::string what = absl::StrCat("ncclCommSplit(color ", color, ", key ", key, ") on rank ", rank_, " of ",
+                                          world_, ", device ", device_);
+    if (color < 0 || key < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": color and key must be >= 0"));
+    if (shared_ == nullptr) return absl::FailedPreconditionError(absl::StrCat(what, ": not connected"));
+    ScopedDevice guard(device_);
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    ncclComm_t child = nullptr;
+    {
+      absl::MutexLock lock(&shared_->mu_);
+      if (!shared_->broken_.ok()) return shared_->broken_;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      const ncclResult_t r = ncclCommSplit(shared_->comm_, color, key, &child, &config);
+      if (r != ncclSuccess && r != ncclInProgress) return shared_->AbortLocked(NcclToStatus(r, what, shared_->comm_));
+      ZERO_RETURN_IF_ERROR(shared_->AwaitNotInProgressLocked(deadline, what));
+    }
+    if (child == nullptr) return absl::InternalError(absl::StrCat(what, ": NCCL returned no communicator"));
+    auto made = std::make_shared<NcclShared>(child, 0, 1);
+    {
+      absl::MutexLock lock(&made->mu_);
+      ZERO_RETURN_IF_ERROR(made->AwaitNotInProgressLocked(deadline, what));
+    }
+    int new_rank = 0, new_world = 0;
+    ZERO_RETURN_IF_ERROR(NcclToStatus(ncclCommUserRank(child, &new_rank), what, child));
+    ZERO_RETURN_IF_ERROR(NcclToStatus(ncclCommCount(child, &new_world), what, child));
+    auto comm = std::make_unique<NcclCommunicator>(store_, new_rank, new_world, device_, options_);
+    ZERO_RETURN_IF_ERROR(comm->Init(deadline));
+    comm->shared_ = std::make_shared<NcclShared>(child, new_rank, new_world);
+    {
+      absl::MutexLock lock(&made->mu_);
+      made->comm_ = nullptr;  // handed over: the placeholder must not abort it
+    }
+    return std::unique_ptr<Communicator>(std::move(comm));
+  }
+
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGather, .dtype = dtype, .count = count};
     return Issue(d, stream, [=](ncclComm_t comm, cudaStream_t s) {
@@ -371,7 +409,7 @@ class NcclCommunicator final : public Communicator {
     OpDesc d{.kind = OpKind::kBroadcast, .dtype = dtype, .root = root, .count = count};
     if (root < 0 || root >= world_) {
       d.seq = next_seq_++;
-      history_.Record(d, label());
+      history_.Record(d, label(), world_);
       return Work(std::make_shared<internal::CompletedWorkState>(
           d, absl::InvalidArgumentError(
                  absl::StrCat(internal::DescribeOp(d), ": root ", root, " is not a rank of a world of ", world_))));
@@ -384,6 +422,7 @@ class NcclCommunicator final : public Communicator {
   int cuda_device() const override { return device_; }
   uint64_t IssuedOpsHash() const override { return history_.hash(); }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }
+  int64_t bus_bytes() const override { return history_.bus_bytes(); }
 
   // No op: the Work of an event at the communication stream's current end (Communicator::Fence).
   Work Fence() override {
@@ -410,7 +449,7 @@ class NcclCommunicator final : public Communicator {
   template <typename Call>
   Work Issue(OpDesc d, CUstream_st* producer, Call call) {
     d.seq = next_seq_++;
-    history_.Record(d, label());
+    history_.Record(d, label(), world_);
     const std::string what = absl::StrCat(internal::DescribeOp(d), " on rank ", rank_, " of ", world_);
     if (shared_ == nullptr) return Failed(d, what, absl::FailedPreconditionError("the communicator is not connected"));
     ScopedDevice guard(device_);

@@ -827,6 +827,14 @@ class ConfigParser {
       Error("zero_optimization.offload_optimizer.device: " + std::string(device_name(c.zero.offload_optimizer.device)) +
             " with zero_optimization.stage 0; " + FindRule("offload_optimizer_stage").text);
     }
+    if (known({"zero_optimization.stage"}) && c.zero.mics_shard_size > 0 && stage == 0) {
+      Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
+            " with zero_optimization.stage 0; " + FindRule("mics_stage").text);
+    }
+    if (world_size > 0 && c.zero.mics_shard_size > 0 && world_size % c.zero.mics_shard_size != 0) {
+      Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
+            " does not divide the world size " + std::to_string(world_size) + "; " + FindRule("mics_divides").text);
+    }
     if (known({"zero_optimization.stage"}) && c.zero.offload_optimizer.ratio < 1.0 && stage != 3) {
       std::ostringstream os;
       os << "zero_optimization.offload_optimizer.ratio: " << c.zero.offload_optimizer.ratio

@@ -375,8 +375,11 @@ const KeySpec kSchema[] = {
      .doc = "ZeRO++ qgZ: quantized gradient reduction."},
     {.path = "zero_optimization.zeropp_loco_param", .type = T::kAny, .default_json = "null", .support = S::kOffOnly,
      .doc = "ZeRO++ LoCo error feedback {err_beta, reset_T}."},
-    {.path = "zero_optimization.mics_shard_size", .type = T::kInt, .default_json = "-1", .support = S::kOffOnly,
-     .off_max = 0, .doc = "MiCS: shard inside groups of this many ranks."},
+    {.path = "zero_optimization.mics_shard_size", .type = T::kInt, .default_json = "-1",
+     .ref = FIELD(zero.mics_shard_size),
+     .doc = "MiCS / FSDP HYBRID_SHARD: shard parameters, gradients and optimizer state within groups of this many "
+            "consecutive ranks, replicate across the groups (gradient shards all-reduced across them at each step); "
+            "stages 1-3; must divide the world size; <= 0: shard across all ranks."},
     {.path = "zero_optimization.mics_hierarchical_params_gather", .type = T::kBool, .default_json = "false",
      .support = S::kOffOnly, .doc = "MiCS hierarchical all-gather."},
     {.path = "zero_optimization.memory_efficient_linear", .type = T::kBool, .default_json = "true",
@@ -563,6 +566,11 @@ const CrossRule kCrossRules[] = {
      "fp16.enabled and bf16.enabled cannot both be true (DeepSpeed: bfloat16 and fp16 modes cannot be "
      "simultaneously enabled)",
      false, false},
+    {"mics_stage", "zero_optimization.mics_shard_size, zero_optimization.stage",
+     "mics_shard_size > 0 shards within groups: it needs stage 1, 2 or 3 (stage 0 shards nothing)", false, false},
+    {"mics_divides", "zero_optimization.mics_shard_size, world size",
+     "mics_shard_size must divide the world size (the groups are equal: world / mics_shard_size replicas)", true,
+     false},
     {"offload_param_stage", "zero_optimization.offload_param.device, zero_optimization.stage",
      "zero_optimization.offload_param.device other than \"none\" requires zero_optimization.stage 3 (only stage 3 "
      "partitions parameters)",

@@ -113,6 +113,28 @@ void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
   MoveTotals(tier, bytes);
 }
 
+void MemoryTracker::SetLimit(MemTier tier, int64_t bytes) {
+  limit_[static_cast<size_t>(tier)].store(std::max<int64_t>(0, bytes), std::memory_order_relaxed);
+}
+
+bool MemoryTracker::AllocateCounted(MemTier tier, MemTag tag, int64_t bytes, const std::function<bool()>& allocate,
+                                    bool* over_budget) {
+  const auto t = static_cast<size_t>(tier);
+  *over_budget = false;
+  std::unique_lock<std::mutex> lock(limit_mu_, std::defer_lock);
+  if (limit_[t].load(std::memory_order_relaxed) > 0) {
+    lock.lock();
+    const int64_t limit = limit_[t].load(std::memory_order_relaxed);
+    if (limit > 0 && total_[t].current.load(std::memory_order_relaxed) + bytes > limit) {
+      *over_budget = true;
+      return false;
+    }
+  }
+  if (!allocate()) return false;
+  Add(tier, tag, bytes);
+  return true;
+}
+
 void MemoryTracker::Sub(MemTier tier, MemTag tag, int64_t bytes) {
   std::shared_lock lock(listeners_mu_);
   c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)].current.fetch_sub(bytes, std::memory_order_relaxed);
@@ -167,40 +189,74 @@ MemoryReport MemoryTracker::Report() const {
 namespace {
 constexpr size_t kAlign = 64;
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// What an allocation that could not be made says: the tag, the tier and the bytes, and why.
+Status AllocError(MemTag tag, MemTier tier, size_t bytes, const MemoryTracker* tracker, bool over_budget,
+                  const char* what) {
+  if (over_budget) {
+    const int64_t limit = tracker->limit(tier);
+    return absl::ResourceExhaustedError(absl::StrCat(what, " of ", bytes, " bytes for ", MemTagName(tag), " (",
+                                                     MemTierName(tier), " tier): over the tier's budget of ", limit,
+                                                     " bytes (MemoryTracker::SetLimit) with ", tracker->total(tier),
+                                                     " bytes in use"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(what, " of ", bytes, " bytes for ", MemTagName(tag), " (",
+                                                   MemTierName(tier), " tier): the allocator failed (out of memory)"));
+}
+
+// Host and Pinned's failure: *error, or std::bad_alloc as operator new does.
+Buffer Fail(Status s, Status* error) {
+  if (error == nullptr) throw std::bad_alloc();
+  *error = std::move(s);
+  return Buffer();
+}
 }  // namespace
 
-Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier) {
+Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier, Status* error) {
   Buffer b;
   if (bytes == 0) return b;
-  b.data_ = std::aligned_alloc(kAlign, RoundUp(bytes));
-  if (b.data_ == nullptr) throw std::bad_alloc();
+  auto allocate = [&] {
+    b.data_ = std::aligned_alloc(kAlign, RoundUp(bytes));
+    return b.data_ != nullptr;
+  };
+  bool over_budget = false;
+  if (!(tracker != nullptr ? tracker->AllocateCounted(tier, tag, static_cast<int64_t>(bytes), allocate, &over_budget)
+                           : allocate())) {
+    return Fail(AllocError(tag, tier, bytes, tracker, over_budget, "host buffer"), error);
+  }
   std::memset(b.data_, 0, bytes);
   b.size_ = bytes;
   b.tracker_ = tracker;
   b.tag_ = tag;
   b.tier_ = tier;
-  if (tracker) tracker->Add(tier, tag, static_cast<int64_t>(bytes));
   return b;
 }
 
-Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes) {
+Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error) {
 #if ZERO_HAVE_CUDA
   int devices = 0;
   if (bytes > 0 && cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
     Buffer b;
-    if (cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault) == cudaSuccess) {
+    auto allocate = [&] { return cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault) == cudaSuccess; };
+    bool over_budget = false;
+    if (tracker != nullptr
+            ? tracker->AllocateCounted(MemTier::kHost, tag, static_cast<int64_t>(bytes), allocate, &over_budget)
+            : allocate()) {
       std::memset(b.data_, 0, bytes);
       b.size_ = bytes;
       b.tracker_ = tracker;
       b.tag_ = tag;
       b.kind_ = Kind::kPinned;
-      if (tracker) tracker->Add(MemTier::kHost, tag, static_cast<int64_t>(bytes));
       return b;
     }
+    b.data_ = nullptr;
+    cudaGetLastError();
+    if (over_budget) return Fail(AllocError(tag, MemTier::kHost, bytes, tracker, true, "pinned host buffer"), error);
+    // Page-locked memory is scarcer than pageable: fall back to the latter, as without a device.
   }
   cudaGetLastError();
 #endif
-  return Host(tracker, tag, bytes);
+  return Host(tracker, tag, bytes, MemTier::kHost, error);
 }
 
 Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error) {
@@ -208,25 +264,36 @@ Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
   if (bytes == 0) return b;
 #if ZERO_HAVE_CUDA
   void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
-  // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait for: finish it
-  // before any stream may use the buffer. This synchronizes the device: the engine allocates at Finalize and
-  // while its pools fill in the first steps, never in the steady state (tests/shard/async_tier_test.cc).
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  if (e == cudaSuccess) {
+  cudaError_t e = cudaSuccess;
+  auto allocate = [&] {
+    e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
+    // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait for: finish it
+    // before any stream may use the buffer. This synchronizes the device: the engine allocates at Finalize and
+    // while its pools fill in the first steps, never in the steady state (tests/shard/async_tier_test.cc).
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess && p != nullptr) {
+      cudaFree(p);
+      p = nullptr;
+    }
+    return e == cudaSuccess;
+  };
+  bool over_budget = false;
+  if (tracker != nullptr
+          ? tracker->AllocateCounted(MemTier::kDevice, tag, static_cast<int64_t>(bytes), allocate, &over_budget)
+          : allocate()) {
     b.data_ = p;
     b.size_ = bytes;
     b.tracker_ = tracker;
     b.tag_ = tag;
     b.tier_ = MemTier::kDevice;
     b.kind_ = Kind::kDevice;
-    if (tracker) tracker->Add(MemTier::kDevice, tag, static_cast<int64_t>(bytes));
     return b;
   }
-  if (p != nullptr) cudaFree(p);
   cudaGetLastError();
-  if (error != nullptr) {
+  if (error != nullptr && over_budget) {
+    *error = AllocError(tag, MemTier::kDevice, bytes, tracker, true, "device buffer");
+  } else if (error != nullptr) {
     *error =
         absl::ResourceExhaustedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag),
                                                   ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));

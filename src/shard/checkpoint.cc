@@ -145,10 +145,10 @@ Status Engine::Impl::CheckCheckpointable(const char* what) const {
 }
 
 StatusOr<std::string> Engine::Impl::AgreeOnStatus(const Status& mine, const char* what) {
-  CommLabel label(ctx.comm.get(), absl::StrCat(what, ": the ranks' outcome"));
-  ZERO_ASSIGN_OR_RETURN(auto all, host.AllGatherStrings(mine.ok() ? std::string() : std::string(mine.message())));
+  CommLabel label(ctx.world_comm.get(), absl::StrCat(what, ": the ranks' outcome"));
+  ZERO_ASSIGN_OR_RETURN(auto all, world_host.AllGatherStrings(mine.ok() ? std::string() : std::string(mine.message())));
   if (!mine.ok()) return mine;  // this rank's own error, with its code
-  for (int r = 0; r < ctx.world; ++r) {
+  for (int r = 0; r < ctx.world_size; ++r) {
     if (!all[r].empty()) return absl::AbortedError(absl::StrCat(what, ": failed on rank ", r, ": ", all[r]));
   }
   return std::string();
@@ -158,6 +158,9 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   const std::string tag = options.tag.empty() ? ckpt::DefaultTag(step.applied_steps()) : options.tag;
   const std::string folder = absl::StrCat(dir, "/", tag);
   ckpt::RankFileMeta mine;
+  // Under hybrid sharding every group holds the whole model: the first group (ranks 0 to G - 1) writes it, as a
+  // checkpoint of a world of G; the other ranks check and agree.
+  const bool writer = ctx.world_rank < ctx.world;
   // Everything local first; the ranks then agree on the outcome, so a failure anywhere fails everywhere
   // before rank 0 writes meta.json and `latest`.
   Status local = [&]() -> Status {
@@ -171,6 +174,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
                                                    " already exists; choose another tag (a checkpoint is never "
                                                    "overwritten in place)"));
     }
+    if (!writer) return absl::OkStatus();
     ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(folder));
     ckpt::RankFileWriter w;
     ZERO_RETURN_IF_ERROR(
@@ -202,7 +206,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
           ZERO_RETURN_IF_ERROR(w.Append(piece.data(), static_cast<size_t>(n) * es));
         }
         ZERO_RETURN_IF_ERROR(w.EndSection());
-        internal::MaybeInjectFault("save", ctx.rank, step.applied_steps());  // a rank file half written
+        internal::MaybeInjectFault("save", ctx.world_rank, step.applied_steps());  // a rank file half written
       }
     }
     ZERO_ASSIGN_OR_RETURN(mine, w.Commit());
@@ -212,11 +216,13 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Save").status());
   // Every rank's file is durable. Rank 0 needs their sections and checksums for meta.json.
   ckpt::Meta meta = DescribeForCheckpoint(tag);
-  CommLabel label(ctx.comm.get(), "Save: the rank files' sections");
-  ZERO_ASSIGN_OR_RETURN(auto all,
-                        host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
   Status committed = absl::OkStatus();
-  if (ctx.rank == 0) {
+  std::vector<std::string> all;
+  if (writer) {  // a collective of the first group only
+    CommLabel label(ctx.comm.get(), "Save: the rank files' sections");
+    ZERO_ASSIGN_OR_RETURN(all, host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
+  }
+  if (ctx.world_rank == 0) {
     committed = [&]() -> Status {
       meta.ranks.push_back(std::move(mine));
       for (int r = 1; r < ctx.world; ++r) {
@@ -419,7 +425,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
             ZERO_RETURN_IF_ERROR(ctx.compute->status());
           }
         }
-        internal::MaybeInjectFault("load", ctx.rank, step.applied_steps());  // the engine half loaded
+        internal::MaybeInjectFault("load", ctx.world_rank, step.applied_steps());  // the engine half loaded
       }
     }
     saved = m;
@@ -446,7 +452,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   result.tag = saved.tag;
   result.saved_world_size = saved.world_size;
   result.saved_stage = saved.stage;
-  result.trainer_state = saved.ranks[ctx.rank < saved.world_size ? ctx.rank : 0].trainer_state;
+  result.trainer_state = saved.ranks[ctx.world_rank < saved.world_size ? ctx.world_rank : 0].trainer_state;
   if (options.load_optimizer_state) {
     step.Restore(saved.step, saved.skipped_steps,
                  {saved.loss_scaler.scale, saved.loss_scaler.hysteresis, saved.loss_scaler.iteration,

@@ -49,7 +49,7 @@ void UnitCollective::Start() {
     slots_[slot] = pool_->Take(bytes, /*zero=*/false);
     if (slots_[slot].empty()) {
       status_ = absl::ResourceExhaustedError(
-          absl::StrCat("chunk staging buffer (", bytes,
+          absl::StrCat(label_, ": chunk staging buffer (", bytes,
                        " bytes): ", c.compute->status().ok() ? "allocation failed" : c.compute->status().message()));
       return;
     }

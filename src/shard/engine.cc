@@ -24,9 +24,11 @@ namespace zero {
 using internal::Unit;
 using internal::UnitStatus;
 
-Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, EngineOptions opts)
-    : ctx(cfg, std::move(comm), std::move(opts)),
+Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
+                   std::shared_ptr<Communicator> replica, EngineOptions opts)
+    : ctx(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(opts)),
       host(ctx.comm.get(), ctx.compute),
+      world_host(ctx.world_comm.get(), ctx.compute),
       gathers(&ctx),
       reducer(&ctx, &copies),
       step(&ctx, &gathers, &reducer, &host, &copies) {}
@@ -44,7 +46,7 @@ Status Engine::Impl::Init() {
   const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
   ctx.threads = ctx.opts.cpu_threads > 0 ? ctx.opts.cpu_threads
                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
-  SetLogRank(ctx.rank);
+  SetLogRank(ctx.world_rank);
   const ElementwiseOptimizer& opt = step.optimizer();
   if (ctx.compute->device() && BuiltinAdamParams(opt) == nullptr && BuiltinSgdParams(opt) == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
@@ -106,47 +108,62 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   if (ctx.units.empty()) return absl::FailedPreconditionError("Finalize: no units registered");
   std::vector<internal::UnitLayout> layouts;
   for (const auto& u : ctx.units) layouts.push_back(u.layout);
-  internal::MaybeInjectFault("finalize", ctx.rank, 0);
-  ZERO_RETURN_IF_ERROR(internal::CheckRegistrationAgrees(host, ctx.world, layouts));
+  internal::MaybeInjectFault("finalize", ctx.world_rank, 0);
+  ZERO_RETURN_IF_ERROR(internal::CheckRegistrationAgrees(world_host, ctx.world_size, layouts));
   ZERO_RETURN_IF_ERROR(ResolveGroups());
-  // Allocate exactly what the plan lists (shard/internal/plan.h).
+  // Allocate exactly what the plan lists (shard/internal/plan.h). A buffer that cannot be had (the allocator's
+  // failure, or the tracker's budget) ends Finalize on every rank: the ranks agree on the outcome, so the others
+  // do not go on into the initial values' collectives and wait there for this one until the timeout.
   const internal::StagePlan plan = Plan();
-  for (size_t i = 0; i < ctx.units.size(); ++i) {
-    Unit& u = ctx.units[i];
-    u.plan = plan.units[i];
-    u.layout.padded = u.plan.padded;
-    u.layout.shard = u.plan.shard;
-    num_params_ += u.layout.numel;
-    u.state.resize(ctx.policy.optimizer_states);
-    for (const internal::PlannedBuffer& b : u.plan.buffers) {
-      Buffer buf;
-      if (b.trainer_owned) {
-        void* mine = b.role == internal::BufferRole::kParams ? u.trainer_params : u.trainer_grads;
-        buf = Buffer::Borrow(mine, static_cast<size_t>(b.bytes()), b.tag, b.tier);
-      } else {
-        buf = ctx.Allocate(b);
-        ctx.tracker.AddPadding(b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype)));
+  Status allocated = [&]() -> Status {
+    for (size_t i = 0; i < ctx.units.size(); ++i) {
+      Unit& u = ctx.units[i];
+      u.plan = plan.units[i];
+      u.layout.padded = u.plan.padded;
+      u.layout.shard = u.plan.shard;
+      num_params_ += u.layout.numel;
+      u.state.resize(ctx.policy.optimizer_states);
+      for (const internal::PlannedBuffer& b : u.plan.buffers) {
+        Buffer buf;
+        if (b.trainer_owned) {
+          void* mine = b.role == internal::BufferRole::kParams ? u.trainer_params : u.trainer_grads;
+          buf = Buffer::Borrow(mine, static_cast<size_t>(b.bytes()), b.tag, b.tier);
+        } else {
+          Status s;
+          buf = ctx.Allocate(b, &s);
+          if (!s.ok()) {
+            return Status(s.code(), absl::StrCat("Finalize on rank ", ctx.world_rank, ": unit ", u.name(), " (", i + 1,
+                                                 " of ", ctx.units.size(), "), its ", internal::BufferRoleName(b.role),
+                                                 " (", b.bytes(), " bytes): ", s.message()));
+          }
+          ctx.tracker.AddPadding(b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype)));
+        }
+        using R = internal::BufferRole;
+        switch (b.role) {
+          case R::kParams: u.params = std::move(buf); break;
+          case R::kFullGrads: u.full_grads = std::move(buf); break;
+          case R::kAccumFull: u.accum_full = std::move(buf); break;
+          case R::kGradShard: u.grad_shard = std::move(buf); break;
+          case R::kHostGrad: u.host_grad = std::move(buf); break;
+          case R::kHostMaster: u.host_master = std::move(buf); break;
+          case R::kMaster: u.master = std::move(buf); break;
+          case R::kState: u.state[b.state_index] = std::move(buf); break;
+          case R::kHostState: u.host_state.push_back(std::move(buf)); break;
+        }
       }
-      using R = internal::BufferRole;
-      switch (b.role) {
-        case R::kParams: u.params = std::move(buf); break;
-        case R::kFullGrads: u.full_grads = std::move(buf); break;
-        case R::kAccumFull: u.accum_full = std::move(buf); break;
-        case R::kGradShard: u.grad_shard = std::move(buf); break;
-        case R::kHostGrad: u.host_grad = std::move(buf); break;
-        case R::kHostMaster: u.host_master = std::move(buf); break;
-        case R::kMaster: u.master = std::move(buf); break;
-        case R::kState: u.state[b.state_index] = std::move(buf); break;
-        case R::kHostState: u.host_state.push_back(std::move(buf)); break;
-      }
+      u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
     }
-    u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
-  }
-  step.Allocate(plan);
+    if (Status s = step.Allocate(plan); !s.ok()) {
+      return Status(s.code(), absl::StrCat("Finalize on rank ", ctx.world_rank, ": ", s.message()));
+    }
+    return ctx.compute->status();
+  }();
+  ZERO_RETURN_IF_ERROR(AgreeOnStatus(allocated, "Finalize").status());
   LogUnshardedUnits(plan);
-  ZERO_RETURN_IF_ERROR(ctx.compute->status());
   ctx.finalized = true;
-  return InitialValues(init);
+  ZERO_RETURN_IF_ERROR(InitialValues(init));
+  step.StartCountingBytes();
+  return absl::OkStatus();
 }
 
 // Every parameter's group; a unit is frozen when its parameters are, and then all of them must be (one flat
@@ -183,7 +200,7 @@ Status Engine::Impl::ResolveGroups() {
 // a trainer that registered its model as small units would otherwise not see that nothing is sharded. And a unit
 // holding most of the model is gathered whole: say so too.
 void Engine::Impl::LogUnshardedUnits(const internal::StagePlan& plan) const {
-  if (ctx.stage() != 3 || ctx.rank != 0) return;
+  if (ctx.stage() != 3 || ctx.world_rank != 0) return;
   std::vector<std::string> names;
   int64_t elems = 0, count = 0;
   for (size_t i = 0; i < plan.units.size(); ++i) {
@@ -352,7 +369,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
   if (comm == nullptr) return absl::InvalidArgumentError("Engine::Create: communicator is null");
   Config cfg = config;
   ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
-  auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(options));
+  // Hybrid sharding (docs/design.md): groups of G consecutive ranks shard the model; the ranks at the same
+  // place in each group (a shard's replicas) all-reduce its gradient. Both splits are collective on `comm`.
+  std::shared_ptr<Communicator> shard, replica;
+  const int world = comm->world_size(), rank = comm->rank();
+  const int64_t G = cfg.zero.mics_shard_size;
+  if (G > 0 && G < world) {
+    ZERO_ASSIGN_OR_RETURN(shard, comm->Split(static_cast<int>(rank / G), rank));
+    ZERO_ASSIGN_OR_RETURN(replica, comm->Split(static_cast<int>(rank % G), rank));
+  }
+  auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(options));
   ZERO_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -399,8 +425,9 @@ Status Engine::LoadSafetensors(const std::string& path, const LoadOptions& optio
   return impl_->LoadSafetensors(path, options);
 }
 int64_t Engine::steps() const { return impl_->step.applied_steps(); }
-int Engine::rank() const { return impl_->ctx.rank; }
-int Engine::world_size() const { return impl_->ctx.world; }
+int Engine::rank() const { return impl_->ctx.world_rank; }
+int Engine::world_size() const { return impl_->ctx.world_size; }
+int Engine::shard_group_size() const { return impl_->ctx.world; }
 const Config& Engine::config() const { return impl_->ctx.cfg; }
 Communicator& Engine::comm() { return *impl_->ctx.comm; }
 CUstream_st* Engine::cuda_stream() const { return impl_->ctx.stream(); }

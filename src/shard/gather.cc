@@ -13,7 +13,7 @@ Status GatherScheduler::Issue(Unit& u) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
   EngineContext& c = *ctx_;
   CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
-  MaybeInjectFault("gather", c.rank, c.applied_steps);
+  MaybeInjectFault("gather", c.world_rank, c.applied_steps);
   const size_t cds = DTypeSize(c.cd());
   // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
   const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);

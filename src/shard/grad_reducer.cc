@@ -45,7 +45,7 @@ void GradReducer::FreeFull(Buffer& b) {
 Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p) {
   EngineContext& c = *ctx_;
   CommLabel label(c.comm.get(), absl::StrCat("gradient reduction of unit ", u.name()));
-  MaybeInjectFault("reduce", c.rank, c.applied_steps);
+  MaybeInjectFault("reduce", c.world_rank, c.applied_steps);
   const DType wire = c.policy.wire;
   ReleaseHeld();
   const int64_t n = u.layout.padded, S = u.layout.shard;

@@ -30,9 +30,22 @@ class HostCompute final : public ComputeTier {
 
   bool device() const override { return false; }
   CUstream_st* stream() const override { return nullptr; }
-  Status status() const override { return absl::OkStatus(); }
+  Status status() const override {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
 
-  Buffer Alloc(MemTag tag, size_t bytes) override { return Buffer::Host(tracker_, tag, bytes, MemTier::kDevice); }
+  // A failure is kept, as the CUDA tier keeps its errors: the engine is then done (every later call returns
+  // it), which is what an out-of-memory in the middle of a step leaves (docs/design.md, "Running out of memory").
+  Buffer Alloc(MemTag tag, size_t bytes) override {
+    Status s;
+    Buffer b = Buffer::Host(tracker_, tag, bytes, MemTier::kDevice, &s);
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      if (status_.ok()) status_ = s;
+    }
+    return b;
+  }
   void Zero(void* p, size_t bytes) override {
     if (bytes > 0) std::memset(p, 0, bytes);
   }
@@ -74,6 +87,8 @@ class HostCompute final : public ComputeTier {
  private:
   MemoryTracker* const tracker_;
   GradStatsResult stats_;
+  mutable absl::Mutex mu_;
+  Status status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

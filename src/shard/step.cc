@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -96,10 +97,15 @@ std::vector<ShardedStep::Segment> ShardedStep::Segments(const Unit& u, int64_t f
   return out;
 }
 
-void ShardedStep::Allocate(const StagePlan& plan) {
+Status ShardedStep::Allocate(const StagePlan& plan) {
   pipeline_tile_ = plan.pipeline_tile;
-  for (size_t i = 0; i < plan.staging.size(); ++i) opt_staging_.buffers[i] = ctx_->Allocate(plan.staging[i]);
   last_step_end_ = Clock::now();
+  for (size_t i = 0; i < plan.staging.size(); ++i) {
+    Status s;
+    opt_staging_.buffers[i] = ctx_->Allocate(plan.staging[i], &s);
+    if (!s.ok()) return Status(s.code(), absl::StrCat("offload copy-back staging buffer ", i, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 Status ShardedStep::CheckReady() const {
@@ -168,8 +174,44 @@ Status ShardedStep::GradNorm(float red[2]) {
   red[0] = static_cast<float>(local);
   red[1] = local_nonfinite > 0 ? 1.0f : 0.0f;
   CommLabel label(c.comm.get(), "Step: gradient norm");
-  MaybeInjectFault("step.norm", c.rank, applied_steps_);
+  MaybeInjectFault("step.norm", c.world_rank, applied_steps_);
   return host_->AllReduceSum(red, 2);
+}
+
+void ShardedStep::StartCountingBytes() {
+  last_group_bus_bytes_ = ctx_->comm->bus_bytes();
+  if (ctx_->hybrid()) last_replica_bus_bytes_ = ctx_->replica_comm->bus_bytes();
+}
+
+Status ShardedStep::ReduceAcrossReplicas() {
+  EngineContext& c = *ctx_;
+  if (!c.hybrid()) return absl::OkStatus();
+  const auto t0 = Clock::now();
+  Communicator& rc = *c.replica_comm;
+  // The device part [host_n, S) where the optimizer reads it (OptGrad), the host part [0, host_n) in the host
+  // tier; padding is zero on every replica, so whole shards are averaged.
+  for (auto& u : c.units) {
+    if (u.frozen) continue;
+    CommLabel label(&rc, absl::StrCat("Step: gradient all-reduce across replicas of unit ", u.name()));
+    MaybeInjectFault("step.replicas", c.world_rank, applied_steps_);
+    const int64_t S = u.layout.shard, hn = std::min(S, u.host_n());
+    if (hn > 0) {
+      if (c.compute->device()) {
+        return absl::UnimplementedError(
+            "zero_optimization.mics_shard_size with offload_optimizer on the CUDA engine: the host part of a "
+            "gradient shard cannot be all-reduced over NCCL");
+      }
+      ZERO_RETURN_IF_ERROR(
+          rc.AllReduce(u.host_grad.data(), static_cast<size_t>(hn), u.grad_shard_dtype(), ReduceOp::kAvg).Wait());
+    }
+    if (S > hn) {
+      auto [g, gt] = reducer_->OptGrad(u);
+      Work w = rc.AllReduce(g, static_cast<size_t>(S - hn), gt, ReduceOp::kAvg, c.stream());
+      ZERO_RETURN_IF_ERROR(c.compute->Join(w));
+    }
+  }
+  c.times.reduce_wait_ms += MsSince(t0);
+  return c.compute->status();
 }
 
 Status ShardedStep::CheckInSync() {
@@ -216,6 +258,7 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   EngineContext& c = *ctx_;
   ZERO_RETURN_IF_ERROR(CheckReady());
   ZERO_RETURN_IF_ERROR(Drain());
+  ZERO_RETURN_IF_ERROR(ReduceAcrossReplicas());
 
   const auto t_norm = Clock::now();
   ZERO_RETURN_IF_ERROR(CheckInSync());
@@ -254,6 +297,12 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   }
   reducer_->ZeroGrads();
   result.step = applied_steps_;
+  const int64_t group_bytes = c.comm->bus_bytes();
+  result.shard_group_bus_bytes = group_bytes - std::exchange(last_group_bus_bytes_, group_bytes);
+  if (c.hybrid()) {
+    const int64_t replica_bytes = c.replica_comm->bus_bytes();
+    result.replica_bus_bytes = replica_bytes - std::exchange(last_replica_bus_bytes_, replica_bytes);
+  }
   FinishTimes(result);
   ZERO_RETURN_IF_ERROR(c.compute->status());
   MaybeLog(result);
@@ -280,7 +329,7 @@ void ShardedStep::FinishTimes(StepResult& result) {
 
 Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   EngineContext& c = *ctx_;
-  MaybeInjectFault("step.optimizer", c.rank, applied_steps_);
+  MaybeInjectFault("step.optimizer", c.world_rank, applied_steps_);
   const int stage = c.stage(), rank = c.rank;
   const DType cd = c.cd();
   std::vector<UnitCollective> gathers;
@@ -303,7 +352,7 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     char* slice = static_cast<char*>(d.params.data()) + static_cast<int64_t>(rank) * dS * cds;
     copies_->Wait(deferred_copy);  // this rank's updated slice is back in the compute tier
     CommLabel label(c.comm.get(), absl::StrCat("Step: parameter refresh of unit ", d.name()));
-    MaybeInjectFault("step.refresh", rank, applied_steps_);
+    MaybeInjectFault("step.refresh", c.world_rank, applied_steps_);
     const int64_t chunk = ChunkPerRank(d.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
     if (chunk == 0) {
       gathers.emplace_back(ctx_, c.comm->AllGather(slice, d.params.data(), dS, cd, c.stream()));  // in place
@@ -443,7 +492,7 @@ void ShardedStep::MaybeLog(const StepResult& r) const {
   const Config& cfg = ctx_->cfg;
   const int64_t every = cfg.steps_per_print.value_or(0);
   const int64_t n = applied_steps_ + skipped_steps_;
-  if (ctx_->rank != 0 || every <= 0 || n % every != 0) return;
+  if (ctx_->world_rank != 0 || every <= 0 || n % every != 0) return;
   std::string line = absl::StrCat("step ", n, ": lr ", r.lr, ", grad_norm ", r.grad_norm, ", loss_scale ", r.loss_scale,
                                   ", skipped ", skipped_steps_);
   if (cfg.wall_clock_breakdown) {

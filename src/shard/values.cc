@@ -38,7 +38,7 @@ void Engine::Impl::ReadTrainerValues(const Unit& u, const internal::ParamSlot& s
 }
 
 Status Engine::Impl::InitialValues(const ParamInit& init) {
-  CommLabel label(ctx.comm.get(), "Finalize: initial values");
+  CommLabel label(ctx.world_comm.get(), "Finalize: initial values");
   // Parameters are evaluated and agreed on in batches of at most kAgreeBatchBytes (or one parameter, if larger):
   // one hash exchange per batch instead of one per parameter (a collective costs milliseconds of latency on
   // Gloo), while no rank holds more than a batch beyond its shards.
@@ -50,7 +50,7 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
     for (size_t i = 0; i < batch.size(); ++i) {
       ValuesToAgree& v = batch[i];
       if (!ranks[i].empty()) {
-        ZERO_RETURN_IF_ERROR(host.Broadcast(v.values.data(), v.values.size(), 0));
+        ZERO_RETURN_IF_ERROR(world_host.Broadcast(v.values.data(), v.values.size(), 0));
         if (differed.size() < 8) {
           differed.push_back(absl::StrCat(ctx.units[v.unit].name(), ".", v.slot->spec.name, " (ranks ",
                                           absl::StrJoin(ranks[i], ","), ")"));
@@ -79,7 +79,7 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
     }
   }
   ZERO_RETURN_IF_ERROR(flush());
-  if (!differed.empty() && ctx.rank == 0) {
+  if (!differed.empty() && ctx.world_rank == 0) {
     ZERO_LOG(WARNING) << "Finalize: the ranks' initial values differed for " << absl::StrJoin(differed, ", ")
                       << "; every rank now holds rank 0's values (EngineOptions::initial_value_sync; seed every "
                          "rank's initializer alike to skip the broadcast)";
@@ -90,18 +90,18 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
 StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::vector<ValuesToAgree>& params,
                                                                      const char* what) {
   std::vector<std::vector<int>> ranks(params.size());
-  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1 || params.empty()) return ranks;
+  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world_size == 1 || params.empty()) return ranks;
   const size_t k = params.size();
-  std::vector<float> send(2 * k), recv(2 * k * ctx.world);
+  std::vector<float> send(2 * k), recv(2 * k * ctx.world_size);
   for (size_t i = 0; i < k; ++i) {
     const uint64_t h = internal::HashValues(params[i].values.data(), params[i].values.size());
     std::memcpy(send.data() + 2 * i, &h, sizeof(h));
   }
-  ZERO_RETURN_IF_ERROR(host.AllGather(send.data(), recv.data(), 2 * k));
+  ZERO_RETURN_IF_ERROR(world_host.AllGather(send.data(), recv.data(), 2 * k));
   for (size_t i = 0; i < k; ++i) {
     uint64_t h0;
     std::memcpy(&h0, recv.data() + 2 * i, sizeof(h0));
-    for (int r = 1; r < ctx.world; ++r) {
+    for (int r = 1; r < ctx.world_size; ++r) {
       uint64_t hr;
       std::memcpy(&hr, recv.data() + 2 * (k * r + i), sizeof(hr));
       if (hr != h0) ranks[i].push_back(r);
@@ -121,14 +121,14 @@ StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::
 }
 
 Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* values) {
-  CommLabel label(ctx.comm.get(), absl::StrCat("CopyIn of parameter ", name));
+  CommLabel label(ctx.world_comm.get(), absl::StrCat("CopyIn of parameter ", name));
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
   const Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
   if (slot == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.name(), " has no parameter \"", name, "\""));
   }
-  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world == 1) return Place(id, *slot, values);
+  if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world_size == 1) return Place(id, *slot, values);
   // One parameter: its values are copied once, for the hash exchange and, where they differ, the broadcast.
   std::vector<ValuesToAgree> one{{id, slot, std::vector<float>(values, values + slot->numel)}};
   ZERO_ASSIGN_OR_RETURN(const auto ranks, DifferingRanks(one, "CopyIn"));
@@ -136,7 +136,7 @@ Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* val
   ZERO_LOG_ONCE(WARNING) << "CopyIn: the ranks' values of unit " << u.name() << " parameter " << name
                          << " differed (ranks " << absl::StrJoin(ranks[0], ",") << " against rank 0); every rank now "
                          << "holds rank 0's (logged once)";
-  ZERO_RETURN_IF_ERROR(host.Broadcast(one[0].values.data(), one[0].values.size(), 0));
+  ZERO_RETURN_IF_ERROR(world_host.Broadcast(one[0].values.data(), one[0].values.size(), 0));
   return Place(id, *slot, one[0].values.data());
 }
 

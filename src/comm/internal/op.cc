@@ -87,15 +87,35 @@ uint32_t LabelHash(const std::string& label) {
   return h == 0 ? 1 : h;
 }
 
-void OpHistory::Record(OpDesc& desc, const std::string& label) {
+int64_t BusBytes(const OpDesc& op, int world) {
+  if (world <= 1) return 0;
+  const int64_t bytes = static_cast<int64_t>(op.count * DTypeSize(op.dtype));
+  switch (op.kind) {
+    case OpKind::kAllGather:
+    case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterDestructive: return (world - 1) * bytes;
+    case OpKind::kAllReduce: return 2 * (world - 1) * bytes / world;
+    case OpKind::kBroadcast: return bytes;
+    default: return 0;
+  }
+}
+
+void OpHistory::Record(OpDesc& desc, const std::string& label, int world) {
   desc.label = label;
   desc.label_hash = LabelHash(label);
   const Fingerprint f = EncodeFingerprint(desc);
   std::string text = DescribeOp(desc);
+  const int64_t bus = BusBytes(desc, world);
   absl::MutexLock lock(&mu_);
+  bus_bytes_ += bus;
   for (uint8_t b : f) hash_ = (hash_ ^ b) * 0x100000001b3ull;
   ring_[count_ % kRecent] = std::move(text);
   ++count_;
+}
+
+int64_t OpHistory::bus_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bus_bytes_;
 }
 
 uint64_t OpHistory::hash() const {

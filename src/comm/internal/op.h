@@ -63,16 +63,23 @@ uint32_t LabelHash(const std::string& label);
 // descriptions. Equal hashes on all ranks mean they issued the same sequence (kinds, dtypes, counts, roots,
 // reduce ops and labels); the descriptions say what each side issued when they do not. Recorded by the issuing
 // thread; read by it and by the thread that reports a failed op.
+// The bytes one rank sends for `op` over `world` ranks with a bandwidth-optimal algorithm: nccl-tests' "bus
+// bytes" (its busbw times the time). AllGather and ReduceScatter (count = the per-rank block): (W - 1) blocks;
+// AllReduce: 2 (W - 1) / W of the buffer; Broadcast: the buffer; barriers and fences: 0; any op at W = 1: 0.
+int64_t BusBytes(const OpDesc& op, int world);
+
 class OpHistory {
  public:
   static constexpr size_t kRecent = 12;
-  // Fills in desc.label and desc.label_hash from `label`, then records the op.
-  void Record(OpDesc& desc, const std::string& label);
+  // Fills in desc.label and desc.label_hash from `label`, then records the op, and its bus bytes at `world`.
+  void Record(OpDesc& desc, const std::string& label, int world);
   uint64_t hash() const;
   std::vector<std::string> Recent() const;  // oldest first
+  int64_t bus_bytes() const;                // the sum over every op recorded (Communicator::bus_bytes)
 
  private:
   mutable absl::Mutex mu_;
+  int64_t bus_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hash_ ABSL_GUARDED_BY(mu_) = 0xcbf29ce484222325ull;
   std::array<std::string, kRecent> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;

@@ -26,24 +26,53 @@ inline double MsSince(Clock::time_point t0) {
 }
 
 struct EngineContext {
-  EngineContext(const Config& c, std::shared_ptr<Communicator> cm, EngineOptions o)
-      : cfg(c), comm(std::move(cm)), opts(std::move(o)), rank(comm->rank()), world(comm->world_size()) {
-    // The communicator's staging joins this engine's per-tier totals from before the engine's first byte, so
-    // peak_total is the high-water mark of both (Engine::memory_report); the link ends before `tracker` dies.
-    if (MemoryTracker* staging = comm->memory_tracker()) staging->CountAlsoIn(&tracker);
+  // `world`: the trainer's communicator; `shard`/`replica`: hybrid sharding's groups (Engine::Create splits
+  // them), or null: the engine shards across `world`.
+  EngineContext(const Config& c, std::shared_ptr<Communicator> w, std::shared_ptr<Communicator> shard,
+                std::shared_ptr<Communicator> replica, EngineOptions o)
+      : cfg(c),
+        comm(shard != nullptr ? std::move(shard) : w),
+        world_comm(std::move(w)),
+        replica_comm(std::move(replica)),
+        opts(std::move(o)),
+        rank(comm->rank()),
+        world(comm->world_size()),
+        world_rank(world_comm->rank()),
+        world_size(world_comm->world_size()) {
+    // The communicators' staging joins this engine's per-tier totals from before the engine's first byte, so
+    // peak_total is the high-water mark of all of it (Engine::memory_report); the links end before `tracker` dies.
+    for (Communicator* c : Comms()) {
+      if (MemoryTracker* staging = c->memory_tracker()) staging->CountAlsoIn(&tracker);
+    }
   }
   ~EngineContext() {
-    if (MemoryTracker* staging = comm->memory_tracker()) staging->StopCountingIn(&tracker);
+    for (Communicator* c : Comms()) {
+      if (MemoryTracker* staging = c->memory_tracker()) staging->StopCountingIn(&tracker);
+    }
   }
   EngineContext(const EngineContext&) = delete;
   EngineContext& operator=(const EngineContext&) = delete;
 
+  // The distinct communicators: the shard group's, the world's (when hybrid), the replicas'.
+  std::vector<Communicator*> Comms() const {
+    std::vector<Communicator*> v{comm.get()};
+    if (world_comm != comm) v.push_back(world_comm.get());
+    if (replica_comm != nullptr) v.push_back(replica_comm.get());
+    return v;
+  }
+  bool hybrid() const { return replica_comm != nullptr; }
+
   Config cfg;
+  // The communicator the engine shards over (gathers, reduce-scatters, the step's norm): the shard group's under
+  // hybrid sharding, else the trainer's. `rank` and `world` are this rank's place in it: which shard it holds.
   std::shared_ptr<Communicator> comm;
+  std::shared_ptr<Communicator> world_comm;    // the trainer's: agreement at Finalize and in checkpoints
+  std::shared_ptr<Communicator> replica_comm;  // hybrid: the ranks holding the same shard, one per group
   EngineOptions opts;
   int rank, world;
-  PlanPolicy policy;  // the config's placement decisions (shard/internal/plan.h)
-  int threads = 1;    // this rank's optimizer threads
+  int world_rank, world_size;  // the trainer's rank and world size (logs, fault hooks, Engine::rank)
+  PlanPolicy policy;           // the config's placement decisions (shard/internal/plan.h)
+  int threads = 1;             // this rank's optimizer threads
   MemoryTracker tracker;
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
@@ -82,11 +111,17 @@ struct EngineContext {
     return absl::ResourceExhaustedError(absl::StrCat(what, " of unit ", u.name(), " (", bytes,
                                                      " bytes): ", s.ok() ? "allocation failed" : s.message()));
   }
-  // The tier the trainer computes in (reported as "device"), or the host tier (offload), as a plan lists it.
-  Buffer Allocate(const PlannedBuffer& b) {
+  // The tier the trainer computes in (reported as "device"), or the host tier (offload), as a plan lists it. On
+  // failure (the allocator's, or the tracker's budget) an empty buffer and *error says which tier and bytes.
+  Buffer Allocate(const PlannedBuffer& b, Status* error) {
     const size_t bytes = static_cast<size_t>(b.bytes());
-    if (b.tier == MemTier::kDevice) return compute->Alloc(b.tag, bytes);
-    return b.pinned ? Buffer::Pinned(&tracker, b.tag, bytes) : Buffer::Host(&tracker, b.tag, bytes);
+    if (b.tier == MemTier::kDevice) {
+      Buffer buf = compute->Alloc(b.tag, bytes);
+      if (buf.empty() && bytes > 0) *error = compute->status();
+      return buf;
+    }
+    return b.pinned ? Buffer::Pinned(&tracker, b.tag, bytes, error)
+                    : Buffer::Host(&tracker, b.tag, bytes, MemTier::kHost, error);
   }
 };
 

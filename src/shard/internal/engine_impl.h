@@ -21,7 +21,9 @@ namespace zero {
 
 class Engine::Impl {
  public:
-  Impl(const Config& cfg, std::shared_ptr<Communicator> comm, EngineOptions opts);
+  // `shard`/`replica`: hybrid sharding's groups (Engine::Create), or null.
+  Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
+       std::shared_ptr<Communicator> replica, EngineOptions opts);
   ~Impl();
 
   Status Init();
@@ -53,7 +55,8 @@ class Engine::Impl {
   // Members in construction order; destroyed in reverse, so the copy stream (last) finishes every queued copy
   // while the buffers it reads still exist.
   internal::EngineContext ctx;
-  internal::HostCollectives host;
+  internal::HostCollectives host;        // over ctx.comm: the shard group (the step's norm and checks, gathers)
+  internal::HostCollectives world_host;  // over ctx.world_comm: every rank (Finalize's and checkpoints' agreement)
   internal::GatherScheduler gathers;
   internal::GradReducer reducer;
   internal::ShardedStep step;

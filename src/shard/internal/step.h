@@ -41,7 +41,9 @@ class ShardedStep {
   // Init: the optimizer (the trainer's, or the config's), the LR schedule and the loss scaler.
   Status Init();
   // Finalize: the copy-back staging the plan lists (offload only); the clock of the first step starts.
-  void Allocate(const StagePlan& plan);
+  Status Allocate(const StagePlan& plan);
+  // The first Step's bus bytes (StepResult) count from here: the end of Finalize.
+  void StartCountingBytes();
   StatusOr<StepResult> Run(const StepOptions& options);
 
   const ElementwiseOptimizer& optimizer() const { return *optimizer_; }
@@ -62,6 +64,9 @@ class ShardedStep {
   Status Drain();             // reductions, copies, stage-3 releases
   // The global norm's two all-reduced numbers over owned elements: {sum of squares, non-finite flag}.
   Status GradNorm(float red[2]);
+  // Hybrid sharding: averages each unit's reduced gradient shard across the shard's replicas (one per group), so
+  // every group steps with the gradient averaged over all ranks. Nothing without hybrid sharding.
+  Status ReduceAcrossReplicas();
   // Whether every rank issued the same collectives so far (Communicator::IssuedOpsHash): one all-reduce of
   // 32 floats; kFailedPrecondition naming each rank's last ops when not. Collective.
   Status CheckInSync();
@@ -95,6 +100,7 @@ class ShardedStep {
   StagingPair opt_staging_;  // host tier: updated parameters on their way back to the compute tier
   BufferPool refresh_pool_;  // the staging of chunked refreshes (a unit larger than allgather_bucket_size)
   double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
+  int64_t last_group_bus_bytes_ = 0, last_replica_bus_bytes_ = 0;  // Communicator::bus_bytes at the last Step
   Clock::time_point last_step_end_ = Clock::now();
 };
 
