@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Two "hosts" on one machine: network namespaces zero_h0 and zero_h1 joined by a veth pair (10.77.0.1 and
+# Two "hosts" on one machine: network namespaces zero_h0_PID and zero_h1_PID joined by a veth pair (10.77.0.1 and
 # 10.77.0.2), optionally rate-limited with tc tbf, and 2 x 2 ranks of zero-gpt over Gloo TCP with MASTER_ADDR on
 # the link (no ZERO_STORE_DIR: rank 0 serves the TCP store on 10.77.0.1).
 #
 #   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
+#   scripts/two-hosts.sh --hybrid-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
 #
 # 1. parity: the 2 x 2 run's losses and final-parameter hash against the same job as 4 local ranks (zero-run);
 # 2. link cut: a longer 2 x 2 run, the veth taken down mid-training; every rank must exit non-zero within the
 #    timeout (comm_timeout_s 5 here) plus a margin, with its error.
+# --hybrid-bench instead: zero-gpt --model small, 2 x 2 ranks, full stage 3 against hybrid sharding in groups of
+#    2 (mics_shard_size 2: each host's two ranks shard the model, the hosts replicate it); for each, the bytes
+#    that crossed the link per step (both veth ends' tx counters) beside the engine's own count (bus_bytes), and
+#    the step time (median of the steps after the first).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
 # Everything it creates (namespaces, the veth pair, processes, temporary files) is removed on exit, also on
 # failure or interruption.
 set -euo pipefail
 
-RATE="" STEPS=6 OUT="" BUILD=""
+RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
+    --hybrid-bench) HYBRID_BENCH=1; shift ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -30,7 +36,8 @@ GPT="$BUILD/bin/zero-gpt"
 RUN="$BUILD/bin/zero-run"
 [[ -x "$GPT" && -x "$RUN" ]] || { echo "two-hosts: build zero-gpt and zero-run first ($BUILD/bin)"; exit 2; }
 
-NS0=zero_h0 NS1=zero_h1 IF0=zero_v0 IF1=zero_v1 A0=10.77.0.1 A1=10.77.0.2 PORT=29517
+# Names carry the PID, so two runs at once (a test suite beside a benchmark) never share a namespace.
+NS0=zero_h0_$$ NS1=zero_h1_$$ IF0=zv0_$$ IF1=zv1_$$ A0=10.77.0.1 A1=10.77.0.2 PORT=29517
 TMP="$(mktemp -d)"
 PIDS=()
 cleanup() {
@@ -84,6 +91,44 @@ start_rank() {
 report() { echo "$*"; [[ -n "$OUT" ]] && echo "$*" >>"$OUT"; return 0; }
 [[ -n "$OUT" ]] && : >"$OUT"
 report "two hosts: namespaces $NS0 ($A0, ranks 0-1) and $NS1 ($A1, ranks 2-3), veth, rate ${RATE:-unlimited}"
+
+# ---- --hybrid-bench: bytes across the link and step time, full stage 3 against hybrid sharding ----
+link_bytes() {  # both directions: what each end transmitted
+  echo $(($(ip netns exec "$NS0" cat "/sys/class/net/$IF0/statistics/tx_bytes") +
+    $(ip netns exec "$NS1" cat "/sys/class/net/$IF1/statistics/tx_bytes")))
+}
+if [[ $HYBRID_BENCH -eq 1 ]]; then
+  report "hybrid bench: zero-gpt --model small, micro-batch 2, $STEPS steps, stage 3, 2 x 2 ranks"
+  report "| sharding | link bytes / step | engine bus bytes / step, rank 0 (group + replicas) | step ms (median, steps 2-$STEPS) | final loss |"
+  report "|---|---|---|---|---|"
+  for mode in full hybrid; do
+    mics=-1
+    [[ $mode == hybrid ]] && mics=2
+    cat >"$CONFIG" <<EOF
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "comm_timeout_s": 300,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "mics_shard_size": $mics}}
+EOF
+    ARGS=(--model small --json --config "$CONFIG")
+    before=$(link_bytes)
+    for r in 0 1 2 3; do start_rank "$mode" "$r" "$STEPS"; done
+    rc=0
+    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
+    PIDS=()
+    after=$(link_bytes)
+    [[ $rc -eq 0 ]] || { echo "two-hosts: the $mode run failed:"; tail -5 "$TMP/$mode".r*; exit 1; }
+    # Per step: the whole run's link bytes (rendezvous and Finalize included, about 1 % here) over the steps.
+    per_step=$(((after - before) / STEPS))
+    lines=$(grep '^{"step": ' "$TMP/$mode.r0")
+    ms=$(echo "$lines" | tail -n +2 | grep -o '"step_ms": [0-9.]*' | awk '{print $2}' | sort -n |
+      awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+    bus=$(echo "$lines" | tail -1 | grep -o '"shard_group": [0-9]*, "replicas": [0-9]*' |
+      awk '{gsub(",", "", $2); print $2 " + " $4}')
+    loss=$(echo "$lines" | tail -1 | grep -o '"loss": [0-9.]*' | awk '{print $2}')
+    report "| $mode | $per_step | $bus | $ms | $loss |"
+  done
+  exit 0
+fi
 
 # ---- 1. parity ----
 "$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --steps "$STEPS" >"$TMP/local" 2>&1
