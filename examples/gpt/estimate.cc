@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "gpt/cuda/model_impl.h"  // ActivationViews::Bytes: the CUDA trainer's one activation block (host code)
 
 namespace zero::gpt {
 
@@ -69,7 +70,7 @@ ActivationPeak GptActivationPeak(const GptConfig& model, int B, int T, const Che
 }
 
 StatusOr<EstimateOptions> GptEstimateOptions(const Config& config, const GptConfig& model, int seq, int world,
-                                             bool recompute) {
+                                             bool recompute, Backend backend) {
   ZERO_RETURN_IF_ERROR(ValidateConfig(model));
   if (world < 1) return absl::InvalidArgumentError(absl::StrCat("world must be >= 1, got ", world));
   const int T = seq > 0 ? seq : model.max_seq;
@@ -79,26 +80,39 @@ StatusOr<EstimateOptions> GptEstimateOptions(const Config& config, const GptConf
   Config cfg = config;
   ZERO_RETURN_IF_ERROR(cfg.Validate(world));  // derives the micro-batch where the config gives the global batch
   const int B = static_cast<int>(cfg.micro_batch());
-  ZERO_ASSIGN_OR_RETURN(CheckpointerOptions ckpt, CheckpointerOptions::FromConfig(cfg, model.layers, recompute));
-  const ActivationPeak acts = GptActivationPeak(model, B, T, ckpt);
+  const bool mixed = cfg.fp16.enabled || cfg.bf16.enabled;
   EstimateOptions o;
   o.world = world;
+  o.backend = backend;
   const int64_t root = UnitNumel(RootParams(model)), block = UnitNumel(BlockParams(model));
   o.open_elements = Padded(root, world) + Padded(block, world);  // the root's scope spans the pass, one block's opens
+  if (backend == Backend::kNccl) {
+    // train_cuda.cc: every layer's activations in one device block (no recomputation on that path), the tokens
+    // and targets of a micro-step, the device loss and the host copy of the micro-steps' losses, and under
+    // fp16/bf16 DeviceUnitWork's fp32 weights and gradients of the root and a block, on the device.
+    if (recompute) {
+      return absl::InvalidArgumentError("--recompute: activation recomputation is not offered on the CUDA path yet");
+    }
+    const int64_t tokens = int64_t{4} * B * T;
+    o.trainer.push_back({MemTag::kActivations, MemTier::kDevice,
+                         static_cast<int64_t>(cuda::ActivationViews::Bytes(model, B, T)) + 2 * tokens});
+    o.trainer.push_back({MemTag::kStaging, MemTier::kDevice, 4 + (mixed ? 8 * (root + block) : 0)});
+    o.trainer.push_back({MemTag::kStaging, MemTier::kHost, 4 * cfg.accumulation_steps()});
+    return o;
+  }
+  ZERO_ASSIGN_OR_RETURN(CheckpointerOptions ckpt, CheckpointerOptions::FromConfig(cfg, model.layers, recompute));
+  const ActivationPeak acts = GptActivationPeak(model, B, T, ckpt);
   o.trainer.push_back({MemTag::kActivations, ckpt.compute_tier, acts.arena});
   if (acts.checkpoints > 0) o.trainer.push_back({MemTag::kActivations, acts.checkpoint_tier, acts.checkpoints});
   // train.cc's UnitWork: under fp16/bf16 an fp32 copy of the weights and one of the gradients, for the root and
   // for a block, in the host tier.
-  if (cfg.fp16.enabled || cfg.bf16.enabled) {
-    o.trainer.push_back({MemTag::kStaging, MemTier::kHost, 8 * (root + block)});
-  }
+  if (mixed) o.trainer.push_back({MemTag::kStaging, MemTier::kHost, 8 * (root + block)});
   return o;
 }
 
 StatusOr<RankEstimate> EstimateGpt(const Config& config, const GptConfig& model, int seq, int world, bool recompute,
                                    Backend backend) {
-  ZERO_ASSIGN_OR_RETURN(EstimateOptions o, GptEstimateOptions(config, model, seq, world, recompute));
-  o.backend = backend;
+  ZERO_ASSIGN_OR_RETURN(EstimateOptions o, GptEstimateOptions(config, model, seq, world, recompute, backend));
   return Estimate(config, EstimateUnits(model), o);
 }
 

@@ -43,11 +43,14 @@ struct ActivationPeak {
 };
 ActivationPeak GptActivationPeak(const GptConfig& model, int B, int T, const CheckpointerOptions& ckpt);
 
-// zero::Estimate's options for TrainRank at `world` ranks over Gloo (threads or processes): the root and one block
-// open at once, the activations above, and with 16-bit compute the trainer's fp32 copies of one block's and the
-// root's weights and gradients (host tier, tagged staging). `config` as the engine takes it.
+// zero::Estimate's options for one rank of zero-gpt at `world` ranks: the root and one block open at once, and the
+// trainer's bytes. kGloo: TrainRank on the host engine (train.cc) — the activations above and, with 16-bit
+// compute, fp32 copies of the root's and a block's weights and gradients (host tier, tagged staging). kNccl:
+// TrainRankCuda (train_cuda.cc) — every layer's activations in one device block (that path has no recomputation:
+// `recompute` is kInvalidArgument, as there), the fp32 copies on the device. Computed from the trainers' own size
+// functions; the CUDA one is not measured here (no GPU in CI). `config` as the engine takes it.
 StatusOr<EstimateOptions> GptEstimateOptions(const Config& config, const GptConfig& model, int seq, int world,
-                                             bool recompute);
+                                             bool recompute, Backend backend = Backend::kGloo);
 
 // The whole estimate of one rank of zero-gpt: `seq` tokens per sequence (0: the model's max_seq), the micro-batch
 // from `config`.

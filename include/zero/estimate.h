@@ -107,6 +107,9 @@ struct RankEstimate {
   // `floor` and `memory` a run's buckets (and one micro-step's low-communication gradients) land depends on how
   // fast its reductions complete; without it the two are equal.
   MemoryReport floor;
+  // Of `memory`, what Finalize allocates (the plan's buffers: model state, and offload's copy-back staging),
+  // held from Finalize to the end of the run.
+  MemoryReport planned;
   std::array<PeakBound, 2> peak_bound{};  // the bound by term (MemTier index)
   int64_t params = 0;                     // Ψ: the units' elements, unpadded
   int64_t padded = 0;                     // the same, each unit padded to whole shards

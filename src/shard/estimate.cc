@@ -193,6 +193,7 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
 
   RankEstimate e;
   e.memory = ByTag(plan, terms, options.trainer);
+  e.planned = plan.Report();
   for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
     const internal::PeakTerms& t = terms[static_cast<size_t>(tier)];
     e.peak_bound[static_cast<size_t>(tier)] = PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};
