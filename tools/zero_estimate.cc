@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
         "\"bytes_sent_per_step\": %lld%s}\n",
         model_json.c_str(), static_cast<long long>(e.params), static_cast<long long>(e.padded), f.world, cfg.zero.stage,
         DtypeName(cfg), OffloadName(cfg), f.recompute ? "true" : "false", f.device.c_str(), e.micro_steps,
-        e.MemoryJson().c_str(), static_cast<long long>(e.memory.ModelStateBytes()), TermsJson(host).c_str(),
+        e.MemoryJson().c_str(), static_cast<long long>(e.planned.ModelStateBytes()), TermsJson(host).c_str(),
         TermsJson(dev).c_str(), e.CommJson().c_str(), static_cast<long long>(e.BytesSentPerStep()), fit.c_str());
     return 0;
   }
@@ -315,8 +315,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(b), Mib(b).c_str());
     }
   }
-  std::printf("\nmodel state (params, grads, optimizer, master; both tiers): %s\n",
-              HumanBytes(static_cast<double>(e.memory.ModelStateBytes())).c_str());
+  std::printf("\nmodel state (params, grads, optimizer, master in both tiers, held from Finalize on): %s\n",
+              HumanBytes(static_cast<double>(e.planned.ModelStateBytes())).c_str());
   std::printf("true peak, all tags alive at once (the plan's bound): device %s, host %s\n",
               HumanBytes(static_cast<double>(dev.total())).c_str(),
               HumanBytes(static_cast<double>(host.total())).c_str());
