@@ -17,6 +17,7 @@ pkgs=(
   libhwy-dev           # portable SIMD with runtime dispatch for the CPU optimizer
   libopenblas-dev      # matrix products in the reference GPT trainer
   python3-numpy        # tests/checkpoint: an independent safetensors reader checks zero-ckpt export
+  gnuplot-nox          # zero-demo's picture (its pngcairo terminal needs no X server)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)

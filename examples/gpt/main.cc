@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model.h"
+#include "progress.h"
 #include "train.h"
 #if ZERO_GPT_CUDA
 #include "train_cuda.h"
@@ -224,6 +225,8 @@ int main(int argc, char** argv) {
   }
 
   std::mutex print_mu;
+  // Rank 0's progress: a line rewritten in place on a terminal, plain lines otherwise, nothing but JSON with --json.
+  zero::gpt::Progress progress(stdout, zero::gpt::Progress::ModeFor(stdout, flags.json));
   auto on_step = [&](const zero::gpt::StepLog& s) {
     std::lock_guard<std::mutex> lock(print_mu);
     if (flags.json) {
@@ -233,11 +236,10 @@ int main(int argc, char** argv) {
           static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
           static_cast<long long>(s.group_bytes), static_cast<long long>(s.replica_bytes),
           s.skipped ? ", \"skipped\": true" : "");
+      std::fflush(stdout);
     } else {
-      std::printf("step %4lld  loss %.4f  grad_norm %.4f  %.1f ms  %.0f tok/s%s\n", static_cast<long long>(s.step + 1),
-                  s.loss, s.grad_norm, s.step_ms, s.tokens_per_s, s.skipped ? "  (skipped)" : "");
+      progress.Step("", s.step + 1, flags.steps, s);
     }
-    std::fflush(stdout);
   };
 
   std::vector<zero::StatusOr<zero::gpt::TrainResult>> results;
@@ -285,6 +287,7 @@ int main(int argc, char** argv) {
     }
     for (auto& t : threads) t.join();
   }
+  progress.Finish();
   for (size_t r = 0; r < results.size(); ++r) {
     if (!results[r].ok()) {
       std::fprintf(stderr, "zero-gpt: rank %zu: %s\n", r, results[r].status().ToString().c_str());

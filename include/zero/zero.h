@@ -10,6 +10,7 @@
 #include "zero/config.h"
 #include "zero/dtype.h"
 #include "zero/engine.h"
+#include "zero/estimate.h"
 #include "zero/features.h"
 #include "zero/logging.h"
 #include "zero/memory.h"

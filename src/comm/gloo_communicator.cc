@@ -32,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "comm/internal/env.h"
+#include "comm/internal/gloo_staging.h"
 #include "comm/internal/gloo_status.h"
 #include "comm/internal/gloo_testing.h"
 #include "comm/internal/op.h"
@@ -691,19 +692,10 @@ class GlooCommunicator final : public Communicator {
   int64_t cache_bytes() const override { return options_.cache_bytes; }
 
   int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
-    if (world_ == 1 || count == 0) return 0;
-    const size_t chunk = std::max<size_t>(1, internal::GlooReduceScatterChunkLimit() / world_);
-    if (dtype == DType::kF32 && count <= chunk &&
-        (destructive || RetargetableReduceScatter::CanRunFromInput(world_, count * world_))) {
-      return RsInstanceBytes(world_, count * world_, /*staged=*/false);
-    }
-    // Staged in column chunks of `chunk` per rank: that instance and, for a shorter last chunk, one more.
-    int64_t bytes = RsInstanceBytes(world_, std::min(chunk, count) * world_, /*staged=*/true);
-    if (count > chunk && count % chunk != 0) bytes += RsInstanceBytes(world_, count % chunk * world_, true);
-    return bytes;
+    return internal::GlooReduceScatterStagingBytes(world_, count, dtype, destructive);
   }
   int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
-    return world_ == 1 || dtype == DType::kF32 ? 0 : static_cast<int64_t>(count * sizeof(float));
+    return internal::GlooAllReduceStagingBytes(world_, count, dtype);
   }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
@@ -1086,6 +1078,27 @@ class GlooCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+namespace internal {
+
+int64_t GlooReduceScatterStagingBytes(int world, size_t count, DType dtype, bool destructive) {
+  if (world == 1 || count == 0) return 0;
+  const size_t chunk = std::max<size_t>(1, GlooReduceScatterChunkLimit() / world);
+  if (dtype == DType::kF32 && count <= chunk &&
+      (destructive || RetargetableReduceScatter::CanRunFromInput(world, count * world))) {
+    return RsInstanceBytes(world, count * world, /*staged=*/false);
+  }
+  // Staged in column chunks of `chunk` per rank: that instance and, for a shorter last chunk, one more.
+  int64_t bytes = RsInstanceBytes(world, std::min(chunk, count) * world, /*staged=*/true);
+  if (count > chunk && count % chunk != 0) bytes += RsInstanceBytes(world, count % chunk * world, true);
+  return bytes;
+}
+
+int64_t GlooAllReduceStagingBytes(int world, size_t count, DType dtype) {
+  return world == 1 || dtype == DType::kF32 ? 0 : static_cast<int64_t>(count * sizeof(float));
+}
+
+}  // namespace internal
 
 StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                                  const CommOptions& options) {

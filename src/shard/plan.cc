@@ -54,6 +54,7 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.allgather_bucket = cfg.zero.allgather_bucket_size;
   p.prefetch_bucket = cfg.zero.stage3_prefetch_bucket_size;
   p.max_live = cfg.zero.stage3_max_live_parameters;
+  p.overlap_comm = cfg.zero.overlap_comm;
   return p;
 }
 
@@ -282,7 +283,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // Reductions. Each is issued once the ones in flight and it fit reduce_bucket_size (or it goes alone), so at
   // most q = max(reduce_bucket_size, its unit) gradient elements are in flight, the new one included, beside
   // the open backward scopes' buckets.
-  std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires;
+  std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires, fulls;
   int64_t grad_total = 0, largest_grad = 0, full_grads = 0;
   bool chunked_reduce = false;
   struct Shape {
@@ -300,6 +301,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     if (bucket) buckets.emplace_back(u.padded, u.padded * cds);
     if (p.stage >= 2 && !every_micro && !u.trainer_owned) {
       full_grads += u.padded * (cds + (p.Accumulate16() ? 4 : 0));
+      fulls.emplace_back(u.padded, u.padded * cds);
     }
     // What the reduction reads (shard/grad_reducer.cc): the fp32 accumulator of 16-bit gradients where one
     // accumulates across micro-steps locally, else the compute-dtype gradient.
@@ -325,11 +327,17 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
       rs_shapes.push_back({u.shard, src != p.wire || bucket});
     }
   }
-  const int64_t q = std::min(grad_total, std::max(p.reduce_bucket, largest_grad));
+  // Without overlap_comm a reduction is retired as soon as it is issued: besides the open scopes' buckets (the
+  // closing one's among them) one reduction's output and wire copy at a time, per size.
+  const int64_t q = p.overlap_comm ? std::min(grad_total, std::max(p.reduce_bucket, largest_grad)) : 0;
   const int64_t rs_chunk =
       std::max<int64_t>(kShardAlignElems, p.reduce_bucket / N / kShardAlignElems * kShardAlignElems);
+  // Low-communication full gradients live from a unit's first backward scope to its reduction: across
+  // micro-steps all of them at once; with one micro-step only those open or in flight, as buckets.
+  if (p.accumulation_steps == 1) full_grads = PoolBound(fulls, q + open);
   dev.reductions = PoolBound(buckets, q + open) + PoolBound(recvs, q) + PoolBound(wires, q) +
                    (chunked_reduce ? 2 * N * rs_chunk * ws : 0) + full_grads;
+  dev.full_grads = full_grads;
 
   // The communicator's staging: at most the larger of its budget and one op's need, and at most what its cache
   // can hold (four reduce-scatter instances, the largest needs, and the scratch of the largest 16-bit all-reduce).

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "zero/logging.h"
+#include "zero/status.h"  // ZERO_CHECK
 
 namespace zero::testing {
 

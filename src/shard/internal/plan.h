@@ -57,6 +57,9 @@ struct PlanPolicy {
   // The transient buffers' bounds (elements): reduce_bucket_size, allgather_bucket_size,
   // stage3_prefetch_bucket_size, stage3_max_live_parameters.
   int64_t reduce_bucket = 0, allgather_bucket = 0, prefetch_bucket = 0, max_live = 0;
+  // zero_optimization.overlap_comm: reductions stay in flight while backward goes on. Without it each is retired
+  // as it is issued, so no reduction's buffers outlive the scope that issued it (TruePeakBound).
+  bool overlap_comm = true;
 
   // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
   static StatusOr<PlanPolicy> FromConfig(const Config& cfg, int world, int rank);
@@ -170,6 +173,7 @@ struct PeakTerms {
   int64_t gathers = 0;      // stage 3: pooled full-unit gather buffers within the live window
   int64_t reductions = 0;   // gradient buckets, wire copies, reduce-scatter outputs, reduction chunk staging, and
                             // the full gradients of low-communication mode
+  int64_t full_grads = 0;   // of `reductions`, those full gradients (tagged grads; the rest is tagged buckets)
   int64_t staging = 0;      // all-gather chunk staging (device), the communicator's cached staging (host)
   int64_t trainer = 0;      // PeakInputs::trainer_bytes
   int64_t total() const { return model_state + gathers + reductions + staging + trainer; }

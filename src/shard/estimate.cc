@@ -1,0 +1,216 @@
+// shard/estimate.cc — zero::Estimate (zero/estimate.h): a rank's bytes by tag and tier, and its collectives per
+// step, from the placement plan and its bound on the true peak, the functions the engine itself allocates and
+// bounds by (shard/internal/plan.h). Nothing here re-derives a placement rule: what the plan lists is the model
+// state, what TruePeakBound counts is the transient, and this file only sorts them into the tags the engine's
+// report uses.
+#include "zero/estimate.h"
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "comm/internal/gloo_staging.h"
+#include "shard/internal/plan.h"
+#include "zero/optimizer.h"
+
+namespace zero {
+
+const char* CollectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllReduce: return "all_reduce";
+  }
+  return "?";
+}
+
+int64_t RankEstimate::BytesSentPerStep() const {
+  int64_t total = 0;
+  for (const CollectiveEstimate& c : comm) total += c.bytes_sent;
+  return total;
+}
+
+std::string RankEstimate::MemoryJson() const {
+  // The naming rule of MemoryReport::ToJson (what zero-gpt --json prints), with one figure per tag.
+  std::ostringstream os;
+  os << "{";
+  for (size_t g = 0; g < static_cast<size_t>(MemTag::kCount); ++g) {
+    for (size_t t = 0; t < static_cast<size_t>(MemTier::kCount); ++t) {
+      const int64_t bytes = memory.usage[t][g].peak;
+      if (bytes == 0) continue;
+      std::string name = MemTagName(static_cast<MemTag>(g));
+      if (t == static_cast<size_t>(MemTier::kDevice) && memory.usage[0][g].peak != 0) name += "@device";
+      os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t)) << "\", \"bytes\": " << bytes;
+      if (floor.usage[t][g].peak != bytes) os << ", \"min_bytes\": " << floor.usage[t][g].peak;
+      os << "}, ";
+    }
+  }
+  os << "\"peak_total\": {\"host\": " << memory.PeakTotal(MemTier::kHost)
+     << ", \"device\": " << memory.PeakTotal(MemTier::kDevice) << "}}";
+  return os.str();
+}
+
+std::string RankEstimate::CommJson() const {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < comm.size(); ++i) {
+    const CollectiveEstimate& c = comm[i];
+    os << (i ? ", " : "") << "{\"what\": \"" << c.what << "\", \"kind\": \"" << CollectiveKindName(c.kind)
+       << "\", \"dtype\": \"" << DTypeName(c.dtype) << "\", \"calls\": " << c.calls << ", \"elements\": " << c.elements
+       << ", \"bytes_sent\": " << c.bytes_sent << "}";
+  }
+  os << "]";
+  return os.str();
+}
+
+namespace {
+
+// The collectives of one step (docs/design.md, "The step" and "Gradient reduction"): stage-3 units are gathered
+// once per scope; gradients are all-reduced (stage 0) or reduce-scattered (stages 1-3) once per step, or every
+// micro-step where the plan reduces every micro-step; full parameters (stages 1-2, persistent stage-3 units) are
+// refreshed by an all-gather after the update. Frozen units are gathered but neither reduced nor refreshed.
+std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
+                                                const std::vector<EstimateUnit>& units) {
+  const internal::PlanPolicy& p = plan.policy;
+  const int64_t N = p.world, ga = p.accumulation_steps;
+  const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute)), ws = static_cast<int64_t>(DTypeSize(p.wire));
+  CollectiveEstimate gathers{"stage-3 gathers", CollectiveKind::kAllGather, p.compute};
+  CollectiveEstimate rs{"gradient reduce-scatter", CollectiveKind::kReduceScatter, p.wire};
+  CollectiveEstimate ar{"gradient all-reduce", CollectiveKind::kAllReduce, p.wire};
+  CollectiveEstimate refresh{"parameter refresh", CollectiveKind::kAllGather, p.compute};
+  auto add = [](CollectiveEstimate& c, int64_t calls, int64_t count, int64_t bytes_per_call) {
+    c.calls += calls;
+    c.elements += calls * count;
+    c.bytes_sent += calls * bytes_per_call;
+  };
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const internal::UnitPlan& u = plan.units[i];
+    const int64_t S = u.shard;
+    if (u.sharded_params) add(gathers, units[i].scopes_per_pass * ga, S, (N - 1) * S * cds);
+    if (u.frozen) continue;
+    if (p.stage == 0) {
+      add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
+    } else {
+      add(rs, p.ReduceEveryMicroStep() ? ga : 1, S, (N - 1) * S * ws);
+    }
+    if (p.stage >= 1 && !u.sharded_params) add(refresh, 1, S, (N - 1) * S * cds);
+  }
+  std::vector<CollectiveEstimate> out;
+  for (CollectiveEstimate* c : {&gathers, &rs, &ar, &refresh}) {
+    if (c->calls > 0) out.push_back(std::move(*c));
+  }
+  return out;
+}
+
+// Model state from the plan (exactly what Finalize allocates, offload's copy-back staging included), the pools by
+// the tag they allocate under (shard/internal/gather.h, grad_reducer.h, step.h) — gathers kGather; buckets, wire
+// copies, reduce-scatter outputs and reduction chunks kBuckets; low-communication full gradients kGrads;
+// all-gather chunk staging and the communicator's cache kStaging — and the trainer's bytes by their own tags.
+MemoryReport ByTag(const internal::StagePlan& plan, const std::array<internal::PeakTerms, 2>& terms,
+                   const std::vector<TrainerBytes>& trainer) {
+  MemoryReport r = plan.Report();
+  auto add = [&r](MemTier tier, MemTag tag, int64_t bytes) {
+    MemoryUsage& m = r.usage[static_cast<size_t>(tier)][static_cast<size_t>(tag)];
+    m.current += bytes;
+    m.peak = m.current;
+  };
+  for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
+    const internal::PeakTerms& t = terms[static_cast<size_t>(tier)];
+    add(tier, MemTag::kGather, t.gathers);
+    add(tier, MemTag::kBuckets, t.reductions - t.full_grads);
+    add(tier, MemTag::kGrads, t.full_grads);
+    add(tier, MemTag::kStaging, t.staging);
+    r.peak_total[static_cast<size_t>(tier)] = t.total();
+  }
+  for (const TrainerBytes& t : trainer) add(t.tier, t.tag, t.bytes);
+  return r;
+}
+
+}  // namespace
+
+StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<EstimateUnit>& units,
+                                const EstimateOptions& options) {
+  const int world = options.world;
+  if (world < 1) return absl::InvalidArgumentError(absl::StrCat("Estimate: world must be >= 1, got ", world));
+  if (options.rank < 0 || options.rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Estimate: rank ", options.rank, " is not in [0, world ", world, ")"));
+  }
+  if (options.shard_group != 0 && options.shard_group != world) {
+    return absl::UnimplementedError(absl::StrCat("Estimate: shard_group ", options.shard_group, " of world ", world,
+                                                 ": hybrid sharding is not in the placement plan yet"));
+  }
+  if (units.empty()) return absl::InvalidArgumentError("Estimate: no units");
+  std::vector<int64_t> numels;
+  std::vector<bool> frozen;
+  for (const EstimateUnit& u : units) {
+    if (u.numel <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Estimate: unit \"", u.name, "\" has ", u.numel, " elements"));
+    }
+    if (u.scopes_per_pass < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Estimate: unit \"", u.name, "\": scopes_per_pass must be >= 1, got ", u.scopes_per_pass));
+    }
+    numels.push_back(u.numel);
+    frozen.push_back(u.frozen);
+  }
+  for (const TrainerBytes& t : options.trainer) {
+    if (t.bytes < 0 || t.tag >= MemTag::kCount || t.tier >= MemTier::kCount) {
+      return absl::InvalidArgumentError(absl::StrCat("Estimate: trainer bytes ", t.bytes, " under tag ",
+                                                     static_cast<int>(t.tag), ", tier ", static_cast<int>(t.tier)));
+    }
+  }
+  // The engine validates the config at its world size (Engine::Create) before it plans: so does the estimate.
+  Config cfg = config;
+  ZERO_RETURN_IF_ERROR(cfg.Validate(world));
+  ZERO_ASSIGN_OR_RETURN(internal::PlanPolicy policy, internal::PlanPolicy::FromConfig(cfg, world, options.rank));
+  if (options.optimizer_states >= 0) {
+    policy.optimizer_states = options.optimizer_states;
+  } else if (cfg.optimizer.has_value()) {
+    ZERO_ASSIGN_OR_RETURN(std::unique_ptr<ElementwiseOptimizer> opt, MakeOptimizer(*cfg.optimizer));
+    policy.optimizer_states = static_cast<int>(opt->StateNames().size());
+  } else {
+    return absl::InvalidArgumentError(
+        "optimizer: the config has no \"optimizer\" section; give one, or EstimateOptions::optimizer_states");
+  }
+  const internal::StagePlan plan = internal::MakePlan(policy, numels, {}, frozen);
+
+  internal::PeakInputs in;
+  in.open_elems = options.open_elements;
+  for (const TrainerBytes& t : options.trainer) in.trainer_bytes[static_cast<size_t>(t.tier)] += t.bytes;
+  if (options.backend == Backend::kGloo) {
+    in.comm_cache_bytes = options.comm_cache_bytes >= 0 ? options.comm_cache_bytes : CommOptions{}.cache_bytes;
+    in.rs_staging = [world](int64_t count, DType dtype, bool destructive) {
+      return internal::GlooReduceScatterStagingBytes(world, static_cast<size_t>(count), dtype, destructive);
+    };
+    in.ar_staging = [world](int64_t count, DType dtype) {
+      return internal::GlooAllReduceStagingBytes(world, static_cast<size_t>(count), dtype);
+    };
+  }
+  const std::array<internal::PeakTerms, 2> terms = internal::TruePeakBound(plan, in);
+
+  RankEstimate e;
+  e.memory = ByTag(plan, terms, options.trainer);
+  e.planned = plan.Report();
+  for (MemTier tier : {MemTier::kHost, MemTier::kDevice}) {
+    const internal::PeakTerms& t = terms[static_cast<size_t>(tier)];
+    e.peak_bound[static_cast<size_t>(tier)] = PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};
+  }
+  // The same run with every reduction complete before the next scope opens: what overlap_comm's reductions add
+  // when they are slow is the difference.
+  internal::StagePlan serial = plan;
+  serial.policy.overlap_comm = false;
+  e.floor = ByTag(serial, internal::TruePeakBound(serial, in), options.trainer);
+  for (const internal::UnitPlan& u : plan.units) {
+    e.params += u.numel;
+    e.padded += u.padded;
+    e.persistent_units += u.persistent ? 1 : 0;
+  }
+  e.micro_steps = policy.accumulation_steps;
+  e.comm = StepCollectives(plan, units);
+  return e;
+}
+
+}  // namespace zero

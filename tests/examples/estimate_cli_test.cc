@@ -1,0 +1,148 @@
+// zero-estimate run as a user runs it, beside zero-gpt with the same flags: the same tag names, and each tag's
+// bytes equal to the measured peak; a 70B-class GPT shape at 1,024 ranks answers in both forms (model state
+// 16Ψ/N at stage 3, the largest block count that fits a budget); a units file; errors name what is wrong.
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "support/files.h"
+
+namespace {
+
+using nlohmann::json;
+
+struct ProgramRun {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string all;  // stdout and stderr
+};
+
+ProgramRun Exec(const std::string& cmd) {
+  ProgramRun r;
+  const std::string err = ::testing::TempDir() + "/zero_estimate_cli_stderr";
+  FILE* p = ::popen((cmd + " 2>" + err).c_str(), "r");
+  char buf[4096];
+  while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) r.out += buf;
+  const int status = p == nullptr ? -1 : ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.all = r.out + zero::testing::ReadWholeFile(err);
+  return r;
+}
+
+// The last line of a program's stdout, as JSON.
+json LastJson(const ProgramRun& r) {
+  std::string s = r.out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t nl = s.rfind('\n');
+  return json::parse(nl == std::string::npos ? s : s.substr(nl + 1));
+}
+
+class EstimateBesideRunTest : public ::testing::TestWithParam<std::string> {};
+
+// zero-gpt's report takes each tag's largest rank; the estimate is every rank's (their buffers have one size).
+TEST_P(EstimateBesideRunTest, SameTagsSameBytes) {
+  const std::string flags = GetParam();
+  const ProgramRun est = Exec(absl::StrCat(ZERO_ESTIMATE, " ", flags, " --json"));
+  ASSERT_EQ(est.exit_code, 0) << est.all;
+  const ProgramRun run = Exec(absl::StrCat(ZERO_GPT, " ", flags, " --steps 3 --json"));
+  ASSERT_EQ(run.exit_code, 0) << run.all;
+  const json e = LastJson(est)["memory"], m = LastJson(run)["memory"];
+  ASSERT_GT(e.size(), 2u);
+  bool timing = false;  // overlap_comm: the buckets lie between "min_bytes" and "bytes", by how fast reductions run
+  for (const auto& [tag, v] : e.items()) timing |= v.contains("min_bytes");
+  for (const auto& [tag, v] : m.items()) {
+    SCOPED_TRACE(tag);
+    ASSERT_TRUE(e.contains(tag)) << est.out;
+    if (tag == "peak_total") {
+      for (const char* tier : {"host", "device"}) {
+        EXPECT_LE(v[tier].get<int64_t>(), e[tag][tier].get<int64_t>()) << tier;
+        if (!timing) {
+          EXPECT_GE(v[tier].get<double>(), 0.9 * e[tag][tier].get<double>()) << tier;
+        }
+      }
+      continue;
+    }
+    EXPECT_EQ(e[tag]["tier"], v["tier"]);
+    if (e[tag].contains("min_bytes")) {
+      EXPECT_GE(v["peak"].get<int64_t>(), e[tag]["min_bytes"].get<int64_t>());
+      EXPECT_LE(v["peak"].get<int64_t>(), e[tag]["bytes"].get<int64_t>());
+    } else {
+      EXPECT_EQ(e[tag]["bytes"].get<int64_t>(), v["peak"].get<int64_t>());
+    }
+  }
+  EXPECT_EQ(e.size(), m.size()) << est.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Flags, EstimateBesideRunTest,
+                         ::testing::Values("--model tiny --world 2", "--model tiny --world 3 --stage 2 --bf16",
+                                           "--model tiny --world 2 --stage 3 --recompute",
+                                           "--model tiny --world 4 --stage 3 --bf16 --recompute --seq 16",
+                                           "--model tiny --world 2 --config " ZERO_CONFIGS "/zero3_offload.json"));
+
+constexpr const char* k70B =
+    " --layers 80 --hidden 8192 --heads 64 --vocab 32000 --seq 4096 --micro-batch 1 --world 1024 --stage 3 --bf16";
+
+TEST(EstimateCliTest, SeventyBillionAtScale) {
+  const ProgramRun r = Exec(absl::StrCat(ZERO_ESTIMATE, k70B, " --device cuda --fit-gib 80 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  const json j = LastJson(r);
+  const int64_t padded = j["padded"].get<int64_t>();
+  EXPECT_GT(j["params"].get<int64_t>(), 64'000'000'000);
+  EXPECT_EQ(j["model_state"].get<int64_t>(), 16 * padded / 1024);  // ZeRO's 16Ψ/N, on the padded units
+  EXPECT_EQ(j["memory"]["optimizer"]["bytes"].get<int64_t>(), 8 * padded / 1024);
+  EXPECT_EQ(j["communication"].size(), 2u);  // stage-3 gathers, gradient reduce-scatter
+  EXPECT_GT(j["bytes_sent_per_step"].get<int64_t>(), 0);
+  EXPECT_GE(j["fit"]["layers"].get<int>(), 0);
+
+  const ProgramRun human = Exec(absl::StrCat(ZERO_ESTIMATE, k70B, " --fit-gib 80"));
+  ASSERT_EQ(human.exit_code, 0) << human.all;
+  for (const char* want : {"optimizer", "model state", "true peak", "stage-3 gathers", "gradient reduce-scatter",
+                           "largest that fits 80 GiB"}) {
+    EXPECT_NE(human.out.find(want), std::string::npos) << want << " in\n" << human.out;
+  }
+}
+
+TEST(EstimateCliTest, UnitsFile) {
+  const std::string dir = zero::testing::MakeTempDir("zero_estimate_units");
+  zero::testing::WriteWholeFile(dir + "/list.json",
+                                R"([{"name": "embed", "params": 51200, "scopes": 1}, {"name": "h.0", "params": 70000},
+                                    {"name": "h.1", "params": 70000}, {"name": "frozen", "params": 9000, "frozen": true}])");
+  const ProgramRun r = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/list.json --world 4 --stage 2 --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  const json j = LastJson(r);
+  EXPECT_EQ(j["params"].get<int64_t>(), 51200 + 70000 + 70000 + 9000);
+  // Stage 2, fp32 AdamW: full parameters everywhere, 8 bytes of state per trainable element over 4 ranks.
+  EXPECT_EQ(j["memory"]["params"]["bytes"].get<int64_t>(), 4 * j["padded"].get<int64_t>());
+  EXPECT_FALSE(j["memory"].contains("activations"));
+
+  zero::testing::WriteWholeFile(dir + "/object.json",
+                                R"({"units": [{"name": "a", "params": 1000}], "activation_bytes": 4096})");
+  const ProgramRun o = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/object.json --json"));
+  ASSERT_EQ(o.exit_code, 0) << o.all;
+  EXPECT_EQ(LastJson(o)["memory"]["activations"]["bytes"].get<int64_t>(), 4096);
+
+  zero::testing::WriteWholeFile(dir + "/bad.json", R"([{"name": "a", "params": 10}, {"name": "b"}])");
+  const ProgramRun bad = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/bad.json"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.all.find("unit 1 (\"b\")"), std::string::npos) << bad.all;
+}
+
+TEST(EstimateCliTest, UsageErrors) {
+  for (const char* args : {"", " --model tiny --units x.json", " --layers 4 --hidden 64", " --model huge",
+                           " --model tiny --world 0", " --model tiny --stage 4", " --model tiny --frobnicate 1"}) {
+    const ProgramRun r = Exec(absl::StrCat(ZERO_ESTIMATE, args));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.all;
+    EXPECT_NE(r.all.find("usage: zero-estimate"), std::string::npos) << args;
+  }
+  // The CUDA trainer has no recomputation; zero-gpt --device cuda --recompute refuses it too.
+  const ProgramRun cuda = Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --device cuda --recompute"));
+  EXPECT_EQ(cuda.exit_code, 1);
+  EXPECT_NE(cuda.all.find("--recompute"), std::string::npos) << cuda.all;
+}
+
+}  // namespace

@@ -1,0 +1,349 @@
+// zero-estimate: the bytes each rank will hold, by tag and tier, and what it sends per step, before a run
+// (zero::Estimate, zero/estimate.h), with the model names and flags of zero-gpt so an estimate and a run can be set
+// side by side:
+//
+//   zero-estimate --model small --world 4 --stage 3 --bf16 --recompute
+//   zero-gpt      --model small --world 4 --stage 3 --bf16 --recompute --json    # the measured report
+//   zero-estimate --layers 80 --hidden 8192 --heads 64 --vocab 32000 --seq 4096 --micro-batch 1
+//                 --world 1024 --stage 3 --bf16 --recompute --device cuda --fit-gib 80 --json
+//   zero-estimate --units units.json --config ds.json --world 64
+//
+// A GPT shape is the reference GPT of examples/gpt (its units, and its activations as it allocates them:
+// examples/gpt/estimate.h). A units file is a JSON list of {"name", "params", "frozen"?, "scopes"?} (or an object
+// {"units": [...], "activation_bytes": N, "open_params": N}); its activations are what it says, none otherwise.
+// --json prints one object: {"memory": {TAG: {"tier", "bytes"}, "peak_total": {..}}, ...} with zero-gpt's tag names.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gpt/estimate.h"
+#include "gpt/model.h"
+#include "nlohmann/json.hpp"
+#include "zero/config.h"
+#include "zero/estimate.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: zero-estimate (--model tiny|small | --layers L --hidden H --heads A --vocab V --seq T\n"
+    "                      --micro-batch B | --units FILE) [--config FILE] [--stage S] [--world N]\n"
+    "                     [--recompute] [--bf16] [--fit-gib X] [--device cpu|cuda] [--json]\n"
+    "  --model       the reference GPT's presets (as zero-gpt); --seq / --micro-batch override theirs\n"
+    "  --units FILE  a JSON list of units {\"name\", \"params\", \"frozen\"?, \"scopes\"?} in registration order\n"
+    "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
+    "  --recompute   recompute every block (the config's activation_checkpointing decides how), as zero-gpt\n"
+    "  --device cuda the CUDA engine over NCCL (its staging is not tracked); default cpu: the host engine, Gloo\n"
+    "  --fit-gib X   also the most blocks a GPT of this shape may have for a rank's device tier to fit X GiB\n";
+
+int Usage(const std::string& why) {
+  if (!why.empty()) std::fprintf(stderr, "zero-estimate: %s\n", why.c_str());
+  std::fputs(kUsage, stderr);
+  return 2;
+}
+
+struct Flags {
+  std::string model, units_file, config_path, device = "cpu";
+  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1;
+  bool recompute = false, bf16 = false, json = false;
+  double fit_gib = 0;
+};
+
+// A units file: the units, and optionally the trainer's activation bytes and the elements it keeps open at once.
+struct UnitsFile {
+  std::vector<zero::EstimateUnit> units;
+  int64_t activation_bytes = 0;
+  int64_t open_params = 0;
+};
+
+zero::StatusOr<UnitsFile> ReadUnits(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--units ", path, ": cannot read"));
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--units ", path, ": not JSON: ", e.what()));
+  }
+  UnitsFile f;
+  const nlohmann::json* list = &j;
+  if (j.is_object()) {
+    if (!j.contains("units")) return absl::InvalidArgumentError(absl::StrCat("--units ", path, ": no \"units\" list"));
+    list = &j["units"];
+    auto get = [&](const char* key, int64_t* out) -> zero::Status {
+      if (!j.contains(key)) return absl::OkStatus();
+      if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("--units ", path, ": \"", key, "\" must be an integer >= 0"));
+      }
+      *out = j[key].get<int64_t>();
+      return absl::OkStatus();
+    };
+    ZERO_RETURN_IF_ERROR(get("activation_bytes", &f.activation_bytes));
+    ZERO_RETURN_IF_ERROR(get("open_params", &f.open_params));
+  }
+  if (!list->is_array() || list->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--units ", path, ": the units must be a non-empty JSON list"));
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const nlohmann::json& u = (*list)[i];
+    const std::string where = absl::StrCat("--units ", path, ": unit ", i);
+    if (!u.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    zero::EstimateUnit e;
+    e.name = u.contains("name") && u["name"].is_string() ? u["name"].get<std::string>() : absl::StrCat("unit", i);
+    const char* count_key = u.contains("params") ? "params" : "numel";
+    if (!u.contains(count_key) || !u[count_key].is_number() || u[count_key].get<double>() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " (\"", e.name, "\"): \"params\" must be a positive number of parameters"));
+    }
+    e.numel = static_cast<int64_t>(std::llround(u[count_key].get<double>()));
+    if (u.contains("frozen")) {
+      if (!u["frozen"].is_boolean()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " (\"", e.name, "\"): \"frozen\" must be true or false"));
+      }
+      e.frozen = u["frozen"].get<bool>();
+    }
+    if (u.contains("scopes")) {
+      if (!u["scopes"].is_number_integer() || u["scopes"].get<int>() < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " (\"", e.name, "\"): \"scopes\" must be 1 or more"));
+      }
+      e.scopes_per_pass = u["scopes"].get<int>();
+    }
+    f.units.push_back(std::move(e));
+  }
+  return f;
+}
+
+std::string Mib(int64_t bytes) { return absl::StrFormat("%.2f", static_cast<double>(bytes) / (1 << 20)); }
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.2f %s", bytes, units[u]);
+}
+
+std::string TermsJson(const zero::PeakBound& t) {
+  return absl::StrCat("{\"model_state\": ", t.model_state, ", \"gathers\": ", t.gathers,
+                      ", \"reductions\": ", t.reductions, ", \"staging\": ", t.staging, ", \"trainer\": ", t.trainer,
+                      "}");
+}
+
+const char* OffloadName(const zero::Config& cfg) {
+  const bool opt = cfg.zero.offload_optimizer.device == zero::OffloadDevice::kCpu && cfg.zero.stage >= 1;
+  const bool par = cfg.zero.offload_param.device == zero::OffloadDevice::kCpu && cfg.zero.stage == 3;
+  return opt && par ? "optimizer+parameters" : opt ? "optimizer" : par ? "parameters" : "none";
+}
+
+const char* DtypeName(const zero::Config& cfg) {
+  return cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--recompute") {
+      f.recompute = true;
+      continue;
+    }
+    if (a == "--bf16") {
+      f.bf16 = true;
+      continue;
+    }
+    if (a == "--json") {
+      f.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) return Usage(a + " needs a value");
+    const std::string v = argv[++i];
+    auto integer = [&](int* out, int min) { return absl::SimpleAtoi(v, out) && *out >= min; };
+    bool ok = true;
+    if (a == "--model") {
+      f.model = v;
+    } else if (a == "--units") {
+      f.units_file = v;
+    } else if (a == "--config") {
+      f.config_path = v;
+    } else if (a == "--device") {
+      f.device = v;
+      ok = v == "cpu" || v == "cuda";
+    } else if (a == "--layers") {
+      ok = integer(&f.layers, 1);
+    } else if (a == "--hidden") {
+      ok = integer(&f.hidden, 1);
+    } else if (a == "--heads") {
+      ok = integer(&f.heads, 1);
+    } else if (a == "--vocab") {
+      ok = integer(&f.vocab, 1);
+    } else if (a == "--seq") {
+      ok = integer(&f.seq, 1);
+    } else if (a == "--micro-batch") {
+      ok = integer(&f.micro_batch, 1);
+    } else if (a == "--stage") {
+      ok = integer(&f.stage, 0) && f.stage <= 3;
+    } else if (a == "--world") {
+      ok = integer(&f.world, 1);
+    } else if (a == "--fit-gib") {
+      ok = absl::SimpleAtod(v, &f.fit_gib) && f.fit_gib > 0;
+    } else {
+      return Usage("unknown flag " + a);
+    }
+    if (!ok) return Usage(absl::StrCat(a, ": bad value \"", v, "\""));
+  }
+  const bool shape = f.layers || f.hidden || f.heads || f.vocab;
+  if (!f.model.empty() + shape + !f.units_file.empty() != 1) {
+    return Usage("give exactly one model: --model, a GPT shape (--layers --hidden --heads --vocab --seq), or --units");
+  }
+  if (shape && !(f.layers && f.hidden && f.heads && f.vocab && f.seq)) {
+    return Usage("a GPT shape needs --layers, --hidden, --heads, --vocab and --seq");
+  }
+  if (!f.units_file.empty() && f.fit_gib > 0) return Usage("--fit-gib needs a GPT shape (it varies the block count)");
+
+  zero::Config cfg = zero::Config::Default();
+  if (!f.config_path.empty()) {
+    auto c = zero::Config::FromJsonFile(f.config_path);
+    if (!c.ok()) {
+      std::fprintf(stderr, "zero-estimate: %s\n", c.status().ToString().c_str());
+      return 1;
+    }
+    cfg = *c;
+  }
+  if (f.stage >= 0) cfg.zero.stage = f.stage;
+  if (f.bf16) cfg.bf16.enabled = true;
+  if (f.micro_batch > 0) {
+    cfg.train_micro_batch_size_per_gpu = f.micro_batch;
+    cfg.train_batch_size.reset();
+  }
+  const zero::Backend backend = f.device == "cuda" ? zero::Backend::kNccl : zero::Backend::kGloo;
+
+  zero::gpt::GptConfig mc;
+  zero::StatusOr<zero::RankEstimate> est = absl::UnknownError("not run");
+  std::string model_json, model_line;
+  int fit_layers = -1;
+  if (!f.units_file.empty()) {
+    auto units = ReadUnits(f.units_file);
+    if (!units.ok()) {
+      std::fprintf(stderr, "zero-estimate: %s\n", units.status().ToString().c_str());
+      return 1;
+    }
+    zero::EstimateOptions o;
+    o.world = f.world;
+    o.backend = backend;
+    o.open_elements = units->open_params;
+    if (units->activation_bytes > 0)
+      o.trainer.push_back({zero::MemTag::kActivations, zero::MemTier::kDevice, units->activation_bytes});
+    est = zero::Estimate(cfg, units->units, o);
+    model_json = absl::StrCat("{\"units_file\": \"", f.units_file, "\", \"units\": ", units->units.size(), "}");
+    model_line = absl::StrCat(units->units.size(), " units from ", f.units_file);
+  } else {
+    if (!f.model.empty()) {
+      auto m = zero::gpt::GptConfig::FromName(f.model);
+      if (!m.ok()) return Usage(std::string(m.status().message()));
+      mc = *m;
+    } else {
+      mc = zero::gpt::GptConfig{
+          .vocab = f.vocab, .max_seq = f.seq, .layers = f.layers, .heads = f.heads, .channels = f.hidden};
+    }
+    est = zero::gpt::EstimateGpt(cfg, mc, f.seq, f.world, f.recompute, backend);
+    if (est.ok() && f.fit_gib > 0) {
+      auto fit = zero::gpt::LargestLayersThatFit(cfg, mc, f.seq, f.world, f.recompute, backend,
+                                                 static_cast<int64_t>(f.fit_gib * (1 << 30)));
+      if (!fit.ok()) est = fit.status();
+      else fit_layers = *fit;
+    }
+    const int T = f.seq > 0 ? f.seq : mc.max_seq;
+    model_json = absl::StrCat("{\"layers\": ", mc.layers, ", \"hidden\": ", mc.channels, ", \"heads\": ", mc.heads,
+                              ", \"vocab\": ", mc.vocab, ", \"seq\": ", T,
+                              ", \"micro_batch\": ", cfg.train_micro_batch_size_per_gpu.value_or(1), "}");
+    model_line = absl::StrCat("GPT ", f.model.empty() ? "" : "'" + f.model + "' ", "layers ", mc.layers, ", hidden ",
+                              mc.channels, ", heads ", mc.heads, ", vocab ", mc.vocab, ", seq ", T);
+  }
+  if (!est.ok()) {
+    std::fprintf(stderr, "zero-estimate: %s\n", est.status().ToString().c_str());
+    return 1;
+  }
+  const zero::RankEstimate& e = *est;
+  const zero::PeakBound& dev = e.peak_bound[static_cast<size_t>(zero::MemTier::kDevice)];
+  const zero::PeakBound& host = e.peak_bound[static_cast<size_t>(zero::MemTier::kHost)];
+  int64_t fit_params = 0;
+  if (fit_layers > 0) {
+    zero::gpt::GptConfig m = mc;
+    m.layers = fit_layers;
+    fit_params = zero::gpt::NumParams(m);
+  }
+  if (f.json) {
+    std::string fit;
+    if (f.fit_gib > 0) {
+      fit = absl::StrCat(", \"fit\": {\"gib\": ", f.fit_gib, ", \"layers\": ", fit_layers, ", \"params\": ", fit_params,
+                         "}");
+    }
+    std::printf(
+        "{\"model\": %s, \"params\": %lld, \"padded\": %lld, \"world\": %d, \"stage\": %d, \"dtype\": \"%s\", "
+        "\"offload\": \"%s\", \"recompute\": %s, \"device\": \"%s\", \"micro_steps\": %d, \"memory\": %s, "
+        "\"model_state\": %lld, \"peak_bound_terms\": {\"host\": %s, \"device\": %s}, \"communication\": %s, "
+        "\"bytes_sent_per_step\": %lld%s}\n",
+        model_json.c_str(), static_cast<long long>(e.params), static_cast<long long>(e.padded), f.world, cfg.zero.stage,
+        DtypeName(cfg), OffloadName(cfg), f.recompute ? "true" : "false", f.device.c_str(), e.micro_steps,
+        e.MemoryJson().c_str(), static_cast<long long>(e.planned.ModelStateBytes()), TermsJson(host).c_str(),
+        TermsJson(dev).c_str(), e.CommJson().c_str(), static_cast<long long>(e.BytesSentPerStep()), fit.c_str());
+    return 0;
+  }
+  std::printf("%s: %lld parameters\n", model_line.c_str(), static_cast<long long>(e.params));
+  std::printf("world %d, stage %d, %s, offload %s, recompute %s, %s engine; per rank, predicted by zero::Estimate:\n\n",
+              f.world, cfg.zero.stage, DtypeName(cfg), OffloadName(cfg), f.recompute ? "on" : "off",
+              backend == zero::Backend::kNccl ? "CUDA (NCCL)" : "host (Gloo)");
+  std::printf("%-12s %-7s %16s %12s\n", "tag", "tier", "bytes", "MiB");
+  for (size_t g = 0; g < static_cast<size_t>(zero::MemTag::kCount); ++g) {
+    for (zero::MemTier t : {zero::MemTier::kDevice, zero::MemTier::kHost}) {
+      const int64_t b = e.memory.usage[static_cast<size_t>(t)][g].peak;
+      if (b == 0) continue;
+      std::printf("%-12s %-7s %16lld %12s\n", zero::MemTagName(static_cast<zero::MemTag>(g)), zero::MemTierName(t),
+                  static_cast<long long>(b), Mib(b).c_str());
+    }
+  }
+  std::printf("\nmodel state (params, grads, optimizer, master in both tiers, held from Finalize on): %s\n",
+              HumanBytes(static_cast<double>(e.planned.ModelStateBytes())).c_str());
+  std::printf("true peak, all tags alive at once (the plan's bound): device %s, host %s\n",
+              HumanBytes(static_cast<double>(dev.total())).c_str(),
+              HumanBytes(static_cast<double>(host.total())).c_str());
+  std::printf(
+      "  device = model state %s + gathers %s + reductions %s + staging %s + trainer %s\n",
+      HumanBytes(static_cast<double>(dev.model_state)).c_str(), HumanBytes(static_cast<double>(dev.gathers)).c_str(),
+      HumanBytes(static_cast<double>(dev.reductions)).c_str(), HumanBytes(static_cast<double>(dev.staging)).c_str(),
+      HumanBytes(static_cast<double>(dev.trainer)).c_str());
+  std::printf("\ncommunication per step (%d micro-step%s), per rank:\n", e.micro_steps, e.micro_steps == 1 ? "" : "s");
+  std::printf("%-24s %-15s %-5s %8s %16s %12s\n", "collective", "kind", "dtype", "calls", "elements", "sent");
+  for (const zero::CollectiveEstimate& c : e.comm) {
+    std::printf("%-24s %-15s %-5s %8lld %16lld %12s\n", c.what.c_str(), zero::CollectiveKindName(c.kind),
+                std::string(zero::DTypeName(c.dtype)).c_str(), static_cast<long long>(c.calls),
+                static_cast<long long>(c.elements), HumanBytes(static_cast<double>(c.bytes_sent)).c_str());
+  }
+  std::printf("%-24s %-15s %-5s %8s %16s %12s\n", "total", "", "", "", "",
+              HumanBytes(static_cast<double>(e.BytesSentPerStep())).c_str());
+  std::printf(
+      "(sent: bytes one rank sends on a bandwidth-optimal algorithm: (N-1) shards per all-gather and\n"
+      " reduce-scatter, 2(N-1)/N of the buffer per all-reduce)\n");
+  if (f.fit_gib > 0) {
+    if (fit_layers > 0) {
+      std::printf("\nlargest that fits %g GiB of device memory per rank: %d blocks, %lld parameters\n", f.fit_gib,
+                  fit_layers, static_cast<long long>(fit_params));
+    } else {
+      std::printf("\nnot even one block of this shape fits %g GiB of device memory per rank\n", f.fit_gib);
+    }
+  }
+  return 0;
+}
