@@ -33,7 +33,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: zero-estimate (--model tiny|small | --layers L --hidden H --heads A --vocab V --seq T\n"
     "                      --micro-batch B | --units FILE) [--config FILE] [--stage S] [--world N]\n"
-    "                     [--recompute] [--bf16] [--fit-gib X] [--device cpu|cuda] [--json]\n"
+    "                     [--shard-group G] [--recompute] [--bf16] [--fit-gib X] [--device cpu|cuda] [--json]\n"
+    "  --shard-group G  hybrid sharding: shard within groups of G ranks (mics_shard_size), replicate across them\n"
     "  --model       the reference GPT's presets (as zero-gpt); --seq / --micro-batch override theirs\n"
     "  --units FILE  a JSON list of units {\"name\", \"params\", \"frozen\"?, \"scopes\"?} in registration order\n"
     "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
@@ -49,7 +50,7 @@ int Usage(const std::string& why) {
 
 struct Flags {
   std::string model, units_file, config_path, device = "cpu";
-  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1;
+  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1, shard_group = 0;
   bool recompute = false, bf16 = false, json = false;
   double fit_gib = 0;
 };
@@ -197,6 +198,8 @@ int main(int argc, char** argv) {
       ok = integer(&f.stage, 0) && f.stage <= 3;
     } else if (a == "--world") {
       ok = integer(&f.world, 1);
+    } else if (a == "--shard-group") {
+      ok = integer(&f.shard_group, 1);
     } else if (a == "--fit-gib") {
       ok = absl::SimpleAtod(v, &f.fit_gib) && f.fit_gib > 0;
     } else {
@@ -224,6 +227,7 @@ int main(int argc, char** argv) {
   }
   if (f.stage >= 0) cfg.zero.stage = f.stage;
   if (f.bf16) cfg.bf16.enabled = true;
+  if (f.shard_group > 0) cfg.zero.mics_shard_size = f.shard_group;
   if (f.micro_batch > 0) {
     cfg.train_micro_batch_size_per_gpu = f.micro_batch;
     cfg.train_batch_size.reset();
@@ -292,20 +296,24 @@ int main(int argc, char** argv) {
                          "}");
     }
     std::printf(
-        "{\"model\": %s, \"params\": %lld, \"padded\": %lld, \"world\": %d, \"stage\": %d, \"dtype\": \"%s\", "
+        "{\"model\": %s, \"params\": %lld, \"padded\": %lld, \"world\": %d, \"shard_group\": %d, \"stage\": %d, "
+        "\"dtype\": \"%s\", "
         "\"offload\": \"%s\", \"recompute\": %s, \"device\": \"%s\", \"micro_steps\": %d, \"memory\": %s, "
         "\"model_state\": %lld, \"peak_bound_terms\": {\"host\": %s, \"device\": %s}, \"communication\": %s, "
         "\"bytes_sent_per_step\": %lld%s}\n",
-        model_json.c_str(), static_cast<long long>(e.params), static_cast<long long>(e.padded), f.world, cfg.zero.stage,
-        DtypeName(cfg), OffloadName(cfg), f.recompute ? "true" : "false", f.device.c_str(), e.micro_steps,
-        e.MemoryJson().c_str(), static_cast<long long>(e.planned.ModelStateBytes()), TermsJson(host).c_str(),
-        TermsJson(dev).c_str(), e.CommJson().c_str(), static_cast<long long>(e.BytesSentPerStep()), fit.c_str());
+        model_json.c_str(), static_cast<long long>(e.params), static_cast<long long>(e.padded), f.world, e.shard_group,
+        cfg.zero.stage, DtypeName(cfg), OffloadName(cfg), f.recompute ? "true" : "false", f.device.c_str(),
+        e.micro_steps, e.MemoryJson().c_str(), static_cast<long long>(e.planned.ModelStateBytes()),
+        TermsJson(host).c_str(), TermsJson(dev).c_str(), e.CommJson().c_str(),
+        static_cast<long long>(e.BytesSentPerStep()), fit.c_str());
     return 0;
   }
   std::printf("%s: %lld parameters\n", model_line.c_str(), static_cast<long long>(e.params));
-  std::printf("world %d, stage %d, %s, offload %s, recompute %s, %s engine; per rank, predicted by zero::Estimate:\n\n",
-              f.world, cfg.zero.stage, DtypeName(cfg), OffloadName(cfg), f.recompute ? "on" : "off",
-              backend == zero::Backend::kNccl ? "CUDA (NCCL)" : "host (Gloo)");
+  std::printf(
+      "world %d (sharded in groups of %d), stage %d, %s, offload %s, recompute %s, %s engine; per rank, "
+      "predicted by zero::Estimate:\n\n",
+      f.world, e.shard_group, cfg.zero.stage, DtypeName(cfg), OffloadName(cfg), f.recompute ? "on" : "off",
+      backend == zero::Backend::kNccl ? "CUDA (NCCL)" : "host (Gloo)");
   std::printf("%-12s %-7s %16s %12s\n", "tag", "tier", "bytes", "MiB");
   for (size_t g = 0; g < static_cast<size_t>(zero::MemTag::kCount); ++g) {
     for (zero::MemTier t : {zero::MemTier::kDevice, zero::MemTier::kHost}) {

@@ -64,8 +64,8 @@ struct TrainerBytes {
 struct EstimateOptions {
   int world = 1;
   int rank = 0;  // whose padding is reported (every rank's buffers have the same sizes)
-  // Hybrid sharding: ranks per shard group (0 = the whole world). Reserved: it takes effect when the placement
-  // plan supports shard groups; until then any value but 0 or `world` is kUnimplemented.
+  // Hybrid sharding: ranks per shard group, as zero_optimization.mics_shard_size (which it overrides); 0: the
+  // config's mics_shard_size, else the whole world. Must divide `world`.
   int shard_group = 0;
   // kGloo: the host engine, whose communicator's staging is tracked (host tier). kNccl: the CUDA engine; NCCL's
   // own buffers are not tracked, so no staging is counted for them.
@@ -87,7 +87,8 @@ const char* CollectiveKindName(CollectiveKind kind);  // "all_gather", "reduce_s
 
 // One kind of collective the engine issues every step, summed over the units.
 struct CollectiveEstimate {
-  std::string what;  // "stage-3 gathers", "gradient reduce-scatter", "gradient all-reduce", "parameter refresh"
+  std::string what;  // "stage-3 gathers", "gradient reduce-scatter", "gradient all-reduce", "parameter refresh",
+                     // "gradient all-reduce across replicas"
   CollectiveKind kind = CollectiveKind::kAllGather;
   DType dtype = DType::kF32;
   int64_t calls = 0;     // per step: one per unit and occasion (a unit moved in chunks still counts once)
@@ -115,6 +116,7 @@ struct RankEstimate {
   int64_t padded = 0;                     // the same, each unit padded to whole shards
   int persistent_units = 0;               // stage 3: units kept gathered (stage3_param_persistence_threshold)
   int micro_steps = 1;                    // gradient_accumulation_steps
+  int shard_group = 1;                    // the ranks one copy of the model is sharded over (hybrid: G)
   std::vector<CollectiveEstimate> comm;   // per step
 
   int64_t BytesSentPerStep() const;

@@ -434,17 +434,20 @@ CUstream_st* Engine::cuda_stream() const { return impl_->ctx.stream(); }
 bool Engine::on_device() const { return impl_->ctx.compute->device(); }
 int64_t Engine::num_params() const { return impl_->num_params_; }
 MemoryReport Engine::memory_report() const {
-  // The engine's own allocations plus the communicator's staging buffers. Per tag the two peaks are added (an
-  // upper bound of that tag's combined high-water mark); peak_total is exact, as the communicator's tracker
-  // counts into the engine's (EngineContext), unless the communicator reports memory without a tracker.
+  // The engine's own allocations plus its communicators' staging buffers (the shard group's, and under hybrid
+  // sharding the world's and the replicas'). Per tag the peaks are added (an upper bound of that tag's combined
+  // high-water mark); peak_total is exact, as each communicator's tracker counts into the engine's
+  // (EngineContext), unless a communicator reports memory without a tracker.
   MemoryReport r = impl_->ctx.tracker.Report();
-  const MemoryReport c = impl_->ctx.comm->memory_report();
-  const bool linked = impl_->ctx.comm->memory_tracker() != nullptr;
-  for (size_t t = 0; t < r.usage.size(); ++t) {
-    for (size_t g = 0; g < r.usage[t].size(); ++g) {
-      r.usage[t][g].current += c.usage[t][g].current;
-      r.usage[t][g].peak += c.usage[t][g].peak;
-      if (!linked) r.peak_total[t] += c.usage[t][g].peak;
+  for (Communicator* comm : impl_->ctx.Comms()) {
+    const MemoryReport c = comm->memory_report();
+    const bool linked = comm->memory_tracker() != nullptr;
+    for (size_t t = 0; t < r.usage.size(); ++t) {
+      for (size_t g = 0; g < r.usage[t].size(); ++g) {
+        r.usage[t][g].current += c.usage[t][g].current;
+        r.usage[t][g].peak += c.usage[t][g].peak;
+        if (!linked) r.peak_total[t] += c.usage[t][g].peak;
+      }
     }
   }
   return r;
@@ -473,6 +476,12 @@ PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) c
   in.ar_staging = [&comm](int64_t count, DType dtype) {
     return comm.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
   };
+  if (impl_->ctx.hybrid()) {
+    const Communicator& replicas = *impl_->ctx.replica_comm;
+    in.replica_ar_staging = [&replicas](int64_t count, DType dtype) {
+      return replicas.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
+    };
+  }
   const internal::PeakTerms t = internal::TruePeakBound(impl_->Plan(), in)[static_cast<size_t>(tier)];
   return PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};
 }

@@ -71,8 +71,8 @@ namespace {
 // once per scope; gradients are all-reduced (stage 0) or reduce-scattered (stages 1-3) once per step, or every
 // micro-step where the plan reduces every micro-step; full parameters (stages 1-2, persistent stage-3 units) are
 // refreshed by an all-gather after the update. Frozen units are gathered but neither reduced nor refreshed.
-std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
-                                                const std::vector<EstimateUnit>& units) {
+std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan, const std::vector<EstimateUnit>& units,
+                                                int replicas) {
   const internal::PlanPolicy& p = plan.policy;
   const int64_t N = p.world, ga = p.accumulation_steps;
   const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute)), ws = static_cast<int64_t>(DTypeSize(p.wire));
@@ -80,6 +80,10 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   CollectiveEstimate rs{"gradient reduce-scatter", CollectiveKind::kReduceScatter, p.wire};
   CollectiveEstimate ar{"gradient all-reduce", CollectiveKind::kAllReduce, p.wire};
   CollectiveEstimate refresh{"parameter refresh", CollectiveKind::kAllGather, p.compute};
+  // Hybrid sharding: each gradient shard averaged across its replicas once per step (ShardedStep), in two parts
+  // under offload (the host part and the rest).
+  CollectiveEstimate across{"gradient all-reduce across replicas", CollectiveKind::kAllReduce, DType::kF32};
+  const int64_t R = replicas;
   auto add = [](CollectiveEstimate& c, int64_t calls, int64_t count, int64_t bytes_per_call) {
     c.calls += calls;
     c.elements += calls * count;
@@ -96,9 +100,16 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
       add(rs, p.ReduceEveryMicroStep() ? ga : 1, S, (N - 1) * S * ws);
     }
     if (p.stage >= 1 && !u.sharded_params) add(refresh, 1, S, (N - 1) * S * cds);
+    if (R > 1) {
+      across.dtype = u.grad_shard_dtype;
+      const int64_t gs = static_cast<int64_t>(DTypeSize(u.grad_shard_dtype)), hn = std::min(S, u.host_n);
+      for (const int64_t part : {hn, S - hn}) {
+        if (part > 0) add(across, 1, part, 2 * (R - 1) * part * gs / R);
+      }
+    }
   }
   std::vector<CollectiveEstimate> out;
-  for (CollectiveEstimate* c : {&gathers, &rs, &ar, &refresh}) {
+  for (CollectiveEstimate* c : {&gathers, &rs, &ar, &refresh, &across}) {
     if (c->calls > 0) out.push_back(std::move(*c));
   }
   return out;
@@ -138,9 +149,8 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
     return absl::InvalidArgumentError(
         absl::StrCat("Estimate: rank ", options.rank, " is not in [0, world ", world, ")"));
   }
-  if (options.shard_group != 0 && options.shard_group != world) {
-    return absl::UnimplementedError(absl::StrCat("Estimate: shard_group ", options.shard_group, " of world ", world,
-                                                 ": hybrid sharding is not in the placement plan yet"));
+  if (options.shard_group < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Estimate: shard_group must be >= 0, got ", options.shard_group));
   }
   if (units.empty()) return absl::InvalidArgumentError("Estimate: no units");
   std::vector<int64_t> numels;
@@ -164,8 +174,15 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   }
   // The engine validates the config at its world size (Engine::Create) before it plans: so does the estimate.
   Config cfg = config;
+  if (options.shard_group > 0) cfg.zero.mics_shard_size = options.shard_group;
   ZERO_RETURN_IF_ERROR(cfg.Validate(world));
-  ZERO_ASSIGN_OR_RETURN(internal::PlanPolicy policy, internal::PlanPolicy::FromConfig(cfg, world, options.rank));
+  // Hybrid sharding (docs/design.md): the engine runs as at a world of G over its group, and all-reduces the
+  // gradient shards across the R = world / G replicas.
+  const int64_t mics = cfg.zero.mics_shard_size;
+  const int group = mics > 0 && mics < world ? static_cast<int>(mics) : world;
+  const int replicas = world / group;
+  ZERO_ASSIGN_OR_RETURN(internal::PlanPolicy policy,
+                        internal::PlanPolicy::FromConfig(cfg, group, options.rank % group));
   if (options.optimizer_states >= 0) {
     policy.optimizer_states = options.optimizer_states;
   } else if (cfg.optimizer.has_value()) {
@@ -182,12 +199,17 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   for (const TrainerBytes& t : options.trainer) in.trainer_bytes[static_cast<size_t>(t.tier)] += t.bytes;
   if (options.backend == Backend::kGloo) {
     in.comm_cache_bytes = options.comm_cache_bytes >= 0 ? options.comm_cache_bytes : CommOptions{}.cache_bytes;
-    in.rs_staging = [world](int64_t count, DType dtype, bool destructive) {
-      return internal::GlooReduceScatterStagingBytes(world, static_cast<size_t>(count), dtype, destructive);
+    in.rs_staging = [group](int64_t count, DType dtype, bool destructive) {
+      return internal::GlooReduceScatterStagingBytes(group, static_cast<size_t>(count), dtype, destructive);
     };
-    in.ar_staging = [world](int64_t count, DType dtype) {
-      return internal::GlooAllReduceStagingBytes(world, static_cast<size_t>(count), dtype);
+    in.ar_staging = [group](int64_t count, DType dtype) {
+      return internal::GlooAllReduceStagingBytes(group, static_cast<size_t>(count), dtype);
     };
+    if (replicas > 1) {
+      in.replica_ar_staging = [replicas](int64_t count, DType dtype) {
+        return internal::GlooAllReduceStagingBytes(replicas, static_cast<size_t>(count), dtype);
+      };
+    }
   }
   const std::array<internal::PeakTerms, 2> terms = internal::TruePeakBound(plan, in);
 
@@ -209,7 +231,8 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
     e.persistent_units += u.persistent ? 1 : 0;
   }
   e.micro_steps = policy.accumulation_steps;
-  e.comm = StepCollectives(plan, units);
+  e.shard_group = group;
+  e.comm = StepCollectives(plan, units, replicas);
   return e;
 }
 

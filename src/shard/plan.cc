@@ -361,6 +361,17 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     if (i < 4) four += needs[i];
   }
   host.staging = std::min(std::max(in.comm_cache_bytes, most), four);
+  if (in.replica_ar_staging) {
+    // One all-reduce per unit and part at a time; the scratch grows to the largest and stays.
+    int64_t replica = 0;
+    for (const UnitPlan& u : plan.units) {
+      if (u.frozen) continue;
+      const int64_t hn = std::min(u.shard, u.host_n);
+      replica = std::max({replica, in.replica_ar_staging(hn, u.grad_shard_dtype),
+                          in.replica_ar_staging(u.shard - hn, u.grad_shard_dtype)});
+    }
+    host.staging += replica;
+  }
   return t;
 }
 

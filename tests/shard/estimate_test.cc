@@ -44,6 +44,7 @@ struct Case {
   int64_t window = 0;       // reduce_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters
   bool persistent = false;  // DeepSpeed's persistence threshold (the tiny GPT's units then all stay gathered)
   std::string model = "tiny";
+  int group = 0;  // hybrid sharding: mics_shard_size
 };
 
 std::string Name(const Case& c) {
@@ -58,6 +59,7 @@ std::string Name(const Case& c) {
   if (c.window > 0) absl::StrAppend(&s, "Window", c.window);
   if (c.persistent) absl::StrAppend(&s, "Persistent");
   if (c.model != "tiny") absl::StrAppend(&s, "_", c.model);
+  if (c.group > 0) absl::StrAppend(&s, "HybridGroupsOf", c.group);
   return s;
 }
 
@@ -73,6 +75,7 @@ Config ConfigFor(const Case& c) {
     cfg.zero.reduce_bucket_size = cfg.zero.stage3_prefetch_bucket_size = cfg.zero.stage3_max_live_parameters = c.window;
   }
   if (c.persistent) cfg.zero.stage3_param_persistence_threshold = 100'000;
+  if (c.group > 0) cfg.zero.mics_shard_size = c.group;
   return cfg;
 }
 
@@ -179,6 +182,13 @@ std::vector<Case> Grid() {
   cases.push_back({3, true, Offload::kNone, 4, true, 1, GradAccumulationMode::kLowMemory, false, 0, false, "small"});
   cases.push_back(
       {1, false, Offload::kOptimizer, 2, false, 1, GradAccumulationMode::kLowMemory, false, 0, false, "small"});
+  // Hybrid sharding: the plan of a world of G, the replicas' all-reduce and its staging.
+  cases.push_back(
+      Case{.stage = 3, .bf16 = false, .offload = Offload::kNone, .world = 4, .recompute = false, .group = 2});
+  cases.push_back(
+      Case{.stage = 2, .bf16 = true, .offload = Offload::kOptimizer, .world = 4, .recompute = true, .group = 2});
+  cases.push_back(
+      Case{.stage = 1, .bf16 = true, .offload = Offload::kNone, .world = 6, .recompute = false, .group = 3});
   return cases;
 }
 

@@ -165,6 +165,9 @@ struct PeakInputs {
   int64_t comm_cache_bytes = 0;
   std::function<int64_t(int64_t count, DType dtype, bool destructive)> rs_staging;
   std::function<int64_t(int64_t count, DType dtype)> ar_staging;
+  // Hybrid sharding: the replicas' communicator's staging for the gradient shards' all-reduce (an AllReduceStaging
+  // function of that communicator); empty: no replicas. Added to the host tier's staging.
+  std::function<int64_t(int64_t count, DType dtype)> replica_ar_staging;
 };
 
 // The bound on one tier's true peak, by term.
