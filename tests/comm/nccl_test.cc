@@ -108,6 +108,29 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
   EXPECT_OK(b.status());
 }
 
+// ncclCommSplit at world 1 (the most one GPU allows): the child is a working communicator of its own (rank 0 of 1,
+// the parent's device), and the parent keeps working after it; each counts its own bus bytes (0 at world 1).
+TEST_F(NcclTest, SplitGivesAWorkingChildAndLeavesTheParentWorking) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> child, comm_->Split(/*color=*/0, /*key=*/0));
+  EXPECT_EQ(child->backend(), Backend::kNccl);
+  EXPECT_EQ(child->rank(), 0);
+  EXPECT_EQ(child->world_size(), 1);
+  EXPECT_EQ(child->cuda_device(), comm_->cuda_device());
+  const size_t n = 4096;
+  const auto host = Values(n, DType::kF32);
+  void* d = Device(n * 4);
+  std::vector<uint8_t> back(n * 4);
+  for (Communicator* c : {child.get(), comm_.get()}) {
+    ASSERT_EQ(cudaMemcpyAsync(d, host.data(), n * 4, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+    ASSERT_OK(c->AllReduce(d, n, DType::kF32, ReduceOp::kSum, stream_).WaitStream(stream_));
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), d, n * 4, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), n * 4), 0);
+    EXPECT_EQ(c->bus_bytes(), 0);
+  }
+  EXPECT_EQ(comm_->Split(-1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The op must see work queued earlier on its producer stream: a large memset on `stream_` followed at once by
 // an all-gather of the memset buffer (no host sync in between) must gather the memset bytes.
 TEST_F(NcclTest, OpWaitsForProducerStream) {

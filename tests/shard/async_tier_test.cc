@@ -31,6 +31,7 @@
 #include "comm/internal/work_state.h"
 #include "shard/internal/compute.h"
 #include "support/engine_helpers.h"
+#include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
@@ -199,53 +200,40 @@ class AsyncTier final : public internal::ComputeTier {
 
 // A communicator whose ops first wait for the late stream, as the NCCL communicator's stream waits on the
 // producer stream's event.
-class DrainingComm final : public Communicator {
+class DrainingComm final : public testing::ForwardingComm {
  public:
-  explicit DrainingComm(Communicator& inner) : inner_(inner) {}
+  explicit DrainingComm(Communicator& inner) : ForwardingComm(inner) {}
   void Bind(AsyncTier* tier) { tier_ = tier; }
 
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  Backend backend() const override { return inner_.backend(); }
-  MemoryReport memory_report() const override { return inner_.memory_report(); }
-  MemoryTracker* memory_tracker() override { return inner_.memory_tracker(); }
-  int64_t cache_bytes() const override { return inner_.cache_bytes(); }
-  int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
-    return inner_.ReduceScatterStagingBytes(count, dtype, destructive);
-  }
-  int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
-    return inner_.AllReduceStagingBytes(count, dtype);
-  }
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return inner_.AllGather(send, recv, count, dtype, s);
+    return ForwardingComm::AllGather(send, recv, count, dtype, s);
   }
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return inner_.ReduceScatter(send, recv, count, dtype, op, s);
+    return ForwardingComm::ReduceScatter(send, recv, count, dtype, op, s);
   }
   Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                 CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
+    return ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s);
   }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(buf, buf, count);
-    return inner_.AllReduce(buf, count, dtype, op, s);
+    return ForwardingComm::AllReduce(buf, count, dtype, op, s);
   }
   Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
     Drain();
-    return inner_.Broadcast(buf, count, dtype, root, s);
+    return ForwardingComm::Broadcast(buf, count, dtype, root, s);
   }
-  Work Barrier() override { return inner_.Barrier(); }
   // What the NCCL communicator's fence reports when a peer died (tests set fail_fence); counts the calls.
   Work Fence() override {
     ++fences;
-    if (!fail_fence) return inner_.Fence();
+    if (!fail_fence) return ForwardingComm::Fence();
     internal::OpDesc d{.kind = internal::OpKind::kFence};
     return Work(std::make_shared<internal::CompletedWorkState>(
         d, absl::UnavailableError("Fence after#41 on rank 0 of 2: a peer was lost")));
@@ -261,7 +249,6 @@ class DrainingComm final : public Communicator {
   static void CheckBuffers(const void* send, const void* recv, size_t count) {
     if (count > 0 && (send == nullptr || recv == nullptr)) ADD_FAILURE() << "a collective got a null buffer";
   }
-  Communicator& inner_;
   AsyncTier* tier_ = nullptr;
 };
 

@@ -18,6 +18,7 @@
 #include "gpt/model.h"
 #include "gpt/train.h"
 #include "support/engine_helpers.h"
+#include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
@@ -199,51 +200,32 @@ INSTANTIATE_TEST_SUITE_P(Gpt, EstimateTest, ::testing::ValuesIn(Grid()),
 
 // Counts what the engine hands a communicator: elements per kind of collective, and calls. The engine's control
 // all-reduces (the norm, the desync check) and the GPT's loss all-reduce carry a few floats and are left out.
-class CountingComm final : public Communicator {
+class CountingComm final : public testing::ForwardingComm {
  public:
-  explicit CountingComm(Communicator& inner) : inner_(inner) {}
+  explicit CountingComm(Communicator& inner) : ForwardingComm(inner) {}
   struct Counts {
     int64_t elements[3] = {0, 0, 0};
     int64_t calls[3] = {0, 0, 0};
   };
   Counts counts;
 
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
-  Backend backend() const override { return inner_.backend(); }
-  MemoryReport memory_report() const override { return inner_.memory_report(); }
-  MemoryTracker* memory_tracker() override { return inner_.memory_tracker(); }
-  int64_t cache_bytes() const override { return inner_.cache_bytes(); }
-  int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
-    return inner_.ReduceScatterStagingBytes(count, dtype, destructive);
-  }
-  int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
-    return inner_.AllReduceStagingBytes(count, dtype);
-  }
-  uint64_t IssuedOpsHash() const override { return inner_.IssuedOpsHash(); }
-  std::vector<std::string> RecentOps() const override { return inner_.RecentOps(); }
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Count(CollectiveKind::kAllGather, count);
-    return inner_.AllGather(send, recv, count, dtype, s);
+    return ForwardingComm::AllGather(send, recv, count, dtype, s);
   }
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Count(CollectiveKind::kReduceScatter, count);
-    return inner_.ReduceScatter(send, recv, count, dtype, op, s);
+    return ForwardingComm::ReduceScatter(send, recv, count, dtype, op, s);
   }
   Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                 CUstream_st* s) override {
     Count(CollectiveKind::kReduceScatter, count);
-    return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
+    return ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s);
   }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     if (count > kControl) Count(CollectiveKind::kAllReduce, count);
-    return inner_.AllReduce(buf, count, dtype, op, s);
+    return ForwardingComm::AllReduce(buf, count, dtype, op, s);
   }
-  Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
-    return inner_.Broadcast(buf, count, dtype, root, s);
-  }
-  Work Barrier() override { return inner_.Barrier(); }
-  Work Fence() override { return inner_.Fence(); }
 
  private:
   static constexpr size_t kControl = 64;
@@ -251,7 +233,6 @@ class CountingComm final : public Communicator {
     counts.elements[static_cast<int>(kind)] += static_cast<int64_t>(count);
     counts.calls[static_cast<int>(kind)] += 1;
   }
-  Communicator& inner_;
 };
 
 // Rank 0's counts over a whole run of `steps` steps of the tiny GPT.
@@ -335,8 +316,11 @@ TEST(EstimateTest, ErrorsNameWhatIsWrong) {
               testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("\"b\"")));
   EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 1}}, {.world = 0}).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("world")));
-  EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 1}}, {.world = 8, .shard_group = 4}).status(),
-              testing::StatusIs(absl::StatusCode::kUnimplemented, ::testing::HasSubstr("shard_group")));
+  // A shard group must divide the world (the config's rule for mics_shard_size, which it sets).
+  EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 1}}, {.world = 8, .shard_group = 3}).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("mics_shard_size")));
+  EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 1}}, {.world = 8, .shard_group = -1}).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("shard_group")));
   Config nvme = cfg;
   nvme.zero.offload_optimizer.device = OffloadDevice::kNvme;
   EXPECT_THAT(Estimate(nvme, {{.name = "a", .numel = 1}}, {.world = 2}).status(),

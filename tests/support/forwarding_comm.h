@@ -1,0 +1,61 @@
+// tests/support/forwarding_comm.h — a Communicator that hands every call to another one, for test wrappers that
+// watch or delay some ops (count them, drain a stream first) and must pass everything else through unchanged:
+// derive, override what is watched, and call ForwardingComm's version to forward. Every virtual of
+// zero/communicator.h is forwarded here, so a wrapper never silently falls back to a base-class default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/communicator.h"
+
+namespace zero::testing {
+
+class ForwardingComm : public Communicator {
+ public:
+  explicit ForwardingComm(Communicator& inner) : inner_(inner) {}
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  Backend backend() const override { return inner_.backend(); }
+  MemoryReport memory_report() const override { return inner_.memory_report(); }
+  MemoryTracker* memory_tracker() override { return inner_.memory_tracker(); }
+  int64_t cache_bytes() const override { return inner_.cache_bytes(); }
+  int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
+    return inner_.ReduceScatterStagingBytes(count, dtype, destructive);
+  }
+  int64_t AllReduceStagingBytes(size_t count, DType dtype) const override {
+    return inner_.AllReduceStagingBytes(count, dtype);
+  }
+  Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
+    return inner_.AllGather(send, recv, count, dtype, s);
+  }
+  Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    return inner_.ReduceScatter(send, recv, count, dtype, op, s);
+  }
+  Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                CUstream_st* s) override {
+    return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
+  }
+  Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    return inner_.AllReduce(buf, count, dtype, op, s);
+  }
+  Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
+    return inner_.Broadcast(buf, count, dtype, root, s);
+  }
+  Work Barrier() override { return inner_.Barrier(); }
+  Work Fence() override { return inner_.Fence(); }
+  uint64_t IssuedOpsHash() const override { return inner_.IssuedOpsHash(); }
+  std::vector<std::string> RecentOps() const override { return inner_.RecentOps(); }
+  int64_t bus_bytes() const override { return inner_.bus_bytes(); }
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override { return inner_.Split(color, key); }
+  int cuda_device() const override { return inner_.cuda_device(); }
+
+ protected:
+  Communicator& inner_;
+};
+
+}  // namespace zero::testing
