@@ -125,7 +125,8 @@ TEST_P(CollectivesTest, AllGather) {
             }
             // In place: this rank's block already sits in the output.
             auto inplace = Make(n * world, t);
-            std::memcpy(inplace.data() + rank * n * DTypeSize(t), send.data(), n * DTypeSize(t));
+            // (std::copy, not memcpy: at count 0 both vectors are empty and their data() may be null.)
+            std::copy(send.begin(), send.end(), inplace.begin() + rank * n * DTypeSize(t));
             ASSERT_OK(comm.AllGather(inplace.data() + rank * n * DTypeSize(t), inplace.data(), n, t).Wait());
             ASSERT_EQ(inplace, recv);
           }
