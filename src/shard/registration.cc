@@ -112,7 +112,7 @@ StatusOr<std::vector<std::string>> HostCollectives::AllGatherStrings(const std::
   }
   const size_t slots = (max_len + 3) / 4;
   std::vector<float> send(slots), recv(slots * world);
-  std::memcpy(send.data(), mine.data(), mine.size());
+  if (!mine.empty()) std::memcpy(send.data(), mine.data(), mine.size());  // (an empty vector's data() may be null)
   if (slots > 0) ZERO_RETURN_IF_ERROR(AllGather(send.data(), recv.data(), slots));
   std::vector<std::string> out(world);
   for (int r = 0; r < world; ++r) out[r].assign(reinterpret_cast<const char*>(recv.data() + r * slots), lens[r]);
