@@ -207,6 +207,14 @@ struct Model {
   size_t num_activations = 0;
   float* m_memory = nullptr;  // AdamW's moments (the trainer's own loop only)
   float* v_memory = nullptr;
+
+  // The buffers are freed however Train returns (an error, say a --resume that does not load, returns early).
+  Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  ~Model() {
+    for (float* mem : {params_memory, grads_memory, acts_memory, grad_acts_memory, m_memory, v_memory}) std::free(mem);
+  }
 };
 
 // The mean cross-entropy over the B samples of `x` (B, D) with labels `y`; keeps the activations for Backward.
@@ -449,10 +457,6 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
   if (opt != nullptr && rank == 0 && !flags.json) {
     std::printf("the trainer's two buffers: %lld bytes (its own); rank 0 holds beyond them:\n%s",
                 static_cast<long long>(opt->trainer_bytes()), opt->memory_report().ToString().c_str());
-  }
-  for (float* mem : {model.params_memory, model.grads_memory, model.acts_memory, model.grad_acts_memory, model.m_memory,
-                     model.v_memory}) {
-    std::free(mem);
   }
   return zero::OkStatus();
 }
