@@ -291,3 +291,44 @@ TEST(ShardedOptimizerErrors, StageThreeCapacityAndDtypeAreNamed) {
 
 }  // namespace
 }  // namespace zero
+
+namespace zero {
+namespace {
+
+// Hybrid sharding applies to the trainer's own buffers too: at world 4 in groups of 2 (mics_shard_size), stages 1
+// and 2 give the single-process AdamW's parameters, each rank holding the optimizer state of a world of 2.
+TEST(ShardedOptimizerHybrid, GroupsOfTwoMatchTheTrainersOwnAdamW) {
+  constexpr int kWorld = 4, kGroup = 2;
+  std::vector<float> ref_loss;
+  const std::vector<float> ref = ReferenceRun(&ref_loss);
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    testing::RunRanks(kWorld, [&](Communicator& comm, int rank) {
+      const int64_t cap = ShardedOptimizer::Capacity(kNumel, kWorld);
+      std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
+      InitParams(params.data());
+      FlatBuffers flat{params.data(), grads.data(), DType::kF32, cap, kTensors, "mlp"};
+      Config cfg = WrapperConfig(stage);
+      cfg.zero.mics_shard_size = kGroup;
+      ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm), {flat}));
+      const int per = kBatch / kWorld;
+      for (int t = 1; t <= kSteps; ++t) {
+        ForwardBackward(params.data(), grads.data(), t, rank * per, (rank + 1) * per);
+        ASSERT_OK(opt->Step().status());
+      }
+      double diff2 = 0, norm2 = 0;
+      for (int64_t i = 0; i < kNumel; ++i) {
+        const double d = static_cast<double>(params[i]) - ref[i];
+        diff2 += d * d;
+        norm2 += static_cast<double>(ref[i]) * ref[i];
+      }
+      EXPECT_LE(std::sqrt(diff2 / norm2), 1e-6);
+      // Adam's state for this rank's shard of a world of 2: twice what full sharding over 4 holds.
+      const int64_t q = 32 * kGroup, shard = (kNumel + q - 1) / q * q / kGroup;
+      EXPECT_EQ(opt->memory_report().Get(MemTier::kDevice, MemTag::kOptimizer).current, 8 * shard);
+    });
+  }
+}
+
+}  // namespace
+}  // namespace zero
