@@ -28,12 +28,13 @@ StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vect
   const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
   if (capacity < need) {
     ctx.units.pop_back();
-    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ",
-                                                   u.layout.numel, " parameters at world size ", ctx.world, " need ",
-                                                   need,
-                                                   " (ShardedOptimizer::Capacity): the collectives "
-                                                   "move whole shards of ",
-                                                   need / ctx.world, " elements"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ", u.layout.numel,
+        " parameters at world size ", ctx.world_size,
+        ctx.hybrid() ? absl::StrCat(" (sharded in groups of ", ctx.world, ")") : std::string(), " need ", need,
+        " (ShardedOptimizer::Capacity): the collectives "
+        "move whole shards of ",
+        need / ctx.world, " elements"));
   }
   u.trainer_params = params;
   u.trainer_grads = grads;
