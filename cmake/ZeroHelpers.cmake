@@ -1,5 +1,7 @@
 # zero_add_test(NAME name SOURCES a.cc b.cc [LABELS l...] [LIBS ...])
-#   One gtest executable per module, discovered into CTest. Output lands in build/bin.
+#   One gtest executable per module, discovered into CTest. Output lands in build/bin. Every test it holds is
+#   also labelled with the executable's name, so `ctest -L '^engine_test$'` runs one executable's tests
+#   (scripts/test.sh --sanitize thread selects its executables that way).
 function(zero_add_test)
   cmake_parse_arguments(ZT "" "NAME;TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
   add_executable(${ZT_NAME} ${ZT_SOURCES})
@@ -8,10 +10,8 @@ function(zero_add_test)
   if(NOT ZT_TIMEOUT)
     set(ZT_TIMEOUT 300)
   endif()
-  set(_props TIMEOUT ${ZT_TIMEOUT})
-  if(ZT_LABELS)
-    list(APPEND _props LABELS "${ZT_LABELS}")
-  endif()
+  set(_labels ${ZT_NAME} ${ZT_LABELS})
+  set(_props TIMEOUT ${ZT_TIMEOUT} LABELS "${_labels}")
   gtest_discover_tests(${ZT_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${_props})
 endfunction()
 
