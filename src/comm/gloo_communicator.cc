@@ -426,11 +426,12 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       // The sender in the smaller block, as Gloo's constructor chose it for smallerBlockRecvDataBuf_.
       const int src =
           static_cast<int>(offsetToMyBinaryBlock_ + myBinaryBlockSize_ + rankInBinaryBlock_ % nextSmallerBlockSize_);
-      smaller_ack_send_ = context_->getPair(src)->createSendBuffer(DataSlot(src) + 1, &ack_dummy_, sizeof(ack_dummy_));
+      smaller_ack_send_ =
+          context_->getPair(src)->createSendBuffer(DataSlot(src) + 1, &ack_send_word_, sizeof(ack_send_word_));
     }
     for (int peer : LargerBlockPeers()) {
       larger_ack_recvs_.push_back(
-          context_->getPair(peer)->createRecvBuffer(DataSlot(peer) + 1, &ack_dummy_, sizeof(ack_dummy_)));
+          context_->getPair(peer)->createRecvBuffer(DataSlot(peer) + 1, &ack_recv_word_, sizeof(ack_recv_word_)));
     }
   }
 
@@ -474,7 +475,11 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   std::vector<std::unique_ptr<gloo::transport::Buffer>> work_dist_sends_;
   std::unique_ptr<gloo::transport::Buffer> smaller_ack_send_;               // change 4, see BuildBlockAcks
   std::vector<std::unique_ptr<gloo::transport::Buffer>> larger_ack_recvs_;  // in LargerBlockPeers() order
-  int ack_dummy_ = 0;
+  // The acknowledgements' contents are never read. They are sent from one word and received into another (a
+  // rank of a middle block does both), so the transport never writes a word this rank is sending from, as it
+  // does Gloo's own notification word (dummy_, see the constructor).
+  int ack_send_word_ = 0;
+  int ack_recv_word_ = 0;
 
   // Gloo's private helper of the same name: the last n bits of ctr, reversed.
   static uint32_t ReverseLastNBits(uint32_t ctr, uint32_t n) {
