@@ -4,8 +4,8 @@
 # would; ZERO_WERROR=OFF in the environment turns that off. ZERO_CHECK_FORMAT=0 skips the format check.
 #   scripts/test.sh [ctest args]                      Release build in build/, every test, the format check
 #   scripts/test.sh --sanitize address [ctest args]   ASan + UBSan build in build-asan/, every CPU test
-#   scripts/test.sh --sanitize thread [ctest args]    TSan build in build-tsan/, the communicator, engine and
-#                                                     offload tests (TSAN_TESTS below; scripts/tsan.supp)
+#   scripts/test.sh --sanitize thread [ctest args]    TSan build in build-tsan/, the communicator, engine,
+#                                                     checkpoint and offload tests (TSAN_TESTS below)
 # The sanitizer runs build without CUDA, skip the format check (the plain run has it), and fail when any process
 # (a test, or a rank or worker it started) wrote a sanitizer report, whatever that process's exit status was.
 # docs/sanitizers.md: what they cover and what they do not.
@@ -33,10 +33,14 @@ fi
 # TSan's executables: the communicator (collectives, store, Work/executor and failures, real processes under
 # zero-run, launch variables, Split), the engine (host and emulated asynchronous compute tier, chunked
 # collectives, desync detection, hybrid sharding, checkpoints) and offload. tsan_absl_sync_test checks the
-# annotations of Abseil's locks (tests/support/tsan_absl_sync.cc) themselves.
+# annotations of Abseil's locks (tests/support/tsan_absl_sync.cc) themselves. ZERO_TSAN_TESTS="a_test b_test"
+# runs other executables instead (docs/sanitizers.md: what CI leaves out).
 TSAN_TESTS=(tsan_absl_sync_test comm_collectives_test comm_store_test comm_failure_test comm_process_test
   comm_from_env_test comm_split_test engine_test async_tier_test chunked_collectives_test desync_test hybrid_test
   checkpoint_test offload_unit_test offload_engine_test)
+if [[ -n "${ZERO_TSAN_TESTS:-}" ]]; then
+  read -r -a TSAN_TESTS <<<"$ZERO_TSAN_TESTS"
+fi
 
 case "$sanitize" in
   address)
