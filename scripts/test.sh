@@ -58,7 +58,8 @@ case "$sanitize" in
 esac
 
 # -O1 -g1: line numbers in the reports, and less than half the compile time of -O2 -g under instrumentation
-# (docs/sanitizers.md). No -DNDEBUG: the assertions in third-party headers (nlohmann-json, Abseil) stay on.
+# (the tests' own code at -O0, tests/CMakeLists.txt; docs/sanitizers.md). No -DNDEBUG: the assertions in
+# third-party headers (nlohmann-json, Abseil) stay on.
 ZERO_BUILD_DIR=$dir ZERO_BUILD_TARGETS="${targets[*]}" ./scripts/build.sh -DZERO_WERROR="${ZERO_WERROR:-ON}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DZERO_ENABLE_CUDA=OFF -DZERO_SANITIZE="$sanitize"
