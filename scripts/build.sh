@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 "./scripts/install-deps.sh" ${ZERO_INSTALL_ARGS:-}
 jobs=$(nproc)
+# The compiler cache (CMakeLists.txt uses ccache where installed) keys on paths relative to the checkout, and not
+# on the build folder, so a clone in another folder (CI's) reuses what an earlier build compiled; the sanitizer
+# builds' -g1 would otherwise put the folder into every key. The cost: an object's debug info names the folder
+# of the build that first compiled it, while its line tables hold the relative paths the reports print.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 dir=${ZERO_BUILD_DIR:-build}
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 # shellcheck disable=SC2206
