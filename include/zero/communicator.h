@@ -93,6 +93,16 @@ class Communicator {
   // `send` may alias recv + rank*count (in-place).
   virtual Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream = nullptr) = 0;
 
+  // Like AllGather, but rank r's block lands at recv + r*stride elements (stride >= count): the blocks need not
+  // be adjacent. The engine's chunked all-gather uses it to gather each rank's range of a chunk straight into
+  // its place in the unit, instead of through a staging buffer it then copies out. `send` may alias
+  // recv + rank*stride (in-place); what lies between the blocks is not touched. Only where
+  // SupportsAllGatherStrided() (Gloo: Gloo's ring all-gather with the blocks' offsets moved); elsewhere the
+  // Work fails with kUnimplemented and callers gather contiguously and copy.
+  virtual bool SupportsAllGatherStrided() const { return false; }
+  virtual Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
+                                CUstream_st* stream = nullptr);
+
   // Reduces `send` (world_size*count elements) across ranks and leaves block `rank` (count elements) of the
   // result in `recv`. kAvg divides by world_size. 16-bit inputs: Gloo reduces them in f32 and rounds once;
   // NCCL reduces in the 16-bit type at each step of its algorithm (as torch.distributed does), so at world
@@ -110,6 +120,16 @@ class Communicator {
                                         CUstream_st* stream = nullptr) {
     return ReduceScatter(send, recv, count, dtype, op, stream);
   }
+
+  // Like ReduceScatter, but rank r's block of the input lies at send + r*stride elements (stride >= count): the
+  // blocks need not be adjacent. `send` is not modified; `recv` may alias send + rank*stride. The engine's chunked
+  // reduce-scatter uses it to read each rank's range of a chunk where it lies, instead of packing the ranges into
+  // a staging buffer first. Only where SupportsReduceScatterStrided(count, dtype) (Gloo: f32 on power-of-two
+  // worlds, at least 1024 elements per rank: its reduce-scatter that reads a const input); elsewhere the Work
+  // fails with kUnimplemented and callers pack the blocks. Bit for bit ReduceScatter of the packed blocks.
+  virtual bool SupportsReduceScatterStrided(size_t /*count*/, DType /*dtype*/) const { return false; }
+  virtual Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
+                                    CUstream_st* stream = nullptr);
 
   // In-place all-reduce of `count` elements.
   virtual Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream = nullptr) = 0;

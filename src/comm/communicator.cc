@@ -2,6 +2,8 @@
 #include "zero/communicator.h"
 
 #include "absl/strings/str_cat.h"
+#include "comm/internal/op.h"
+#include "comm/internal/work_state.h"
 #include "zero/features.h"
 
 namespace zero {
@@ -9,6 +11,25 @@ namespace zero {
 StatusOr<std::unique_ptr<Communicator>> Communicator::Split(int color, int key) {
   return absl::UnimplementedError(absl::StrCat("Split(color ", color, ", key ", key, "): rank ", rank(), " of ",
                                                world_size(), ": this communicator cannot be split"));
+}
+
+Work Communicator::AllGatherStrided(const void*, void*, size_t count, size_t stride, DType dtype, CUstream_st*) {
+  internal::OpDesc d{.kind = internal::OpKind::kAllGatherStrided, .dtype = dtype, .count = count, .stride = stride};
+  return Work(std::make_shared<internal::CompletedWorkState>(
+      d, absl::UnimplementedError(absl::StrCat(internal::DescribeOp(d), " on rank ", rank(), " of ", world_size(),
+                                               ": this communicator has no strided all-gather "
+                                               "(SupportsAllGatherStrided() is false)"))));
+}
+
+Work Communicator::ReduceScatterStrided(const void*, void*, size_t count, size_t stride, DType dtype, ReduceOp op,
+                                        CUstream_st*) {
+  internal::OpDesc d{
+      .kind = internal::OpKind::kReduceScatterStrided, .dtype = dtype, .reduce = op, .count = count, .stride = stride};
+  return Work(std::make_shared<internal::CompletedWorkState>(
+      d, absl::UnimplementedError(absl::StrCat(internal::DescribeOp(d), " on rank ", rank(), " of ", world_size(),
+                                               ": this communicator has no strided reduce-scatter for ", count,
+                                               " elements per rank of ", std::string(DTypeName(dtype)),
+                                               " (SupportsReduceScatterStrided is false)"))));
 }
 
 #if !ZERO_HAVE_CUDA

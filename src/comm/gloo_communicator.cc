@@ -4,8 +4,8 @@
 // Work::Wait, on the caller's thread (internal/ordered_executor.h).
 //
 // Two Gloo contexts per communicator, on one TCP device:
-//   fn_ctx_  the UnboundBuffer function API: allgather, allreduce (RING), broadcast, barrier, and the
-//            fingerprint exchange of check mode;
+//   fn_ctx_  the UnboundBuffer function API: allgather (and its ring with moved offsets, AllGatherStrided),
+//            allreduce (RING), broadcast, barrier, and the fingerprint exchange of check mode;
 //   rs_ctx_  the legacy Algorithm class ReduceScatterHalvingDoubling, the only reduce-scatter in this Gloo.
 // They are kept apart because mixing the two API families on one context stalled 64 MiB all-gathers for
 // seconds when measured. ReduceScatterHalvingDoubling registers its buffers with the pairs when constructed,
@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cmath>
@@ -49,6 +50,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/types.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
 #include "zero/memory.h"
@@ -154,8 +156,9 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-// Gloo's ReduceScatterHalvingDoubling with four changes, all on top of Gloo's own construction (buffers,
-// slots, offsets, peers are Gloo's; the messages on the wire are Gloo's, plus change 4's acknowledgements):
+// Gloo's ReduceScatterHalvingDoubling with five changes, all on top of Gloo's own construction (buffers,
+// slots, offsets, peers are Gloo's; the messages on the wire are Gloo's, plus change 4's acknowledgements and
+// change 5's split of step 0's message):
 //
 // 1. run() never overwrites a region that a send of this run still reads from. Gloo's run() copies the
 //    received result block into buffer[0, block) while an earlier send from that region can still be in
@@ -196,6 +199,14 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 //    usually there already: a receiver reduces that data before its distribution phase, which the sender has
 //    awaited. This replaced a barrier after every run on those worlds, which cost a round of messages and
 //    waited for the slowest rank's whole run (docs/comm.md has the measured difference).
+//
+// 5. SetInput() with a stride: change 3 over an input whose rank blocks are not adjacent (rank r's at
+//    input + r·stride; ReduceScatterStrided, the engine's chunks of a shard-contiguous unit). Only step 0 reads
+//    the input, so only step 0 changes: its half goes as one message per rank block it covers, each to its
+//    place in the peer's receive buffer (the remote offset of Gloo's send), and each piece is reduced as it
+//    arrives (messages of one pair arrive in order). Every element is summed exactly as in change 3, so the
+//    result is the contiguous run's, bit for bit; every rank of a run must use the same form (the number of
+//    step-0 messages differs).
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.
@@ -233,7 +244,13 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       if (sendOffsets_[i] < static_cast<size_t>(count_)) {
         gloo::transport::Buffer* b;
         size_t offset = sendOffsets_[i];
-        if (step0_from_input) {
+        if (step0_from_input && input_stride_ != 0) {  // change 5: one message per rank block it covers
+          ForEachInputPiece(offset, sendCounts_[i], [&](size_t at, size_t src, size_t n) {
+            input_send_->send(src * sizeof(float), n * sizeof(float), at * sizeof(float));
+            sent.push_back(input_send_.get());
+          });
+          b = nullptr;
+        } else if (step0_from_input) {
           b = input_send_.get();
         } else if (from_input) {
           b = work_step_sends_[i].get();
@@ -241,14 +258,22 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
         } else {
           b = sendDataBufs_[i].get();
         }
-        b->send(offset * sizeof(float), sendCounts_[i] * sizeof(float));
-        sent.push_back(b);
+        if (b != nullptr) {
+          b->send(offset * sizeof(float), sendCounts_[i] * sizeof(float));
+          sent.push_back(b);
+        }
       }
       if (recvOffsets_[i] < static_cast<size_t>(count_)) {
-        recvDataBufs_[i]->waitRecv();
-        if (step0_from_input) {  // W = input + received, in place in W (buffer_offset is 0)
+        if (step0_from_input && input_stride_ != 0) {  // change 5: the same pieces from the peer, in order
+          ForEachInputPiece(recvOffsets_[0], recvCounts_[0], [&](size_t at, size_t src, size_t n) {
+            recvDataBufs_[0]->waitRecv();
+            Reduce(&recvBuf_[at], &input_[src], &recvBuf_[at], n);
+          });
+        } else if (step0_from_input) {  // W = input + received, in place in W (buffer_offset is 0)
+          recvDataBufs_[i]->waitRecv();
           Reduce(recvBuf_.data(), &input_[recvOffsets_[0]], recvBuf_.data(), recvCounts_[0]);
         } else {
+          recvDataBufs_[i]->waitRecv();
           fn_->call(&work[recvOffsets_[i] - base], &recvBuf_[buffer_offset], recvCounts_[i]);
         }
       }
@@ -343,21 +368,27 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   static bool CanRunFromInput(int world, size_t total) {
     return world >= 2 && (world & (world - 1)) == 0 && total >= static_cast<size_t>(world) * kMinInputRunElems;
   }
-  void SetInput(const float* input, float* output) {
-    if (input != nullptr && input != input_send_over_) {
+  // Change 5: with `stride` > 0, rank r's block of the input lies at input + r·stride (stride >= the block)
+  // instead of input + r·block, and step 0 sends one message per rank block its half covers (to the same place
+  // in the peer's receive buffer, through the remote offset of Gloo's send) and reduces each as it arrives. So
+  // every element is summed as in the contiguous run (input + received, then the same later steps): the result is
+  // the same bits; only the number of step-0 messages differs, so every rank of a run must pass a stride or none.
+  void SetInput(const float* input, float* output, size_t stride = 0) {
+    const size_t block = static_cast<size_t>(count_) / contextSize_;
+    const size_t extent = stride == 0 ? bytes_ : ((contextSize_ - 1) * stride + block) * sizeof(float);
+    if (input != nullptr && (input != input_send_over_ || extent != input_send_bytes_)) {
       if (input_send_ != nullptr) retired_.push_back(std::move(input_send_));  // see Retarget
       const int peer = context_->rank ^ 1;  // step 0's peer (the constructor's bitmask 1)
-      input_send_ = context_->getPair(peer)->createSendBuffer(DataSlot(peer), const_cast<float*>(input), bytes_);
+      input_send_ = context_->getPair(peer)->createSendBuffer(DataSlot(peer), const_cast<float*>(input), extent);
       input_send_over_ = input;
+      input_send_bytes_ = extent;
     }
     if (input != nullptr && work_step_sends_.empty()) BuildWorkSends();
     input_ = input;
+    input_stride_ = input != nullptr ? stride : 0;
     output_ = input != nullptr ? output : nullptr;
     output_overlaps_input_ = false;
-    if (input != nullptr) {
-      const size_t block = static_cast<size_t>(count_) / contextSize_;
-      output_overlaps_input_ = Overlaps(output, block * sizeof(float), input, bytes_);
-    }
+    if (input != nullptr) output_overlaps_input_ = Overlaps(output, block * sizeof(float), input, extent);
   }
 
   // The plain run()'s result goes to `output` (this rank's block, not overlapping the buffer) instead of the
@@ -455,6 +486,18 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     AppendDistSends(recvBuf_.data(), w_bytes, &work_dist_sends_);
   }
 
+  // Change 5: the elements [at0, at0 + n) of the contiguous layout (blocks of count_ / contextSize_), piece by
+  // piece within one rank's block: f(offset from at0, element of the strided input, elements).
+  template <typename F>
+  void ForEachInputPiece(size_t at0, size_t n, F&& f) const {
+    const size_t block = static_cast<size_t>(count_) / contextSize_;
+    for (size_t x = at0; x < at0 + n;) {
+      const size_t r = x / block, end = std::min(at0 + n, (r + 1) * block);
+      f(x - at0, r * input_stride_ + (x - r * block), end - x);
+      x = end;
+    }
+  }
+
   // out = a (+ or max) b, element-wise; `out` may be `b`.
   void Reduce(float* out, const float* a, const float* b, size_t n) const {
     if (fn_ == gloo::ReductionFunction<float>::max) {
@@ -471,6 +514,8 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
   bool output_overlaps_input_ = false;
   std::unique_ptr<gloo::transport::Buffer> input_send_;  // step 0's send buffer over input_send_over_
   const float* input_send_over_ = nullptr;
+  size_t input_send_bytes_ = 0;  // its extent
+  size_t input_stride_ = 0;      // change 5: elements from one rank's block of input_ to the next (0: contiguous)
   std::vector<std::unique_ptr<gloo::transport::Buffer>> work_step_sends_;  // change 3, see BuildWorkSends
   std::vector<std::unique_ptr<gloo::transport::Buffer>> work_dist_sends_;
   std::unique_ptr<gloo::transport::Buffer> smaller_ack_send_;               // change 4, see BuildBlockAcks
@@ -730,6 +775,29 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  bool SupportsAllGatherStrided() const override { return true; }
+
+  Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
+                        CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kAllGatherStrided, .dtype = dtype, .count = count, .stride = stride};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    if (check.ok() && count > 0 && stride < count) {
+      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " is less than the count ", count));
+    }
+    if (check.ok() && count > 0 && stride > (SIZE_MAX / 4 - count) / static_cast<size_t>(world_)) {
+      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " overflows the buffer size"));
+    }
+    return Enqueue(d, check, [this, send, recv, count, stride, dtype](const OpDesc& op) -> Status {
+      const size_t es = DTypeSize(dtype);
+      auto* out = static_cast<uint8_t*>(recv);
+      uint8_t* const mine = out + rank_ * stride * es;
+      // As gloo::allgather primes its output with a separate input.
+      if (send != mine) std::memmove(mine, send, count * es);
+      if (world_ > 1) RingAllGatherStrided(out, count * es, stride * es, OpTag(op));
+      return absl::OkStatus();
+    });
+  }
+
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                      CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kReduceScatter, .dtype = dtype, .reduce = op, .count = count};
@@ -746,6 +814,40 @@ class GlooCommunicator final : public Communicator {
     Status check = ValidateBuffers(count, {send, recv}, world_);
     return Enqueue(d, check, [this, send, recv, count, dtype, op](const OpDesc&) -> Status {
       RunReduceScatter(send, recv, count, dtype, op, /*destructive=*/true);
+      return absl::OkStatus();
+    });
+  }
+
+  // Change 5 of RetargetableReduceScatter: the input-reading reduce-scatter (change 3) over strided blocks.
+  bool SupportsReduceScatterStrided(size_t count, DType dtype) const override {
+    return internal::GlooSupportsReduceScatterStrided(world_, count, dtype);
+  }
+
+  Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
+                            CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kReduceScatterStrided, .dtype = dtype, .reduce = op, .count = count, .stride = stride};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    if (check.ok() && count > 0 && stride < count) {
+      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " is less than the count ", count));
+    }
+    if (check.ok() && count > 0 && stride > (SIZE_MAX / 4 - count) / static_cast<size_t>(world_)) {
+      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " overflows the buffer size"));
+    }
+    if (check.ok() && count > 0 && !SupportsReduceScatterStrided(count, dtype)) {
+      check = absl::UnimplementedError(absl::StrCat(
+          "no strided reduce-scatter of ", count, " elements per rank of ", std::string(DTypeName(dtype)), " at world ",
+          world_, " (only f32 on power-of-two worlds, at least 1024 elements per rank: SupportsReduceScatterStrided)"));
+    }
+    return Enqueue(d, check, [this, send, recv, count, stride, op](const OpDesc&) -> Status {
+      const ReduceOp reduce = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+      auto* input = const_cast<float*>(static_cast<const float*>(send));
+      auto* out = static_cast<float*>(recv);
+      RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, RsMode::kFromInput}, input);
+      e.algorithm->SetInput(input, out, stride);
+      e.algorithm->run();
+      e.algorithm->SetInput(nullptr, nullptr);
+      if (op == ReduceOp::kAvg) DivideInPlace(out, count, static_cast<float>(world_));
+      TrimCache();
       return absl::OkStatus();
     });
   }
@@ -910,6 +1012,41 @@ class GlooCommunicator final : public Communicator {
       if (v.ok()) posted[r].assign(v->begin(), v->end());
     }
     return absl::Status(s.code(), absl::StrCat(s.message(), "\n", internal::DescribeDesync(posted, rank_)));
+  }
+
+  // gloo::allgather (gloo/allgather.cc), the ring, with one change: rank r's block of `bytes` starts at
+  // out + r·stride_bytes instead of out + r·bytes. Everything else is Gloo's: one unbound buffer over the output
+  // on the function-API context, the slot Gloo builds from the op's tag, 2(N-1) messages, each block in two
+  // halves (Gloo's chunkSize/chunkOffset), at step i half i&1 of block rank-i/2 going to the right neighbour
+  // and the same half of block rank-i/2-1 coming from the left, waiting for the next-to-last send and receive
+  // before issuing the next pair, then for the last two. The same messages, in the same order, of the same
+  // sizes as Gloo's call on a contiguous output (on the wire the two cannot be told apart); only the offsets in
+  // this rank's memory differ. The caller has put this rank's own block in place.
+  void RingAllGatherStrided(uint8_t* out, size_t bytes, size_t stride_bytes, uint32_t tag) {
+    const int n = world_;
+    const int recv_rank = (n + rank_ - 1) % n;
+    const int send_rank = (n + rank_ + 1) % n;
+    auto buf = fn_ctx_->createUnboundBuffer(out, static_cast<size_t>(n - 1) * stride_bytes + bytes);
+    const auto slot = gloo::Slot::build(gloo::kAllgatherSlotPrefix, tag);
+    const auto timeout = internal::ToGlooTimeout(options_.timeout);
+    const std::array<size_t, 2> half_size = {bytes / 2, bytes - bytes / 2};
+    const std::array<size_t, 2> half_offset = {0, bytes / 2};
+    for (int i = 0; i < (n - 1) * 2; ++i) {
+      const int send_block = (n + rank_ - i / 2) % n;
+      const int recv_block = (n + rank_ - i / 2 - 1) % n;
+      const size_t send_offset = static_cast<size_t>(send_block) * stride_bytes + half_offset[i & 1];
+      const size_t recv_offset = static_cast<size_t>(recv_block) * stride_bytes + half_offset[i & 1];
+      if (i >= 2) {  // the operations of step i - 2 (Gloo: "we always wait for the next-to-last operation")
+        buf->waitSend(timeout);
+        buf->waitRecv(timeout);
+      }
+      buf->send(send_rank, slot, send_offset, half_size[i & 1]);
+      buf->recv(recv_rank, slot, recv_offset, half_size[i & 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      buf->waitSend(timeout);
+      buf->waitRecv(timeout);
+    }
   }
 
   // Check mode: all ranks allgather a fingerprint of the op before running it.
@@ -1103,6 +1240,12 @@ int64_t GlooReduceScatterStagingBytes(int world, size_t count, DType dtype, bool
   int64_t bytes = RsInstanceBytes(world, std::min(chunk, count) * world, /*staged=*/true);
   if (count > chunk && count % chunk != 0) bytes += RsInstanceBytes(world, count % chunk * world, true);
   return bytes;
+}
+
+bool GlooSupportsReduceScatterStrided(int world, size_t count, DType dtype) {
+  const size_t chunk = std::max<size_t>(1, GlooReduceScatterChunkLimit() / world);
+  return dtype == DType::kF32 && count > 0 && count <= chunk &&
+         RetargetableReduceScatter::CanRunFromInput(world, count * world);
 }
 
 int64_t GlooAllReduceStagingBytes(int world, size_t count, DType dtype) {

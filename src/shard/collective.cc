@@ -18,6 +18,7 @@ UnitCollective UnitCollective::AllGather(EngineContext* ctx, BufferPool* staging
   c.src_ = static_cast<const char*>(send);
   c.dst_ = static_cast<char*>(full);
   c.src_dtype_ = c.dtype_ = dtype;
+  c.strided_ = ctx->comm->SupportsAllGatherStrided();
   c.S_ = S;
   c.chunk_ = chunk;
   c.Start();
@@ -44,6 +45,11 @@ void UnitCollective::Start() {
   // no rank waits for a chunk this one never sends.
   EngineContext& c = *ctx_;
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
+  const int64_t last = S_ % chunk_ == 0 ? std::min(S_, chunk_) : S_ % chunk_;
+  if (gather_ ? strided_ : StridedReduce(std::min(S_, chunk_)) && StridedReduce(last)) {
+    IssueWhileFree();  // every chunk in place: no staging, the two slots only bound what is in flight
+    return;
+  }
   const size_t bytes = static_cast<size_t>(c.world * chunk_) * DTypeSize(dtype_);
   for (int slot = 0; slot < (S_ > chunk_ ? 2 : 1); ++slot) {
     slots_[slot] = pool_->Take(bytes, /*zero=*/false);
@@ -65,8 +71,14 @@ Status UnitCollective::IssueNext() {
   char* buf = static_cast<char*>(slots_[slot].data());
   CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", a));
   Work w;
-  if (gather_) {
+  if (gather_ && strided_) {
+    w = c.comm->AllGatherStrided(src_ + a * es, dst_ + a * es, static_cast<size_t>(n), static_cast<size_t>(S_), dtype_,
+                                 c.stream());
+  } else if (gather_) {
     w = c.comm->AllGather(src_ + a * es, buf, static_cast<size_t>(n), dtype_, c.stream());
+  } else if (StridedReduce(n)) {
+    w = c.comm->ReduceScatterStrided(src_ + a * static_cast<int64_t>(es), dst_ + a * es, static_cast<size_t>(n),
+                                     static_cast<size_t>(S_), dtype_, ReduceOp::kAvg, c.stream());
   } else {
     // Every rank's [a, b), ranks in order, in the wire dtype.
     const size_t ses = DTypeSize(src_dtype_);
@@ -91,7 +103,7 @@ Status UnitCollective::FinishFront() {
     return absl::Status(s.code(), absl::StrCat("chunk ", k + 1, " of ", chunks, " (elements [", f.a, ", ", f.b,
                                                ") of each rank's shard): ", s.message()));
   }
-  if (gather_) {
+  if (gather_ && !strided_) {
     const size_t es = DTypeSize(dtype_);
     const int64_t n = f.b - f.a;
     const char* buf = static_cast<const char*>(slots_[f.slot].data());
@@ -105,6 +117,10 @@ Status UnitCollective::FinishFront() {
   busy_[f.slot] = false;
   inflight_.pop_front();
   return absl::OkStatus();
+}
+
+bool UnitCollective::StridedReduce(int64_t n) const {
+  return !gather_ && src_dtype_ == dtype_ && ctx_->comm->SupportsReduceScatterStrided(static_cast<size_t>(n), dtype_);
 }
 
 void UnitCollective::IssueWhileFree() {

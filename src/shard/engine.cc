@@ -476,6 +476,10 @@ PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) c
   in.ar_staging = [&comm](int64_t count, DType dtype) {
     return comm.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
   };
+  in.ag_strided = comm.SupportsAllGatherStrided();
+  in.rs_strided = [&comm](int64_t count, DType dtype) {
+    return comm.SupportsReduceScatterStrided(static_cast<size_t>(count), dtype);
+  };
   if (impl_->ctx.hybrid()) {
     const Communicator& replicas = *impl_->ctx.replica_comm;
     in.replica_ar_staging = [&replicas](int64_t count, DType dtype) {

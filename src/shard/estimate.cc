@@ -205,6 +205,10 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
     in.ar_staging = [group](int64_t count, DType dtype) {
       return internal::GlooAllReduceStagingBytes(group, static_cast<size_t>(count), dtype);
     };
+    in.ag_strided = true;
+    in.rs_strided = [group](int64_t count, DType dtype) {
+      return internal::GlooSupportsReduceScatterStrided(group, static_cast<size_t>(count), dtype);
+    };
     if (replicas > 1) {
       in.replica_ar_staging = [replicas](int64_t count, DType dtype) {
         return internal::GlooAllReduceStagingBytes(replicas, static_cast<size_t>(count), dtype);

@@ -278,7 +278,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   }
   const int64_t ag_chunk =
       std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
-  dev.staging = (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
+  dev.staging = in.ag_strided ? 0 : (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
 
   // Reductions. Each is issued once the ones in flight and it fit reduce_bucket_size (or it goes alone), so at
   // most q = max(reduce_bucket_size, its unit) gradient elements are in flight, the new one included, beside
@@ -320,9 +320,12 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     const bool adds = every_micro && p.accumulation_steps > 1;
     if (dep != p.wire || adds || u.host_n > 0) recvs.emplace_back(u.padded, u.shard * ws);
     if (chunk > 0) {
-      chunked_reduce = true;
-      rs_shapes.push_back({chunk, true});
-      if (u.shard % chunk != 0) rs_shapes.push_back({u.shard % chunk, true});
+      // Chunk staging unless every chunk of the unit reads its ranges where they lie (ReduceScatterStrided). Such a
+      // chunk runs (on Gloo) the input-reading instance a ReduceScatter of its size runs: a non-destructive shape.
+      const auto strided = [&](int64_t n) { return src == p.wire && in.rs_strided && in.rs_strided(n, p.wire); };
+      chunked_reduce |= !strided(chunk) || (u.shard % chunk != 0 && !strided(u.shard % chunk));
+      rs_shapes.push_back({chunk, !strided(chunk)});
+      if (u.shard % chunk != 0) rs_shapes.push_back({u.shard % chunk, !strided(u.shard % chunk)});
     } else {
       rs_shapes.push_back({u.shard, src != p.wire || bucket});
     }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "comm/internal/gloo_testing.h"
+#include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
@@ -133,6 +135,142 @@ TEST_P(CollectivesTest, AllGather) {
         }
       },
       MatrixOptions());
+}
+
+// The strided all-gather (Gloo's ring with the blocks' offsets moved): block r at recv + r*stride, the same bits
+// as AllGather's block r, in place or not, every byte between the blocks untouched; strides of the count (the
+// contiguous layout), one more (every block but rank 0's unaligned) and 2*count + 3.
+TEST_P(CollectivesTest, AllGatherStrided) {
+  const int world = GetParam();
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        ASSERT_TRUE(comm.SupportsAllGatherStrided());
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            const size_t es = DTypeSize(t);
+            auto send = Make(n, t);
+            FillPattern(send, n, t, rank);
+            auto contiguous = Make(n * world, t);
+            ASSERT_OK(comm.AllGather(send.data(), contiguous.data(), n, t).Wait());
+            for (size_t stride : {n, n + 1, 2 * n + 3}) {
+              SCOPED_TRACE(absl::StrCat("count ", n, " stride ", stride, " dtype ", std::string(DTypeName(t))));
+              const size_t extent = (world - 1) * stride + n;
+              auto recv = Make(extent, t);
+              ASSERT_OK(comm.AllGatherStrided(send.data(), recv.data(), n, stride, t).Wait());
+              auto inplace = Make(extent, t);
+              std::copy(send.begin(), send.end(), inplace.begin() + rank * stride * es);
+              ASSERT_OK(
+                  comm.AllGatherStrided(inplace.data() + rank * stride * es, inplace.data(), n, stride, t).Wait());
+              ASSERT_EQ(inplace, recv);
+              for (int r = 0; r < world; ++r) {
+                ASSERT_EQ(std::memcmp(recv.data() + r * stride * es, contiguous.data() + r * n * es, n * es), 0)
+                    << "block of rank " << r;
+                const size_t gap_end = r + 1 < world ? (r + 1) * stride : r * stride + n;
+                for (size_t b = (r * stride + n) * es; b < gap_end * es; ++b) {
+                  ASSERT_EQ(recv[b], 0xAB) << "byte " << b << " after the block of rank " << r;
+                }
+              }
+            }
+          }
+        }
+      },
+      MatrixOptions());
+}
+
+TEST(Collectives, AllGatherStridedErrors) {
+  RunRanks(2, [](Communicator& comm, int rank) {
+    std::vector<float> send(8), recv(32);
+    const Status s = comm.AllGatherStrided(send.data(), recv.data(), 8, 7, DType::kF32).Wait();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("stride 7 is less than the count 8"));
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 2")));
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("AllGatherStrided#"));
+  });
+}
+
+// A communicator without the capability: the base class's op fails with kUnimplemented, naming rank and op.
+TEST(Collectives, AllGatherStridedUnsupportedIsUnimplemented) {
+  RunRanks(2, [](Communicator& comm, int rank) {
+    struct NoStrided final : testing::ForwardingComm {
+      using ForwardingComm::ForwardingComm;
+      bool SupportsAllGatherStrided() const override { return false; }
+      Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
+                            CUstream_st* s) override {
+        return Communicator::AllGatherStrided(send, recv, count, stride, dtype, s);
+      }
+    } plain(comm);
+    std::vector<float> send(8), recv(32);
+    const Status s =
+        static_cast<Communicator&>(plain).AllGatherStrided(send.data(), recv.data(), 8, 16, DType::kF32).Wait();
+    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 2")));
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("AllGatherStrided"));
+  });
+}
+
+// The strided reduce-scatter (change 5 of RetargetableReduceScatter): rank r's block read at send + r*stride.
+// Inputs are not small integers here, so a different summation order would show: the result must be
+// ReduceScatter's on the packed blocks bit for bit, the input unchanged, in place (recv = send + rank*stride) or
+// not. Power-of-two worlds (the only ones that have it), counts at and above the 1024-element minimum, odd ones.
+TEST(Collectives, ReduceScatterStridedEqualsThePackedReduceScatterBitForBit) {
+  for (int world : {2, 4, 8}) {
+    RunRanks(
+        world,
+        [world](Communicator& comm, int rank) {
+          for (size_t n : {size_t{1024}, size_t{1031}, size_t{4099}}) {
+            ASSERT_TRUE(comm.SupportsReduceScatterStrided(n, DType::kF32));
+            for (size_t stride : {n, n + 1, 2 * n + 3}) {
+              for (ReduceOp op : kOps) {
+                SCOPED_TRACE(
+                    absl::StrCat("world ", world, " count ", n, " stride ", stride, " op ", static_cast<int>(op)));
+                const size_t extent = (world - 1) * stride + n;
+                std::vector<float> strided(extent, -7.0f), packed(n * world);
+                for (int r = 0; r < world; ++r) {
+                  for (size_t j = 0; j < n; ++j) {
+                    const float v = std::sin(0.37f * static_cast<float>(rank * 7919 + r * 131 + j)) * 1e3f / 3.0f;
+                    strided[r * stride + j] = packed[r * n + j] = v;
+                  }
+                }
+                const std::vector<float> input = strided;
+                std::vector<float> want(n), got(n);
+                ASSERT_OK(comm.ReduceScatter(packed.data(), want.data(), n, DType::kF32, op).Wait());
+                ASSERT_OK(comm.ReduceScatterStrided(strided.data(), got.data(), n, stride, DType::kF32, op).Wait());
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0);
+                ASSERT_EQ(strided, input) << "the input was modified";
+                // In place: the result overwrites this rank's block of the input.
+                ASSERT_OK(comm.ReduceScatterStrided(strided.data(), strided.data() + rank * stride, n, stride,
+                                                    DType::kF32, op)
+                              .Wait());
+                ASSERT_EQ(std::memcmp(strided.data() + rank * stride, want.data(), n * 4), 0);
+              }
+            }
+          }
+        },
+        MatrixOptions());
+  }
+}
+
+TEST(Collectives, ReduceScatterStridedWhereItIsNot) {
+  RunRanks(3, [](Communicator& comm, int rank) {
+    EXPECT_FALSE(comm.SupportsReduceScatterStrided(4096, DType::kF32));  // not a power of two
+    std::vector<float> send(3 * 4096), recv(4096);
+    const Status s =
+        comm.ReduceScatterStrided(send.data(), recv.data(), 4096, 4096, DType::kF32, ReduceOp::kSum).Wait();
+    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 3")));
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("ReduceScatterStrided#"));
+  });
+  RunRanks(2, [](Communicator& comm, int) {
+    EXPECT_TRUE(comm.SupportsReduceScatterStrided(1024, DType::kF32));
+    EXPECT_FALSE(comm.SupportsReduceScatterStrided(1023, DType::kF32));   // below the input-reading minimum
+    EXPECT_FALSE(comm.SupportsReduceScatterStrided(4096, DType::kBF16));  // 16-bit inputs are staged in f32
+    std::vector<float> send(2 * 4096), recv(4096);
+    const Status s =
+        comm.ReduceScatterStrided(send.data(), recv.data(), 4096, 4095, DType::kF32, ReduceOp::kSum).Wait();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("stride 4095 is less than the count 4096"));
+  });
 }
 
 TEST_P(CollectivesTest, ReduceScatter) {

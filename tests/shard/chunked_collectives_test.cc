@@ -6,14 +6,23 @@
 // synthetic trainer's units have odd sizes (37x19 + 19, 19x23, 101, 64x33), so the chunks of 200-element buckets
 // end short at every world size 2-5; the cases cover stages 1-3, fp32/bf16, micro-step accumulation in both
 // modes, offload and a persistent stage-3 unit (refreshed in chunks by the step).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "shard/internal/collective.h"
+#include "shard/internal/context.h"
 #include "support/engine_helpers.h"
+#include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
@@ -115,6 +124,173 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"w2_s3_f32_persistent", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false,
                            1000}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// ---------------------------------------------------------------------------------------------------------
+// UnitCollective alone: the all-gather written in place by Communicator::AllGatherStrided (Gloo) and the
+// reduce-scatter that reads the ranks' ranges where they lie (ReduceScatterStrided) against the staging paths
+// (gather into a staging buffer and copy every rank's piece out; pack the ranges, then reduce-scatter), which a
+// communicator without them gets. Bit for bit, at worlds 2-5, odd shard sizes, chunks that do not divide them,
+// in place or not.
+
+// Hides the strided collectives: UnitCollective then gathers and reduces through its staging buffers.
+class StagingOnly final : public testing::ForwardingComm {
+ public:
+  using ForwardingComm::ForwardingComm;
+  bool SupportsAllGatherStrided() const override { return false; }
+  bool SupportsReduceScatterStrided(size_t, DType) const override { return false; }
+};
+
+// This rank's shard of S elements of `dtype`: any bits (NaN patterns included) must survive a gather.
+std::vector<uint8_t> ShardBits(int rank, int64_t S, DType dtype) {
+  std::vector<uint8_t> v(static_cast<size_t>(S) * DTypeSize(dtype));
+  for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<uint8_t>((rank + 1) * 97 + j * 31 + (j >> 8));
+  return v;
+}
+
+// One unit's chunked all-gather through UnitCollective over `comm`, as the engine issues and joins it; `full`
+// starts with every byte 0xAB. In place: this rank's shard already sits at full + rank·S.
+std::vector<uint8_t> GatherUnit(const std::shared_ptr<Communicator>& comm, int64_t S, int64_t chunk, DType dtype,
+                                bool in_place) {
+  internal::EngineContext ctx(Config::Default(), comm, nullptr, nullptr, EngineOptions{});
+  ctx.compute = internal::MakeHostCompute(&ctx.tracker);
+  internal::BufferPool pool(ctx.compute, MemTag::kStaging);
+  const size_t es = DTypeSize(dtype);
+  const int rank = comm->rank(), world = comm->world_size();
+  const std::vector<uint8_t> shard = ShardBits(rank, S, dtype);
+  std::vector<uint8_t> full(static_cast<size_t>(world * S) * es, 0xAB);
+  const void* send = shard.data();
+  if (in_place) {
+    std::copy(shard.begin(), shard.end(), full.begin() + rank * S * static_cast<int64_t>(es));
+    send = full.data() + rank * S * static_cast<int64_t>(es);
+  }
+  internal::UnitCollective c = internal::UnitCollective::AllGather(&ctx, &pool, send, full.data(), S, chunk, dtype);
+  EXPECT_OK(c.Join());
+  c.ReleaseStaging();
+  return full;
+}
+
+TEST(UnitCollectiveTest, StridedAllGatherEqualsTheStagingPathBitForBit) {
+  for (int world = 2; world <= 5; ++world) {
+    testing::RunRanks(world, [world](Communicator& comm, int) {
+      ASSERT_TRUE(comm.SupportsAllGatherStrided());
+      StagingOnly staged_comm(comm);
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        for (int64_t S : {int64_t{1}, int64_t{33}, int64_t{1001}}) {
+          for (int64_t chunk : {int64_t{7}, int64_t{32}, int64_t{96}}) {
+            for (bool in_place : {false, true}) {
+              SCOPED_TRACE(absl::StrCat("world ", world, " dtype ", std::string(DTypeName(dtype)), " S ", S, " chunk ",
+                                        chunk, in_place ? " in place" : ""));
+              const int64_t before = comm.Barrier().sequence();
+              const std::vector<uint8_t> strided = GatherUnit(Borrow(comm), S, chunk, dtype, in_place);
+              // Only strided all-gathers ran, one per chunk.
+              const int64_t chunks = (S + chunk - 1) / chunk;
+              EXPECT_EQ(comm.Barrier().sequence() - before, chunks + 1);
+              const std::vector<std::string> recent = comm.RecentOps();
+              ASSERT_GE(recent.size(), 2u);
+              EXPECT_THAT(recent[recent.size() - 2], ::testing::HasSubstr("AllGatherStrided#"));
+              const std::vector<uint8_t> staged = GatherUnit(Borrow(staged_comm), S, chunk, dtype, in_place);
+              EXPECT_THAT(comm.RecentOps().back(), ::testing::StartsWith("AllGather#"));
+              ASSERT_EQ(strided, staged);
+              const size_t es = DTypeSize(dtype);
+              for (int r = 0; r < world; ++r) {
+                const std::vector<uint8_t> want = ShardBits(r, S, dtype);
+                ASSERT_TRUE(std::equal(want.begin(), want.end(), strided.begin() + r * S * static_cast<int64_t>(es)))
+                    << "the shard of rank " << r;
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
+// One unit's chunked reduce-scatter (average) of f32 through UnitCollective over `comm`, as the engine issues and
+// joins it. In place: the result overwrites this rank's block of the input, as the engine's stage-1 slice does.
+// Returns this rank's block of the result; the input must come back unchanged except for that block.
+std::vector<float> ReduceUnit(const std::shared_ptr<Communicator>& comm, int64_t S, int64_t chunk, bool in_place) {
+  internal::EngineContext ctx(Config::Default(), comm, nullptr, nullptr, EngineOptions{});
+  ctx.compute = internal::MakeHostCompute(&ctx.tracker);
+  internal::BufferPool pool(ctx.compute, MemTag::kStaging);
+  const int rank = comm->rank(), world = comm->world_size();
+  std::vector<float> src(static_cast<size_t>(world * S));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = std::sin(0.11f * static_cast<float>(i + 7 * rank)) * 97.0f / 7.0f;
+  const std::vector<float> input = src;
+  std::vector<float> separate(static_cast<size_t>(S), -1.0f);
+  float* recv = in_place ? src.data() + rank * S : separate.data();
+  internal::UnitCollective c =
+      internal::UnitCollective::ReduceScatter(&ctx, &pool, src.data(), DType::kF32, recv, DType::kF32, S, chunk);
+  EXPECT_OK(c.Join());
+  c.ReleaseStaging();
+  for (int64_t i = 0; i < world * S; ++i) {
+    if (in_place && i / S == rank) continue;
+    EXPECT_EQ(src[i], input[i]) << "input element " << i << " was modified";
+    if (src[i] != input[i]) break;
+  }
+  return std::vector<float>(recv, recv + S);
+}
+
+TEST(UnitCollectiveTest, StridedReduceScatterEqualsThePackingPathBitForBit) {
+  for (int world = 2; world <= 5; ++world) {
+    testing::RunRanks(world, [world](Communicator& comm, int) {
+      StagingOnly staged_comm(comm);
+      const bool power_of_two = (world & (world - 1)) == 0;
+      // Chunks of 1024 and more per rank read in place (power-of-two worlds); a last chunk below 1024 is packed.
+      for (int64_t S : {int64_t{1025}, int64_t{3089}, int64_t{4097}}) {
+        for (int64_t chunk : {int64_t{1024}, int64_t{1056}, int64_t{2048}}) {
+          for (bool in_place : {false, true}) {
+            SCOPED_TRACE(absl::StrCat("world ", world, " S ", S, " chunk ", chunk, in_place ? " in place" : ""));
+            const int64_t before = comm.Barrier().sequence();
+            const std::vector<float> strided = ReduceUnit(Borrow(comm), S, chunk, in_place);
+            const int64_t chunks = (S + chunk - 1) / chunk;
+            EXPECT_EQ(comm.Barrier().sequence() - before, chunks + 1);
+            // The chunks, then the barrier (RecentOps keeps the last 12 ops; there are at most 5 chunks).
+            const std::vector<std::string> recent = comm.RecentOps();
+            ASSERT_GT(recent.size(), static_cast<size_t>(chunks));
+            int64_t strided_ops = 0;
+            for (size_t i = recent.size() - 1 - chunks; i + 1 < recent.size(); ++i) {
+              strided_ops += absl::StrContains(recent[i], "ReduceScatterStrided#");
+            }
+            const bool short_last = S % chunk != 0 && S % chunk < 1024;  // packed
+            EXPECT_EQ(strided_ops, power_of_two ? chunks - short_last : 0);
+            const std::vector<float> staged = ReduceUnit(Borrow(staged_comm), S, chunk, in_place);
+            ASSERT_EQ(strided.size(), staged.size());
+            ASSERT_EQ(std::memcmp(strided.data(), staged.data(), strided.size() * 4), 0);
+          }
+        }
+      }
+    });
+  }
+}
+
+// The engine over a communicator without the strided collectives (its chunks staged: gathers copied out,
+// reductions packed) trains the same bits as over Gloo's (in place), and both the bits of one collective per
+// unit: stages 1-3, gathers and the step's refresh. With 2048-element buckets at world 2 the largest unit (64x33,
+// a shard of 1056) reduces in chunks of 1024 and 32 per rank: the first reads in place, the second is packed.
+TEST(UnitCollectiveTest, EngineTrainsTheSameBitsWithoutTheStridedCollectives) {
+  struct Run {
+    Case c;
+    int64_t bucket;
+  };
+  for (const Run& run :
+       {Run{Case{"w2_s3_f32", 2, 3}, 200}, Run{Case{"w3_s3_bf16_ga2", 3, 3, DType::kBF16, 2}, 200},
+        Run{Case{"w5_s2_f32", 5, 2}, 200},
+        Run{Case{"w4_s3_f32_persistent", 4, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1000}, 200},
+        Run{Case{"w2_s1_f32", 2, 1}, 2048}, Run{Case{"w2_s2_f32_ga2", 2, 2, DType::kF32, 2}, 2048},
+        Run{Case{"w2_s3_f32_b2048", 2, 3}, 2048}}) {
+    const Case& c = run.c;
+    testing::RunRanks(c.world, [&](Communicator& comm, int) {
+      StagingOnly staged_comm(comm);
+      SyntheticTrace whole, strided, staged;
+      Train(CaseConfig(c, 0), comm, 2, c.ga, &whole);
+      Train(CaseConfig(c, run.bucket), comm, 2, c.ga, &strided);
+      Train(CaseConfig(c, run.bucket), staged_comm, 2, c.ga, &staged);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      ExpectSameBits(strided, staged, absl::StrCat(c.name, ", bucket ", run.bucket, ": in place vs staged"));
+      ExpectSameBits(strided, whole, absl::StrCat(c.name, ", bucket ", run.bucket, ": in place vs one collective"));
+    });
+  }
+}
 
 }  // namespace
 }  // namespace zero

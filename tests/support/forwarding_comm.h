@@ -33,12 +33,24 @@ class ForwardingComm : public Communicator {
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     return inner_.AllGather(send, recv, count, dtype, s);
   }
+  bool SupportsAllGatherStrided() const override { return inner_.SupportsAllGatherStrided(); }
+  Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
+                        CUstream_st* s) override {
+    return inner_.AllGatherStrided(send, recv, count, stride, dtype, s);
+  }
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     return inner_.ReduceScatter(send, recv, count, dtype, op, s);
   }
   Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                 CUstream_st* s) override {
     return inner_.ReduceScatterDestructive(send, recv, count, dtype, op, s);
+  }
+  bool SupportsReduceScatterStrided(size_t count, DType dtype) const override {
+    return inner_.SupportsReduceScatterStrided(count, dtype);
+  }
+  Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
+                            CUstream_st* s) override {
+    return inner_.ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
   }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     return inner_.AllReduce(buf, count, dtype, op, s);

@@ -18,5 +18,8 @@ namespace zero::internal {
 int64_t GlooReduceScatterStagingBytes(int world, size_t count, DType dtype, bool destructive);
 // Bytes a Gloo AllReduce of `count` elements holds while it runs: the f32 scratch of a 16-bit reduction.
 int64_t GlooAllReduceStagingBytes(int world, size_t count, DType dtype);
+// Whether a Gloo communicator of `world` ranks has ReduceScatterStrided for `count` elements per rank of `dtype`
+// (Communicator::SupportsReduceScatterStrided). Every Gloo communicator has AllGatherStrided.
+bool GlooSupportsReduceScatterStrided(int world, size_t count, DType dtype);
 
 }  // namespace zero::internal

@@ -48,6 +48,8 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kBarrier: return "Barrier";
     case OpKind::kReduceScatterDestructive: return "ReduceScatterDestructive";
     case OpKind::kFence: return "Fence after";
+    case OpKind::kAllGatherStrided: return "AllGatherStrided";
+    case OpKind::kReduceScatterStrided: return "ReduceScatterStrided";
   }
   return "UnknownOp";
 }
@@ -67,10 +69,13 @@ std::string DescribeOp(const OpDesc& op) {
   const std::string_view dtype = DTypeName(op.dtype);
   absl::StrAppend(&s, "(", std::string(dtype), ", ", op.count, op.count == 1 ? " element" : " elements");
   if (op.kind == OpKind::kReduceScatter || op.kind == OpKind::kReduceScatterDestructive ||
-      op.kind == OpKind::kAllReduce) {
+      op.kind == OpKind::kReduceScatterStrided || op.kind == OpKind::kAllReduce) {
     absl::StrAppend(&s, ", ", ReduceOpName(op.reduce));
   }
   if (op.kind == OpKind::kBroadcast) absl::StrAppend(&s, ", root ", op.root);
+  if ((op.kind == OpKind::kAllGatherStrided || op.kind == OpKind::kReduceScatterStrided) && op.stride != 0) {
+    absl::StrAppend(&s, ", stride ", op.stride);
+  }
   absl::StrAppend(&s, ")");
   if (!op.label.empty()) {
     absl::StrAppend(&s, " [", op.label, "]");
@@ -92,6 +97,8 @@ int64_t BusBytes(const OpDesc& op, int world) {
   const int64_t bytes = static_cast<int64_t>(op.count * DTypeSize(op.dtype));
   switch (op.kind) {
     case OpKind::kAllGather:
+    case OpKind::kAllGatherStrided:
+    case OpKind::kReduceScatterStrided:
     case OpKind::kReduceScatter:
     case OpKind::kReduceScatterDestructive: return (world - 1) * bytes;
     case OpKind::kAllReduce: return 2 * (world - 1) * bytes / world;
@@ -227,7 +234,10 @@ Fingerprint EncodeFingerprint(const OpDesc& op) {
 
 bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op) {
   if (GetU32(bytes) != kFingerprintMagic) return false;
-  if (bytes[4] < 1 || bytes[4] > 6 || bytes[5] > 2 || bytes[6] > 2) return false;
+  const bool op_kind = (bytes[4] >= 1 && bytes[4] <= 6) ||
+                       bytes[4] == static_cast<uint8_t>(OpKind::kAllGatherStrided) ||
+                       bytes[4] == static_cast<uint8_t>(OpKind::kReduceScatterStrided);
+  if (!op_kind || bytes[5] > 2 || bytes[6] > 2) return false;
   op->kind = static_cast<OpKind>(bytes[4]);
   op->dtype = static_cast<DType>(bytes[5]);
   op->reduce = static_cast<ReduceOp>(bytes[6]);

@@ -26,14 +26,19 @@ enum class OpKind : uint8_t {
   kBarrier = 5,
   kReduceScatterDestructive = 6,
   kFence = 7,  // not an op: Communicator::Fence
+  kAllGatherStrided = 8,
+  kReduceScatterStrided = 9,
 };
 
 struct OpDesc {
   OpKind kind = OpKind::kBarrier;
   DType dtype = DType::kF32;
-  ReduceOp reduce = ReduceOp::kSum;  // meaningful for kReduceScatter and kAllReduce
+  ReduceOp reduce = ReduceOp::kSum;  // meaningful for the reduce-scatters and kAllReduce
   int32_t root = -1;                 // meaningful for kBroadcast
   uint64_t count = 0;                // elements per rank (AllGather/ReduceScatter: the per-rank block)
+  // kAllGatherStrided, kReduceScatterStrided: elements from one rank's block to the next. Described, not
+  // fingerprinted: it is this rank's layout of its buffer, and the messages on the wire do not depend on it.
+  uint64_t stride = 0;
   int64_t seq = -1;
   // What the caller was doing (Communicator::SetLabel when the op was issued), and its hash, which the
   // fingerprint carries (a decoded fingerprint has the hash only).

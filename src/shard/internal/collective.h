@@ -3,20 +3,26 @@
 //
 // A unit larger than allgather_bucket_size / reduce_bucket_size is moved in chunks of ChunkPerRank elements per
 // rank (shard/internal/plan.h), each rank keeping its contiguous shard. Chunk [a, b) covers that range of every
-// rank's shard: an all-gather gathers every rank's [a, b) into a staging buffer (ranks in order) and, once
-// joined, copies rank r's piece to full + r·S + a; a reduce-scatter packs the elements r·S + [a, b) of every rank
-// r into a staging buffer (converted to the wire dtype on the way) and reduce-scatters it (destructively: the
-// staging is scratch) into recv + a. Both are the Communicator's own collectives on contiguous buffers; only the
-// layout is the engine's. Moving data changes no value, and each element is reduced by the same collective
-// algorithm over the same ranks (on Gloo its summation tree does not depend on where in the buffer the element
-// lies: docs/design.md), so a chunked unit trains bit for bit as one collective would.
+// rank's shard, so the N ranges of a chunk lie S elements apart:
+//  - an all-gather, where the communicator has Communicator::AllGatherStrided (Gloo), gathers every rank's [a, b)
+//    straight to full + r·S + a; elsewhere (NCCL) it gathers into a staging buffer (ranks in order) and, once
+//    joined, copies rank r's piece to full + r·S + a;
+//  - a reduce-scatter, where the dtypes agree and the communicator has Communicator::ReduceScatterStrided for the
+//    chunk (Gloo: f32, power-of-two worlds, at least 1024 elements per rank), reads the ranges r·S + [a, b) where
+//    they lie; elsewhere it packs them into a staging buffer (converted to the wire dtype on the way) and
+//    reduce-scatters that (destructively: the staging is scratch). Either way the result lands in recv + a.
+// All are the Communicator's own collectives; only the layout is the engine's. Moving data changes no value,
+// and each element is reduced by the same collective algorithm over the same ranks (on Gloo its summation tree
+// does not depend on where in the buffer the element lies: docs/design.md), so a chunked unit trains bit for bit
+// as one collective would, whichever form each chunk takes.
 //
 // Two staging buffers of one chunk each, double-buffered: while chunk j is on the wire, chunk j-1 is unpacked (or
-// chunk j+1 packed). Every rank must issue the same collectives in the same order, so chunks are issued only at
-// points of the program, never because an op happened to complete: the first two at creation, the rest in Join
-// (as buffers come free: the host waits, a device's stream waits). Poll, between them, only finishes the chunks
-// that have completed (an all-gather's unpacking). The owner keeps at most one chunked collective per staging
-// pool in flight.
+// chunk j+1 packed). Strided chunks need no staging (none is taken when every chunk is strided); the same two
+// slots then only bound the chunks in flight, so chunks are issued at the same points either way. Every rank must
+// issue the same collectives in the same order, so chunks are issued only at points of the program, never because
+// an op happened to complete: the first two at creation, the rest in Join (as slots come free: the host waits, a
+// device's stream waits). Poll, between them, only finishes the chunks that have completed (an all-gather's
+// unpacking). The owner keeps at most one chunked collective per staging pool in flight.
 #pragma once
 
 #include <cstdint>
@@ -75,6 +81,9 @@ class UnitCollective {
   void IssueWhileFree();  // issues chunks while a staging buffer is free (the first failure goes to status_)
   Status IssueNext();     // the next chunk into a free staging buffer
   Status FinishFront();   // joins the oldest chunk in flight and, for an all-gather, unpacks it
+  // Whether a reduce-scatter's chunk of n elements per rank reads the ranks' ranges where they lie
+  // (Communicator::ReduceScatterStrided: no conversion, and the communicator has it for n) instead of packing them.
+  bool StridedReduce(int64_t n) const;
 
   struct InFlight {
     int64_t a, b;
@@ -88,6 +97,7 @@ class UnitCollective {
   // Chunked.
   BufferPool* pool_ = nullptr;
   bool gather_ = false;
+  bool strided_ = false;  // an all-gather through Communicator::AllGatherStrided: nothing to unpack
   const char* src_ = nullptr;
   char* dst_ = nullptr;
   DType src_dtype_ = DType::kF32, dtype_ = DType::kF32;  // dtype_: the collective's (all-gather: = src_dtype_)

@@ -165,6 +165,11 @@ struct PeakInputs {
   int64_t comm_cache_bytes = 0;
   std::function<int64_t(int64_t count, DType dtype, bool destructive)> rs_staging;
   std::function<int64_t(int64_t count, DType dtype)> ar_staging;
+  // Whether chunks move where they lie, taking no staging (shard/internal/collective.h): all-gathers
+  // (Communicator::SupportsAllGatherStrided) and reduce-scatters of `count` elements per rank of `dtype`
+  // (SupportsReduceScatterStrided); false and an empty function: the copy path.
+  bool ag_strided = false;
+  std::function<bool(int64_t count, DType dtype)> rs_strided;
   // Hybrid sharding: the replicas' communicator's staging for the gradient shards' all-reduce (an AllReduceStaging
   // function of that communicator); empty: no replicas. Added to the host tier's staging.
   std::function<int64_t(int64_t count, DType dtype)> replica_ar_staging;
