@@ -792,7 +792,7 @@ class GlooCommunicator final : public Communicator {
       auto* out = static_cast<uint8_t*>(recv);
       uint8_t* const mine = out + rank_ * stride * es;
       // As gloo::allgather primes its output with a separate input.
-      if (send != mine) std::memmove(mine, send, count * es);
+      if (count > 0 && send != mine) std::memmove(mine, send, count * es);  // (memmove of null: undefined)
       if (world_ > 1) RingAllGatherStrided(out, count * es, stride * es, OpTag(op));
       return absl::OkStatus();
     });

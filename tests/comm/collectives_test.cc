@@ -164,7 +164,8 @@ TEST_P(CollectivesTest, AllGatherStrided) {
                   comm.AllGatherStrided(inplace.data() + rank * stride * es, inplace.data(), n, stride, t).Wait());
               ASSERT_EQ(inplace, recv);
               for (int r = 0; r < world; ++r) {
-                ASSERT_EQ(std::memcmp(recv.data() + r * stride * es, contiguous.data() + r * n * es, n * es), 0)
+                ASSERT_TRUE(std::equal(recv.begin() + r * stride * es, recv.begin() + (r * stride + n) * es,
+                                       contiguous.begin() + r * n * es))
                     << "block of rank " << r;
                 const size_t gap_end = r + 1 < world ? (r + 1) * stride : r * stride + n;
                 for (size_t b = (r * stride + n) * es; b < gap_end * es; ++b) {
