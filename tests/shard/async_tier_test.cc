@@ -221,6 +221,20 @@ class DrainingComm final : public testing::ForwardingComm {
     CheckBuffers(send, recv, count);
     return ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s);
   }
+  // The strided ops too (Gloo has them; NCCL's communicator does not, but whichever the engine issues must wait):
+  // without these the chunked configurations read shards the late stream was still writing (TSan's report).
+  Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
+                        CUstream_st* s) override {
+    Drain();
+    CheckBuffers(send, recv, count);
+    return ForwardingComm::AllGatherStrided(send, recv, count, stride, dtype, s);
+  }
+  Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
+                            CUstream_st* s) override {
+    Drain();
+    CheckBuffers(send, recv, count);
+    return ForwardingComm::ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
+  }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(buf, buf, count);
