@@ -780,13 +780,7 @@ class GlooCommunicator final : public Communicator {
   Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
                         CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kAllGatherStrided, .dtype = dtype, .count = count, .stride = stride};
-    Status check = ValidateBuffers(count, {send, recv}, world_);
-    if (check.ok() && count > 0 && stride < count) {
-      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " is less than the count ", count));
-    }
-    if (check.ok() && count > 0 && stride > (SIZE_MAX / 4 - count) / static_cast<size_t>(world_)) {
-      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " overflows the buffer size"));
-    }
+    Status check = ValidateStrided(count, stride, send, recv);
     return Enqueue(d, check, [this, send, recv, count, stride, dtype](const OpDesc& op) -> Status {
       const size_t es = DTypeSize(dtype);
       auto* out = static_cast<uint8_t*>(recv);
@@ -826,13 +820,7 @@ class GlooCommunicator final : public Communicator {
   Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
                             CUstream_st* stream) override {
     OpDesc d{.kind = OpKind::kReduceScatterStrided, .dtype = dtype, .reduce = op, .count = count, .stride = stride};
-    Status check = ValidateBuffers(count, {send, recv}, world_);
-    if (check.ok() && count > 0 && stride < count) {
-      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " is less than the count ", count));
-    }
-    if (check.ok() && count > 0 && stride > (SIZE_MAX / 4 - count) / static_cast<size_t>(world_)) {
-      check = absl::InvalidArgumentError(absl::StrCat("stride ", stride, " overflows the buffer size"));
-    }
+    Status check = ValidateStrided(count, stride, send, recv);
     if (check.ok() && count > 0 && !SupportsReduceScatterStrided(count, dtype)) {
       check = absl::UnimplementedError(absl::StrCat(
           "no strided reduce-scatter of ", count, " elements per rank of ", std::string(DTypeName(dtype)), " at world ",
@@ -935,6 +923,18 @@ class GlooCommunicator final : public Communicator {
     }
     if (count > SIZE_MAX / 4 / static_cast<size_t>(blocks)) {
       return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows the buffer size"));
+    }
+    return absl::OkStatus();
+  }
+
+  // ValidateBuffers for the strided ops, whose blocks lie `stride` elements apart (stride >= count).
+  Status ValidateStrided(size_t count, size_t stride, const void* send, const void* recv) const {
+    if (Status s = ValidateBuffers(count, {send, recv}, world_); !s.ok()) return s;
+    if (count > 0 && stride < count) {
+      return absl::InvalidArgumentError(absl::StrCat("stride ", stride, " is less than the count ", count));
+    }
+    if (count > 0 && stride > (SIZE_MAX / 4 - count) / static_cast<size_t>(world_)) {
+      return absl::InvalidArgumentError(absl::StrCat("stride ", stride, " overflows the buffer size"));
     }
     return absl::OkStatus();
   }
