@@ -207,6 +207,10 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 //    arrives (messages of one pair arrive in order). Every element is summed exactly as in change 3, so the
 //    result is the contiguous run's, bit for bit; every rank of a run must use the same form (the number of
 //    step-0 messages differs).
+void DivideInPlace(float* p, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) p[i] /= divisor;
+}
+
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.
@@ -333,7 +337,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     if (from_input) {
       size_t at = 0;
       for (const auto& d : distMapForRecv_) {
-        if (d.rank == my) std::memcpy(&result[at], &work[d.offset - base], d.itemCount * sizeof(float));
+        if (d.rank == my) CopyResult(&result[at], &work[d.offset - base], d.itemCount);
         at += d.itemCount;
       }
       for (gloo::transport::Buffer* b : sent) b->waitSend();
@@ -345,10 +349,14 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     for (const auto& d : distMapForRecv_) {
       if (d.rank != my) {
         distRecvDataBufs_[index++]->waitRecv();
-        std::memcpy(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount * sizeof(float));
+        CopyResult(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount);
         sendNotificationBufs_[send_notify_offset++]->send();
-      } else if (!from_input && &result[buffer_offset] != &work[d.offset]) {  // rank 0's: already in place
-        std::memmove(&result[buffer_offset], &work[d.offset], d.itemCount * sizeof(float));
+      } else if (!from_input) {
+        // Rank 0's piece is already in place; another's may overlap where it goes (one buffer): move, then divide.
+        if (&result[buffer_offset] != &work[d.offset]) {
+          std::memmove(&result[buffer_offset], &work[d.offset], d.itemCount * sizeof(float));
+        }
+        if (divisor_ != 1.0f) DivideInPlace(&result[buffer_offset], d.itemCount, divisor_);
       }
       buffer_offset += d.itemCount;
     }
@@ -360,6 +368,10 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
 
   float* data() const { return ptrs_[0]; }
   size_t retired() const { return retired_.size(); }
+
+  // Every element of the next runs' result is divided by `divisor` (kAvg: the world size) as it is written to the
+  // result, instead of in a pass of its own after the run: the same quotient of the same sum, so the same bits.
+  void SetDivisor(float divisor) { divisor_ = divisor; }
 
   // Change 3: the next run() reads a const `input` instead of a copy of it in the buffer, and writes this
   // rank's block of the result to `output`. Power-of-two worlds only (every rank reduces at step 0 and never
@@ -507,8 +519,18 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     }
   }
 
+  // result[0, n) = reduced[0, n) / divisor_ (a copy when it is 1); the two never overlap (Gloo's buffers).
+  void CopyResult(float* result, const float* reduced, size_t n) const {
+    if (divisor_ == 1.0f) {
+      std::memcpy(result, reduced, n * sizeof(float));
+    } else {
+      for (size_t i = 0; i < n; ++i) result[i] = reduced[i] / divisor_;
+    }
+  }
+
   MemoryTracker* const tracker_;
   const int64_t gloo_bytes_;
+  float divisor_ = 1.0f;
   const float* input_ = nullptr;
   float* output_ = nullptr;
   bool output_overlaps_input_ = false;
@@ -580,10 +602,6 @@ int64_t RsInstanceBytes(int world, size_t total, bool staged) {
 }
 // How long a communicator's destructor waits for the other ranks' (see MeetPeersBeforeClosing).
 constexpr absl::Duration kClosingTimeout = absl::Seconds(60);
-
-void DivideInPlace(float* p, size_t n, float divisor) {
-  for (size_t i = 0; i < n; ++i) p[i] /= divisor;
-}
 
 // A rendezvous store whose every wait is bounded by `timeout` (Store::get included).
 class BoundedStore final : public gloo::rendezvous::Store {
@@ -832,9 +850,9 @@ class GlooCommunicator final : public Communicator {
       auto* out = static_cast<float*>(recv);
       RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, RsMode::kFromInput}, input);
       e.algorithm->SetInput(input, out, stride);
+      e.algorithm->SetDivisor(op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f);
       e.algorithm->run();
       e.algorithm->SetInput(nullptr, nullptr);
-      if (op == ReduceOp::kAvg) DivideInPlace(out, count, static_cast<float>(world_));
       TrimCache();
       return absl::OkStatus();
     });
@@ -1163,9 +1181,9 @@ class GlooCommunicator final : public Communicator {
       const bool apart = !Overlaps(out, bytes, in, bytes * world_);
       float* const result = apart ? reinterpret_cast<float*>(out) : data;
       e.algorithm->SetOutput(apart ? result : nullptr);
+      e.algorithm->SetDivisor(divisor);
       e.algorithm->run();
       e.algorithm->SetOutput(nullptr);
-      if (divisor != 1.0f) DivideInPlace(result, count, divisor);
       if (!apart && out != in) std::memmove(out, data, bytes);
       return;
     }
@@ -1174,9 +1192,9 @@ class GlooCommunicator final : public Communicator {
       auto* input = const_cast<float*>(static_cast<const float*>(send));
       RsCacheEntry& e = GetReduceScatter(RsKey{count * world_, reduce, RsMode::kFromInput}, input);
       e.algorithm->SetInput(input, reinterpret_cast<float*>(out));
+      e.algorithm->SetDivisor(divisor);
       e.algorithm->run();
       e.algorithm->SetInput(nullptr, nullptr);
-      if (divisor != 1.0f) DivideInPlace(reinterpret_cast<float*>(out), count, divisor);
       return;
     }
     for (size_t off = 0; off < count; off += chunk) {
@@ -1190,8 +1208,8 @@ class GlooCommunicator final : public Communicator {
           ConvertBuffer(in + (r * count + off) * esize, dtype, buf + r * c, DType::kF32, c);
         }
       }
+      e.algorithm->SetDivisor(divisor);
       e.algorithm->run();
-      if (divisor != 1.0f) DivideInPlace(buf, c, divisor);
       ConvertBuffer(buf, DType::kF32, out + off * esize, dtype, c);
     }
   }
