@@ -47,7 +47,8 @@ void UnitCollective::Start() {
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
   const int64_t last = S_ % chunk_ == 0 ? std::min(S_, chunk_) : S_ % chunk_;
   if (gather_ ? strided_ : StridedReduce(std::min(S_, chunk_)) && StridedReduce(last)) {
-    IssueWhileFree();  // every chunk in place: no staging, the two slots only bound what is in flight
+    in_place_ = true;
+    IssueWhileFree();  // every chunk in place: no staging, so nothing bounds what is in flight: all of them
     return;
   }
   const size_t bytes = static_cast<size_t>(c.world * chunk_) * DTypeSize(dtype_);
@@ -88,7 +89,7 @@ Status UnitCollective::IssueNext() {
     w = c.comm->ReduceScatterDestructive(buf, dst_ + a * es, static_cast<size_t>(n), dtype_, ReduceOp::kAvg,
                                          c.stream());
   }
-  busy_[slot] = true;
+  busy_[slot] = !in_place_;
   inflight_.push_back(InFlight{a, b, slot, std::move(w)});
   next_ = b;
   return absl::OkStatus();
@@ -124,7 +125,7 @@ bool UnitCollective::StridedReduce(int64_t n) const {
 }
 
 void UnitCollective::IssueWhileFree() {
-  while (status_.ok() && next_ < S_ && !(busy_[0] && busy_[1])) status_ = IssueNext();
+  while (status_.ok() && next_ < S_ && (in_place_ || !(busy_[0] && busy_[1]))) status_ = IssueNext();
 }
 
 Status UnitCollective::Poll() {
@@ -136,6 +137,9 @@ Status UnitCollective::Poll() {
 Status UnitCollective::Join() {
   if (has_whole_) return ctx_->compute->Join(whole_);
   if (!chunked()) return absl::OkStatus();
+  // In place, every chunk is in flight and they complete in order: waiting for the last first lets the thread that
+  // runs them (this one, when it helps: OrderedExecutor::Help) go through all of them without a wake-up in between.
+  if (in_place_ && status_.ok() && !inflight_.empty()) (void)ctx_->compute->Join(inflight_.back().work);
   for (IssueWhileFree(); status_.ok() && !inflight_.empty(); IssueWhileFree()) status_ = FinishFront();
   return status_;
 }

@@ -17,12 +17,14 @@
 // as one collective would, whichever form each chunk takes.
 //
 // Two staging buffers of one chunk each, double-buffered: while chunk j is on the wire, chunk j-1 is unpacked (or
-// chunk j+1 packed). Strided chunks need no staging (none is taken when every chunk is strided); the same two
-// slots then only bound the chunks in flight, so chunks are issued at the same points either way. Every rank must
-// issue the same collectives in the same order, so chunks are issued only at points of the program, never because
-// an op happened to complete: the first two at creation, the rest in Join (as slots come free: the host waits, a
-// device's stream waits). Poll, between them, only finishes the chunks that have completed (an all-gather's
-// unpacking). The owner keeps at most one chunked collective per staging pool in flight.
+// chunk j+1 packed). Strided chunks need no staging (none is taken when every chunk is strided), so nothing bounds
+// how many are in flight: they are all issued at creation and run back to back on the communicator's thread while
+// the owner computes (with two at a time, the rest had waited for Join). Every rank must issue the same collectives
+// in the same order, so chunks are issued only at points of the program, never because an op happened to complete:
+// staged, the first two at creation, the rest in Join (as slots come free: the host waits, a device's stream
+// waits); strided, all at creation (every rank decides alike: the communicator's Supports* answers depend on the
+// world, the count and the dtype only). Poll, between them, only finishes the chunks that have completed (an
+// all-gather's unpacking). The owner keeps at most one chunked collective per staging pool in flight.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +99,8 @@ class UnitCollective {
   // Chunked.
   BufferPool* pool_ = nullptr;
   bool gather_ = false;
-  bool strided_ = false;  // an all-gather through Communicator::AllGatherStrided: nothing to unpack
+  bool strided_ = false;   // an all-gather through Communicator::AllGatherStrided: nothing to unpack
+  bool in_place_ = false;  // every chunk strided: no staging, all chunks issued at creation
   const char* src_ = nullptr;
   char* dst_ = nullptr;
   DType src_dtype_ = DType::kF32, dtype_ = DType::kF32;  // dtype_: the collective's (all-gather: = src_dtype_)
