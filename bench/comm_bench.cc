@@ -28,11 +28,15 @@
 // --chunk BYTES (Gloo): zero's AllGather and ReduceScatter are the engine's chunked collectives of a unit larger than
 // its bucket (shard/internal/collective.h: chunks of at most BYTES — all ranks' blocks together — each rank keeping
 // its contiguous shard, two staging buffers, the reduce-scatter packing every rank's range and averaging), and the
-// raw call is Gloo's moving the same chunks: one call per chunk on a contiguous chunk-sized buffer (the raw
-// all-gather of each chunk's inputs, the raw reduce-scatter run once per chunk), with no packing or unpacking.
-// The ratio is then what zero adds to Gloo for a chunked unit; what chunking itself costs against one call on the
-// whole buffer is Gloo's own per-size bandwidth, which the plain rows show. Rows are named AG/chunked and
-// RS/chunked; rs and rsd are the same op there.
+// raw call is Gloo's moving the same chunks through the same buffers: one call per chunk, each on a contiguous
+// chunk-sized stretch of the unit (the all-gather of each chunk's inputs from the shard into the unit's buffer; the
+// reduce-scatter in place on the unit's gradient buffer, one Gloo instance per chunk position, since Gloo's class
+// is bound to its buffer), so each rank's result ends up scattered over the unit, not contiguous, and nothing is
+// averaged. Both sides read and write the same memory: the ratio is what zero adds to Gloo for a chunked unit.
+// --raw-chunk-buffer is the comparator of earlier sessions: the raw calls all run on one chunk-sized buffer that
+// stays hot in cache (the reduce-scatter never reads the unit at all), which flatters Gloo by the cache effect.
+// What chunking itself costs against one call on the whole buffer is Gloo's own per-size bandwidth, which the
+// plain rows show. Rows are named AG/chunked and RS/chunked; rs and rsd are the same op there.
 //
 // --only zero|raw times one of the two calls and never runs the other (ratio and the other time print as 0):
 // two processes, one per call, see no trace of each other, a cross-check that interleaving does not move cost
@@ -93,10 +97,11 @@ struct Args {
   bool json = false;
   size_t min_bytes = size_t{1} << 10;
   size_t max_bytes = size_t{256} << 20;
-  int iters = 0;     // 0 = by size
-  bool aa = false;   // A/A control: time the raw call in place of zero's, to show the measurement's noise
-  std::string only;  // "zero" or "raw": time only that call
-  size_t chunk = 0;  // --chunk: bytes per chunk of the engine's chunked collectives (0: zero's plain ops)
+  int iters = 0;                  // 0 = by size
+  bool aa = false;                // A/A control: time the raw call in place of zero's, to show the measurement's noise
+  std::string only;               // "zero" or "raw": time only that call
+  size_t chunk = 0;               // --chunk: bytes per chunk of the engine's chunked collectives (0: zero's plain ops)
+  bool raw_chunk_buffer = false;  // --raw-chunk-buffer: the raw calls run on one hot chunk-sized buffer
   std::vector<Op> ops = {Op::kAllGather, Op::kReduceScatter, Op::kReduceScatterDestructive, Op::kAllReduce};
 };
 
@@ -116,14 +121,14 @@ size_t ParseBytes(const std::string& s) {
 }
 
 [[noreturn]] void Usage() {
-  std::fprintf(
-      stderr,
-      "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
-      "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
-      "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
-      "        zero's communicator has, so ratio shows the noise of the method\n"
-      "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n"
-      "  --chunk B  (gloo) zero's AllGather/ReduceScatter are the engine's chunked collectives, chunks of B\n");
+  std::fprintf(stderr,
+               "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
+               "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
+               "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
+               "        zero's communicator has, so ratio shows the noise of the method\n"
+               "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n"
+               "  --chunk B  (gloo) zero's AllGather/ReduceScatter are the engine's chunked collectives, chunks of B\n"
+               "  --raw-chunk-buffer  (with --chunk) the raw calls run on one chunk-sized buffer, not on the unit's\n");
   std::exit(2);
 }
 
@@ -144,6 +149,7 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--max-bytes") a.max_bytes = ParseBytes(value());
     else if (k == "--iters") a.iters = std::atoi(value().c_str());
     else if (k == "--chunk") a.chunk = ParseBytes(value());
+    else if (k == "--raw-chunk-buffer") a.raw_chunk_buffer = true;
     else if (k == "--ops") {
       a.ops.clear();
       for (absl::string_view o : absl::StrSplit(value(), ',')) {
@@ -159,7 +165,7 @@ Args ParseArgs(int argc, char** argv) {
   }
   if (a.world < 1 || (a.backend != "gloo" && a.backend != "nccl") || a.min_bytes < 4 || a.max_bytes < a.min_bytes ||
       !(a.only.empty() || a.only == "zero" || a.only == "raw") || (!a.only.empty() && a.aa) ||
-      (a.chunk > 0 && a.backend != "gloo")) {
+      (a.chunk > 0 && a.backend != "gloo") || (a.raw_chunk_buffer && a.chunk == 0)) {
     Usage();
   }
   return a;
@@ -200,8 +206,8 @@ float SumValue(int world, size_t i) { return static_cast<float>(world * (world +
 
 class GlooRank final : public RankBackend {
  public:
-  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store, bool aa, size_t chunk_bytes)
-      : rank_(rank), world_(world), chunk_elems_(chunk_bytes / 4) {
+  GlooRank(int rank, int world, std::shared_ptr<zero::Store> store, bool aa, size_t chunk_bytes, bool raw_chunk_buffer)
+      : rank_(rank), world_(world), chunk_elems_(chunk_bytes / 4), raw_chunk_buffer_(raw_chunk_buffer) {
     zero::CommOptions o;
     o.hostname = "127.0.0.1";
     o.timeout = absl::Seconds(300);
@@ -227,15 +233,26 @@ class GlooRank final : public RankBackend {
   void Prepare(Op op, size_t total) override {
     send_.assign(op == Op::kAllGather ? total / world_ : total, 0.f);
     recv_.assign(IsRs(op) ? total / world_ : total, 0.f);
-    // --chunk: the raw call moves the same chunks, through a buffer of one chunk.
+    // --chunk: the raw call moves the same chunks, through the unit's buffers (or one chunk-sized buffer).
     raw_chunk_ = chunk_elems_ > 0 && op != Op::kAllReduce
                      ? zero::internal::ChunkPerRank(static_cast<int64_t>(total), world_, chunk_elems_)
                      : 0;
+    const bool in_unit = raw_chunk_ > 0 && !raw_chunk_buffer_;
     const size_t raw_total = raw_chunk_ > 0 ? static_cast<size_t>(raw_chunk_) * world_ : total;
-    raw_buf_.assign(raw_chunk_ > 0 ? raw_total : 0, 0.f);
+    raw_buf_.assign(raw_chunk_ > 0 && !in_unit ? raw_total : 0, 0.f);
     for (RawGloo* raw : {&raw_, &control_}) {
       raw->rs_algo.reset();
-      if (IsRs(op) && raw->rs != nullptr) {
+      raw->rs_chunks.clear();
+      if (IsRs(op) && raw->rs != nullptr && in_unit) {
+        // Gloo's class is bound to its buffer: one instance per chunk position of the unit's gradient buffer.
+        const size_t block = total / world_, c = static_cast<size_t>(raw_chunk_);
+        for (size_t a = 0; a < block; a += c) {
+          const size_t n = std::min(c, block - a);
+          raw->rs_chunks.push_back(std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
+              raw->rs, std::vector<float*>{send_.data() + a * world_}, static_cast<int>(n * world_),
+              std::vector<int>(world_, static_cast<int>(n))));
+        }
+      } else if (IsRs(op) && raw->rs != nullptr) {
         raw->rs_algo = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
             raw->rs, std::vector<float*>{raw_chunk_ > 0 ? raw_buf_.data() : send_.data()}, static_cast<int>(raw_total),
             std::vector<int>(world_, static_cast<int>(raw_total / world_)));
@@ -318,21 +335,25 @@ class GlooRank final : public RankBackend {
     std::shared_ptr<gloo::rendezvous::Context> fn;
     std::shared_ptr<gloo::rendezvous::Context> rs;
     std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs_algo;
+    std::vector<std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>>> rs_chunks;  // --chunk, per position
   };
 
   double TimeGloo(RawGloo& raw, Op op, size_t total) {
     if (world_ == 1) return TimeZero(op, total);
     const size_t block = total / world_;
     const absl::Time t0 = absl::Now();
-    if (raw_chunk_ > 0) {  // the same chunks, each one raw call on a chunk-sized buffer
+    if (raw_chunk_ > 0) {  // the same chunks, each one raw call on a stretch of the unit (or the chunk buffer)
       const size_t c = static_cast<size_t>(raw_chunk_);
+      const bool in_unit = !raw_chunk_buffer_;
       for (size_t a = 0; a < block; a += c) {
         if (op == Op::kAllGather) {
           gloo::AllgatherOptions o(raw.fn);
           o.setTag(++raw_tag_);
           o.setInput(send_.data() + a, std::min(c, block - a));
-          o.setOutput(raw_buf_.data(), std::min(c, block - a) * world_);
+          o.setOutput(in_unit ? recv_.data() + a * world_ : raw_buf_.data(), std::min(c, block - a) * world_);
           gloo::allgather(o);
+        } else if (in_unit) {
+          raw.rs_chunks[a / c]->run();
         } else {
           raw.rs_algo->run();  // (a shorter last chunk runs whole: at most one chunk more than zero moves)
         }
@@ -409,6 +430,7 @@ class GlooRank final : public RankBackend {
   const int rank_;
   const int world_;
   const int64_t chunk_elems_;
+  const bool raw_chunk_buffer_;
   std::shared_ptr<zero::Communicator> comm_;
   std::unique_ptr<zero::internal::EngineContext> ctx_;  // --chunk only
   std::unique_ptr<zero::internal::BufferPool> pool_;
@@ -416,7 +438,7 @@ class GlooRank final : public RankBackend {
   RawGloo control_;  // --aa only
   std::vector<float> send_, recv_;
   int64_t raw_chunk_ = 0;       // --chunk: elements per rank of the raw calls' chunks (0: one call)
-  std::vector<float> raw_buf_;  // --chunk: the raw calls' chunk-sized buffer
+  std::vector<float> raw_buf_;  // --chunk --raw-chunk-buffer: the raw calls' chunk-sized buffer
   uint32_t raw_tag_ = 0;
 };
 
@@ -633,7 +655,8 @@ int main(int argc, char** argv) {
         "iterations of the slowest rank (us); ratio = median of paired raw_time/time%s%s\n",
         args.backend.c_str(), world, tcp_cc.c_str(),
         args.chunk > 0 ? absl::StrCat("; zero's AG/RS: the engine's chunked collectives, chunks of ", args.chunk,
-                                      " bytes; raw: Gloo's call per chunk on a chunk-sized buffer")
+                                      " bytes; raw: Gloo's call per chunk ",
+                                      args.raw_chunk_buffer ? "on one chunk-sized buffer" : "on the unit's buffers")
                              .c_str()
                        : "",
         args.aa               ? "; A/A CONTROL: 'time' is the raw call too, over connections of its own"
@@ -652,7 +675,8 @@ int main(int argc, char** argv) {
 #if ZERO_HAVE_CUDA
       if (args.backend == "nccl") rank = std::make_unique<NcclRank>(r, world, store, raw_id);
 #endif
-      if (rank == nullptr) rank = std::make_unique<GlooRank>(r, world, store, args.aa, args.chunk);
+      if (rank == nullptr)
+        rank = std::make_unique<GlooRank>(r, world, store, args.aa, args.chunk, args.raw_chunk_buffer);
       for (Op op : args.ops) {
         for (size_t bytes : sizes) {
           const size_t total = ElementsFor(bytes, world);
@@ -719,10 +743,13 @@ int main(int argc, char** argv) {
                   "{\"backend\":\"%s\",\"world\":%d,\"op\":\"%s\",\"dtype\":\"f32\",\"redop\":\"%s\","
                   "\"bytes\":%zu,\"count\":%zu,\"iters\":%d,\"time_us\":%.2f,\"algbw\":%.4f,\"busbw\":%.4f,"
                   "\"raw_time_us\":%.2f,\"raw_busbw\":%.4f,\"ratio\":%.4f,\"wrong\":%ld,\"aa_control\":%s,"
-                  "\"only\":\"%s\",\"tcp_cc\":\"%s\",\"chunk_bytes\":%zu}\n",
+                  "\"only\":\"%s\",\"tcp_cc\":\"%s\",\"chunk_bytes\":%zu,\"raw_buffer\":\"%s\"}\n",
                   args.backend.c_str(), world, name.c_str(), redop, size, total, iters, t * 1e6, algbw, busbw,
                   traw * 1e6, raw_busbw, ratio, wrong_total, args.aa ? "true" : "false", args.only.c_str(),
-                  tcp_cc.c_str(), args.chunk);
+                  tcp_cc.c_str(), args.chunk,
+                  args.chunk == 0         ? "same"
+                  : args.raw_chunk_buffer ? "chunk"
+                                          : "unit");
             } else {
               std::printf("  %-13s %12zu %11zu %5s %5s %11.1f %8.3f %8.3f %7ld %11.1f %9.3f %6.3f\n", name.c_str(),
                           size, total, "f32", redop, t * 1e6, algbw, busbw, wrong_total, traw * 1e6, raw_busbw, ratio);
