@@ -9,6 +9,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "comm/internal/ordered_executor.h"
 
 namespace zero::internal {
@@ -68,6 +70,76 @@ TEST(OrderedExecutor, LoopThreadRunsJobsNobodyWaitsFor) {
   absl::Notification ran;
   ex.Push([&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ex.Stop();
+  loop.join();
+}
+
+// A waiter that helps keeps the backlog: jobs queued while it runs jobs (a unit's chunks, pushed together) all run
+// on its thread, none on the loop thread, even those older than the loop thread's grace period.
+TEST(OrderedExecutor, LoopThreadTakesNoJobWhileAWaiterHelps) {
+  OrderedExecutor ex;
+  std::thread loop([&] { ex.RunLoop(); });
+  constexpr int kJobs = 40;
+  bool helped = false;
+  // The first job must run on the helper; the loop thread may take it if the helper comes after its grace period
+  // (a loaded host), so the scenario is retried.
+  for (int attempt = 0; attempt < 20 && !helped; ++attempt) {
+    std::vector<std::thread::id> ran(kJobs);
+    std::atomic<int> done{0};
+    ex.Push([&] {
+      ran[0] = std::this_thread::get_id();
+      // The rest are queued while a job runs, and each is held long past the grace period (100 us).
+      for (int i = 1; i < kJobs; ++i) {
+        ex.Push([&, i] {
+          ran[i] = std::this_thread::get_id();
+          usleep(300);
+          done.fetch_add(1);
+        });
+      }
+      usleep(300);
+      done.fetch_add(1);
+    });
+    ex.Help([&] { return done.load() == kJobs; });
+    while (done.load() < kJobs) usleep(100);  // when the loop thread took the first job
+    if (ran[0] != std::this_thread::get_id()) continue;
+    helped = true;
+    for (int i = 1; i < kJobs; ++i) EXPECT_EQ(ran[i], std::this_thread::get_id()) << "job " << i;
+  }
+  EXPECT_TRUE(helped) << "the loop thread took the first job in every attempt";
+  ex.Stop();
+  loop.join();
+}
+
+// After a waiter helped, the loop thread leaves the queue to it for the grace period (100 us) even for a job
+// pushed long before: the waiter of a unit's chunks is back for the next one within microseconds. (Before, a job
+// older than the grace was taken the moment the previous one ended, from under the returning waiter.)
+TEST(OrderedExecutor, LoopThreadLeavesTheNextJobToAWaiterThatJustHelped) {
+  OrderedExecutor ex;
+  std::thread loop([&] { ex.RunLoop(); });
+  bool checked = false;
+  for (int attempt = 0; attempt < 20 && !checked; ++attempt) {
+    std::thread::id a_on, b_on;
+    absl::Time a_end, b_start;
+    std::atomic<bool> a_done{false}, b_done{false};
+    ex.Push([&] {
+      a_on = std::this_thread::get_id();
+      ex.Push([&] {  // queued while the waiter helps, so no thread takes it before A ends
+        b_start = absl::Now();
+        b_on = std::this_thread::get_id();
+        b_done = true;
+      });
+      usleep(300);  // B is now older than the grace period
+      a_end = absl::Now();
+      a_done = true;
+    });
+    ex.Help([&] { return a_done.load(); });
+    while (!b_done.load()) usleep(50);                 // nobody helps again: the loop thread runs B
+    if (a_on != std::this_thread::get_id()) continue;  // the loop thread took A (the waiter came late): retry
+    checked = true;
+    EXPECT_NE(b_on, std::this_thread::get_id());
+    EXPECT_GE(b_start - a_end, absl::Microseconds(100)) << "B started within the grace period after the waiter left";
+  }
+  EXPECT_TRUE(checked) << "the loop thread took the first job in every attempt";
   ex.Stop();
   loop.join();
 }
