@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "shard/internal/context.h"
+#include "shard/internal/plan.h"
 
 namespace zero::internal {
 
@@ -45,8 +46,7 @@ void UnitCollective::Start() {
   // no rank waits for a chunk this one never sends.
   EngineContext& c = *ctx_;
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
-  const int64_t last = S_ % chunk_ == 0 ? std::min(S_, chunk_) : S_ % chunk_;
-  if (gather_ ? strided_ : StridedReduce(std::min(S_, chunk_)) && StridedReduce(last)) {
+  if (gather_ ? strided_ : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); })) {
     in_place_ = true;
     IssueWhileFree();  // every chunk in place: no staging, so nothing bounds what is in flight: all of them
     return;
@@ -137,8 +137,9 @@ Status UnitCollective::Poll() {
 Status UnitCollective::Join() {
   if (has_whole_) return ctx_->compute->Join(whole_);
   if (!chunked()) return absl::OkStatus();
-  // In place, every chunk is in flight and they complete in order: waiting for the last first lets the thread that
-  // runs them (this one, when it helps: OrderedExecutor::Help) go through all of them without a wake-up in between.
+  // In place every chunk is in flight, and they complete in order: waiting for the last first lets this thread
+  // run whatever is still queued in one go (OrderedExecutor::Help, during which the communicator's own thread stays
+  // asleep) instead of waking up once per chunk; the loop below then only collects the statuses.
   if (in_place_ && status_.ok() && !inflight_.empty()) (void)ctx_->compute->Join(inflight_.back().work);
   for (IssueWhileFree(); status_.ok() && !inflight_.empty(); IssueWhileFree()) status_ = FinishFront();
   return status_;

@@ -215,6 +215,10 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket) {
   return std::max<int64_t>(q, bucket / world / q * q);
 }
 
+bool EveryChunkSize(int64_t S, int64_t chunk, const std::function<bool(int64_t n)>& ok) {
+  return ok(std::min(S, chunk)) && (S <= chunk || S % chunk == 0 || ok(S % chunk));
+}
+
 namespace {
 
 // A pool of same-sized buffers keeps, per size, as many buffers as were ever in use at once, and never frees them
@@ -323,7 +327,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
       // Chunk staging unless every chunk of the unit reads its ranges where they lie (ReduceScatterStrided). Such a
       // chunk runs (on Gloo) the input-reading instance a ReduceScatter of its size runs: a non-destructive shape.
       const auto strided = [&](int64_t n) { return src == p.wire && in.rs_strided && in.rs_strided(n, p.wire); };
-      chunked_reduce |= !strided(chunk) || (u.shard % chunk != 0 && !strided(u.shard % chunk));
+      chunked_reduce |= !EveryChunkSize(u.shard, chunk, strided);
       rs_shapes.push_back({chunk, !strided(chunk)});
       if (u.shard % chunk != 0) rs_shapes.push_back({u.shard % chunk, !strided(u.shard % chunk)});
     } else {

@@ -19,6 +19,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "shard/internal/collective.h"
 #include "shard/internal/context.h"
 #include "support/engine_helpers.h"
@@ -261,6 +263,58 @@ TEST(UnitCollectiveTest, StridedReduceScatterEqualsThePackingPathBitForBit) {
       }
     });
   }
+}
+
+// Strided chunks take no staging, so nothing holds them back: all are issued when the collective is created and
+// complete in the background, without Join (only Poll, which issues nothing), the result bit for bit that of a
+// joined one. (With at most two in flight, as the staged path keeps, the rest waited for Join, so a unit's
+// gradients left in chunks only as far as the second while backward went on.)
+TEST(UnitCollectiveTest, StridedChunksAllCompleteWithoutJoin) {
+  testing::RunRanks(4, [](Communicator& comm, int rank) {
+    // The all-gather: five chunks, the last short (every all-gather chunk is strided on Gloo). The reduce-scatter:
+    // four whole chunks (a short last one, below 1024 elements, would be packed: the staged path).
+    const int64_t S = 4 * 1024 + 96, strided_S = 4 * 1024, chunk = 1024;
+    ASSERT_TRUE(comm.SupportsReduceScatterStrided(static_cast<size_t>(chunk), DType::kF32));
+    auto poll_until_done = [](internal::UnitCollective& c) {
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (!c.Done() && absl::Now() < deadline) {
+        ASSERT_OK(c.Poll());
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      ASSERT_TRUE(c.Done()) << "the chunks did not all complete without Join";
+    };
+    auto ctx =
+        std::make_unique<internal::EngineContext>(Config::Default(), Borrow(comm), nullptr, nullptr, EngineOptions{});
+    ctx->compute = internal::MakeHostCompute(&ctx->tracker);
+    internal::BufferPool pool(ctx->compute, MemTag::kStaging);
+    // All-gather: every chunk strided.
+    const std::vector<uint8_t> shard = ShardBits(rank, S, DType::kF32);
+    std::vector<uint8_t> full(static_cast<size_t>(4 * S) * 4, 0xAB);
+    internal::UnitCollective g =
+        internal::UnitCollective::AllGather(ctx.get(), &pool, shard.data(), full.data(), S, chunk, DType::kF32);
+    poll_until_done(g);
+    ASSERT_OK(g.Join());  // issues nothing, waits for nothing
+    g.ReleaseStaging();
+    for (int r = 0; r < 4; ++r) {
+      const std::vector<uint8_t> want = ShardBits(r, S, DType::kF32);
+      ASSERT_TRUE(std::equal(want.begin(), want.end(), full.begin() + r * S * 4)) << "the shard of rank " << r;
+    }
+    // Reduce-scatter whose chunks are all strided (a shard of whole 1024-element chunks).
+    std::vector<float> src(static_cast<size_t>(4 * strided_S));
+    for (size_t i = 0; i < src.size(); ++i) src[i] = std::sin(0.37f * static_cast<float>(i + 5 * rank)) * 13.0f;
+    std::vector<float> background(static_cast<size_t>(strided_S), -1.0f);
+    internal::UnitCollective c = internal::UnitCollective::ReduceScatter(
+        ctx.get(), &pool, src.data(), DType::kF32, background.data(), DType::kF32, strided_S, chunk);
+    poll_until_done(c);
+    ASSERT_OK(c.Join());
+    c.ReleaseStaging();
+    std::vector<float> joined(static_cast<size_t>(strided_S), -2.0f);
+    internal::UnitCollective j = internal::UnitCollective::ReduceScatter(ctx.get(), &pool, src.data(), DType::kF32,
+                                                                         joined.data(), DType::kF32, strided_S, chunk);
+    ASSERT_OK(j.Join());
+    j.ReleaseStaging();
+    ASSERT_EQ(std::memcmp(background.data(), joined.data(), joined.size() * 4), 0);
+  });
 }
 
 // The engine over a communicator without the strided collectives (its chunks staged: gathers copied out,

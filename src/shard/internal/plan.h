@@ -152,6 +152,10 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
 // reduce_bucket_size) runs as collectives of ChunkPerRank elements per rank: the largest multiple of 32 (the
 // shard alignment) whose `world` blocks fit the bucket, at least 32. 0: the unit fits, one collective carries it.
 int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
+// Whether `ok` holds for every chunk size of a shard of S elements moved in chunks of `chunk` per rank: the whole
+// chunk (S itself when the chunk exceeds it) and, where it does not divide S, the short last one. The engine's
+// UnitCollective and the plan's bound both decide with it whether a unit's chunks all move where they lie.
+bool EveryChunkSize(int64_t S, int64_t chunk, const std::function<bool(int64_t n)>& ok);
 
 // What the bound needs that the plan cannot know.
 struct PeakInputs {
