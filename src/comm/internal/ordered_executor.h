@@ -10,7 +10,7 @@
 // The loop thread never takes a job while a waiter is helping, nor within the grace period after a waiter last
 // helped: a caller that waits on ops in turn (a unit's chunks, shard/internal/collective.h) comes back for the
 // next within microseconds, and taking it from under that caller had cost two wake-ups per op (a chunked
-// reduce-scatter of 1 MiB chunks at world 4 read 0.90-0.95 of Gloo's calls before this and 0.94-1.03 after, and
+// reduce-scatter of 1 MiB chunks at world 4 read 0.87-0.95 of Gloo's calls before this and 0.94-1.03 after, and
 // 1.00-1.04 with the loop thread disabled, alternating runs on the 2-core development VM). It still wakes when
 // a job is pushed or a helper leaves with jobs queued (to give a waiter its grace period, then to run the job if
 // nobody took it). On Linux it waits under SCHED_BATCH, which the scheduler never lets preempt a running
