@@ -156,6 +156,10 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
+void DivideInPlace(float* p, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) p[i] /= divisor;
+}
+
 // Gloo's ReduceScatterHalvingDoubling with five changes, all on top of Gloo's own construction (buffers,
 // slots, offsets, peers are Gloo's; the messages on the wire are Gloo's, plus change 4's acknowledgements and
 // change 5's split of step 0's message):
@@ -207,10 +211,6 @@ bool Overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
 //    arrives (messages of one pair arrive in order). Every element is summed exactly as in change 3, so the
 //    result is the contiguous run's, bit for bit; every rank of a run must use the same form (the number of
 //    step-0 messages differs).
-void DivideInPlace(float* p, size_t n, float divisor) {
-  for (size_t i = 0; i < n; ++i) p[i] /= divisor;
-}
-
 class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoubling<float> {
  public:
   // `tracker` counts Gloo's own receive buffers of this instance (about twice the input) under staging.

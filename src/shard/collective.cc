@@ -19,7 +19,6 @@ UnitCollective UnitCollective::AllGather(EngineContext* ctx, BufferPool* staging
   c.src_ = static_cast<const char*>(send);
   c.dst_ = static_cast<char*>(full);
   c.src_dtype_ = c.dtype_ = dtype;
-  c.strided_ = ctx->comm->SupportsAllGatherStrided();
   c.S_ = S;
   c.chunk_ = chunk;
   c.Start();
@@ -46,8 +45,9 @@ void UnitCollective::Start() {
   // no rank waits for a chunk this one never sends.
   EngineContext& c = *ctx_;
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
-  if (gather_ ? strided_ : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); })) {
-    in_place_ = true;
+  in_place_ = gather_ ? c.comm->SupportsAllGatherStrided()
+                      : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); });
+  if (in_place_) {
     IssueWhileFree();  // every chunk in place: no staging, so nothing bounds what is in flight: all of them
     return;
   }
@@ -72,7 +72,7 @@ Status UnitCollective::IssueNext() {
   char* buf = static_cast<char*>(slots_[slot].data());
   CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", a));
   Work w;
-  if (gather_ && strided_) {
+  if (gather_ && in_place_) {
     w = c.comm->AllGatherStrided(src_ + a * es, dst_ + a * es, static_cast<size_t>(n), static_cast<size_t>(S_), dtype_,
                                  c.stream());
   } else if (gather_) {
@@ -104,7 +104,7 @@ Status UnitCollective::FinishFront() {
     return absl::Status(s.code(), absl::StrCat("chunk ", k + 1, " of ", chunks, " (elements [", f.a, ", ", f.b,
                                                ") of each rank's shard): ", s.message()));
   }
-  if (gather_ && !strided_) {
+  if (gather_ && !in_place_) {
     const size_t es = DTypeSize(dtype_);
     const int64_t n = f.b - f.a;
     const char* buf = static_cast<const char*>(slots_[f.slot].data());

@@ -56,9 +56,10 @@ class OrderedExecutor {
         };
         mu_.Await(absl::Condition(&ready));
         if (queue_.empty()) return;  // stopped and drained
-        // A just-pushed op usually belongs to a caller about to Wait on it, which then runs it without any
-        // hand-off; give it that chance before taking the job. Only fresh jobs wait: an op nobody waits for
-        // starts at most this much later, and a backlog runs back to back.
+        // A just-pushed op usually belongs to a caller about to Wait on it, and the next queued op to a waiter
+        // that has just helped; give either the chance to run it without any hand-off before taking the job.
+        // Only such jobs wait: an op nobody waits for starts at most this much later, and a backlog nobody
+        // helps with runs back to back.
         auto taken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ || helpers_ > 0 || queue_.empty(); };
         const absl::Time leave_until = std::max(queue_.front().pushed, helped_) + absl::Microseconds(100);
         if (!stop_ && absl::Now() < leave_until && mu_.AwaitWithDeadline(absl::Condition(&taken), leave_until)) {

@@ -99,8 +99,9 @@ class UnitCollective {
   // Chunked.
   BufferPool* pool_ = nullptr;
   bool gather_ = false;
-  bool strided_ = false;   // an all-gather through Communicator::AllGatherStrided: nothing to unpack
-  bool in_place_ = false;  // every chunk strided: no staging, all chunks issued at creation
+  // Every chunk moves where it lies (AllGatherStrided; ReduceScatterStrided for every chunk size): no staging,
+  // nothing to unpack, all chunks issued at creation.
+  bool in_place_ = false;
   const char* src_ = nullptr;
   char* dst_ = nullptr;
   DType src_dtype_ = DType::kF32, dtype_ = DType::kF32;  // dtype_: the collective's (all-gather: = src_dtype_)
