@@ -97,13 +97,13 @@ void SaveCheckpoint(const Model& m, const std::string& dir) {
           auto scope = e.Backward(*it);
           CHECK_OK(scope.status());
           for (const auto& p : m.units[*it].second) {
-            const zero::TensorView g = scope->grad(p.name);
+            const zero::TensorView g = scope->Grad(p.name).value();
             for (int64_t i = 0; i < g.numel; ++i) {
               const float x = 0.001f * static_cast<float>(i % 13 + rank);
               if (g.dtype == zero::DType::kF32) {
-                g.f32()[i] += x;
+                g.As<float>().value()[i] += x;
               } else {
-                g.u16()[i] = zero::F32ToBF16(x);
+                g.As<uint16_t>().value()[i] = zero::F32ToBF16(x);
               }
             }
           }

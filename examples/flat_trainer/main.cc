@@ -396,7 +396,8 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
       for (const TensorInfo& ti : tensors) {
         if (!ti.matrix) absl::StrAppend(&no_decay.match, no_decay.match.empty() ? "" : "|", "flat.", ti.spec.name);
       }
-      options.param_groups.push_back(no_decay);
+      // A model of matrices only has nothing to exempt (and a pattern that matches nothing is an error).
+      if (!no_decay.match.empty()) options.param_groups.push_back(no_decay);
     }
     ZERO_ASSIGN_OR_RETURN(opt, zero::ShardedOptimizer::Create(cfg, comm, {flat}, options));
   }

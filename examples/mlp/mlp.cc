@@ -39,7 +39,8 @@ zero::Status Train() {
     float loss = 0;
     {  // forward and backward of layer 2 inside layer 1's backward scope keeps l1 gathered once per step
       ZERO_ASSIGN_OR_RETURN(zero::UnitScope s1, engine->Backward(l1));
-      const float *w1 = s1.param("w").f32(), *b1 = s1.param("b").f32();
+      ZERO_ASSIGN_OR_RETURN(const float* w1, s1.Param<float>("w"));  // checked: name, scope kind, dtype
+      ZERO_ASSIGN_OR_RETURN(const float* b1, s1.Param<float>("b"));
       for (int b = 0; b < kBatch; ++b)
         for (int j = 0; j < kHidden; ++j) {
           float a = b1[j];
@@ -48,8 +49,10 @@ zero::Status Train() {
         }
       {
         ZERO_ASSIGN_OR_RETURN(zero::UnitScope s2, engine->Backward(l2));
-        const float *w2 = s2.param("w").f32(), *b2 = s2.param("b").f32();
-        float *gw2 = s2.grad("w").f32(), *gb2 = s2.grad("b").f32();
+        ZERO_ASSIGN_OR_RETURN(const float* w2, s2.Param<float>("w"));
+        ZERO_ASSIGN_OR_RETURN(const float* b2, s2.Param<float>("b"));
+        ZERO_ASSIGN_OR_RETURN(float* gw2, s2.Grad<float>("w"));
+        ZERO_ASSIGN_OR_RETURN(float* gb2, s2.Grad<float>("b"));
         for (int b = 0; b < kBatch; ++b) {
           out[b] = b2[0];
           for (int j = 0; j < kHidden; ++j) out[b] += h[b * kHidden + j] * w2[j];
@@ -62,7 +65,8 @@ zero::Status Train() {
           }
         }
       }  // l2's gradient is reduce-scattered here, overlapping the rest of backward
-      float *gw1 = s1.grad("w").f32(), *gb1 = s1.grad("b").f32();
+      ZERO_ASSIGN_OR_RETURN(float* gw1, s1.Grad<float>("w"));
+      ZERO_ASSIGN_OR_RETURN(float* gb1, s1.Grad<float>("b"));
       for (int b = 0; b < kBatch; ++b)
         for (int j = 0; j < kHidden; ++j) {
           gb1[j] += dh[b * kHidden + j];

@@ -6,9 +6,17 @@
 //   zero::UnitId fc = engine->AddUnit("fc", {{"w", {784, 128}}, {"b", {128}}}).value();
 //   ZERO_RETURN_IF_ERROR(engine->Finalize(init));          // partition, allocate, init, ranks agree
 //   for (...) {
-//     { auto u = engine->Forward(fc).value();  forward(u.param("w").f32(), ...); }        // released at scope end
-//     { auto u = engine->Backward(fc).value(); backward(..., u.grad("w").f32()); }         // grads reduced at end
-//     ZERO_ASSIGN_OR_RETURN(zero::StepResult r, engine->Step());                          // clip, optimizer on shards
+//     {
+//       ZERO_ASSIGN_OR_RETURN(zero::UnitScope u, engine->Forward(fc));   // released at scope end
+//       ZERO_ASSIGN_OR_RETURN(const float* w, u.Param<float>("w"));     // checked: name, scope, dtype
+//       forward(w, ...);
+//     }
+//     {
+//       ZERO_ASSIGN_OR_RETURN(zero::UnitScope u, engine->Backward(fc));  // grads reduced at scope end
+//       ZERO_ASSIGN_OR_RETURN(float* gw, u.Grad<float>("w"));
+//       backward(..., gw);
+//     }
+//     ZERO_ASSIGN_OR_RETURN(zero::StepResult r, engine->Step());        // clip, optimizer on shards
 //   }
 //
 // The trainer never owns parameter memory: it asks the engine for views inside Forward/Backward scopes (RAII,
@@ -24,6 +32,16 @@
 // opening a second scope on a unit that is already open ("gathering twice"), reading a released unit through
 // Engine::Param, stepping while a backward scope is open or with a unit's gradient only partly accumulated,
 // adding units after Finalize.
+//
+// ERRORS AND ABORTS. A mistake in the trainer's calls is a Status, never an abort: an unknown unit id or
+// parameter name (kInvalidArgument, naming the unit's parameters), a view typed as the wrong dtype
+// (TensorView::As, kInvalidArgument), and scope misuse (kFailedPrecondition): Grad in a forward scope or on a
+// frozen unit, any use of a closed, moved-from or default-constructed scope, Engine::Param on a unit that is not
+// gathered. The messages name the unit, the parameter, the dtype and the rank. The only aborts (ZERO_CHECK) left
+// behind this header are broken invariants of the engine itself (a scope whose unit the engine does not hold
+// open, a gather issued for a unit in the wrong state) and running out of memory where no Status can be
+// returned; they print file:line and are zero's bugs. The unchecked fast paths are plain data: TensorView::data
+// and UnitScope::param_base()/grad_base(), which return nullptr where there is no such buffer.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "zero/checkpoint.h"
@@ -58,21 +77,34 @@ struct ParamSpec {
 using UnitId = int;
 
 // A view of one parameter's or gradient's full (unsharded) values inside an open scope. On the CUDA engine
-// (Engine::on_device()) `data` is device memory, valid for work on Engine::cuda_stream(); f32()/u16() only type it.
+// (Engine::on_device()) `data` is device memory, valid for work on Engine::cuda_stream(); As<T>() only types it.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t numel = 0;
   const std::vector<int64_t>* shape = nullptr;
-  // Typed access; aborts if the view's dtype is not f32 (a bug in the caller, not input).
-  float* f32() const {
-    ZERO_CHECK(dtype == DType::kF32) << "view is " << DTypeName(dtype) << ", not f32";
-    return static_cast<float*>(data);
+  // What the view is of, for error messages: pointers into the engine's registration (valid while the engine
+  // lives; null in a view made by hand), the rank, and whether it is a gradient.
+  const std::string* unit = nullptr;
+  const std::string* param = nullptr;
+  int rank = -1;
+  bool is_grad = false;
+
+  // `data` typed, checked against the view's dtype: T = float for an f32 view, T = uint16_t for a bf16 or f16
+  // view (the bits; zero/dtype.h converts). kInvalidArgument naming the unit, the parameter, both dtypes and the
+  // rank otherwise. (static_cast<T*>(data) is the unchecked form.)
+  template <typename T>
+  StatusOr<T*> As() const {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t> || std::is_same_v<T, const float> ||
+                      std::is_same_v<T, const uint16_t>,
+                  "TensorView::As<T>: T is float or uint16_t");
+    constexpr bool kWantF32 = std::is_same_v<std::remove_const_t<T>, float>;
+    if ((dtype == DType::kF32) != kWantF32) return WrongDType(kWantF32 ? "float (f32)" : "uint16_t (bf16/f16)");
+    return static_cast<T*>(data);
   }
-  uint16_t* u16() const {
-    ZERO_CHECK(dtype != DType::kF32) << "view is f32, not a 16-bit type";
-    return static_cast<uint16_t*>(data);
-  }
+
+ private:
+  Status WrongDType(const char* wanted) const;
 };
 
 // Fills one parameter's full initial values (fp32). It must depend only on (unit, param) — e.g. seed an RNG from
@@ -133,13 +165,17 @@ enum class InitialValueSync {
 };
 
 // Per-parameter hyperparameters, torch.optim's parameter groups, chosen by name: the first group whose `match`
-// fits a parameter's full name "unit.param" applies to it; a parameter no group fits uses the config's
-// "optimizer" section as it is. No weight decay on biases and norm weights is one line:
+// fits a parameter's full name applies to it; a parameter no group fits uses the config's "optimizer" section as
+// it is. The full names are "unit.param" on the Engine (AddUnit's unit name, ParamSpec::name) and
+// "<FlatBuffers::name>.<tensor>" on ShardedOptimizer ("flat.wte" by default) — the names checkpoints use. No
+// weight decay on biases and norm weights is one line:
 //   options.param_groups = {{.match = "*.b|*bias|*ln*|*norm*", .weight_decay = 0.0}};
+// A group whose pattern fits no parameter at all is an error at Finalize (ShardedOptimizer::Create), naming the
+// pattern and listing the full names it could have matched: a typo would otherwise train without the group.
 // Frozen parameters get no gradient reduction, master, optimizer state or update (a frozen base under trainable
 // adapters); they must fill whole units, since a unit is one flat buffer with one gradient.
 struct ParamGroup {
-  // Glob patterns over "unit.param" ('*' any run, '?' one character), alternatives separated by '|'.
+  // Glob patterns over the full names above ('*' any run, '?' one character), alternatives separated by '|'.
   std::string match;
   std::optional<double> weight_decay, beta1, beta2, eps;  // unset: the config's value
   double lr_scale = 1.0;                                  // multiplies the step's learning rate for these parameters
@@ -195,7 +231,11 @@ class Engine;
 
 // RAII scope over one unit's full parameters (and, in a backward scope, its full gradient). Move-only.
 // Destroying it releases the unit (stage 3) and, for a backward scope, hands the gradient to the engine for
-// reduction. Errors from that hand-off are reported by the next Engine call.
+// reduction. Errors from that hand-off are reported by the next Engine call. A scope must not outlive its Engine.
+//
+// Every accessor is checked and returns a Status for the trainer's mistakes (see "ERRORS AND ABORTS" above):
+// an unknown name is kInvalidArgument listing the unit's parameters; a closed scope (Close() called, moved
+// from, default-constructed), Grad in a forward scope and Grad on a frozen unit are kFailedPrecondition.
 class UnitScope {
  public:
   UnitScope() = default;
@@ -205,23 +245,49 @@ class UnitScope {
   UnitScope& operator=(const UnitScope&) = delete;
   ~UnitScope();
 
-  // The full parameter (compute dtype: f32, or bf16/f16 under mixed precision). Aborts on an unknown name.
-  TensorView param(const std::string& name) const;
+  // The full parameter `name` (compute dtype: f32, or bf16/f16 under mixed precision).
+  StatusOr<TensorView> Param(const std::string& name) const;
   // Backward scopes only: the parameter's gradient buffer (compute dtype). The trainer ACCUMULATES into it
   // (+=); it is zero at the first backward of each unit in each micro-step.
-  TensorView grad(const std::string& name) const;
-  // Base of the unit's flat parameter / gradient buffer (parameters packed in registration order).
+  StatusOr<TensorView> Grad(const std::string& name) const;
+  // Param / Grad typed in one call (TensorView::As): Param<float>("w") is the f32 values, Grad<uint16_t>("w")
+  // a bf16/f16 gradient's bits; a dtype other than the engine's compute dtype is kInvalidArgument.
+  template <typename T>
+  StatusOr<T*> Param(const std::string& name) const {
+    StatusOr<TensorView> v = Param(name);
+    if (!v.ok()) return v.status();
+    return v->template As<T>();
+  }
+  template <typename T>
+  StatusOr<T*> Grad(const std::string& name) const {
+    StatusOr<TensorView> v = Grad(name);
+    if (!v.ok()) return v.status();
+    return v->template As<T>();
+  }
+  // Base of the unit's flat parameter / gradient buffer (parameters packed in registration order), checked as
+  // Param / Grad are.
+  StatusOr<void*> ParamBase() const;
+  StatusOr<void*> GradBase() const;
+  // The same bases unchecked, for a trainer's inner loop: nullptr on a closed scope, and for grad_base() also
+  // in a forward scope or on a frozen unit (never an abort).
   void* param_base() const;
   void* grad_base() const;
-  // Ends the scope now (same as destruction) and returns any error.
+  // True until the scope is closed (Close(), destruction, moved from).
+  bool open() const { return open_; }
+  // Ends the scope now (same as destruction) and returns any error. Closing a closed scope is a no-op (OK).
   Status Close();
 
  private:
   friend class Engine;
-  UnitScope(Engine* engine, UnitId unit, bool backward) : engine_(engine), unit_(unit), backward_(backward) {}
+  UnitScope(Engine* engine, UnitId unit, bool backward)
+      : engine_(engine), unit_(unit), backward_(backward), open_(true) {}
+  // OK when the scope is open, else the kFailedPrecondition that `what` on it gets.
+  Status CheckOpen(const char* what, const std::string& name) const;
+  // The engine stays set after the scope closes, so errors on a closed scope can name the unit and rank.
   Engine* engine_ = nullptr;
   UnitId unit_ = -1;
   bool backward_ = false;
+  bool open_ = false;
 };
 
 class ShardedOptimizer;
@@ -270,7 +336,7 @@ class Engine {
   StatusOr<StepResult> Step(const StepOptions& options = {});
 
   // Checked access to a parameter of an AVAILABLE unit outside a scope (kFailedPrecondition naming the unit if
-  // it is released or in flight).
+  // it is released or in flight; kInvalidArgument for an unknown unit id or parameter name).
   StatusOr<TensorView> Param(UnitId unit, const std::string& name) const;
 
   // The full fp32 values of one parameter, assembled from all shards (master weights). Collective.
@@ -318,9 +384,10 @@ class Engine {
   // memory_tracker().ResetPeaks() resets it.
   MemoryReport memory_report() const;
   MemoryTracker& memory_tracker();
-  // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE".
+  // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE"; "NO_SUCH_UNIT" for an id no unit has.
   std::string UnitState(UnitId unit) const;
   UnitId FindUnit(const std::string& name) const;  // -1 if absent
+  // A unit's parameters in registration order; empty for an id no unit has (FindUnit's -1 included).
   const std::vector<ParamSpec>& UnitParams(UnitId unit) const;
   // Counters for tests and reports: all-gathers issued by prefetch, and those issued on demand.
   int64_t prefetch_gathers() const;

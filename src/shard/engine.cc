@@ -193,6 +193,35 @@ Status Engine::Impl::ResolveGroups() {
     }
     u.frozen = frozen > 0;
   }
+  return CheckGroupsMatch();
+}
+
+// A group whose pattern fits no parameter is a typo or a stale name far more often than an intent, and would
+// otherwise train silently without the group's settings: refuse it, naming the pattern and the full names it
+// could have matched (the ranks registered the same names, so every rank fails alike).
+Status Engine::Impl::CheckGroupsMatch() const {
+  const std::vector<ParamGroup>& groups = ctx.opts.param_groups;
+  if (groups.empty()) return absl::OkStatus();
+  std::vector<std::string> names;
+  bool trainer_owned = false;
+  for (const Unit& u : ctx.units) {
+    trainer_owned |= u.trainer_params != nullptr;
+    for (const auto& slot : u.layout.params) names.push_back(absl::StrCat(u.name(), ".", slot.spec.name));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool any = std::any_of(names.begin(), names.end(),
+                                 [&](const std::string& n) { return internal::GlobMatch(groups[g].match, n); });
+    if (any) continue;
+    constexpr size_t kShown = 20;
+    std::vector<std::string> shown(names.begin(), names.begin() + std::min(names.size(), kShown));
+    std::string listed = absl::StrJoin(shown, ", ");
+    if (names.size() > kShown) absl::StrAppend(&listed, ", ... (", names.size(), " names in all)");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "EngineOptions::param_groups[", g, "]: pattern \"", groups[g].match, "\" matches no parameter on rank ",
+        ctx.world_rank, "; the full names are ",
+        trainer_owned ? "\"<FlatBuffers::name>.<tensor>\"" : "\"unit.param\"",
+        " ('*' any run, '?' one character, '|' between alternatives): ", listed));
+  }
   return absl::OkStatus();
 }
 
@@ -241,7 +270,9 @@ void Engine::Impl::LogUnshardedUnits(const internal::StagePlan& plan) const {
 Status Engine::Impl::CheckUnit(UnitId id, const char* what) const {
   if (!ctx.finalized) return absl::FailedPreconditionError(absl::StrCat(what, ": call Finalize first"));
   if (id < 0 || id >= static_cast<int>(ctx.units.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": no unit with id ", id));
+    return absl::InvalidArgumentError(absl::StrCat(what, " on rank ", ctx.world_rank, ": no unit with id ", id, " (",
+                                                   ctx.units.size(), " registered; Engine::FindUnit gives -1 for an "
+                                                   "unknown name)"));
   }
   return absl::OkStatus();
 }
@@ -271,6 +302,7 @@ StatusOr<UnitScope> Engine::Impl::Open(Engine* engine, UnitId id, bool backward)
 
 Status Engine::Impl::Close(UnitId id, bool backward) {
   Unit& u = ctx.units[id];
+  // Only an open UnitScope closes, and it closes once (UnitScope::open_): a mismatch is our bug.
   ZERO_CHECK(u.scope_open && u.scope_backward == backward) << "unit " << u.name();
   u.scope_open = false;
   Status s;
@@ -292,37 +324,85 @@ StatusOr<TensorView> Engine::Impl::ParamView(UnitId id, const std::string& name)
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "Param"));
   const Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
-  if (slot == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unit ", u.name(), " has no parameter \"", name, "\""));
-  }
+  if (slot == nullptr) return UnknownParam("Engine::Param", u, name);
   if (u.status != UnitStatus::kAvailable) {
-    return absl::FailedPreconditionError(absl::StrCat("unit ", u.name(), " is ", internal::UnitStatusName(u.status),
+    return absl::FailedPreconditionError(absl::StrCat("Engine::Param(\"", name, "\") on rank ", ctx.world_rank,
+                                                      ": unit ", u.name(), " is ", internal::UnitStatusName(u.status),
                                                       " (released or not gathered): open a Forward or Backward "
                                                       "scope to read parameter ",
                                                       name));
   }
-  return Unit::View(*slot, u.ParamBase(), ctx.cd());
+  return u.View(*slot, u.ParamBase(), ctx.cd(), ctx.world_rank, /*grad=*/false);
 }
 
-TensorView Engine::Impl::ScopeView(UnitId id, const std::string& name, bool grad) const {
+Status Engine::Impl::UnknownParam(const char* what, const Unit& u, const std::string& name) const {
+  return absl::InvalidArgumentError(absl::StrCat(what, "(\"", name, "\") on rank ", ctx.world_rank, ": unit ", u.name(),
+                                                 " has no parameter \"", name, "\"; its parameters are ",
+                                                 u.ParamNames()));
+}
+
+// The checks of a scope's Grad/GradBase beyond the scope being open: a backward scope of a trainable unit.
+Status Engine::Impl::CheckScopeGrad(const Unit& u, bool scope_backward, const char* what,
+                                    const std::string& name) const {
+  const std::string call = name.empty() ? absl::StrCat(what, "()") : absl::StrCat(what, "(\"", name, "\")");
+  if (!scope_backward) {
+    return absl::FailedPreconditionError(absl::StrCat(call, " on rank ", ctx.world_rank, ": unit ", u.name(),
+                                                      " is open in a forward scope, which has no gradient; "
+                                                      "gradients are written in a Backward scope"));
+  }
+  if (u.frozen) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, " on rank ", ctx.world_rank, ": unit ", u.name(),
+        " is frozen (EngineOptions::param_groups): it has no gradient; its Backward scope only keeps its "
+        "parameters gathered"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<TensorView> Engine::Impl::ScopeView(UnitId id, bool scope_backward, const std::string& name,
+                                             bool grad) const {
   const Unit& u = ctx.units[id];
+  // A UnitScope exists only for a unit the engine holds open (Open/Close pair them): our invariant.
+  ZERO_CHECK(u.scope_open && u.scope_backward == scope_backward) << "unit " << u.name();
+  const char* what = grad ? "UnitScope::Grad" : "UnitScope::Param";
   const internal::ParamSlot* slot = u.Slot(name);
-  ZERO_CHECK(slot != nullptr) << "unit " << u.name() << " has no parameter " << name;
-  ZERO_CHECK(u.scope_open) << "unit " << u.name() << " scope is closed";
-  ZERO_CHECK(!(grad && u.frozen)) << "unit " << u.name() << " is frozen (EngineOptions::param_groups): it has no "
-                                  << "gradient; its Backward scope only keeps its parameters gathered";
+  if (slot == nullptr) return UnknownParam(what, u, name);
+  if (grad) ZERO_RETURN_IF_ERROR(CheckScopeGrad(u, scope_backward, what, name));
   void* base = grad ? u.GradBase() : u.ParamBase();
-  ZERO_CHECK(base != nullptr) << "unit " << u.name() << (grad ? ": grad() outside a backward scope" : "");
-  return Unit::View(*slot, base, ctx.cd());
+  ZERO_CHECK(base != nullptr) << "unit " << u.name() << (grad ? ": no gradient buffer" : ": no parameters")
+                              << " in an open " << (scope_backward ? "backward" : "forward") << " scope";
+  return u.View(*slot, base, ctx.cd(), ctx.world_rank, grad);
 }
 
-const Unit& Engine::Impl::CheckedUnit(UnitId id, const char* what) const {
-  ZERO_CHECK(id >= 0 && id < static_cast<int>(ctx.units.size()))
-      << "Engine::" << what << "(" << id << "): no unit with that id (" << ctx.units.size() << " registered)";
-  return ctx.units[id];
+StatusOr<void*> Engine::Impl::ScopeBase(UnitId id, bool scope_backward, bool grad) const {
+  const Unit& u = ctx.units[id];
+  ZERO_CHECK(u.scope_open && u.scope_backward == scope_backward) << "unit " << u.name();
+  if (grad) ZERO_RETURN_IF_ERROR(CheckScopeGrad(u, scope_backward, "UnitScope::GradBase", ""));
+  void* base = grad ? u.GradBase() : u.ParamBase();
+  ZERO_CHECK(base != nullptr) << "unit " << u.name() << (grad ? ": no gradient buffer" : ": no parameters")
+                              << " in an open " << (scope_backward ? "backward" : "forward") << " scope";
+  return base;
+}
+
+const Unit* Engine::Impl::UnitOrNull(UnitId id) const {
+  return id >= 0 && id < static_cast<int>(ctx.units.size()) ? &ctx.units[id] : nullptr;
 }
 
 Engine::Impl::~Impl() = default;
+
+// ---- TensorView ----
+
+Status TensorView::WrongDType(const char* wanted) const {
+  const std::string what = absl::StrCat(is_grad ? "gradient " : "parameter ", unit ? *unit : std::string("?"), ".",
+                                        param ? *param : std::string("?"));
+  std::string hint;
+  if (dtype != DType::kF32) {
+    hint = " (the config's bf16/fp16 section makes the compute dtype 16-bit: read it as uint16_t and convert with "
+           "zero/dtype.h)";
+  }
+  return absl::InvalidArgumentError(absl::StrCat("TensorView::As: ", what, rank >= 0 ? absl::StrCat(" on rank ", rank) : "",
+                                                 " is ", std::string(DTypeName(dtype)), ", not ", wanted, hint));
+}
 
 // ---- UnitScope ----
 
@@ -330,36 +410,60 @@ UnitScope::UnitScope(UnitScope&& o) noexcept { *this = std::move(o); }
 UnitScope& UnitScope::operator=(UnitScope&& o) noexcept {
   if (this != &o) {
     (void)Close();
-    engine_ = std::exchange(o.engine_, nullptr);
+    engine_ = o.engine_;  // kept by `o` too, so that its errors still name the unit and the rank
     unit_ = o.unit_;
     backward_ = o.backward_;
+    open_ = std::exchange(o.open_, false);
   }
   return *this;
 }
 UnitScope::~UnitScope() { (void)Close(); }
 
 Status UnitScope::Close() {
-  if (engine_ == nullptr) return absl::OkStatus();
-  Engine* e = std::exchange(engine_, nullptr);
-  Status s = e->CloseScope(unit_, backward_);
-  e->impl_->ctx.Defer(s);
+  if (!open_) return absl::OkStatus();
+  open_ = false;
+  Status s = engine_->CloseScope(unit_, backward_);
+  engine_->impl_->ctx.Defer(s);
   return s;
 }
-TensorView UnitScope::param(const std::string& name) const {
-  ZERO_CHECK(engine_ != nullptr) << "param() on a closed scope";
-  return engine_->impl_->ScopeView(unit_, name, false);
+
+Status UnitScope::CheckOpen(const char* what, const std::string& name) const {
+  if (open_) return absl::OkStatus();
+  const std::string call = name.empty() ? absl::StrCat(what, "()") : absl::StrCat(what, "(\"", name, "\")");
+  if (engine_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, ": the scope holds no unit (default-constructed); assign it from Engine::Forward or Engine::Backward"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(call, " on rank ", engine_->rank(), ": the ",
+                                                    backward_ ? "backward" : "forward", " scope of unit ",
+                                                    engine_->impl_->ctx.units[unit_].name(),
+                                                    " is closed (Close() was called, or it was moved from); open a "
+                                                    "new scope with Engine::Forward or Engine::Backward"));
 }
-TensorView UnitScope::grad(const std::string& name) const {
-  ZERO_CHECK(engine_ != nullptr && backward_) << "grad() needs an open backward scope";
-  return engine_->impl_->ScopeView(unit_, name, true);
+
+StatusOr<TensorView> UnitScope::Param(const std::string& name) const {
+  ZERO_RETURN_IF_ERROR(CheckOpen("UnitScope::Param", name));
+  return engine_->impl_->ScopeView(unit_, backward_, name, /*grad=*/false);
+}
+StatusOr<TensorView> UnitScope::Grad(const std::string& name) const {
+  ZERO_RETURN_IF_ERROR(CheckOpen("UnitScope::Grad", name));
+  return engine_->impl_->ScopeView(unit_, backward_, name, /*grad=*/true);
+}
+StatusOr<void*> UnitScope::ParamBase() const {
+  ZERO_RETURN_IF_ERROR(CheckOpen("UnitScope::ParamBase", ""));
+  return engine_->impl_->ScopeBase(unit_, backward_, /*grad=*/false);
+}
+StatusOr<void*> UnitScope::GradBase() const {
+  ZERO_RETURN_IF_ERROR(CheckOpen("UnitScope::GradBase", ""));
+  return engine_->impl_->ScopeBase(unit_, backward_, /*grad=*/true);
 }
 void* UnitScope::param_base() const {
-  ZERO_CHECK(engine_ != nullptr);
+  if (!open_) return nullptr;
   return engine_->impl_->ctx.units[unit_].ParamBase();
 }
 void* UnitScope::grad_base() const {
-  ZERO_CHECK(engine_ != nullptr && backward_);
-  return engine_->impl_->ctx.units[unit_].GradBase();
+  if (!open_ || !backward_) return nullptr;
+  return engine_->impl_->ctx.units[unit_].GradBase();  // nullptr for a frozen unit
 }
 
 // ---- Engine ----
@@ -454,11 +558,14 @@ MemoryReport Engine::memory_report() const {
 }
 MemoryTracker& Engine::memory_tracker() { return impl_->ctx.tracker; }
 std::string Engine::UnitState(UnitId unit) const {
-  return internal::UnitStatusName(impl_->CheckedUnit(unit, "UnitState").status);
+  const Unit* u = impl_->UnitOrNull(unit);
+  return u != nullptr ? internal::UnitStatusName(u->status) : "NO_SUCH_UNIT";
 }
 UnitId Engine::FindUnit(const std::string& name) const { return impl_->FindUnit(name); }
 const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
-  return impl_->CheckedUnit(unit, "UnitParams").specs;
+  static const std::vector<ParamSpec> kNone;
+  const Unit* u = impl_->UnitOrNull(unit);
+  return u != nullptr ? u->specs : kNone;
 }
 int64_t Engine::prefetch_gathers() const { return impl_->gathers.prefetch_gathers(); }
 int64_t Engine::demand_gathers() const { return impl_->gathers.demand_gathers(); }

@@ -20,13 +20,26 @@ const ParamSlot* Unit::Slot(const std::string& name) const {
   return it == layout.index.end() ? nullptr : &layout.params[it->second];
 }
 
-TensorView Unit::View(const ParamSlot& slot, void* base, DType dtype) {
+TensorView Unit::View(const ParamSlot& slot, void* base, DType dtype, int rank, bool grad) const {
   TensorView v;
   v.data = static_cast<char*>(base) + slot.offset * DTypeSize(dtype);
   v.dtype = dtype;
   v.numel = slot.numel;
   v.shape = &slot.spec.shape;
+  v.unit = &layout.name;
+  v.param = &slot.spec.name;
+  v.rank = rank;
+  v.is_grad = grad;
   return v;
+}
+
+std::string Unit::ParamNames() const {
+  constexpr size_t kShown = 16;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < layout.params.size() && i < kShown; ++i) names.push_back(layout.params[i].spec.name);
+  std::string out = absl::StrJoin(names, ", ");
+  if (layout.params.size() > kShown) absl::StrAppend(&out, ", ... (", layout.params.size() - kShown, " more)");
+  return out;
 }
 
 namespace {

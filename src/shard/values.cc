@@ -125,9 +125,7 @@ Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* val
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
   const Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
-  if (slot == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("CopyIn: unit ", u.name(), " has no parameter \"", name, "\""));
-  }
+  if (slot == nullptr) return UnknownParam("Engine::CopyIn", u, name);
   if (ctx.opts.initial_value_sync == InitialValueSync::kTrust || ctx.world_size == 1) return Place(id, *slot, values);
   // One parameter: its values are copied once, for the hash exchange and, where they differ, the broadcast.
   std::vector<ValuesToAgree> one{{id, slot, std::vector<float>(values, values + slot->numel)}};
@@ -176,9 +174,7 @@ StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::str
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "GatherParam"));
   Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
-  if (slot == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unit ", u.name(), " has no parameter \"", name, "\""));
-  }
+  if (slot == nullptr) return UnknownParam("Engine::GatherParam", u, name);
   // The fp32 master: the master buffer under mixed precision (with offload: its host part, then its compute-tier
   // part), else the parameters themselves; this rank's part is read into host memory first. A frozen unit has no
   // master: its 16-bit parameters are widened.

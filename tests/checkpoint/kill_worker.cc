@@ -37,9 +37,10 @@ int main(int argc, char** argv) {
     {
       auto b = engine.Backward(w);
       if (!b.ok()) return 1;
-      float* g = b->grad("v").f32();
-      const float* p = b->param("v").f32();
-      for (int64_t i = 0; i < kN; ++i) g[i] += p[i] - 0.5f;
+      auto g = b->Grad<float>("v");
+      auto p = b->Param<const float>("v");
+      if (!g.ok() || !p.ok()) return 1;
+      for (int64_t i = 0; i < kN; ++i) (*g)[i] += (*p)[i] - 0.5f;
     }
     auto r = engine.Step();
     if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().ToString().c_str()), 1;

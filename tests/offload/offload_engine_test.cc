@@ -169,7 +169,7 @@ TierRun RunTiers(int world, int rank_to_report, const Config& cfg) {
     for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(*it));
       for (const auto& p : engine->UnitParams(*it)) {
-        TensorView g = s.grad(p.name);
+        ASSERT_OK_AND_ASSIGN(const TensorView g, s.Grad(p.name));
         for (int64_t i = 0; i < g.numel; ++i) StoreFromF32(g.data, g.dtype, i, 0.001f * static_cast<float>(i % 5));
       }
     }

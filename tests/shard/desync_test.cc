@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<Engine>> TwoUnits(Communicator& comm, int stage) {
 
 Status Backward(Engine& e, const char* unit) {
   ZERO_ASSIGN_OR_RETURN(UnitScope s, e.Backward(e.FindUnit(unit)));
-  float* g = s.grad("w").f32();
+  ZERO_ASSIGN_OR_RETURN(float* g, s.Grad<float>("w"));
   for (int i = 0; i < 64 * 16; ++i) g[i] = 0.001f * static_cast<float>(i % 7 + e.rank());
   return s.Close();
 }

@@ -210,14 +210,15 @@ TEST_P(AnalyticGradTest, SgdStepAppliesTheMeanGradient) {
     FillInit("lin", ParamSpec{"w", {n}}, w0.data());
     {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
-      const float* w = s.param("w").f32();
+      ASSERT_OK_AND_ASSIGN(const float* w, s.Param<float>("w"));
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(w[i], w0[i]) << i;
-      float* g = s.grad("w").f32();
+      ASSERT_OK_AND_ASSIGN(float* g, s.Grad<float>("w"));
       for (int64_t i = 0; i < n; ++i) g[i] += static_cast<float>((rank + 1) * (i % 7));
     }
     {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(v));
-      s.grad("z").f32()[0] += 4.0f * rank;
+      ASSERT_OK_AND_ASSIGN(float* gz, s.Grad<float>("z"));
+      gz[0] += 4.0f * rank;
     }
     ASSERT_OK_AND_ASSIGN(StepResult r, engine->Step());
     EXPECT_FALSE(r.skipped);

@@ -118,7 +118,7 @@ TEST(ParamGroupsTest, LrScaleZeroHoldsTheGroup) {
       for (UnitId id = 0; id < 2; ++id) {
         ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(id));
         for (const ParamSpec& p : kLayers[id].second) {
-          float* g = s.grad(p.name).f32();
+          ASSERT_OK_AND_ASSIGN(float* g, s.Grad<float>(p.name));
           for (int64_t i = 0; i < p.numel(); ++i) g[i] = 0.01f * static_cast<float>((i + rank) % 7) - 0.03f;
         }
       }
@@ -173,10 +173,11 @@ TEST_P(LoraTest, FrozenBaseHoldsNoStateAndNeverMoves) {
     for (int k = 0; k < 3; ++k) {
       for (UnitId id = 0; id < static_cast<UnitId>(units.size()); ++id) {
         ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(id));
-        EXPECT_NE(s.param(units[id].second[0].name).data, nullptr);  // gathered, frozen or not
+        ASSERT_OK_AND_ASSIGN(const TensorView w, s.Param(units[id].second[0].name));
+        EXPECT_NE(w.data, nullptr);                                   // gathered, frozen or not
         if (units[id].first.rfind("base", 0) == 0) continue;         // no gradient to write
         for (const ParamSpec& p : units[id].second) {
-          const TensorView g = s.grad(p.name);
+          ASSERT_OK_AND_ASSIGN(const TensorView g, s.Grad(p.name));
           for (int64_t i = 0; i < p.numel(); ++i) {
             StoreFromF32(g.data, g.dtype, i, 0.02f * static_cast<float>((i + rank + k) % 5) - 0.04f);
           }

@@ -196,7 +196,7 @@ TEST(GatherWindowTest, DemandGatherOffTheOrderReleasesUnopenedPrefetches) {
       for (const char* name : {"d", "c", "b", "a"}) {
         ASSERT_OK_AND_ASSIGN(UnitScope b, e->Backward(e->FindUnit(name)));
         for (const ParamSpec& spec : e->UnitParams(e->FindUnit(name))) {
-          const TensorView g = b.grad(spec.name);
+          ASSERT_OK_AND_ASSIGN(const TensorView g, b.Grad(spec.name));
           for (int64_t i = 0; i < g.numel; ++i) static_cast<float*>(g.data)[i] += 0.01f;
         }
       }
@@ -225,7 +225,8 @@ void TrainWithActivations(Engine& e, int steps, int64_t bytes) {
     for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
       ASSERT_OK_AND_ASSIGN(UnitScope b, e.Backward(*it));
       for (const ParamSpec& spec : e.UnitParams(*it)) {
-        const TensorView p = b.param(spec.name), g = b.grad(spec.name);
+        ASSERT_OK_AND_ASSIGN(const TensorView p, b.Param(spec.name));
+        ASSERT_OK_AND_ASSIGN(const TensorView g, b.Grad(spec.name));
         for (int64_t i = 0; i < g.numel; ++i) {
           static_cast<float*>(g.data)[i] += 0.1f * static_cast<const float*>(p.data)[i];
         }

@@ -86,7 +86,8 @@ inline void TrainSynthetic(Engine& e, int steps, int ga, const ViewIo& io, Synth
         auto b = e.Backward(*it);
         ASSERT_OK(b);
         for (const ParamSpec& spec : e.UnitParams(*it)) {
-          const TensorView pv = b->param(spec.name), gv = b->grad(spec.name);
+          ASSERT_OK_AND_ASSIGN(const TensorView pv, b->Param(spec.name));
+          ASSERT_OK_AND_ASSIGN(const TensorView gv, b->Grad(spec.name));
           ASSERT_NO_FATAL_FAILURE(io.read(pv, &pbuf));
           ASSERT_NO_FATAL_FAILURE(io.read(gv, &gbuf));
           for (int64_t i = 0; i < gv.numel; ++i) {

@@ -43,14 +43,17 @@ class Engine::Impl {
   Status GradientsReady(UnitId id);
   Status ReduceTrainerUnit(UnitId id);
   StatusOr<TensorView> ParamView(UnitId id, const std::string& name) const;
-  TensorView ScopeView(UnitId id, const std::string& name, bool grad) const;
+  // A view / the base for an open UnitScope of unit `id` (`scope_backward`: the scope's kind): errors for an
+  // unknown name, and for a gradient outside a backward scope or of a frozen unit.
+  StatusOr<TensorView> ScopeView(UnitId id, bool scope_backward, const std::string& name, bool grad) const;
+  StatusOr<void*> ScopeBase(UnitId id, bool scope_backward, bool grad) const;
   StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
   // Checkpoints (shard/checkpoint.cc).
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options);
   StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options);
   Status LoadSafetensors(const std::string& path, const LoadOptions& options);
-  // A registered unit; aborts naming the accessor on an id no unit has (a caller bug, like a bad view dtype).
-  const internal::Unit& CheckedUnit(UnitId id, const char* what) const;
+  // A registered unit, or nullptr for an id no unit has.
+  const internal::Unit* UnitOrNull(UnitId id) const;
 
   // Members in construction order; destroyed in reverse, so the copy stream (last) finishes every queued copy
   // while the buffers it reads still exist.
@@ -67,6 +70,10 @@ class Engine::Impl {
   Status InitDevice();
   Status CheckUnit(UnitId id, const char* what) const;
   Status ResolveGroups();
+  Status CheckGroupsMatch() const;
+  // kInvalidArgument: `what`("name") on this rank, unit `u` has no such parameter, listing the ones it has.
+  Status UnknownParam(const char* what, const internal::Unit& u, const std::string& name) const;
+  Status CheckScopeGrad(const internal::Unit& u, bool scope_backward, const char* what, const std::string& name) const;
   void LogUnshardedUnits(const internal::StagePlan& plan) const;
   // Checkpoints: a unit's values by stream (see shard/checkpoint.cc for the streams and where they live).
   struct StreamDesc {

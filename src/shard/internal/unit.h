@@ -70,8 +70,12 @@ struct Unit {
   // Where the trainer reads the full parameters and writes the gradient (nullptr outside a backward scope).
   void* ParamBase() const { return sharded_params() ? gather.data() : params.data(); }
   void* GradBase() const { return bucket.empty() ? full_grads.data() : bucket.data(); }
-  // A view of `slot` inside a flat buffer of `dtype` starting at `base`.
-  static TensorView View(const ParamSlot& slot, void* base, DType dtype);
+  // A view of `slot` inside this unit's flat buffer of `dtype` starting at `base`, labelled for errors with the
+  // unit, the parameter, `rank` and whether it is a gradient.
+  TensorView View(const ParamSlot& slot, void* base, DType dtype, int rank, bool grad) const;
+  // "w, b, ln_w" — the unit's parameter names for an error about a name it does not have (the first 16, then
+  // how many more).
+  std::string ParamNames() const;
 };
 
 // Whether `name` fits `pattern`: globs ('*' any run, '?' one character) separated by '|'.
