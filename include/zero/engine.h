@@ -39,9 +39,9 @@
 // frozen unit, any use of a closed, moved-from or default-constructed scope, Engine::Param on a unit that is not
 // gathered. The messages name the unit, the parameter, the dtype and the rank. The only aborts (ZERO_CHECK) left
 // behind this header are broken invariants of the engine itself (a scope whose unit the engine does not hold
-// open, a gather issued for a unit in the wrong state) and running out of memory where no Status can be
-// returned; they print file:line and are zero's bugs. The unchecked fast paths are plain data: TensorView::data
-// and UnitScope::param_base()/grad_base(), which return nullptr where there is no such buffer.
+// open, a gather issued for a unit in the wrong state); they print file:line and are zero's bugs. The unchecked fast
+// paths are plain data: TensorView::data and UnitScope::param_base()/grad_base(), which return nullptr where there is
+// no such buffer.
 #pragma once
 
 #include <cstdint>

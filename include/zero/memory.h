@@ -8,6 +8,10 @@
 // A tracker is per rank (per Engine). Its counters are atomic: buffers may be created and destroyed from
 // several threads. Peak is the high-water mark of `current` per (tier, tag) since creation or ResetPeaks();
 // peak_total is the high-water mark of a tier's total, which is what an out-of-memory error depends on.
+//
+// ERRORS. Nothing here aborts on the caller's input. An allocation that fails (the allocator, or the tracker's
+// budget) is a Status where the call takes a `Status* error`, and otherwise throws std::bad_alloc like operator
+// new.
 #pragma once
 
 #include <array>

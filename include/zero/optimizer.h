@@ -12,6 +12,12 @@
 // Update on tiles of the shard. The built-in AdamW/Adam/SGD are fused fast paths: one pass reads the fp32 or
 // 16-bit gradient, applies grad_scale, updates master and state, and writes the 16-bit parameter copy.
 // Formulas match PyTorch's torch.optim.{AdamW, Adam, SGD}.
+//
+// ERRORS AND ABORTS. The factories (MakeOptimizer, MakeLrScheduler) return a Status for bad values. Update and
+// ParallelUpdate are raw-pointer kernels, the unchecked fast form: the engine is their usual caller and builds
+// every ShardUpdate itself, so a null buffer or step < 1 there is zero's bug and aborts (ZERO_CHECK, naming the
+// field). A trainer that calls them directly checks its ShardUpdate once with ValidateShardUpdate, which returns
+// the same conditions as a Status.
 #pragma once
 
 #include <cstddef>
@@ -88,7 +94,8 @@ struct SgdParams {
 // and SIMD target. (torch's own vectorized add/lerp use FMA on AVX2 builds: expect ulp-level differences from
 // torch, not from one machine to the next.) The gradient is multiplied by grad_scale before anything else.
 // Adam's state: {"exp_avg", "exp_avg_sq"}; SGD's: {"momentum_buffer"} when momentum != 0, else none.
-// Update aborts (a bug in the caller) on step < 1 or null master/grad/state with n > 0.
+// Update aborts (a bug in the caller) on step < 1 or null master/grad/state with n > 0 (ValidateShardUpdate
+// checks the same as a Status).
 std::unique_ptr<ElementwiseOptimizer> MakeAdam(const AdamParams& p);
 std::unique_ptr<ElementwiseOptimizer> MakeSgd(const SgdParams& p);
 // From the config's "optimizer" section, with DeepSpeed's naming: "Adam" is AdamW unless adam_w_mode is false,
@@ -110,6 +117,11 @@ const SgdParams* BuiltinSgdParams(const ElementwiseOptimizer& opt);
 // helper threads come from a process-wide pool that grows to the largest `threads` requested; concurrent
 // calls from several threads (thread ranks) are safe and share it. Blocks until the whole shard is updated.
 void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile_elems);
+
+// The checked form of Update's and ParallelUpdate's preconditions: with n > 0, master and grad non-null, a state
+// array with a non-null buffer for each of opt.StateNames(), and step >= 1. kInvalidArgument naming the optimizer
+// and the field otherwise.
+[[nodiscard]] Status ValidateShardUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u);
 
 // Learning-rate schedules as DeepSpeed defines them (deepspeed/runtime/lr_schedules.py).
 class LrScheduler {

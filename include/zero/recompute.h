@@ -42,6 +42,16 @@
 // recorded order; the Checkpointer itself never communicates.
 //
 // Not thread-safe: one Checkpointer per rank, used from that rank's thread.
+//
+// ERRORS AND ABORTS. Checkpointer's and ActivationArena's calls return a Status for the trainer's mistakes
+// (segment out of range, backward out of LIFO order, arena memory still live, a non-deterministic recompute, a
+// release beyond the top). Two things abort: ActivationArena::Allocate (and SegmentContext::Allocate) when the
+// system has no memory, like operator new; and SegmentContext's accessors used outside their contract (input(i)
+// or output(i) with i outside [0, num_inputs()) / [0, num_outputs()), input/output/rng() in a backward), which
+// print the segment and the index. Those run inside the trainer's segment callable, which returns void, so no
+// Status could reach the trainer, and the pointer they would hand back instead would crash later without a word;
+// num_inputs(), num_outputs() and recomputing() let a callable check first. Everything else that aborts is an
+// invariant of the Checkpointer itself.
 #pragma once
 
 #include <array>

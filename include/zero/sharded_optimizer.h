@@ -24,6 +24,11 @@
 // COLLECTIVE: every rank calls Create and Step together. After Step the trainer's gradient buffer holds the
 // reduced gradient at stage 0 (all of it) and stage 1 (this rank's shard; the rest is unspecified); the trainer
 // zeroes it before its next backward, as it always did.
+//
+// ERRORS. Every call returns a Status for the trainer's mistakes, never an abort: buffers that are null, too small
+// or of the wrong dtype, a parameter group whose pattern matches no "<FlatBuffers::name>.<tensor>" (the error lists
+// the names), a buffer index or tensor name that does not exist (GatherParam, GradientsReady). The aborts left are
+// zero's own invariants, as in zero/engine.h.
 #pragma once
 
 #include <cstdint>

@@ -208,6 +208,23 @@ ShardUpdate ShardUpdate::Slice(size_t begin, size_t count, size_t n_states, floa
   return part;
 }
 
+Status ValidateShardUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u) {
+  if (u.n == 0) return absl::OkStatus();
+  const auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(opt.Name(), ": ShardUpdate (n=", u.n, ") ", why));
+  };
+  if (u.master == nullptr) return bad("master is null");
+  if (u.grad == nullptr) return bad("grad is null");
+  if (u.step < 1) return bad(absl::StrCat("step is ", u.step, "; it is 1-based"));
+  const std::vector<std::string> states = opt.StateNames();
+  if (!states.empty() && u.state == nullptr)
+    return bad(absl::StrCat("state is null but the optimizer has ", states.size(), " states"));
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (u.state[i] == nullptr) return bad(absl::StrCat("state[", i, "] (", states[i], ") is null"));
+  }
+  return absl::OkStatus();
+}
+
 void ParallelUpdate(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile_elems) {
   if (u.n == 0) return;
   threads = std::max(threads, 1);

@@ -218,8 +218,7 @@ Status Engine::Impl::CheckGroupsMatch() const {
     if (names.size() > kShown) absl::StrAppend(&listed, ", ... (", names.size(), " names in all)");
     return absl::InvalidArgumentError(absl::StrCat(
         "EngineOptions::param_groups[", g, "]: pattern \"", groups[g].match, "\" matches no parameter on rank ",
-        ctx.world_rank, "; the full names are ",
-        trainer_owned ? "\"<FlatBuffers::name>.<tensor>\"" : "\"unit.param\"",
+        ctx.world_rank, "; the full names are ", trainer_owned ? "\"<FlatBuffers::name>.<tensor>\"" : "\"unit.param\"",
         " ('*' any run, '?' one character, '|' between alternatives): ", listed));
   }
   return absl::OkStatus();
@@ -271,7 +270,8 @@ Status Engine::Impl::CheckUnit(UnitId id, const char* what) const {
   if (!ctx.finalized) return absl::FailedPreconditionError(absl::StrCat(what, ": call Finalize first"));
   if (id < 0 || id >= static_cast<int>(ctx.units.size())) {
     return absl::InvalidArgumentError(absl::StrCat(what, " on rank ", ctx.world_rank, ": no unit with id ", id, " (",
-                                                   ctx.units.size(), " registered; Engine::FindUnit gives -1 for an "
+                                                   ctx.units.size(),
+                                                   " registered; Engine::FindUnit gives -1 for an "
                                                    "unknown name)"));
   }
   return absl::OkStatus();
@@ -351,16 +351,15 @@ Status Engine::Impl::CheckScopeGrad(const Unit& u, bool scope_backward, const ch
                                                       "gradients are written in a Backward scope"));
   }
   if (u.frozen) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        call, " on rank ", ctx.world_rank, ": unit ", u.name(),
-        " is frozen (EngineOptions::param_groups): it has no gradient; its Backward scope only keeps its "
-        "parameters gathered"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(call, " on rank ", ctx.world_rank, ": unit ", u.name(),
+                     " is frozen (EngineOptions::param_groups): it has no gradient; its Backward scope only keeps its "
+                     "parameters gathered"));
   }
   return absl::OkStatus();
 }
 
-StatusOr<TensorView> Engine::Impl::ScopeView(UnitId id, bool scope_backward, const std::string& name,
-                                             bool grad) const {
+StatusOr<TensorView> Engine::Impl::ScopeView(UnitId id, bool scope_backward, const std::string& name, bool grad) const {
   const Unit& u = ctx.units[id];
   // A UnitScope exists only for a unit the engine holds open (Open/Close pair them): our invariant.
   ZERO_CHECK(u.scope_open && u.scope_backward == scope_backward) << "unit " << u.name();
@@ -397,11 +396,13 @@ Status TensorView::WrongDType(const char* wanted) const {
                                         param ? *param : std::string("?"));
   std::string hint;
   if (dtype != DType::kF32) {
-    hint = " (the config's bf16/fp16 section makes the compute dtype 16-bit: read it as uint16_t and convert with "
-           "zero/dtype.h)";
+    hint =
+        " (the config's bf16/fp16 section makes the compute dtype 16-bit: read it as uint16_t and convert with "
+        "zero/dtype.h)";
   }
-  return absl::InvalidArgumentError(absl::StrCat("TensorView::As: ", what, rank >= 0 ? absl::StrCat(" on rank ", rank) : "",
-                                                 " is ", std::string(DTypeName(dtype)), ", not ", wanted, hint));
+  return absl::InvalidArgumentError(absl::StrCat("TensorView::As: ", what,
+                                                 rank >= 0 ? absl::StrCat(" on rank ", rank) : "", " is ",
+                                                 std::string(DTypeName(dtype)), ", not ", wanted, hint));
 }
 
 // ---- UnitScope ----

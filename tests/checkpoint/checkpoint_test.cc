@@ -316,7 +316,7 @@ TEST(CheckpointTest, FrozenUnitsAndGroupsResumeExactly) {
         ASSERT_OK(s);
         for (const ParamSpec& p : e.UnitParams(e.FindUnit(name))) {
           ASSERT_OK_AND_ASSIGN(const TensorView g, s->Grad(p.name));
-          ASSERT_OK_AND_ASSIGN(uint16_t* gv, g.As<uint16_t>());
+          ASSERT_OK_AND_ASSIGN(uint16_t * gv, g.As<uint16_t>());
           std::vector<float> f(g.numel);
           for (int64_t i = 0; i < g.numel; ++i) f[i] = 0.01f * std::sin(0.3f * i + k + e.rank());
           ConvertBuffer(f.data(), DType::kF32, gv, DType::kBF16, f.size());

@@ -106,6 +106,43 @@ TEST(MakeOptimizer, RejectsWhatTorchRejectsNamingTheKey) {
 // AdamW/Adam over several steps against a double-precision transcription of torch.optim.AdamW's algorithm
 // (the documented one, not our operation order): agreement to f32 rounding noise shows the formula, bias
 // corrections and decay placement are right; bitwise agreement with our reference is kernel_test's job.
+// The checked form of Update's preconditions: each missing field is named, and a complete update passes (the
+// unchecked Update aborts on the same ones).
+TEST(ValidateShardUpdate, NamesTheMissingField) {
+  auto adam = MakeAdam(AdamParams{});
+  std::vector<float> master(4, 1.0f), grad(4, 0.5f), m(4), v(4);
+  float* states[2] = {m.data(), v.data()};
+  ShardUpdate u{.master = master.data(), .grad = grad.data(), .state = states, .n = 4, .step = 1, .lr = 0.1};
+  EXPECT_OK(ValidateShardUpdate(*adam, u));
+  ShardUpdate bad = u;
+  bad.master = nullptr;
+  EXPECT_THAT(ValidateShardUpdate(*adam, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("master is null")));
+  bad = u;
+  bad.grad = nullptr;
+  EXPECT_THAT(ValidateShardUpdate(*adam, bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("grad is null")));
+  bad = u;
+  bad.step = 0;
+  EXPECT_THAT(ValidateShardUpdate(*adam, bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1-based")));
+  bad = u;
+  bad.state = nullptr;
+  EXPECT_THAT(ValidateShardUpdate(*adam, bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 states")));
+  float* half[2] = {m.data(), nullptr};
+  bad = u;
+  bad.state = half;
+  EXPECT_THAT(ValidateShardUpdate(*adam, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("state[1] (exp_avg_sq) is null")));
+  bad = u;
+  bad.n = 0;
+  bad.master = nullptr;
+  EXPECT_OK(ValidateShardUpdate(*adam, bad));  // an empty tile needs no buffers
+  // SGD without momentum has no state.
+  auto sgd = MakeSgd(SgdParams{});
+  bad = u;
+  bad.state = nullptr;
+  EXPECT_OK(ValidateShardUpdate(*sgd, bad));
+}
+
 TEST(AdamFormula, MatchesDoublePrecisionTorchAlgorithm) {
   for (bool decoupled : {true, false}) {
     for (bool bias_correction : {true, false}) {

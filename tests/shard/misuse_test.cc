@@ -123,8 +123,8 @@ TEST_P(MisuseTest, WrongDTypeViewIsAnError) {
       auto e = MakeEngine(comm, stage);
       ASSERT_NE(e, nullptr);
       ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(e->FindUnit("block.0")));
-      const auto f32 = AllOf(HasSubstr("block.0.w"), HasSubstr(OnRank(rank)), HasSubstr("is f32"),
-                             HasSubstr("not uint16_t"));
+      const auto f32 =
+          AllOf(HasSubstr("block.0.w"), HasSubstr(OnRank(rank)), HasSubstr("is f32"), HasSubstr("not uint16_t"));
       EXPECT_THAT(s.Param<uint16_t>("w"), StatusIs(kInvalid, AllOf(f32, HasSubstr("parameter block.0.w"))));
       EXPECT_THAT(s.Grad<uint16_t>("w"), StatusIs(kInvalid, AllOf(f32, HasSubstr("gradient block.0.w"))));
       ASSERT_OK_AND_ASSIGN(const TensorView v, s.Param("w"));
@@ -135,8 +135,8 @@ TEST_P(MisuseTest, WrongDTypeViewIsAnError) {
       auto e = MakeEngine(comm, stage, /*bf16=*/true);
       ASSERT_NE(e, nullptr);
       ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(e->FindUnit("head")));
-      const auto bf16 = AllOf(HasSubstr("head.w"), HasSubstr(OnRank(rank)), HasSubstr("is bf16, not float"),
-                              HasSubstr("uint16_t"));
+      const auto bf16 =
+          AllOf(HasSubstr("head.w"), HasSubstr(OnRank(rank)), HasSubstr("is bf16, not float"), HasSubstr("uint16_t"));
       EXPECT_THAT(s.Param<float>("w"), StatusIs(kInvalid, bf16));
       EXPECT_THAT(s.Grad<const float>("w"), StatusIs(kInvalid, bf16));
       ASSERT_OK_AND_ASSIGN(const TensorView v, s.Param("w"));
@@ -171,7 +171,7 @@ TEST_P(MisuseTest, ClosedMovedFromAndEmptyScopesAreErrors) {
       EXPECT_OK(t.Param("w"));
     }
     ASSERT_OK(e->Step());  // ends the step of the first backward scope
-    {  // Default-constructed.
+    {                      // Default-constructed.
       UnitScope d;
       EXPECT_THAT(d.Param("w"), StatusIs(kPrecondition, HasSubstr("default-constructed")));
       EXPECT_THAT(d.GradBase(), StatusIs(kPrecondition, HasSubstr("default-constructed")));
@@ -236,10 +236,10 @@ TEST_P(MisuseTest, ParamGroupMatchingNothingIsAnErrorOnTheEngine) {
     ASSERT_OK((*e)->AddUnit("block.0", {{"w", {8, 8}}, {"b", {8}}}));
     ASSERT_OK((*e)->AddUnit("head", {{"w", {8, 4}}}));
     EXPECT_THAT((*e)->Finalize(Init),
-                StatusIs(kInvalid, AllOf(HasSubstr("param_groups[1]"), HasSubstr("\"*.bais|*ln*\""),
-                                         HasSubstr("matches no parameter"), HasSubstr(OnRank(rank)),
-                                         HasSubstr("\"unit.param\""), HasSubstr(": block.0.w, block.0.b, head.w"),
-                                         Not(HasSubstr("names in all")))));
+                StatusIs(kInvalid,
+                         AllOf(HasSubstr("param_groups[1]"), HasSubstr("\"*.bais|*ln*\""),
+                               HasSubstr("matches no parameter"), HasSubstr(OnRank(rank)), HasSubstr("\"unit.param\""),
+                               HasSubstr(": block.0.w, block.0.b, head.w"), Not(HasSubstr("names in all")))));
   });
 }
 
@@ -251,9 +251,10 @@ TEST(MisuseParamGroupTest, ManyNamesAreListedFirstTwentyAndACount) {
     std::vector<ParamSpec> params;
     for (int i = 0; i < 30; ++i) params.push_back({absl::StrCat("p", i), {4}});
     ASSERT_OK((*e)->AddUnit("layers", params));
-    EXPECT_THAT((*e)->Finalize(Init),
-                StatusIs(kInvalid, AllOf(HasSubstr("\"layer.*\""), HasSubstr(OnRank(rank)), HasSubstr("layers.p19, ..."),
-                                         Not(HasSubstr("layers.p20")), HasSubstr("(30 names in all)"))));
+    EXPECT_THAT(
+        (*e)->Finalize(Init),
+        StatusIs(kInvalid, AllOf(HasSubstr("\"layer.*\""), HasSubstr(OnRank(rank)), HasSubstr("layers.p19, ..."),
+                                 Not(HasSubstr("layers.p20")), HasSubstr("(30 names in all)"))));
   });
 }
 

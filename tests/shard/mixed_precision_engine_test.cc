@@ -89,7 +89,7 @@ TEST_P(OverflowTest, InfOnOneRankSkipsEverywhere) {
     ASSERT_OK(engine->Finalize(Init));
     auto backward = [&](bool poison) {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
-      ASSERT_OK_AND_ASSIGN(uint16_t* g, s.Grad<uint16_t>("w"));
+      ASSERT_OK_AND_ASSIGN(uint16_t * g, s.Grad<uint16_t>("w"));
       for (int64_t i = 0; i < 37 * 11; ++i) g[i] = F32ToF16(0.01f * static_cast<float>((i + rank) % 5));
       if (poison && rank == 2) g[100] = 0x7C00;  // +inf in fp16
     };
@@ -131,7 +131,7 @@ TEST(Bf16PolicyTest, NonFiniteIsAnErrorWhenConfigured) {
     ASSERT_OK(engine->Finalize(Init));
     {
       ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
-      ASSERT_OK_AND_ASSIGN(uint16_t* g, s.Grad<uint16_t>("w"));
+      ASSERT_OK_AND_ASSIGN(uint16_t * g, s.Grad<uint16_t>("w"));
       if (rank == 1) g[3] = 0x7FC0;  // NaN in bf16
     }
     auto r = engine->Step();

@@ -174,8 +174,8 @@ TEST_P(LoraTest, FrozenBaseHoldsNoStateAndNeverMoves) {
       for (UnitId id = 0; id < static_cast<UnitId>(units.size()); ++id) {
         ASSERT_OK_AND_ASSIGN(UnitScope s, e->Backward(id));
         ASSERT_OK_AND_ASSIGN(const TensorView w, s.Param(units[id].second[0].name));
-        EXPECT_NE(w.data, nullptr);                                   // gathered, frozen or not
-        if (units[id].first.rfind("base", 0) == 0) continue;         // no gradient to write
+        EXPECT_NE(w.data, nullptr);                           // gathered, frozen or not
+        if (units[id].first.rfind("base", 0) == 0) continue;  // no gradient to write
         for (const ParamSpec& p : units[id].second) {
           ASSERT_OK_AND_ASSIGN(const TensorView g, s.Grad(p.name));
           for (int64_t i = 0; i < p.numel(); ++i) {
