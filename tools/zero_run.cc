@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int g_signal_pipe[2] = {-1, -1};
+
+// A rank's output line longer than this is cut into pieces of this many bytes, each printed as a line of its
+// own with the rank's prefix: a rank that writes without newlines must not make zero-run hold its whole output.
+constexpr size_t kMaxLine = 64 * 1024;
+
+// The signals zero-run forwards to every rank. SIGHUP is a closed terminal or a dropped ssh session, SIGQUIT a
+// Ctrl-\: in both the ranks must go with the launcher, as with SIGINT and SIGTERM.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 void OnSignal(int sig) {
   const int saved = errno;
@@ -48,7 +58,8 @@ void Usage(FILE* out) {
                "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
                "                       are terminated; default 10\n"
                "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and\n"
-               "ZERO_STORE_DIR; output lines are prefixed with [rN].\n");
+               "ZERO_STORE_DIR; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
+               "forwarded to the ranks; the ranks never outlive zero-run.\n");
 }
 
 bool ParseSeconds(const char* s, double* out) {
@@ -81,6 +92,7 @@ struct Stream {
   int fd = -1;
   FILE* out = nullptr;  // stdout or stderr of zero-run
   std::string partial;  // bytes after the last newline
+  size_t scanned = 0;   // bytes of `partial` already searched for a newline (each byte is searched once)
 };
 
 struct Rank {
@@ -91,20 +103,74 @@ struct Rank {
   Stream streams[2];
 };
 
+// Prints every complete line of `s.partial` with the rank's prefix, and pieces of kMaxLine bytes of a line that
+// has grown past it. Linear in the bytes read: each byte is searched for a newline once, and the consumed prefix
+// is erased once per call.
 void EmitLines(int rank, Stream& s, bool flush_partial) {
   size_t start = 0;
   for (;;) {
-    size_t nl = s.partial.find('\n', start);
+    const size_t from = std::max(start, s.scanned);
+    const size_t nl = s.partial.find('\n', from);
+    const size_t end = nl == std::string::npos ? s.partial.size() : nl;
+    if (end - start > kMaxLine) {  // a piece of a line longer than kMaxLine
+      std::fprintf(s.out, "[r%d] %.*s\n", rank, static_cast<int>(kMaxLine), s.partial.data() + start);
+      start += kMaxLine;
+      continue;
+    }
     if (nl == std::string::npos) break;
     std::fprintf(s.out, "[r%d] %.*s\n", rank, static_cast<int>(nl - start), s.partial.data() + start);
     start = nl + 1;
   }
   s.partial.erase(0, start);
+  s.scanned = s.partial.size();
   if (flush_partial && !s.partial.empty()) {
     std::fprintf(s.out, "[r%d] %s\n", rank, s.partial.c_str());
     s.partial.clear();
+    s.scanned = 0;
   }
   std::fflush(s.out);
+}
+
+// The watchdog: a process of its own that outlives zero-run. zero-run tells it, over a pipe, each rank's process
+// group as it starts ("+PGID") and as it is reaped ("-PGID"), and "done" when it is about to exit normally. If the
+// pipe closes without "done" (zero-run was killed, SIGKILL included), the watchdog kills every process group still
+// listed — the ranks and anything they started, which PR_SET_PDEATHSIG alone does not reach — and removes the
+// store folder. It ignores the terminal's signals, which zero-run handles and forwards.
+void RunWatchdog(int read_fd, const std::string& store_dir) {
+  for (int sig : kForwarded) signal(sig, SIG_IGN);
+  std::set<pid_t> groups;
+  bool done = false;
+  std::string buf;
+  char chunk[256];
+  for (;;) {
+    const ssize_t got = ::read(read_fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    buf.append(chunk, static_cast<size_t>(got));
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      const std::string msg = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (msg == "done") {
+        done = true;
+      } else if (msg.size() > 1 && (msg[0] == '+' || msg[0] == '-')) {
+        const pid_t pgid = static_cast<pid_t>(std::strtol(msg.c_str() + 1, nullptr, 10));
+        if (msg[0] == '+') {
+          groups.insert(pgid);
+        } else {
+          groups.erase(pgid);
+        }
+      }
+    }
+  }
+  if (done) ::_exit(0);
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  std::error_code ec;
+  std::filesystem::remove_all(store_dir, ec);
+  std::fprintf(stderr,
+               "zero-run (watchdog): zero-run died before its ranks ended; killed %zu rank process group(s)%s\n",
+               groups.size(), ec ? "" : " and removed the store folder");
+  ::_exit(0);
 }
 
 std::string DescribeExit(int status) {
@@ -114,6 +180,8 @@ std::string DescribeExit(int status) {
   }
   return "ended with status " + std::to_string(status);
 }
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int ExitCodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -181,18 +249,57 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zero-run: cannot create a store directory %s: %s\n", store_dir.c_str(), std::strerror(errno));
     return 1;
   }
+  // Removes the store folder on every path out of main from here on (the watchdog does it when zero-run is
+  // killed).
+  struct StoreCleanup {
+    std::string dir;
+    ~StoreCleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } store_cleanup{store_dir};
   const int port = FreePort();
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     std::perror("zero-run: pipe");
     return 1;
   }
+  // The watchdog, forked before any rank so it holds none of their pipes. Its end of the pipe is the only one
+  // it keeps; zero-run's end is close-on-exec, so no rank holds it open after zero-run dies.
+  int watch[2];
+  if (::pipe2(watch, O_CLOEXEC) != 0) {
+    std::perror("zero-run: pipe");
+    return 1;
+  }
+  const pid_t launcher = ::getpid();
+  const pid_t watchdog = ::fork();
+  if (watchdog < 0) {
+    std::perror("zero-run: fork");
+    return 1;
+  }
+  if (watchdog == 0) {
+    ::close(watch[1]);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
+    RunWatchdog(watch[0], store_dir);  // never returns
+  }
+  ::close(watch[0]);
+  const int watch_fd = watch[1];
+  auto tell_watchdog = [&](const std::string& msg) {
+    const std::string line = msg + "\n";
+    (void)!::write(watch_fd, line.data(), line.size());
+  };
+
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : kForwarded) {
+    // A signal ignored when zero-run started stays ignored (nohup zero-run ...: SIGHUP must not stop the job).
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);
+  }
   sigaction(SIGCHLD, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -201,20 +308,29 @@ int main(int argc, char** argv) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
       std::perror("zero-run: pipe");
+      for (auto& rk : ranks) {
+        if (rk.running) ::kill(-rk.pid, SIGKILL);
+      }
       return 1;
     }
     pid_t pid = ::fork();
     if (pid < 0) {
       std::perror("zero-run: fork");
+      for (auto& rk : ranks) {
+        if (rk.running) ::kill(-rk.pid, SIGKILL);
+      }
       return 1;
     }
     if (pid == 0) {
+      // Dies with zero-run, whatever kills it: the kernel sends SIGKILL when the parent exits. If zero-run died
+      // before this line ran, the parent is already someone else: leave at once.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(128 + SIGKILL);
       // Own process group: a terminal's Ctrl-C reaches only zero-run, which forwards it once.
       ::setpgid(0, 0);
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
+      for (int sig : kForwarded) signal(sig, SIG_DFL);
       signal(SIGCHLD, SIG_DFL);
       signal(SIGPIPE, SIG_DFL);
       ::setenv("RANK", std::to_string(r).c_str(), 1);
@@ -229,6 +345,7 @@ int main(int argc, char** argv) {
       ::_exit(127);
     }
     ::setpgid(pid, pid);
+    tell_watchdog("+" + std::to_string(pid));
     ::close(out[1]);
     ::close(err[1]);
     ranks[r].pid = pid;
@@ -279,8 +396,8 @@ int main(int argc, char** argv) {
         // even though the peers are the first to exit. Said when it happens, and named first below.
         if (WIFSTOPPED(status)) {
           ranks[r].stopped = true;
-          std::fprintf(stderr, "zero-run: rank %d was stopped by signal %d (%s)\n", r, WSTOPSIG(status),
-                       strsignal(WSTOPSIG(status)));
+          std::fprintf(stderr, "zero-run: rank %d was stopped by signal %d (%s) at %.3f s\n", r, WSTOPSIG(status),
+                       strsignal(WSTOPSIG(status)), Seconds(Clock::now() - start));
           std::fflush(stderr);
           continue;
         }
@@ -291,6 +408,7 @@ int main(int argc, char** argv) {
         }
         ranks[r].running = false;
         ranks[r].wait_status = status;
+        tell_watchdog("-" + std::to_string(pid));
         if (Failed(status) && first_failed_rank < 0 && interrupted_by == 0 && !timed_out) {
           int culprit = -1;
           for (int q = 0; q < nproc; ++q) {
@@ -301,7 +419,10 @@ int main(int argc, char** argv) {
                          DescribeExit(status).c_str());
           }
           first_failed_rank = culprit >= 0 ? culprit : r;
-          std::fprintf(stderr, "zero-run: rank %d %s", r, DescribeExit(status).c_str());
+          // When, so the survivors' errors (which name the op they were in and how long they waited) can be
+          // matched to the rank that left.
+          std::fprintf(stderr, "zero-run: rank %d %s at %.3f s", r, DescribeExit(status).c_str(),
+                       Seconds(Clock::now() - start));
           if (running_count() > 0) {
             std::fprintf(stderr, "; the other ranks have %.3g s to exit before they are terminated", grace_s);
             terminate_at = Clock::now() + grace;
@@ -394,8 +515,10 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::error_code ec;
-  std::filesystem::remove_all(store_dir, ec);
+  // Every rank is reaped: the watchdog has nothing left to guard. The store folder goes with store_cleanup.
+  tell_watchdog("done");
+  ::close(watch_fd);
+  ::waitpid(watchdog, nullptr, 0);
 
   int failures = 0;
   for (int r = 0; r < nproc; ++r) failures += Failed(ranks[r].wait_status) ? 1 : 0;
