@@ -196,6 +196,12 @@ TEST(ZeroRunAbuse, SigkillOfTheLauncherTakesTheRanks) {
   const absl::Time store_deadline = absl::Now() + absl::Seconds(10);
   while (std::filesystem::exists(ranks->store) && absl::Now() < store_deadline) absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(std::filesystem::exists(ranks->store)) << ranks->store;
+  // The watchdog says what it did once it has done it: wait for its line.
+  const absl::Time said_deadline = absl::Now() + absl::Seconds(10);
+  while (ReadFile(dir + "/out").find("zero-run (watchdog): zero-run died") == std::string::npos &&
+         absl::Now() < said_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_NE(ReadFile(dir + "/out").find("zero-run (watchdog): zero-run died"), std::string::npos)
       << ReadFile(dir + "/out");
   std::filesystem::remove_all(dir);
@@ -250,6 +256,72 @@ TEST(ZeroRunAbuse, TheRankThatLeftIsNamedWithTheTime) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(zero-run: rank 1 exited with code 3 at [0-9]+\.[0-9]{3} s)")))
       << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// --max-restarts: a failed attempt stops every rank and starts them all again, each rank told which attempt it is
+// (TORCHELASTIC_RESTART_COUNT, as torchrun) and given a fresh rendezvous folder.
+TEST(ZeroRunRestarts, AFailedAttemptIsRestartedWhole) {
+  const std::string dir = TempDir("zero-run-restart");
+  const char* rank_program =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 1 ] && exit 3; sleep 1000; fi; "
+      "echo \"attempt $TORCHELASTIC_RESTART_COUNT of max $TORCHELASTIC_MAX_RESTARTS store $ZERO_STORE_DIR\"";
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1", "--max-restarts", "2", "--", "/bin/sh", "-c", rank_program}, dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting all 2 rank(s) at "), 1) << out;
+  EXPECT_NE(out.find("(restart 1 of 2)"), std::string::npos) << out;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(
+        std::regex_search(out, std::regex(absl::StrCat(R"(\[r)", r, R"(\] attempt 1 of max 2 store \S+/attempt-1)"))))
+        << out;
+  }
+  EXPECT_EQ(out.find("] attempt 0"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Restarts are bounded: a rank that fails every time ends the job after K restarts with its exit code.
+TEST(ZeroRunRestarts, RestartsAreBounded) {
+  const std::string dir = TempDir("zero-run-restart-spent");
+  const pid_t launcher =
+      StartZeroRun({"-n", "2", "--grace", "1", "--max-restarts", "2", "--", "/bin/sh", "-c",
+                    "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$RANK\" = 1 ] && exit 3; sleep 1000"},
+                   dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting all 2 rank(s)"), 2) << out;
+  EXPECT_EQ(CountOf(out, "[r1] try "), 3) << out;
+  EXPECT_NE(out.find("in the last of 3 attempts"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Without --max-restarts nothing is restarted (the default is torchrun's: 0).
+TEST(ZeroRunRestarts, NoRestartByDefault) {
+  const std::string dir = TempDir("zero-run-no-restart");
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1", "--", "/bin/sh", "-c", "echo try; [ \"$RANK\" = 1 ] && exit 3; sleep 1000"},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_EQ(CountOf(out, "[r1] try"), 1) << out;
+  EXPECT_EQ(out.find("restarting"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 
