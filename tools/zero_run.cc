@@ -13,7 +13,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +35,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int g_signal_pipe[2] = {-1, -1};
+
+// A rank's output line longer than this is cut into pieces of this many bytes, each printed as a line of its
+// own with the rank's prefix: a rank that writes without newlines must not make zero-run hold its whole output.
+constexpr size_t kMaxLine = 64 * 1024;
+
+// The signals zero-run forwards to every rank. SIGHUP is a closed terminal or a dropped ssh session, SIGQUIT a
+// Ctrl-\: in both the ranks must go with the launcher, as with SIGINT and SIGTERM.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 void OnSignal(int sig) {
   const int saved = errno;
@@ -42,13 +53,16 @@ void OnSignal(int sig) {
 
 void Usage(FILE* out) {
   std::fprintf(out,
-               "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] -- PROGRAM [ARGS...]\n"
+               "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K] -- PROGRAM [ARGS...]\n"
                "  -n, --nproc N        number of ranks to start on this machine (>= 1)\n"
                "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
                "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
                "                       are terminated; default 10\n"
+               "  --max-restarts K     when a rank fails, stop every rank and start them all again, at most K\n"
+               "                       times (default 0); each rank sees TORCHELASTIC_RESTART_COUNT\n"
                "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and\n"
-               "ZERO_STORE_DIR; output lines are prefixed with [rN].\n");
+               "ZERO_STORE_DIR; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
+               "forwarded to the ranks; the ranks never outlive zero-run.\n");
 }
 
 bool ParseSeconds(const char* s, double* out) {
@@ -81,6 +95,7 @@ struct Stream {
   int fd = -1;
   FILE* out = nullptr;  // stdout or stderr of zero-run
   std::string partial;  // bytes after the last newline
+  size_t scanned = 0;   // bytes of `partial` already searched for a newline (each byte is searched once)
 };
 
 struct Rank {
@@ -91,20 +106,74 @@ struct Rank {
   Stream streams[2];
 };
 
+// Prints every complete line of `s.partial` with the rank's prefix, and pieces of kMaxLine bytes of a line that
+// has grown past it. Linear in the bytes read: each byte is searched for a newline once, and the consumed prefix
+// is erased once per call.
 void EmitLines(int rank, Stream& s, bool flush_partial) {
   size_t start = 0;
   for (;;) {
-    size_t nl = s.partial.find('\n', start);
+    const size_t from = std::max(start, s.scanned);
+    const size_t nl = s.partial.find('\n', from);
+    const size_t end = nl == std::string::npos ? s.partial.size() : nl;
+    if (end - start > kMaxLine) {  // a piece of a line longer than kMaxLine
+      std::fprintf(s.out, "[r%d] %.*s\n", rank, static_cast<int>(kMaxLine), s.partial.data() + start);
+      start += kMaxLine;
+      continue;
+    }
     if (nl == std::string::npos) break;
     std::fprintf(s.out, "[r%d] %.*s\n", rank, static_cast<int>(nl - start), s.partial.data() + start);
     start = nl + 1;
   }
   s.partial.erase(0, start);
+  s.scanned = s.partial.size();
   if (flush_partial && !s.partial.empty()) {
     std::fprintf(s.out, "[r%d] %s\n", rank, s.partial.c_str());
     s.partial.clear();
+    s.scanned = 0;
   }
   std::fflush(s.out);
+}
+
+// The watchdog: a process of its own that outlives zero-run. zero-run tells it, over a pipe, each rank's process
+// group as it starts ("+PGID") and as it is reaped ("-PGID"), and "done" when it is about to exit normally. If the
+// pipe closes without "done" (zero-run was killed, SIGKILL included), the watchdog kills every process group still
+// listed — the ranks and anything they started, which PR_SET_PDEATHSIG alone does not reach — and removes the
+// store folder. It ignores the terminal's signals, which zero-run handles and forwards.
+void RunWatchdog(int read_fd, const std::string& store_dir) {
+  for (int sig : kForwarded) signal(sig, SIG_IGN);
+  std::set<pid_t> groups;
+  bool done = false;
+  std::string buf;
+  char chunk[256];
+  for (;;) {
+    const ssize_t got = ::read(read_fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    buf.append(chunk, static_cast<size_t>(got));
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      const std::string msg = buf.substr(0, nl);
+      buf.erase(0, nl + 1);
+      if (msg == "done") {
+        done = true;
+      } else if (msg.size() > 1 && (msg[0] == '+' || msg[0] == '-')) {
+        const pid_t pgid = static_cast<pid_t>(std::strtol(msg.c_str() + 1, nullptr, 10));
+        if (msg[0] == '+') {
+          groups.insert(pgid);
+        } else {
+          groups.erase(pgid);
+        }
+      }
+    }
+  }
+  if (done) ::_exit(0);
+  for (pid_t g : groups) ::kill(-g, SIGKILL);
+  std::error_code ec;
+  std::filesystem::remove_all(store_dir, ec);
+  std::fprintf(stderr,
+               "zero-run (watchdog): zero-run died before its ranks ended; killed %zu rank process group(s)%s\n",
+               groups.size(), ec ? "" : " and removed the store folder");
+  ::_exit(0);
 }
 
 std::string DescribeExit(int status) {
@@ -114,6 +183,8 @@ std::string DescribeExit(int status) {
   }
   return "ended with status " + std::to_string(status);
 }
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int ExitCodeOf(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -129,6 +200,7 @@ int main(int argc, char** argv) {
   int nproc = 0;
   double job_timeout_s = 0;
   double grace_s = 10;
+  int max_restarts = 0;
   int arg = 1;
   for (; arg < argc; ++arg) {
     const std::string a = argv[arg];
@@ -140,7 +212,8 @@ int main(int argc, char** argv) {
       Usage(stdout);
       return 0;
     }
-    if ((a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace") && arg + 1 < argc) {
+    if ((a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts") &&
+        arg + 1 < argc) {
       const char* v = argv[++arg];
       bool ok = true;
       if (a == "-n" || a == "--nproc") {
@@ -148,6 +221,11 @@ int main(int argc, char** argv) {
         long n = std::strtol(v, &end, 10);
         ok = end != v && *end == '\0' && n >= 1 && n <= 4096;
         nproc = static_cast<int>(n);
+      } else if (a == "--max-restarts") {
+        char* end = nullptr;
+        long k = std::strtol(v, &end, 10);
+        ok = end != v && *end == '\0' && k >= 0 && k <= 1000;
+        max_restarts = static_cast<int>(k);
       } else if (a == "--timeout") {
         ok = ParseSeconds(v, &job_timeout_s);
       } else {
@@ -181,226 +259,307 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zero-run: cannot create a store directory %s: %s\n", store_dir.c_str(), std::strerror(errno));
     return 1;
   }
+  // Removes the store folder on every path out of main from here on (the watchdog does it when zero-run is
+  // killed).
+  struct StoreCleanup {
+    std::string dir;
+    ~StoreCleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } store_cleanup{store_dir};
   const int port = FreePort();
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     std::perror("zero-run: pipe");
     return 1;
   }
+  // The watchdog, forked before any rank so it holds none of their pipes. Its end of the pipe is the only one
+  // it keeps; zero-run's end is close-on-exec, so no rank holds it open after zero-run dies.
+  int watch[2];
+  if (::pipe2(watch, O_CLOEXEC) != 0) {
+    std::perror("zero-run: pipe");
+    return 1;
+  }
+  const pid_t launcher = ::getpid();
+  const pid_t watchdog = ::fork();
+  if (watchdog < 0) {
+    std::perror("zero-run: fork");
+    return 1;
+  }
+  if (watchdog == 0) {
+    ::close(watch[1]);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
+    RunWatchdog(watch[0], store_dir);  // never returns
+  }
+  ::close(watch[0]);
+  const int watch_fd = watch[1];
+  auto tell_watchdog = [&](const std::string& msg) {
+    const std::string line = msg + "\n";
+    (void)!::write(watch_fd, line.data(), line.size());
+  };
+
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : kForwarded) {
+    // A signal ignored when zero-run started stays ignored (nohup zero-run ...: SIGHUP must not stop the job).
+    struct sigaction old {};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);
+  }
   sigaction(SIGCHLD, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::vector<Rank> ranks(nproc);
-  for (int r = 0; r < nproc; ++r) {
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-      std::perror("zero-run: pipe");
-      return 1;
-    }
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("zero-run: fork");
-      return 1;
-    }
-    if (pid == 0) {
-      // Own process group: a terminal's Ctrl-C reaches only zero-run, which forwards it once.
-      ::setpgid(0, 0);
-      ::dup2(out[1], STDOUT_FILENO);
-      ::dup2(err[1], STDERR_FILENO);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      signal(SIGCHLD, SIG_DFL);
-      signal(SIGPIPE, SIG_DFL);
-      ::setenv("RANK", std::to_string(r).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::setenv("ZERO_STORE_DIR", store_dir.c_str(), 1);
-      ::execvp(child_argv[0], child_argv.data());
-      std::fprintf(stderr, "zero-run: cannot execute %s: %s\n", child_argv[0], std::strerror(errno));
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);
-    ::close(out[1]);
-    ::close(err[1]);
-    ranks[r].pid = pid;
-    ranks[r].running = true;
-    ranks[r].streams[0] = {out[0], stdout, ""};
-    ranks[r].streams[1] = {err[0], stderr, ""};
-  }
-
-  const Clock::time_point start = Clock::now();
-  // When still-running ranks get SIGTERM, then SIGKILL; max() = not scheduled. (Not std::optional: GCC 12 -O3
-  // reports a maybe-uninitialized read of the empty optional's value, a false positive.)
-  constexpr Clock::time_point kNever = Clock::time_point::max();
-  Clock::time_point terminate_at = kNever;
-  Clock::time_point kill_at = kNever;
-  std::optional<Clock::time_point> all_exited_at;
-  int first_failed_rank = -1;
+  const Clock::time_point job_start = Clock::now();
+  int restarts = 0;
   int interrupted_by = 0;
   bool timed_out = false;
-  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
-
-  auto signal_all = [&](int sig) {
-    for (auto& rk : ranks) {
-      if (rk.running) ::kill(-rk.pid, sig);
+  int first_failed_rank = -1;
+  std::vector<Rank> ranks;
+  for (;;) {  // one attempt of the whole job per iteration: the first, then each restart
+    ranks.assign(nproc, Rank{});
+    first_failed_rank = -1;
+    // Each attempt rendezvouses in a folder of its own: the file store's keys are write-once.
+    const std::string attempt_dir = store_dir + "/attempt-" + std::to_string(restarts);
+    if (::mkdir(attempt_dir.c_str(), 0700) != 0) {
+      std::fprintf(stderr, "zero-run: cannot create %s: %s\n", attempt_dir.c_str(), std::strerror(errno));
+      return 1;
     }
-  };
-  auto running_count = [&]() {
-    int n = 0;
-    for (auto& rk : ranks) n += rk.running ? 1 : 0;
-    return n;
-  };
-  auto open_streams = [&]() {
-    int n = 0;
-    for (auto& rk : ranks) {
-      for (auto& s : rk.streams) n += s.fd >= 0 ? 1 : 0;
-    }
-    return n;
-  };
-
-  for (;;) {
-    // Reap.
-    for (;;) {
-      int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
-      if (pid <= 0) break;
-      for (int r = 0; r < nproc; ++r) {
-        if (ranks[r].pid != pid || !ranks[r].running) continue;
-        // A stopped rank holds its peers in their collectives until their timeout: it is the one that failed,
-        // even though the peers are the first to exit. Said when it happens, and named first below.
-        if (WIFSTOPPED(status)) {
-          ranks[r].stopped = true;
-          std::fprintf(stderr, "zero-run: rank %d was stopped by signal %d (%s)\n", r, WSTOPSIG(status),
-                       strsignal(WSTOPSIG(status)));
-          std::fflush(stderr);
-          continue;
-        }
-        if (WIFCONTINUED(status)) {
-          ranks[r].stopped = false;
-          std::fprintf(stderr, "zero-run: rank %d continued\n", r);
-          continue;
-        }
-        ranks[r].running = false;
-        ranks[r].wait_status = status;
-        if (Failed(status) && first_failed_rank < 0 && interrupted_by == 0 && !timed_out) {
-          int culprit = -1;
-          for (int q = 0; q < nproc; ++q) {
-            if (ranks[q].running && ranks[q].stopped && culprit < 0) culprit = q;
-          }
-          if (culprit >= 0) {
-            std::fprintf(stderr, "zero-run: rank %d failed first: it is stopped; rank %d then %s\n", culprit, r,
-                         DescribeExit(status).c_str());
-          }
-          first_failed_rank = culprit >= 0 ? culprit : r;
-          std::fprintf(stderr, "zero-run: rank %d %s", r, DescribeExit(status).c_str());
-          if (running_count() > 0) {
-            std::fprintf(stderr, "; the other ranks have %.3g s to exit before they are terminated", grace_s);
-            terminate_at = Clock::now() + grace;
-          }
-          std::fprintf(stderr, "\n");
-          std::fflush(stderr);
-        }
-      }
-    }
-    const Clock::time_point now = Clock::now();
-    if (running_count() == 0) {
-      if (!all_exited_at) all_exited_at = now;
-      // Grandchildren may hold the pipes open; stop reading a second after the ranks themselves exited.
-      if (open_streams() == 0 || now - *all_exited_at > std::chrono::seconds(1)) break;
-    }
-    if (job_timeout_s > 0 && !timed_out &&
-        now - start > std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job_timeout_s))) {
-      timed_out = true;
-      std::fprintf(stderr, "zero-run: job timeout of %.3g s reached; terminating %d running rank(s)\n", job_timeout_s,
-                   running_count());
-      std::fflush(stderr);
-      terminate_at = now;
-    }
-    if (now >= terminate_at) {
-      terminate_at = kNever;
-      signal_all(SIGTERM);
-      for (auto& rk : ranks) {
-        if (rk.running && rk.stopped) ::kill(-rk.pid, SIGCONT);  // a stopped rank acts on SIGTERM only when continued
-      }
-      kill_at = now + std::chrono::seconds(3);
-    }
-    if (now >= kill_at) {
-      kill_at = kNever;
-      signal_all(SIGKILL);
-    }
-
-    std::vector<pollfd> fds;
-    fds.push_back({g_signal_pipe[0], POLLIN, 0});
-    std::vector<std::pair<int, int>> owners;  // (rank, stream index) of fds[i + 1]
     for (int r = 0; r < nproc; ++r) {
-      for (int k = 0; k < 2; ++k) {
-        if (ranks[r].streams[k].fd >= 0) {
-          fds.push_back({ranks[r].streams[k].fd, POLLIN, 0});
-          owners.push_back({r, k});
+      int out[2], err[2];
+      if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+        std::perror("zero-run: pipe");
+        for (auto& rk : ranks) {
+          if (rk.running) ::kill(-rk.pid, SIGKILL);
         }
+        return 1;
       }
-    }
-    int n = ::poll(fds.data(), fds.size(), 100);
-    if (n < 0 && errno != EINTR) {
-      std::perror("zero-run: poll");
-      break;
-    }
-    if (fds[0].revents & POLLIN) {
-      unsigned char sigs[64];
-      ssize_t got = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
-      for (ssize_t i = 0; i < got; ++i) {
-        const int sig = sigs[i];
-        if (sig == SIGCHLD) continue;  // reaped at the top of the loop
-        if (interrupted_by != 0) {
-          signal_all(SIGKILL);  // a second interrupt: no more waiting
-          continue;
+      pid_t pid = ::fork();
+      if (pid < 0) {
+        std::perror("zero-run: fork");
+        for (auto& rk : ranks) {
+          if (rk.running) ::kill(-rk.pid, SIGKILL);
         }
-        interrupted_by = sig;
-        std::fprintf(stderr, "zero-run: received %s; forwarding it to %d rank(s)\n", strsignal(sig), running_count());
-        std::fflush(stderr);
-        signal_all(sig);
-        kill_at = Clock::now() + std::max(grace, std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)));
+        return 1;
       }
-    }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      auto [r, k] = owners[i - 1];
-      Stream& s = ranks[r].streams[k];
-      char buf[65536];
-      ssize_t got = ::read(s.fd, buf, sizeof(buf));
-      if (got > 0) {
-        s.partial.append(buf, static_cast<size_t>(got));
-        EmitLines(r, s, /*flush_partial=*/false);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        EmitLines(r, s, /*flush_partial=*/true);
-        ::close(s.fd);
-        s.fd = -1;
+      if (pid == 0) {
+        // Dies with zero-run, whatever kills it: the kernel sends SIGKILL when the parent exits. If zero-run died
+        // before this line ran, the parent is already someone else: leave at once.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() != launcher) ::_exit(128 + SIGKILL);
+        // Own process group: a terminal's Ctrl-C reaches only zero-run, which forwards it once.
+        ::setpgid(0, 0);
+        ::dup2(out[1], STDOUT_FILENO);
+        ::dup2(err[1], STDERR_FILENO);
+        for (int sig : kForwarded) signal(sig, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        ::setenv("RANK", std::to_string(r).c_str(), 1);
+        ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+        ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+        ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        ::setenv("ZERO_STORE_DIR", attempt_dir.c_str(), 1);
+        // As torchrun: which attempt this is, so a trainer resumes from its checkpoint on a restart.
+        ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restarts).c_str(), 1);
+        ::setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts).c_str(), 1);
+        ::execvp(child_argv[0], child_argv.data());
+        std::fprintf(stderr, "zero-run: cannot execute %s: %s\n", child_argv[0], std::strerror(errno));
+        ::_exit(127);
       }
+      ::setpgid(pid, pid);
+      tell_watchdog("+" + std::to_string(pid));
+      ::close(out[1]);
+      ::close(err[1]);
+      ranks[r].pid = pid;
+      ranks[r].running = true;
+      ranks[r].streams[0] = {out[0], stdout, ""};
+      ranks[r].streams[1] = {err[0], stderr, ""};
     }
-  }
-  for (int r = 0; r < nproc; ++r) {
-    for (auto& s : ranks[r].streams) {
-      EmitLines(r, s, true);
-      if (s.fd >= 0) ::close(s.fd);
-    }
-  }
 
-  std::error_code ec;
-  std::filesystem::remove_all(store_dir, ec);
+    // When still-running ranks get SIGTERM, then SIGKILL; max() = not scheduled. (Not std::optional: GCC 12 -O3
+    // reports a maybe-uninitialized read of the empty optional's value, a false positive.)
+    constexpr Clock::time_point kNever = Clock::time_point::max();
+    Clock::time_point terminate_at = kNever;
+    Clock::time_point kill_at = kNever;
+    std::optional<Clock::time_point> all_exited_at;
+    const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
+
+    auto signal_all = [&](int sig) {
+      for (auto& rk : ranks) {
+        if (rk.running) ::kill(-rk.pid, sig);
+      }
+    };
+    auto running_count = [&]() {
+      int n = 0;
+      for (auto& rk : ranks) n += rk.running ? 1 : 0;
+      return n;
+    };
+    auto open_streams = [&]() {
+      int n = 0;
+      for (auto& rk : ranks) {
+        for (auto& s : rk.streams) n += s.fd >= 0 ? 1 : 0;
+      }
+      return n;
+    };
+
+    for (;;) {
+      // Reap.
+      for (;;) {
+        int status = 0;
+        pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
+        if (pid <= 0) break;
+        for (int r = 0; r < nproc; ++r) {
+          if (ranks[r].pid != pid || !ranks[r].running) continue;
+          // A stopped rank holds its peers in their collectives until their timeout: it is the one that failed,
+          // even though the peers are the first to exit. Said when it happens, and named first below.
+          if (WIFSTOPPED(status)) {
+            ranks[r].stopped = true;
+            std::fprintf(stderr, "zero-run: rank %d was stopped by signal %d (%s) at %.3f s\n", r, WSTOPSIG(status),
+                         strsignal(WSTOPSIG(status)), Seconds(Clock::now() - job_start));
+            std::fflush(stderr);
+            continue;
+          }
+          if (WIFCONTINUED(status)) {
+            ranks[r].stopped = false;
+            std::fprintf(stderr, "zero-run: rank %d continued\n", r);
+            continue;
+          }
+          ranks[r].running = false;
+          ranks[r].wait_status = status;
+          tell_watchdog("-" + std::to_string(pid));
+          if (Failed(status) && first_failed_rank < 0 && interrupted_by == 0 && !timed_out) {
+            int culprit = -1;
+            for (int q = 0; q < nproc; ++q) {
+              if (ranks[q].running && ranks[q].stopped && culprit < 0) culprit = q;
+            }
+            if (culprit >= 0) {
+              std::fprintf(stderr, "zero-run: rank %d failed first: it is stopped; rank %d then %s\n", culprit, r,
+                           DescribeExit(status).c_str());
+            }
+            first_failed_rank = culprit >= 0 ? culprit : r;
+            // When, so the survivors' errors (which name the op they were in and how long they waited) can be
+            // matched to the rank that left.
+            std::fprintf(stderr, "zero-run: rank %d %s at %.3f s", r, DescribeExit(status).c_str(),
+                         Seconds(Clock::now() - job_start));
+            if (running_count() > 0) {
+              std::fprintf(stderr, "; the other ranks have %.3g s to exit before they are terminated", grace_s);
+              terminate_at = Clock::now() + grace;
+            }
+            std::fprintf(stderr, "\n");
+            std::fflush(stderr);
+          }
+        }
+      }
+      const Clock::time_point now = Clock::now();
+      if (running_count() == 0) {
+        if (!all_exited_at) all_exited_at = now;
+        // Grandchildren may hold the pipes open; stop reading a second after the ranks themselves exited.
+        if (open_streams() == 0 || now - *all_exited_at > std::chrono::seconds(1)) break;
+      }
+      if (job_timeout_s > 0 && !timed_out &&
+          now - job_start > std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(job_timeout_s))) {
+        timed_out = true;
+        std::fprintf(stderr, "zero-run: job timeout of %.3g s reached; terminating %d running rank(s)\n", job_timeout_s,
+                     running_count());
+        std::fflush(stderr);
+        terminate_at = now;
+      }
+      if (now >= terminate_at) {
+        terminate_at = kNever;
+        signal_all(SIGTERM);
+        for (auto& rk : ranks) {
+          if (rk.running && rk.stopped) ::kill(-rk.pid, SIGCONT);  // a stopped rank acts on SIGTERM only when continued
+        }
+        kill_at = now + std::chrono::seconds(3);
+      }
+      if (now >= kill_at) {
+        kill_at = kNever;
+        signal_all(SIGKILL);
+      }
+
+      std::vector<pollfd> fds;
+      fds.push_back({g_signal_pipe[0], POLLIN, 0});
+      std::vector<std::pair<int, int>> owners;  // (rank, stream index) of fds[i + 1]
+      for (int r = 0; r < nproc; ++r) {
+        for (int k = 0; k < 2; ++k) {
+          if (ranks[r].streams[k].fd >= 0) {
+            fds.push_back({ranks[r].streams[k].fd, POLLIN, 0});
+            owners.push_back({r, k});
+          }
+        }
+      }
+      int n = ::poll(fds.data(), fds.size(), 100);
+      if (n < 0 && errno != EINTR) {
+        std::perror("zero-run: poll");
+        break;
+      }
+      if (fds[0].revents & POLLIN) {
+        unsigned char sigs[64];
+        ssize_t got = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
+        for (ssize_t i = 0; i < got; ++i) {
+          const int sig = sigs[i];
+          if (sig == SIGCHLD) continue;  // reaped at the top of the loop
+          if (interrupted_by != 0) {
+            signal_all(SIGKILL);  // a second interrupt: no more waiting
+            continue;
+          }
+          interrupted_by = sig;
+          std::fprintf(stderr, "zero-run: received %s; forwarding it to %d rank(s)\n", strsignal(sig), running_count());
+          std::fflush(stderr);
+          signal_all(sig);
+          kill_at =
+              Clock::now() + std::max(grace, std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(1)));
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        auto [r, k] = owners[i - 1];
+        Stream& s = ranks[r].streams[k];
+        char buf[65536];
+        ssize_t got = ::read(s.fd, buf, sizeof(buf));
+        if (got > 0) {
+          s.partial.append(buf, static_cast<size_t>(got));
+          EmitLines(r, s, /*flush_partial=*/false);
+        } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+          EmitLines(r, s, /*flush_partial=*/true);
+          ::close(s.fd);
+          s.fd = -1;
+        }
+      }
+    }
+    for (int r = 0; r < nproc; ++r) {
+      for (auto& s : ranks[r].streams) {
+        EmitLines(r, s, true);
+        if (s.fd >= 0) ::close(s.fd);
+      }
+    }
+    bool any_failed = false;
+    for (const Rank& rk : ranks) any_failed = any_failed || Failed(rk.wait_status);
+    // A failed attempt is restarted whole (every rank stopped above, as torchrun's agent does), unless the job was
+    // interrupted or timed out, or its restarts are spent. The trainer resumes from its last checkpoint.
+    if (!any_failed || timed_out || interrupted_by != 0 || restarts >= max_restarts) break;
+    ++restarts;
+    std::fprintf(stderr, "zero-run: restarting all %d rank(s) at %.3f s (restart %d of %d)\n", nproc,
+                 Seconds(Clock::now() - job_start), restarts, max_restarts);
+    std::fflush(stderr);
+  }  // attempts
+
+  // Every rank is reaped: the watchdog has nothing left to guard. The store folder goes with store_cleanup.
+  tell_watchdog("done");
+  ::close(watch_fd);
+  ::waitpid(watchdog, nullptr, 0);
 
   int failures = 0;
   for (int r = 0; r < nproc; ++r) failures += Failed(ranks[r].wait_status) ? 1 : 0;
   if (failures > 0) {
-    std::fprintf(stderr, "zero-run: %d of %d rank(s) failed:", failures, nproc);
+    std::fprintf(stderr, "zero-run: %d of %d rank(s) failed", failures, nproc);
+    if (restarts > 0) std::fprintf(stderr, " in the last of %d attempts", restarts + 1);
+    std::fprintf(stderr, ":");
     for (int r = 0; r < nproc; ++r) {
       if (Failed(ranks[r].wait_status)) {
         std::fprintf(stderr, " [r%d %s]", r, DescribeExit(ranks[r].wait_status).c_str());

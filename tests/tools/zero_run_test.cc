@@ -1,0 +1,328 @@
+// zero-run under abuse (issue 32, cases 1 and 8): whatever ends the launcher, no rank outlives it and its store
+// folder goes; a rank's endless line is cut into bounded pieces; a rank that leaves is named with the time.
+//
+// The ranks are /bin/sh scripts that print their pid and store folder, then wait, so the test can look for them
+// after the launcher is gone. A process counts as gone once kill(pid, 0) fails or it is a zombie (a reparented
+// child waits for whoever reaps orphans here, which may be slow or nobody in a container).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace {
+
+std::string TempDir(const std::string& name) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+  return tmpl;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts zero-run with `args`, its output in `out_path`. `ignore_hup`: SIGHUP ignored, as `nohup` leaves it.
+pid_t StartZeroRun(const std::vector<std::string>& args, const std::string& out_path, bool ignore_hup = false) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    if (ignore_hup) signal(SIGHUP, SIG_IGN);
+    std::vector<char*> argv;
+    std::string path = ZERO_RUN_PATH;
+    argv.push_back(path.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::optional<int> WaitExit(pid_t pid, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (absl::Now() > deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+bool Gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = s.rfind(')');
+  return paren != std::string::npos && paren + 2 < s.size() && s[paren + 2] == 'Z';
+}
+
+bool AllGone(const std::vector<pid_t>& pids, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  for (;;) {
+    bool all = true;
+    for (pid_t p : pids) all = all && Gone(p);
+    if (all) return true;
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// A rank that prints "pid P store DIR" and then waits (sleep in the foreground of the shell, a second process
+// of the rank's group: the watchdog must reach it too, PR_SET_PDEATHSIG reaches only the shell).
+const char kWaitingRank[] = "echo \"pid $$ store $ZERO_STORE_DIR\"; sleep 1000; echo woke";
+
+struct Ranks {
+  std::vector<pid_t> pids;
+  std::string store;
+};
+
+// Waits until all `n` ranks printed their line; returns their pids and the store folder.
+std::optional<Ranks> WaitForRanks(const std::string& out_path, int n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const std::regex re(R"(\[r[0-9]+\] pid ([0-9]+) store (\S+))");
+  while (absl::Now() < deadline) {
+    const std::string out = ReadFile(out_path);
+    Ranks r;
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+      r.pids.push_back(static_cast<pid_t>(std::stol((*it)[1].str())));
+      r.store = (*it)[2].str();
+    }
+    if (static_cast<int>(r.pids.size()) == n) return r;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return std::nullopt;
+}
+
+// The sleeps the ranks started (children of the ranks' shells), found through /proc: the processes whose parent
+// is one of `parents`.
+std::vector<pid_t> ChildrenOf(const std::vector<pid_t>& parents) {
+  std::vector<pid_t> kids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = s.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(s.substr(paren + 2));
+    char state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    for (pid_t p : parents) {
+      if (ppid == p) kids.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return kids;
+}
+
+// A signal to the launcher: forwarded, every rank (and what it started) ends, the store folder goes, and the
+// launcher exits 128 + the signal. SIGHUP and SIGQUIT are the cases that orphaned the ranks before.
+void ExpectForwarded(int sig) {
+  const std::string dir = TempDir("zero-run-sig");
+  const pid_t launcher = StartZeroRun({"-n", "3", "--grace", "2", "--", "/bin/sh", "-c", kWaitingRank}, dir + "/out");
+  auto ranks = WaitForRanks(dir + "/out", 3);
+  ASSERT_TRUE(ranks.has_value()) << ReadFile(dir + "/out");
+  EXPECT_TRUE(std::filesystem::exists(ranks->store));
+  ASSERT_EQ(::kill(launcher, sig), 0);
+  auto status = WaitExit(launcher, absl::Seconds(30));
+  ASSERT_TRUE(status.has_value()) << "zero-run did not exit after " << strsignal(sig) << ":\n"
+                                  << ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + sig) << ReadFile(dir + "/out");
+  EXPECT_TRUE(AllGone(ranks->pids, absl::Seconds(10))) << ReadFile(dir + "/out");
+  EXPECT_FALSE(std::filesystem::exists(ranks->store)) << ranks->store;
+  EXPECT_EQ(ReadFile(dir + "/out").find("woke"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ZeroRunAbuse, SighupIsForwarded) { ExpectForwarded(SIGHUP); }
+TEST(ZeroRunAbuse, SigquitIsForwarded) { ExpectForwarded(SIGQUIT); }
+TEST(ZeroRunAbuse, SigtermIsForwarded) { ExpectForwarded(SIGTERM); }
+
+// nohup's contract: a SIGHUP ignored when zero-run starts stays ignored, and the job goes on.
+TEST(ZeroRunAbuse, IgnoredSighupStaysIgnored) {
+  const std::string dir = TempDir("zero-run-nohup");
+  const pid_t launcher =
+      StartZeroRun({"-n", "2", "--", "/bin/sh", "-c", "echo \"pid $$ store $ZERO_STORE_DIR\"; sleep 2; echo finished"},
+                   dir + "/out", /*ignore_hup=*/true);
+  auto ranks = WaitForRanks(dir + "/out", 2);
+  ASSERT_TRUE(ranks.has_value()) << ReadFile(dir + "/out");
+  ASSERT_EQ(::kill(launcher, SIGHUP), 0);
+  auto status = WaitExit(launcher, absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("[r0] finished"), std::string::npos) << out;
+  EXPECT_NE(out.find("[r1] finished"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// kill -9 of the launcher runs none of its code: the ranks die by PR_SET_PDEATHSIG, what they started by the
+// watchdog, which also removes the store folder.
+TEST(ZeroRunAbuse, SigkillOfTheLauncherTakesTheRanks) {
+  const std::string dir = TempDir("zero-run-kill");
+  const pid_t launcher = StartZeroRun({"-n", "3", "--", "/bin/sh", "-c", kWaitingRank}, dir + "/out");
+  auto ranks = WaitForRanks(dir + "/out", 3);
+  ASSERT_TRUE(ranks.has_value()) << ReadFile(dir + "/out");
+  // The sleeps the shells started: a rank's own children, which the parent-death signal does not reach.
+  std::vector<pid_t> sleeps;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((sleeps = ChildrenOf(ranks->pids)).size() < 3 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(sleeps.size(), 3u);
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  ASSERT_TRUE(WaitExit(launcher, absl::Seconds(10)).has_value());
+  EXPECT_TRUE(AllGone(ranks->pids, absl::Seconds(10))) << "a rank outlived its launcher";
+  EXPECT_TRUE(AllGone(sleeps, absl::Seconds(10))) << "a rank's child outlived the launcher";
+  const absl::Time store_deadline = absl::Now() + absl::Seconds(10);
+  while (std::filesystem::exists(ranks->store) && absl::Now() < store_deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(ranks->store)) << ranks->store;
+  // The watchdog says what it did once it has done it: wait for its line.
+  const absl::Time said_deadline = absl::Now() + absl::Seconds(10);
+  while (ReadFile(dir + "/out").find("zero-run (watchdog): zero-run died") == std::string::npos &&
+         absl::Now() < said_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(ReadFile(dir + "/out").find("zero-run (watchdog): zero-run died"), std::string::npos)
+      << ReadFile(dir + "/out");
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that writes 3 MiB without a newline: printed in pieces of at most 64 KiB, each with the rank's prefix,
+// and nothing lost.
+TEST(ZeroRunAbuse, EndlessLineIsCutIntoPieces) {
+  const std::string dir = TempDir("zero-run-line");
+  const int64_t n = 3 * 1024 * 1024 + 17;
+  const pid_t launcher = StartZeroRun(
+      {"-n", "1", "--", "/bin/sh", "-c", absl::StrCat("head -c ", n, " /dev/zero | tr '\\0' a; echo; echo after")},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  std::ifstream in(dir + "/out");
+  std::string line;
+  int64_t as = 0;
+  size_t longest = 0, pieces = 0;
+  bool after = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("[r0] ", 0) != 0) continue;
+    const std::string body = line.substr(5);
+    longest = std::max(longest, body.size());
+    if (body == "after") {
+      after = true;
+      continue;
+    }
+    if (!body.empty() && body.find_first_not_of('a') == std::string::npos) {
+      as += static_cast<int64_t>(body.size());
+      ++pieces;
+    }
+  }
+  EXPECT_EQ(as, n);
+  EXPECT_LE(longest, 64u * 1024u);
+  EXPECT_EQ(pieces, static_cast<size_t>((n + 64 * 1024 - 1) / (64 * 1024)));
+  EXPECT_TRUE(after);
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that leaves while the others wait: zero-run names it, how it ended, and when (seconds since the start),
+// so the survivors' errors can be matched to it.
+TEST(ZeroRunAbuse, TheRankThatLeftIsNamedWithTheTime) {
+  const std::string dir = TempDir("zero-run-left");
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1", "--", "/bin/sh", "-c", "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 1000"},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(zero-run: rank 1 exited with code 3 at [0-9]+\.[0-9]{3} s)")))
+      << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// --max-restarts: a failed attempt stops every rank and starts them all again, each rank told which attempt it is
+// (TORCHELASTIC_RESTART_COUNT, as torchrun) and given a fresh rendezvous folder.
+TEST(ZeroRunRestarts, AFailedAttemptIsRestartedWhole) {
+  const std::string dir = TempDir("zero-run-restart");
+  const char* rank_program =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 1 ] && exit 3; sleep 1000; fi; "
+      "echo \"attempt $TORCHELASTIC_RESTART_COUNT of max $TORCHELASTIC_MAX_RESTARTS store $ZERO_STORE_DIR\"";
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1", "--max-restarts", "2", "--", "/bin/sh", "-c", rank_program}, dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting all 2 rank(s) at "), 1) << out;
+  EXPECT_NE(out.find("(restart 1 of 2)"), std::string::npos) << out;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(
+        std::regex_search(out, std::regex(absl::StrCat(R"(\[r)", r, R"(\] attempt 1 of max 2 store \S+/attempt-1)"))))
+        << out;
+  }
+  EXPECT_EQ(out.find("] attempt 0"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Restarts are bounded: a rank that fails every time ends the job after K restarts with its exit code.
+TEST(ZeroRunRestarts, RestartsAreBounded) {
+  const std::string dir = TempDir("zero-run-restart-spent");
+  const pid_t launcher =
+      StartZeroRun({"-n", "2", "--grace", "1", "--max-restarts", "2", "--", "/bin/sh", "-c",
+                    "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$RANK\" = 1 ] && exit 3; sleep 1000"},
+                   dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting all 2 rank(s)"), 2) << out;
+  EXPECT_EQ(CountOf(out, "[r1] try "), 3) << out;
+  EXPECT_NE(out.find("in the last of 3 attempts"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Without --max-restarts nothing is restarted (the default is torchrun's: 0).
+TEST(ZeroRunRestarts, NoRestartByDefault) {
+  const std::string dir = TempDir("zero-run-no-restart");
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1", "--", "/bin/sh", "-c", "echo try; [ \"$RANK\" = 1 ] && exit 3; sleep 1000"},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_EQ(CountOf(out, "[r1] try"), 1) << out;
+  EXPECT_EQ(out.find("restarting"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
