@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "zero/zero.h"
@@ -88,7 +89,13 @@ zero::Status Train() {
   return zero::OkStatus();
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "--help" || arg == "-h") return std::printf("usage: zero-mlp  (no options)\n"), 0;
+  if (argc > 1) {
+    std::fprintf(stderr, "zero-mlp: unknown argument '%s'\nusage: zero-mlp  (no options)\n", argv[1]);
+    return 2;
+  }
   zero::Status s = Train();
   if (!s.ok()) std::fprintf(stderr, "zero-mlp: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;

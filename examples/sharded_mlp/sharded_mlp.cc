@@ -31,7 +31,9 @@ zero::Status Train(const std::string& ckpt) {
   std::normal_distribution<float> g(0.f, 0.25f);
   for (int i = 0; i < kIn * kHidden; ++i) w1[i] = g(init);
   for (int j = 0; j < kHidden; ++j) w2[j] = g(init);
-  zero::FlatBuffers flat{.params = params.data(), .grads = grads.data(), .capacity = cap,
+  zero::FlatBuffers flat{.params = params.data(),
+                         .grads = grads.data(),
+                         .capacity = cap,
                          .tensors = {{"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden}}, {"b2", {1}}}};
   ZERO_ASSIGN_OR_RETURN(auto opt, zero::ShardedOptimizer::Create(cfg, comm, {flat}));
 
@@ -74,7 +76,14 @@ zero::Status Train(const std::string& ckpt) {
 }
 
 int main(int argc, char** argv) {
-  zero::Status s = Train(argc > 1 ? argv[1] : "");
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "--help" || arg == "-h") return std::printf("usage: zero-sharded-mlp [CHECKPOINT_DIR]\n"), 0;
+  if (argc > 2 || arg.rfind('-', 0) == 0) {  // one optional folder, no options
+    std::fprintf(stderr, "zero-sharded-mlp: unknown argument '%s'\nusage: zero-sharded-mlp [CHECKPOINT_DIR]\n",
+                 argv[argc > 2 ? 2 : 1]);
+    return 2;
+  }
+  zero::Status s = Train(arg);
   if (!s.ok()) std::fprintf(stderr, "zero-sharded-mlp: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
 }
