@@ -5,6 +5,7 @@
 #
 #   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --hybrid-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
+#   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun [--steps K] [--out FILE] [BUILD_DIR]
 #
 # 1. parity: the 2 x 2 run's losses and final-parameter hash against the same job as 4 local ranks (zero-run);
 # 2. link cut: a longer 2 x 2 run, the veth taken down mid-training; every rank must exit non-zero within the
@@ -13,19 +14,23 @@
 #    2 (mics_shard_size 2: each host's two ranks shard the model, the hosts replicate it); for each, the bytes
 #    that crossed the link per step (both veth ends' tx counters) beside the engine's own count (bus_bytes), and
 #    the step time (median of the steps after the first).
+# --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (docs/launching.md's
+#    recipes), nothing else from the environment but PATH and HOME, against the same job as 4 local ranks.
+#    torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0.
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
 # Everything it creates (namespaces, the veth pair, processes, temporary files) is removed on exit, also on
 # failure or interruption.
 set -euo pipefail
 
-RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0
+RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0 LAUNCHER=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
     --hybrid-bench) HYBRID_BENCH=1; shift ;;
+    --launcher) LAUNCHER="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -88,6 +93,32 @@ start_rank() {
   PIDS+=($!)
 }
 
+# Starts rank r (0-3) of a 2 x 2 job with exactly the variables launcher $LAUNCHER sets (and the two a job script
+# exports where the launcher leaves the rendezvous to it), in a clean environment.
+start_launched_rank() {
+  local tag="$1" r="$2" steps="$3" ns ifname node=$((r / 2)) local_rank=$((r % 2))
+  if [[ $r -lt 2 ]]; then ns=$NS0 ifname=$IF0; else ns=$NS1 ifname=$IF1; fi
+  local vars=(PATH="$PATH" HOME="${HOME:-/root}" GLOO_SOCKET_IFNAME="$ifname")
+  case "$LAUNCHER" in
+    torchrun)  # torchrun --nnodes 2 --nproc-per-node 2 --node-rank N --master-addr A0 --master-port PORT (torch 2.x)
+      vars+=(RANK="$r" WORLD_SIZE=4 LOCAL_RANK="$local_rank" LOCAL_WORLD_SIZE=2 GROUP_RANK="$node" GROUP_WORLD_SIZE=2
+        ROLE_RANK="$r" ROLE_WORLD_SIZE=4 ROLE_NAME=default MASTER_ADDR="$A0" MASTER_PORT="$PORT"
+        TORCHELASTIC_RUN_ID=none TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0
+        TORCHELASTIC_USE_AGENT_STORE=True TORCH_NCCL_ASYNC_ERROR_HANDLING=1 OMP_NUM_THREADS=1) ;;
+    slurm)  # sbatch --nodes 2 --ntasks-per-node 2; the script exports MASTER_ADDR (the first node) and MASTER_PORT; srun
+      vars+=(SLURM_PROCID="$r" SLURM_NTASKS=4 SLURM_LOCALID="$local_rank" SLURM_NODEID="$node" SLURM_NNODES=2
+        SLURM_NTASKS_PER_NODE=2 SLURM_JOB_ID=4242 SLURM_JOB_NODELIST="h[0-1]" SLURM_STEP_ID=0
+        MASTER_ADDR="$A0" MASTER_PORT="$PORT") ;;
+    mpirun)  # mpirun -np 4 -H h0:2,h1:2 -x MASTER_ADDR=A0 -x MASTER_PORT=PORT -x ZERO_JOB_ID (OpenMPI)
+      vars+=(OMPI_COMM_WORLD_RANK="$r" OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK="$local_rank"
+        OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_COMM_WORLD_NODE_RANK="$node" MASTER_ADDR="$A0" MASTER_PORT="$PORT"
+        ZERO_JOB_ID=mpirun-job) ;;
+    *) echo "two-hosts: --launcher takes torchrun, slurm or mpirun, not '$LAUNCHER'"; exit 2 ;;
+  esac
+  ip netns exec "$ns" env -i "${vars[@]}" "$GPT" "${ARGS[@]}" --steps "$steps" >"$TMP/$tag.r$r" 2>&1 &
+  PIDS+=($!)
+}
+
 report() { echo "$*"; [[ -n "$OUT" ]] && echo "$*" >>"$OUT"; return 0; }
 [[ -n "$OUT" ]] && : >"$OUT"
 report "two hosts: namespaces $NS0 ($A0, ranks 0-1) and $NS1 ($A1, ranks 2-3), veth, rate ${RATE:-unlimited}"
@@ -128,6 +159,36 @@ EOF
     report "| $mode | $per_step | $bus | $ms | $loss |"
   done
   exit 0
+fi
+
+# ---- --launcher: parity of a run started with exactly one launcher's variables ----
+if [[ -n "$LAUNCHER" ]]; then
+  "$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --steps "$STEPS" >"$TMP/local" 2>&1
+  grep -o '^\[r0\] {"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/local" | sed 's/^\[r0\] //' >"$TMP/local.steps"
+  if [[ "$LAUNCHER" == torchrun ]]; then
+    # torch >= 2.4: the agent on node 0 serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True).
+    ip netns exec "$NS0" python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('$A0', $PORT)); s.listen(16); time.sleep(600)" &
+    PIDS+=($!)
+    for _ in $(seq 1 100); do  # until it listens (a loaded machine takes a while to start python)
+      ip netns exec "$NS0" ss -Hltn "sport = :$PORT" | grep -q . && break
+      sleep 0.1
+    done
+  fi
+  for r in 0 1 2 3; do start_launched_rank "$LAUNCHER" "$r" "$STEPS"; done
+  rc=0
+  for p in "${PIDS[@]:${#PIDS[@]}-4}"; do wait "$p" || rc=1; done
+  [[ $rc -eq 0 ]] || { echo "two-hosts: the 2 x 2 run under $LAUNCHER's variables failed:"; tail -n 5 "$TMP/$LAUNCHER".r*; exit 1; }
+  grep -o '^{"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/$LAUNCHER.r0" >"$TMP/$LAUNCHER.steps"
+  if cmp -s "$TMP/local.steps" "$TMP/$LAUNCHER.steps" && [[ -s "$TMP/local.steps" ]]; then
+    report "$LAUNCHER: 2 x 2 ranks with exactly its variables: identical to 4 local ranks over $STEPS steps"
+    exit 0
+  fi
+  report "$LAUNCHER: DIFFERENT from 4 local ranks"
+  diff "$TMP/local.steps" "$TMP/$LAUNCHER.steps" || true
+  exit 1
 fi
 
 # ---- 1. parity ----

@@ -1,9 +1,10 @@
-// A two-layer MLP trained with zero: the whole integration on one screen.
-//   ./build/bin/zero-mlp                      # one process, world size 1
+// A two-layer MLP trained with zero's Engine: the whole integration on one screen.
+//   ./build/bin/zero-mlp                                # one process, world size 1
 //   ./build/bin/zero-run -n 4 -- ./build/bin/zero-mlp   # 4 ranks, ZeRO stage 3
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "zero/zero.h"
@@ -29,17 +30,17 @@ zero::Status Train() {
   }));
 
   std::mt19937 data(rank);  // each rank draws its own micro-batch: y = sum(sin(x))
-  std::vector<float> x(kBatch * kIn), h(kBatch * kHidden), y(kBatch), out(kBatch), dout(kBatch), dh(kBatch * kHidden);
+  std::vector<float> x(kBatch * kIn), h(kBatch * kHidden), y(kBatch), out(kBatch), dh(kBatch * kHidden);
   for (int step = 0; step < 200; ++step) {
     std::uniform_real_distribution<float> u(-2.f, 2.f);
     for (int b = 0; b < kBatch; ++b) {
       y[b] = 0;
       for (int i = 0; i < kIn; ++i) y[b] += std::sin(x[b * kIn + i] = u(data));
     }
-    float loss = 0;
-    {  // forward and backward of layer 2 inside layer 1's backward scope keeps l1 gathered once per step
-      ZERO_ASSIGN_OR_RETURN(zero::UnitScope s1, engine->Backward(l1));
-      ZERO_ASSIGN_OR_RETURN(const float* w1, s1.Param<float>("w"));  // checked: name, scope kind, dtype
+    // Forward: each scope gathers its unit's full parameters (stage 3) and releases them when it closes.
+    {
+      ZERO_ASSIGN_OR_RETURN(zero::UnitScope s1, engine->Forward(l1));
+      ZERO_ASSIGN_OR_RETURN(const float* w1, s1.Param<float>("w"));  // checked: the name, the scope, the dtype
       ZERO_ASSIGN_OR_RETURN(const float* b1, s1.Param<float>("b"));
       for (int b = 0; b < kBatch; ++b)
         for (int j = 0; j < kHidden; ++j) {
@@ -47,24 +48,36 @@ zero::Status Train() {
           for (int i = 0; i < kIn; ++i) a += x[b * kIn + i] * w1[i * kHidden + j];
           h[b * kHidden + j] = std::tanh(a);
         }
-      {
-        ZERO_ASSIGN_OR_RETURN(zero::UnitScope s2, engine->Backward(l2));
-        ZERO_ASSIGN_OR_RETURN(const float* w2, s2.Param<float>("w"));
-        ZERO_ASSIGN_OR_RETURN(const float* b2, s2.Param<float>("b"));
-        ZERO_ASSIGN_OR_RETURN(float* gw2, s2.Grad<float>("w"));
-        ZERO_ASSIGN_OR_RETURN(float* gb2, s2.Grad<float>("b"));
-        for (int b = 0; b < kBatch; ++b) {
-          out[b] = b2[0];
-          for (int j = 0; j < kHidden; ++j) out[b] += h[b * kHidden + j] * w2[j];
-          loss += (out[b] - y[b]) * (out[b] - y[b]) / kBatch;
-          dout[b] = 2 * (out[b] - y[b]) / kBatch;
-          gb2[0] += dout[b];
-          for (int j = 0; j < kHidden; ++j) {
-            gw2[j] += h[b * kHidden + j] * dout[b];
-            dh[b * kHidden + j] = dout[b] * w2[j] * (1 - h[b * kHidden + j] * h[b * kHidden + j]);
-          }
+    }
+    float loss = 0;
+    {
+      ZERO_ASSIGN_OR_RETURN(zero::UnitScope s2, engine->Forward(l2));
+      ZERO_ASSIGN_OR_RETURN(const float* w2, s2.Param<float>("w"));
+      ZERO_ASSIGN_OR_RETURN(const float* b2, s2.Param<float>("b"));
+      for (int b = 0; b < kBatch; ++b) {
+        out[b] = b2[0];
+        for (int j = 0; j < kHidden; ++j) out[b] += h[b * kHidden + j] * w2[j];
+        loss += (out[b] - y[b]) * (out[b] - y[b]) / kBatch;
+      }
+    }
+    // Backward, last layer first: the trainer accumulates into the scope's gradients; closing the scope starts
+    // their reduction, which overlaps the next layer's backward.
+    {
+      ZERO_ASSIGN_OR_RETURN(zero::UnitScope s2, engine->Backward(l2));
+      ZERO_ASSIGN_OR_RETURN(const float* w2, s2.Param<float>("w"));
+      ZERO_ASSIGN_OR_RETURN(float* gw2, s2.Grad<float>("w"));
+      ZERO_ASSIGN_OR_RETURN(float* gb2, s2.Grad<float>("b"));
+      for (int b = 0; b < kBatch; ++b) {
+        const float dout = 2 * (out[b] - y[b]) / kBatch;
+        gb2[0] += dout;
+        for (int j = 0; j < kHidden; ++j) {
+          gw2[j] += h[b * kHidden + j] * dout;
+          dh[b * kHidden + j] = dout * w2[j] * (1 - h[b * kHidden + j] * h[b * kHidden + j]);
         }
-      }  // l2's gradient is reduce-scattered here, overlapping the rest of backward
+      }
+    }
+    {
+      ZERO_ASSIGN_OR_RETURN(zero::UnitScope s1, engine->Backward(l1));
       ZERO_ASSIGN_OR_RETURN(float* gw1, s1.Grad<float>("w"));
       ZERO_ASSIGN_OR_RETURN(float* gb1, s1.Grad<float>("b"));
       for (int b = 0; b < kBatch; ++b)
@@ -80,7 +93,13 @@ zero::Status Train() {
   return zero::OkStatus();
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string arg = argc > 1 ? argv[1] : "";
+  if (arg == "--help" || arg == "-h") return std::printf("usage: zero-mlp  (no options)\n"), 0;
+  if (argc > 1) {
+    std::fprintf(stderr, "zero-mlp: unknown argument '%s'\nusage: zero-mlp  (no options)\n", argv[1]);
+    return 2;
+  }
   zero::Status s = Train();
   if (!s.ok()) std::fprintf(stderr, "zero-mlp: %s\n", s.ToString().c_str());
   return s.ok() ? 0 : 1;
