@@ -284,6 +284,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
     const ckpt::Meta& m = reader->meta();
     const std::string from = reader->folder();
+    if (options.check_trainer_state) {  // before any value is read; its error fails every rank (AgreeOnStatus)
+      const Status st =
+          options.check_trainer_state(m.ranks[ctx.world_rank < m.world_size ? ctx.world_rank : 0].trainer_state);
+      if (!st.ok()) return Status(st.code(), absl::StrCat("Load: checkpoint ", from, ": ", st.message()));
+    }
     // Where each of this model's parameters is in the checkpoint, by full name through the name map.
     std::map<std::string, std::pair<int, int>> by_name;
     for (size_t ui = 0; ui < m.units.size(); ++ui) {
