@@ -132,9 +132,7 @@ TEST(TrainerStateTest, ABadValueOnOneRankFailsLoadEverywhere) {
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(2, 1), Borrow(comm)));
     ASSERT_OK(e->Save(dir, {.trainer_state = {{"next_step", rank == 1 ? "abc" : "3"}}}).status());
     LoadOptions lo;
-    lo.check_trainer_state = [](const TrainerState& ts) {
-      return TrainerStateInt(ts, "next_step", 0, 100).status();
-    };
+    lo.check_trainer_state = [](const TrainerState& ts) { return TrainerStateInt(ts, "next_step", 0, 100).status(); };
     const StatusOr<LoadResult> r = e->Load(dir, lo);
     ASSERT_FALSE(r.ok());
     if (rank == 1) {
@@ -295,7 +293,7 @@ TEST(ZeroCkptAbuseTest, VerifyNamesStrayFilesAndCleanRemovesThem) {
   std::tie(rc, text) = RunTool("clean " + dir);
   EXPECT_EQ(rc, 0) << text;
   for (const std::string& gone : {folder + "/rank-00000-of-00002.bin.tmp.4242", folder + "/rank-00003-of-00004.bin",
-                                 dir + "/latest.tmp.4242", dir + "/step-00000003"}) {
+                                  dir + "/latest.tmp.4242", dir + "/step-00000003"}) {
     EXPECT_FALSE(std::filesystem::exists(gone)) << gone << "\n" << text;
     EXPECT_NE(text.find("removed " + gone), std::string::npos) << text;
   }
