@@ -48,8 +48,8 @@ void CheckLatest(const std::string& text) {
   CheckPrintable(tag.status());
   CheckPrintable(resume.status());
   // `latest` is there: whatever it holds, a resume must not read it as an empty folder.
-  FUZZ_CHECK(!absl::IsNotFound(resume.status()), "a present but unusable latest read as no checkpoint: " +
-                                                     resume.status().ToString());
+  FUZZ_CHECK(!absl::IsNotFound(resume.status()),
+             "a present but unusable latest read as no checkpoint: " + resume.status().ToString());
 }
 
 void CheckNextStep(const std::string& text) {
@@ -88,8 +88,8 @@ const ckpt::Meta& FixedMeta() {
 void CheckDescription(const std::string& text) {
   const std::string head = R"({"file": "rank-00000-of-00001.bin", "bytes": 64, "sections": [], "trainer_state": )";
   // The value, base64 as Save writes it: read back byte for byte.
-  zero::StatusOr<ckpt::RankFileMeta> r = ckpt::RankFileMetaFromJson(
-      head + "{\"next_step\": \"" + absl::Base64Escape(text) + "\"}}", FixedMeta(), 0);
+  zero::StatusOr<ckpt::RankFileMeta> r =
+      ckpt::RankFileMetaFromJson(head + "{\"next_step\": \"" + absl::Base64Escape(text) + "\"}}", FixedMeta(), 0);
   FUZZ_CHECK(r.ok(), "a base64 trainer state is refused: " + r.status().ToString());
   FUZZ_CHECK(r->trainer_state.at("next_step") == text, "the trainer state changed on the way");
   // The input as the whole member: refused as kDataLoss (printable), or read back through the writer.
@@ -98,8 +98,7 @@ void CheckDescription(const std::string& text) {
     FUZZ_CHECK(r.status().code() == absl::StatusCode::kDataLoss, r.status().ToString());
     return;
   }
-  zero::StatusOr<ckpt::RankFileMeta> back =
-      ckpt::RankFileMetaFromJson(ckpt::RankFileMetaToJson(*r), FixedMeta(), 0);
+  zero::StatusOr<ckpt::RankFileMeta> back = ckpt::RankFileMetaFromJson(ckpt::RankFileMetaToJson(*r), FixedMeta(), 0);
   FUZZ_CHECK(back.ok() && back->trainer_state == r->trainer_state, "a trainer state does not read back");
 }
 

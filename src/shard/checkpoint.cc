@@ -335,7 +335,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     if (options.strict && used.size() != by_name.size()) {
       std::vector<std::string> extra;
       for (const auto& [name, where] : by_name) {
-        if (!used.count(name) && extra.size() < 5) extra.push_back(name);
+        if (!used.count(name) && extra.size() < 5) extra.push_back(ckpt::Printable(name));
       }
       return absl::InvalidArgumentError(absl::StrCat("Load: checkpoint ", from, " has ", by_name.size() - used.size(),
                                                      " parameters this model does not (", absl::StrJoin(extra, ", "),
@@ -361,11 +361,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
           if (!options.load_optimizer_state || cu.frozen) return -1;  // fresh state: zeros
           const int i = cu.Stream(s.name);
           if (i < 0) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("Load: checkpoint ", from, " was saved with optimizer ", m.optimizer, " (state ",
-                             absl::StrJoin(m.state_names, ", "), "); this engine's ", step.optimizer().Name(),
-                             " needs ", s.name.substr(6), " for unit ", ctx.units.empty() ? "" : cu.name,
-                             "; LoadOptions::load_optimizer_state = false starts the optimizer state at zero"));
+            return absl::InvalidArgumentError(absl::StrCat(
+                "Load: checkpoint ", from, " was saved with optimizer ", ckpt::Printable(m.optimizer), " (state ",
+                absl::StrJoin(m.state_names, ", "), "); this engine's ", step.optimizer().Name(), " needs ",
+                s.name.substr(6), " for unit ", ctx.units.empty() ? "" : cu.name,
+                "; LoadOptions::load_optimizer_state = false starts the optimizer state at zero"));
           }
           return i;
         }

@@ -87,8 +87,7 @@ TEST(GptResumeAbuseTest, NoUsableLatestBesideCompleteCheckpointsIsAnErrorNamingT
     EXPECT_EQ(r.output.find("no checkpoint there yet"), std::string::npos) << what << ": " << r.output;
     EXPECT_EQ(r.output.find("{\"step\": "), std::string::npos) << what << ": trained anyway\n" << r.output;
     EXPECT_NE(r.output.find("the newest " + dir + "/step-00000002"), std::string::npos) << what << ": " << r.output;
-    EXPECT_NE(r.output.find("echo step-00000002 > " + dir + "/latest"), std::string::npos) << what << ": "
-                                                                                            << r.output;
+    EXPECT_NE(r.output.find("echo step-00000002 > " + dir + "/latest"), std::string::npos) << what << ": " << r.output;
     EXPECT_TRUE(NoControlBytes(r.output)) << what << ": " << r.output;
   }
   // Made the latest as the message says, the run resumes at step 3.
