@@ -171,7 +171,19 @@ void CheckTools(const std::string& dir, const ckpt::Meta& m,
   // The resharded copy goes to re/<tag>: the tag must not be a path.
   FUZZ_CHECK(ckpt::SafeFileName(m.tag), "meta.json's tag \"" + m.tag + "\" was accepted");
   const std::string re = dir + "/re";
-  const int world = (flags >> 4) % 3 + 1;
+  int world = (flags >> 4) % 3 + 1;
+  // A world past the largest unit's 32-element blocks is refused (its extra ranks would hold nothing), with
+  // nothing written; the largest world allowed is then taken instead.
+  int64_t blocks = 1;
+  for (const auto& u : m.units) blocks = std::max(blocks, (u.numel + 31) / 32);
+  if (world > blocks) {
+    const zero::Status refused = zero::ReshardCheckpoint(dir, "t", re, world);
+    FUZZ_CHECK(refused.code() == absl::StatusCode::kInvalidArgument &&
+                   refused.message().find("would hold nothing") != std::string_view::npos,
+               "a world past the blocks was not refused: " + refused.ToString());
+    FUZZ_CHECK(!std::filesystem::exists(re), "a refused reshard wrote " + re);
+    world = static_cast<int>(blocks);
+  }
   const zero::Status resharded = zero::ReshardCheckpoint(dir, "t", re, world);
   FUZZ_CHECK(resharded.ok(), "a verified checkpoint does not reshard: " + resharded.ToString());
   zero::StatusOr<std::unique_ptr<ckpt::CheckpointReader>> r2 = ckpt::CheckpointReader::Open(re, "");

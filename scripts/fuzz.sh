@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=(config checkpoint_meta checkpoint_reader safetensors store_protocol)
+targets=(config checkpoint_meta checkpoint_reader safetensors store_protocol trainer_state)
 usage() {
   echo "usage: scripts/fuzz.sh TARGET [SECONDS] | --merge TARGET | --list   (targets: ${targets[*]})" >&2
   exit 2

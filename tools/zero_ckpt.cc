@@ -4,10 +4,14 @@
 //   zero-ckpt verify DIR [--tag T | --all]   every checksum and file; an incomplete or damaged checkpoint is named
 //   zero-ckpt export DIR OUT.safetensors [--tag T] [--dtype f32|bf16|f16] [--optimizer-state]
 //   zero-ckpt reshard DIR OUT --world M [--stage t] [--tag T]
+//   zero-ckpt clean DIR [--dry-run]          remove incomplete saves, temporaries and files meta.json does not list
 //
 // export streams (no more than one 16 MiB buffer whatever the model's size); reshard writes the checkpoint a
-// run at M ranks (and stage t) would have saved, without running one. Exit 0 on success, 1 when the checkpoint
-// is damaged, incomplete or absent (the error on stderr names the file and what is wrong), 2 on bad usage.
+// run at M ranks (and stage t) would have saved, without running one (OUT may be DIR: the folder is replaced
+// whole). No command writes into the checkpoint it reads (DIR/latest, a checkpoint folder): refused. verify
+// lists the files a checkpoint folder holds beyond what its meta.json lists. Exit 0 on success, 1 when the
+// checkpoint is damaged, incomplete or absent or the output would overwrite it (the error on stderr names the
+// file and what is wrong), 2 on bad usage (the error names the option, its value and the range).
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -23,11 +27,23 @@ constexpr const char* kUsage =
     "       zero-ckpt verify DIR [--tag T | --all]\n"
     "       zero-ckpt export DIR OUT.safetensors [--tag T] [--dtype f32|bf16|f16] [--optimizer-state]\n"
     "       zero-ckpt reshard DIR OUT --world M [--stage t] [--tag T]\n"
-    "DIR holds `latest` and one folder per checkpoint; --tag picks a folder (default: the latest).\n";
+    "       zero-ckpt clean DIR [--dry-run]\n"
+    "DIR holds `latest` and one folder per checkpoint; --tag picks a folder (default: the latest).\n"
+    "  verify    every checksum; also names files in the folder that meta.json does not list\n"
+    "  export    OUT may not be inside DIR's checkpoint folders nor DIR/latest\n"
+    "  reshard   M in [1, the largest unit's 32-element blocks]; OUT may be DIR (the folder is replaced whole)\n"
+    "  clean     removes saves that never finished, *.tmp.* leftovers and unlisted files (run it while nothing\n"
+    "            saves into DIR; --dry-run only lists them)\n";
 
 int Usage(const std::string& why) {
   if (!why.empty()) std::cerr << "zero-ckpt: " << why << "\n";
   std::cerr << kUsage;
+  return 2;
+}
+
+// A bad value: what is wrong, without the whole usage text burying it.
+int BadValue(const std::string& why) {
+  std::cerr << "zero-ckpt: " << why << " (zero-ckpt --help for usage)\n";
   return 2;
 }
 
@@ -56,7 +72,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> pos;
   std::string tag;
   int world = 0, stage = -1;
-  bool all = false, state = false;
+  bool all = false, state = false, dry_run = false;
   zero::DType dtype = zero::DType::kF32;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -67,10 +83,14 @@ int main(int argc, char** argv) {
       tag = v;
     } else if (a == "--world") {
       const char* v = value();
-      if (v == nullptr || !ParseInt(v, 1, 1 << 20, &world)) return Usage("--world needs a positive integer");
+      if (v == nullptr) return Usage("--world needs a value");
+      if (!ParseInt(v, 1, 1 << 20, &world)) {
+        return BadValue(std::string("--world ") + v + ": not a world size in [1, 1048576]");
+      }
     } else if (a == "--stage") {
       const char* v = value();
-      if (v == nullptr || !ParseInt(v, 0, 3, &stage)) return Usage("--stage needs 0, 1, 2 or 3");
+      if (v == nullptr) return Usage("--stage needs a value");
+      if (!ParseInt(v, 0, 3, &stage)) return BadValue(std::string("--stage ") + v + ": not a stage (0, 1, 2 or 3)");
     } else if (a == "--dtype") {
       const char* v = value();
       if (v == nullptr) return Usage("--dtype needs f32, bf16 or f16");
@@ -81,6 +101,8 @@ int main(int argc, char** argv) {
       all = true;
     } else if (a == "--optimizer-state") {
       state = true;
+    } else if (a == "--dry-run") {
+      dry_run = true;
     } else if (a.size() > 1 && a[0] == '-') {
       return Usage("unknown option " + a);
     } else {
@@ -113,6 +135,14 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
     std::cout << "ok: " << pos[0] << "/" << (tag.empty() ? zero::LatestCheckpointTag(pos[0]).value_or("?") : tag)
               << "\n";
+    // Not damage (the checkpoint loads), but not nothing either: a killed save's temporary, an old world's rank
+    // files. Named, with the command that removes them; the exit status stays 0.
+    auto stray = zero::UnlistedCheckpointFiles(pos[0], tag);
+    if (stray.ok() && !stray->empty()) {
+      std::cout << stray->size() << " file" << (stray->size() == 1 ? "" : "s")
+                << " in the folder that meta.json does not list (zero-ckpt clean " << pos[0] << " removes them):\n";
+      for (const std::string& f : *stray) std::cout << "  " << zero::PrintableName(f) << "\n";
+    }
     return 0;
   }
   if (cmd == "export") {
@@ -133,6 +163,15 @@ int main(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
     std::cout << "wrote " << pos[1] << "/" << zero::LatestCheckpointTag(pos[1]).value_or("?") << " for " << world
               << " ranks\n";
+    return 0;
+  }
+  if (cmd == "clean") {
+    if (pos.size() != 1) return Usage("clean takes DIR");
+    auto gone = zero::CleanCheckpoints(pos[0], {.dry_run = dry_run});
+    if (!gone.ok()) return Fail(gone.status());
+    for (const std::string& p : *gone)
+      std::cout << (dry_run ? "would remove " : "removed ") << zero::PrintableName(p) << "\n";
+    if (gone->empty()) std::cout << "nothing to remove in " << pos[0] << "\n";
     return 0;
   }
   return Usage("unknown command " + cmd);

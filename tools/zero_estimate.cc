@@ -40,7 +40,10 @@ constexpr const char* kUsage =
     "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
     "  --recompute   recompute every block (the config's activation_checkpointing decides how), as zero-gpt\n"
     "  --device cuda the CUDA engine over NCCL (its staging is not tracked); default cpu: the host engine, Gloo\n"
-    "  --fit-gib X   also the most blocks a GPT of this shape may have for a rank's device tier to fit X GiB\n";
+    "  --fit-gib X   also the most blocks a GPT of this shape may have for a rank's device tier to fit X GiB\n"
+    "                (X in (0, 2^32]; the search stops at 65536 blocks and says so)\n"
+    "Ranges: --layers 1-65536, --hidden and --heads 1-2^20, --vocab 1-2^24, --seq, --micro-batch, --world and\n"
+    "--shard-group 1-2^20; a shape whose bytes would pass 2^62 is refused (exit 1) rather than wrapped.\n";
 
 int Usage(const std::string& why) {
   if (!why.empty()) std::fprintf(stderr, "zero-estimate: %s\n", why.c_str());
@@ -101,6 +104,13 @@ zero::StatusOr<UnitsFile> ReadUnits(const std::string& path) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, " (\"", e.name, "\"): \"params\" must be a positive number of parameters"));
     }
+    // Bounded before the conversion (llround of 1e30 is undefined), and so that the units' sum stays far from
+    // int64's end.
+    constexpr double kMaxUnitParams = 1125899906842624.0;  // 2^50
+    if (u[count_key].get<double>() > kMaxUnitParams) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s (\"%s\"): \"params\" %g is out of range [1, 2^50]", where,
+                                                        e.name, u[count_key].get<double>()));
+    }
     e.numel = static_cast<int64_t>(std::llround(u[count_key].get<double>()));
     if (u.contains("frozen")) {
       if (!u["frozen"].is_boolean()) {
@@ -115,6 +125,16 @@ zero::StatusOr<UnitsFile> ReadUnits(const std::string& path) {
       e.scopes_per_pass = u["scopes"].get<int>();
     }
     f.units.push_back(std::move(e));
+  }
+  // At most 32 bytes a parameter in any tier: the sum stays below 2^62 bytes, where the estimate's int64 sums
+  // could overflow.
+  double total = 0;
+  for (const zero::EstimateUnit& e : f.units) total += static_cast<double>(e.numel);
+  if (total > 144115188075855872.0 || f.activation_bytes > (int64_t{1} << 62) || f.open_params > (int64_t{1} << 56)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--units %s: %g parameters in all (or activation_bytes, open_params) past what 64-bit byte counts hold: "
+        "at most 2^56 parameters, 2^62 activation bytes",
+        path, total));
   }
   return f;
 }
@@ -145,6 +165,46 @@ const char* OffloadName(const zero::Config& cfg) {
 
 const char* DtypeName(const zero::Config& cfg) {
   return cfg.fp16.enabled ? "fp16" : cfg.bf16.enabled ? "bf16" : "fp32";
+}
+
+// Upper bounds of the numeric flags (the lower ones, >= 1, are checked as they are read): what the estimate's
+// int arithmetic and its one unit per block can take. Empty when all are in range, else what is wrong, with the
+// range.
+std::string OutOfRange(const Flags& f) {
+  struct Bound {
+    const char* flag;
+    int64_t value, hi;
+  };
+  const Bound bounds[] = {{"--layers", f.layers, zero::gpt::kMaxFitLayers},
+                          {"--hidden", f.hidden, int64_t{1} << 20},
+                          {"--heads", f.heads, int64_t{1} << 20},
+                          {"--vocab", f.vocab, int64_t{1} << 24},
+                          {"--seq", f.seq, int64_t{1} << 20},
+                          {"--micro-batch", f.micro_batch, int64_t{1} << 20},
+                          {"--world", f.world, int64_t{1} << 20},
+                          {"--shard-group", f.shard_group, int64_t{1} << 20}};
+  for (const Bound& b : bounds) {
+    if (b.value > b.hi) return absl::StrCat(b.flag, " ", b.value, ": out of range [1, ", b.hi, "]");
+  }
+  // In bytes the budget must stay an int64: 2^32 GiB is 2^62 bytes (9e9 GiB wrapped and fit nothing).
+  constexpr double kMaxFitGib = 4294967296.0;
+  if (f.fit_gib > kMaxFitGib) {
+    return absl::StrFormat("--fit-gib %g: out of range (0, %.0f] GiB (2^62 bytes)", f.fit_gib, kMaxFitGib);
+  }
+  return "";
+}
+
+// A last guard: no byte count of the estimate is negative (a sum that wrapped despite the bounds above).
+bool AllNonNegative(const zero::RankEstimate& e) {
+  for (const auto& tier : e.memory.usage) {
+    for (const auto& u : tier) {
+      if (u.peak < 0) return false;
+    }
+  }
+  for (const zero::CollectiveEstimate& c : e.comm) {
+    if (c.bytes_sent < 0 || c.elements < 0) return false;
+  }
+  return e.params >= 0 && e.padded >= 0 && e.BytesSentPerStep() >= 0 && e.planned.ModelStateBytes() >= 0;
 }
 
 }  // namespace
@@ -207,6 +267,7 @@ int main(int argc, char** argv) {
     }
     if (!ok) return Usage(absl::StrCat(a, ": bad value \"", v, "\""));
   }
+  if (const std::string why = OutOfRange(f); !why.empty()) return Usage(why);
   const bool shape = f.layers || f.hidden || f.heads || f.vocab;
   if (!f.model.empty() + shape + !f.units_file.empty() != 1) {
     return Usage("give exactly one model: --model, a GPT shape (--layers --hidden --heads --vocab --seq), or --units");
@@ -281,6 +342,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const zero::RankEstimate& e = *est;
+  if (!AllNonNegative(e)) {
+    std::fprintf(stderr, "zero-estimate: the estimate overflowed 64-bit byte counts; refusing to print it\n");
+    return 1;
+  }
   const zero::PeakBound& dev = e.peak_bound[static_cast<size_t>(zero::MemTier::kDevice)];
   const zero::PeakBound& host = e.peak_bound[static_cast<size_t>(zero::MemTier::kHost)];
   int64_t fit_params = 0;
@@ -293,7 +358,7 @@ int main(int argc, char** argv) {
     std::string fit;
     if (f.fit_gib > 0) {
       fit = absl::StrCat(", \"fit\": {\"gib\": ", f.fit_gib, ", \"layers\": ", fit_layers, ", \"params\": ", fit_params,
-                         "}");
+                         ", \"capped\": ", fit_layers >= zero::gpt::kMaxFitLayers ? "true" : "false", "}");
     }
     std::printf(
         "{\"model\": %s, \"params\": %lld, \"padded\": %lld, \"world\": %d, \"shard_group\": %d, \"stage\": %d, "
@@ -347,8 +412,15 @@ int main(int argc, char** argv) {
       " reduce-scatter, 2(N-1)/N of the buffer per all-reduce)\n");
   if (f.fit_gib > 0) {
     if (fit_layers > 0) {
-      std::printf("\nlargest that fits %g GiB of device memory per rank: %d blocks, %lld parameters\n", f.fit_gib,
-                  fit_layers, static_cast<long long>(fit_params));
+      if (fit_layers >= zero::gpt::kMaxFitLayers) {
+        std::printf(
+            "\nat least %d blocks (%lld parameters) fit %g GiB of device memory per rank: the search stops at %d "
+            "blocks (one unit each)\n",
+            fit_layers, static_cast<long long>(fit_params), f.fit_gib, zero::gpt::kMaxFitLayers);
+      } else {
+        std::printf("\nlargest that fits %g GiB of device memory per rank: %d blocks, %lld parameters\n", f.fit_gib,
+                    fit_layers, static_cast<long long>(fit_params));
+      }
     } else {
       std::printf("\nnot even one block of this shape fits %g GiB of device memory per rank\n", f.fit_gib);
     }

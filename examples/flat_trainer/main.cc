@@ -422,12 +422,24 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
   // the trainer's own state, saved beside them.
   int first_step = 1;
   if (opt != nullptr && !flags.resume_dir.empty()) {
-    if (zero::LatestCheckpointTag(flags.resume_dir).ok()) {
-      ZERO_ASSIGN_OR_RETURN(zero::LoadResult r, opt->Load(flags.resume_dir));
-      if (!absl::SimpleAtoi(r.trainer_state["next_step"], &first_step)) {
-        return absl::InvalidArgumentError("--resume: the checkpoint holds no next_step");
-      }
-      if (rank == 0 && !flags.json) std::printf("resumed from %s at step %d\n", r.tag.c_str(), first_step);
+    // As zero-gpt: "nothing yet" only where DIR holds no checkpoint at all, and next_step checked inside Load
+    // (1-based here: the step to run next), so that a bad value fails every rank at once.
+    zero::StatusOr<std::string> tag = zero::ResumeCheckpointTag(flags.resume_dir);
+    if (!tag.ok() && !absl::IsNotFound(tag.status())) {
+      return absl::Status(tag.status().code(), absl::StrCat("--resume: ", tag.status().message()));
+    }
+    if (tag.ok()) {
+      constexpr int64_t kMaxStep = int64_t{1} << 30;  // first_step is an int
+      zero::LoadOptions lo;
+      lo.tag = *tag;
+      lo.check_trainer_state = [](const zero::TrainerState& ts) {
+        return zero::TrainerStateInt(ts, "next_step", 1, kMaxStep).status();
+      };
+      zero::StatusOr<zero::LoadResult> r = opt->Load(flags.resume_dir, lo);
+      if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("--resume: ", r.status().message()));
+      ZERO_ASSIGN_OR_RETURN(const int64_t next, zero::TrainerStateInt(r->trainer_state, "next_step", 1, kMaxStep));
+      first_step = static_cast<int>(next);
+      if (rank == 0 && !flags.json) std::printf("resumed from %s at step %d\n", r->tag.c_str(), first_step);
     }
   }
   for (int step = first_step; step <= flags.steps; ++step) {
@@ -476,7 +488,8 @@ void Usage() {
       "               no clipping, fp32); the batch keys are the trainer's (global batch %d)\n"
       "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (with --zero: a parameter group)\n"
       "  --save DIR   (--zero) save a checkpoint every --save-every steps and after the last; --resume DIR\n"
-      "               continues from DIR's latest (any world size); --steps K is the step to stop at\n",
+      "               continues from DIR's latest (any world size; none there: start; complete checkpoints\n"
+      "               without a usable `latest`: an error naming the newest); --steps K is the step to stop at\n",
       kBatch);
 }
 

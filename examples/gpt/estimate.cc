@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gpt/cuda/model_impl.h"  // ActivationViews::Bytes: the CUDA trainer's one activation block (host code)
 
 namespace zero::gpt {
@@ -16,6 +17,26 @@ int64_t RoundUp64(int64_t n) { return (n + 63) / 64 * 64; }
 int64_t Padded(int64_t numel, int world) {
   const int64_t q = int64_t{32} * world;
   return (numel + q - 1) / q * q;
+}
+
+// The estimate's largest sums, bounded in double precision before they are computed in int64: the parameters
+// (at most 32 bytes each in any tier: master, gradients, two optimizer states, 16-bit copies) and every layer's
+// activations, the head's and the scratch (the carvers' element counts in model.cc, 4 bytes each, over-counted).
+// Past 2^62 bytes some int64 sum could wrap: zero-estimate printed negative byte counts for a 100000-layer shape.
+Status CheckRepresentable(const GptConfig& m, int B, int T) {
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  const double C = m.channels, L = m.layers, V = m.vocab, H = m.heads, N = double(B) * T;
+  const double params = V * C + double(m.max_seq) * C + 2 * C + L * (12 * C * C + 13 * C);
+  const double acts =
+      4 * ((L + 2) * (24 * N * C + 4 * N + double(B) * H * T * T + double(T) * T) + N * (3 * C + V + 3) + 2 * N * C) +
+      64 * 32 * (L + 2);
+  if (32 * params > kLimit || acts > kLimit) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "a GPT of %d layers, hidden %d, %d heads, vocab %d, sequence %d, micro-batch %d has %.3g parameters and "
+        "%.3g bytes of activations: beyond 2^62 bytes, where this estimate's 64-bit byte counts could overflow",
+        m.layers, m.channels, m.heads, m.vocab, T, B, params, acts));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -80,6 +101,7 @@ StatusOr<EstimateOptions> GptEstimateOptions(const Config& config, const GptConf
   Config cfg = config;
   ZERO_RETURN_IF_ERROR(cfg.Validate(world));  // derives the micro-batch where the config gives the global batch
   const int B = static_cast<int>(cfg.micro_batch());
+  ZERO_RETURN_IF_ERROR(CheckRepresentable(model, B, T));
   const bool mixed = cfg.fp16.enabled || cfg.bf16.enabled;
   EstimateOptions o;
   o.world = world;
@@ -121,12 +143,14 @@ StatusOr<int> LargestLayersThatFit(const Config& config, const GptConfig& model,
   auto fits = [&](int layers) -> StatusOr<bool> {
     GptConfig m = model;
     m.layers = layers;
-    ZERO_ASSIGN_OR_RETURN(RankEstimate e, EstimateGpt(config, m, seq, world, recompute, backend));
-    return e.memory.PeakTotal(MemTier::kDevice) <= device_bytes;
+    StatusOr<RankEstimate> e = EstimateGpt(config, m, seq, world, recompute, backend);
+    if (absl::IsOutOfRange(e.status())) return false;  // past 2^62 bytes: no device holds it
+    ZERO_RETURN_IF_ERROR(e.status());
+    return e->memory.PeakTotal(MemTier::kDevice) <= device_bytes;
   };
   // Every term grows with the block count (model state, the gathers and buckets pools, the kept activations), so
   // the answer is found by doubling, then bisection.
-  constexpr int kMaxLayers = 1 << 16;
+  constexpr int kMaxLayers = kMaxFitLayers;
   ZERO_ASSIGN_OR_RETURN(bool one, fits(1));
   if (!one) return 0;
   int lo = 1, hi = 2;  // fits(lo), and hi is to be tried

@@ -53,12 +53,19 @@ StatusOr<EstimateOptions> GptEstimateOptions(const Config& config, const GptConf
                                              bool recompute, Backend backend = Backend::kGloo);
 
 // The whole estimate of one rank of zero-gpt: `seq` tokens per sequence (0: the model's max_seq), the micro-batch
-// from `config`.
+// from `config`. A shape whose parameters or activations would pass 2^62 bytes (where the int64 sums could
+// overflow) is kOutOfRange naming the sizes, before any integer arithmetic on them.
 StatusOr<RankEstimate> EstimateGpt(const Config& config, const GptConfig& model, int seq, int world, bool recompute,
                                    Backend backend = Backend::kGloo);
 
+// Where LargestLayersThatFit stops searching: as many units as it would estimate (one per block), and the most
+// blocks zero-estimate takes.
+inline constexpr int kMaxFitLayers = 1 << 16;
+
 // The most blocks a model of `model`'s other dimensions may have for one rank's device tier (the bound on its
-// true peak, all tags at once) to stay within `device_bytes`; 0 when not even one block fits.
+// true peak, all tags at once) to stay within `device_bytes`; 0 when not even one block fits; kMaxFitLayers when
+// that many fit (the search stops there: the answer is "at least", and the caller says so). A block count whose
+// estimate would overflow 64-bit byte counts does not fit.
 StatusOr<int> LargestLayersThatFit(const Config& config, const GptConfig& model, int seq, int world, bool recompute,
                                    Backend backend, int64_t device_bytes);
 

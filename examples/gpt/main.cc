@@ -65,7 +65,9 @@ void Usage() {
                "  --blas-threads N  OpenBLAS threads per process (default: cores / ranks on this host)\n"
                "  --save DIR   save a checkpoint (zero/checkpoint.h) every --save-every steps and after the last\n"
                "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
-               "               step to stop at, so a resumed run stops where the uninterrupted one does\n"
+               "               step to stop at, so a resumed run stops where the uninterrupted one does; a DIR\n"
+               "               with no checkpoint starts at step 0, one with complete checkpoints but no usable\n"
+               "               `latest` is an error naming the newest\n"
                "  --init-from FILE  initial weights from a safetensors file by \"unit.param\" name (zero-ckpt export\n"
                "               writes one); --init-map FILE: lines \"ours theirs\" renaming parameters\n"
                "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n");

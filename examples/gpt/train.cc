@@ -73,6 +73,10 @@ StatusOr<std::vector<MemoryReport>> GatherReports(int world, const MemoryReport&
 
 namespace {
 
+// The largest next_step a resumed run accepts: far beyond any run, far below where step × batch × sequence
+// (the data position) could overflow.
+constexpr int64_t kMaxResumeStep = int64_t{1} << 40;
+
 StatusOr<GptUnits> RegisterGpt(Engine& engine, const GptConfig& mc, uint64_t seed) {
   GptUnits u;
   ZERO_ASSIGN_OR_RETURN(u.root, engine.AddUnit(kRootUnit, ToEngineSpecs(RootParams(mc))));
@@ -155,25 +159,40 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
     ZERO_RETURN_IF_ERROR(run.engine->LoadSafetensors(options.init_from, lo));
   }
   if (!options.resume_dir.empty()) {
-    StatusOr<std::string> latest = LatestCheckpointTag(options.resume_dir);
-    if (latest.ok()) {
-      ZERO_ASSIGN_OR_RETURN(LoadResult r, run.engine->Load(options.resume_dir));
-      auto next = r.trainer_state.find("next_step");
-      if (next == r.trainer_state.end() || !absl::SimpleAtoi(next->second, &run.first_step)) {
-        return absl::InvalidArgumentError(absl::StrCat("--resume ", options.resume_dir, ": checkpoint ", r.tag,
-                                                       " holds no next_step (not saved by zero-gpt)"));
+    // "No checkpoint yet" only where the folder has none at all: complete checkpoints beside a missing or
+    // unusable `latest` are an error naming the newest (a run that started over beside them failed at its
+    // first save, onto an existing tag).
+    StatusOr<std::string> tag = ResumeCheckpointTag(options.resume_dir);
+    if (tag.ok()) {
+      LoadOptions lo;
+      lo.tag = *tag;
+      // next_step drives the data order; checked inside Load, so that a bad value fails every rank at once
+      // (a negative one aborted the run, one that did not parse on one rank stalled the others).
+      lo.check_trainer_state = [](const TrainerState& ts) -> Status {
+        StatusOr<int64_t> next = TrainerStateInt(ts, "next_step", 0, kMaxResumeStep);
+        if (absl::IsNotFound(next.status())) {
+          return absl::InvalidArgumentError(absl::StrCat(next.status().message(), " (not saved by zero-gpt)"));
+        }
+        return next.status();
+      };
+      StatusOr<LoadResult> r = run.engine->Load(options.resume_dir, lo);
+      if (!r.ok()) {
+        return Status(r.status().code(),
+                      absl::StrCat("--resume ", PrintableName(options.resume_dir), ": ", r.status().message()));
       }
+      ZERO_ASSIGN_OR_RETURN(run.first_step, TrainerStateInt(r->trainer_state, "next_step", 0, kMaxResumeStep));
       if (run.engine->rank() == 0) {
-        ZERO_LOG(INFO) << "resumed from " << options.resume_dir << "/" << r.tag << " (saved at world size "
-                       << r.saved_world_size << ", stage " << r.saved_stage << "): continuing at step "
+        ZERO_LOG(INFO) << "resumed from " << options.resume_dir << "/" << r->tag << " (saved at world size "
+                       << r->saved_world_size << ", stage " << r->saved_stage << "): continuing at step "
                        << run.first_step;
       }
-    } else if (absl::IsNotFound(latest.status())) {
+    } else if (absl::IsNotFound(tag.status())) {
       if (run.engine->rank() == 0) {
         ZERO_LOG(INFO) << "--resume " << options.resume_dir << ": no checkpoint there yet; starting at step 0";
       }
     } else {
-      return latest.status();
+      return Status(tag.status().code(),
+                    absl::StrCat("--resume ", PrintableName(options.resume_dir), ": ", tag.status().message()));
     }
   }
   return run;

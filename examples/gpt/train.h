@@ -44,8 +44,10 @@ struct TrainOptions {
   // uninterrupted one does.
   std::string save_dir;    // save here every `save_every` steps and after the last step (empty: never)
   int64_t save_every = 0;  // 0: only after the last step
-  std::string resume_dir;  // load its latest checkpoint after Finalize and continue from it (none there: start)
-  std::string init_from;   // initial weights from this safetensors file, by "unit.param" name
+  // Load its latest checkpoint after Finalize and continue from it; a folder with no checkpoint at all: start
+  // (ResumeCheckpointTag: complete checkpoints without a usable `latest` are an error naming the newest).
+  std::string resume_dir;
+  std::string init_from;                        // initial weights from this safetensors file, by "unit.param" name
   std::map<std::string, std::string> init_map;  // this model's names to the file's (LoadOptions::name_map)
   // CUDA path (train_cuda.h): the device ordinal to run on; -1 = the calling thread's current device.
   int device = -1;

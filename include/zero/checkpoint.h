@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,7 +45,8 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  // Which checkpoint under DIR; empty: the one DIR/latest names.
+  // Which checkpoint under DIR; empty: the one DIR/latest names (ResumeCheckpointTag: a folder with complete
+  // checkpoints but no usable `latest` is an error naming the newest, never "nothing there").
   std::string tag;
   // This model's full parameter names ("unit.param") to the checkpoint's; a name not in the map is looked up as
   // it is. Lets a model whose units are cut differently (the Engine's blocks, the wrapper's one flat buffer)
@@ -55,7 +57,15 @@ struct LoadOptions {
   bool load_optimizer_state = true;
   // A checkpoint parameter this model does not have is an error (else ignored).
   bool strict = true;
+  // Called with the trainer state this rank would get, before any value is read: an error (say a data position
+  // that does not parse, or is negative: TrainerStateInt) fails the Load on every rank at once, as any other
+  // rank's failure does, instead of one rank stopping while the others go on into a collective.
+  std::function<Status(const TrainerState&)> check_trainer_state;
 };
+
+// The integer trainer_state[key] holds, in decimal, within [lo, hi]; kInvalidArgument naming the key, the value
+// (escaped: the bytes come from a file) and the range otherwise, kNotFound when the key is absent.
+StatusOr<int64_t> TrainerStateInt(const TrainerState& state, const std::string& key, int64_t lo, int64_t hi);
 
 struct LoadResult {
   std::string tag;
@@ -69,8 +79,22 @@ struct LoadResult {
 
 // ---- Offline: no engine, no communicator (what build/bin/zero-ckpt runs) ----
 
-// The tag DIR/latest names; kNotFound when there is none.
+// A name or path read from a file or a folder, as messages print it: control bytes and DEL as \xNN, the
+// backslash as \\ (a `latest` holding an escape sequence or a carriage return ran it, or hid the name).
+std::string PrintableName(const std::string& name);
+
+// The tag DIR/latest names; kNotFound when there is none. `latest` is read only if it is a regular file (a FIFO
+// would block), and what it holds is printed escaped in the errors.
 StatusOr<std::string> LatestCheckpointTag(const std::string& dir);
+// The newest complete checkpoint under DIR: a folder whose meta.json is there and valid (its rank files are not
+// read: VerifyCheckpoint does), the highest step, then the last tag by name; kNotFound when there is none.
+StatusOr<std::string> NewestCompleteCheckpoint(const std::string& dir);
+// The checkpoint a resumed run (and Load with no tag) loads: the one DIR/latest names. kNotFound only when DIR
+// holds no checkpoint at all: no usable `latest` and no complete checkpoint folder. Where `latest` is missing or
+// unusable (a symlink loop, a FIFO, bytes that are no tag) beside complete checkpoints, kFailedPrecondition
+// naming the newest complete one and how to resume from it: a run that took that for "nothing yet" would start
+// over, then fail at its first save onto an existing tag.
+StatusOr<std::string> ResumeCheckpointTag(const std::string& dir);
 // A readable summary: format, world size, stage, dtypes, step, every unit with its parameters, the files and
 // their sizes. `tag` empty: the latest.
 StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::string& tag = "");
@@ -81,6 +105,18 @@ StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::stri
 Status VerifyCheckpoint(const std::string& dir, const std::string& tag = "");
 // Every tag folder under DIR with its verification result ("ok" or the error), oldest first.
 StatusOr<std::vector<std::pair<std::string, Status>>> VerifyAllCheckpoints(const std::string& dir);
+// The entries of checkpoint folder DIR/<tag> (empty: the latest) its meta.json does not list: a rank file of
+// another world (an old reshard), a `*.tmp.*` file of a save that was killed, anything else put there. Sorted.
+StatusOr<std::vector<std::string>> UnlistedCheckpointFiles(const std::string& dir, const std::string& tag = "");
+
+struct CleanOptions {
+  bool dry_run = false;  // report what would be removed, remove nothing
+};
+// Removes from DIR what no complete checkpoint needs: folders of saves that never finished (no meta.json), the
+// `*.tmp.*` files and folders a killed save or reshard left, and in every complete checkpoint the files its
+// meta.json does not list. Returns the paths removed (or, dry_run, to remove). Run it only while nothing saves
+// into DIR: a save in progress looks exactly like one that was killed.
+StatusOr<std::vector<std::string>> CleanCheckpoints(const std::string& dir, const CleanOptions& options = {});
 
 struct ExportOptions {
   std::string tag;               // empty: the latest
@@ -88,11 +124,18 @@ struct ExportOptions {
   bool optimizer_state = false;  // also "<unit>.<param>:<state>" tensors (f32) for every optimizer state
 };
 // Writes the parameters as one safetensors file ("<unit>.<param>", shapes as registered, in registration
-// order), streaming: no more than one 16 MiB buffer is held whatever the model's size.
+// order), streaming: no more than one 16 MiB buffer is held whatever the model's size. An out_file that is
+// (symlinks followed) DIR/latest, inside a checkpoint folder of DIR, or one of its files under another name (a
+// hard link) is kInvalidArgument: the export would overwrite what it reads.
 Status ExportSafetensors(const std::string& dir, const std::string& out_file, const ExportOptions& options = {});
 
 // Writes, under out_dir, the checkpoint a run of `world_size` ranks at `stage` (-1: the saved stage) would have
-// saved from the same state, without running one, and makes it out_dir's latest.
+// saved from the same state, without running one, and makes it out_dir's latest. The new folder is written
+// under a temporary name and then put in place with one rename (an exchange where out_dir/<tag> exists, as in
+// a reshard in place, out_dir = dir): no rank file of the old world stays beside the new ones, and a crash
+// leaves the old folder whole. out_dir inside a checkpoint folder of `dir` is kInvalidArgument. A world with
+// more ranks than the checkpoint's largest unit has blocks of 32 elements (ranks that would hold nothing of
+// any unit) is kInvalidArgument naming the bound.
 Status ReshardCheckpoint(const std::string& dir, const std::string& tag, const std::string& out_dir, int world_size,
                          int stage = -1);
 

@@ -1,10 +1,13 @@
 // checkpoint/format.cc — meta.json, rank files, and the checked reader.
 #include "checkpoint/internal/format.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -171,7 +174,9 @@ bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& 
       !p.Array(jr, "sections", where, &sections)) {
     return false;
   }
-  if (!SafeFileName(r.file)) return p.Fail(absl::StrCat(where, ".file \"", r.file, "\" is not a plain file name"));
+  if (!SafeFileName(r.file)) {
+    return p.Fail(absl::StrCat(where, ".file \"", Printable(r.file), "\" is not a plain file name"));
+  }
   int64_t end_of_last = kRankHeaderBytes;
   for (size_t si = 0; si < sections->size(); ++si) {
     const json& js = (*sections)[si];
@@ -234,7 +239,7 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
   }
   // The tools write a copy under DIR/<tag> (reshard) and name it in DIR/latest: a tag that is a path would
   // write outside DIR. Engine::Save accepts only such tags.
-  if (!SafeTag(m.tag)) return p.Fail(absl::StrCat("tag \"", m.tag, "\" is not a plain folder name"));
+  if (!SafeTag(m.tag)) return p.Fail(absl::StrCat("tag \"", Printable(m.tag), "\" is not a plain folder name"));
   const json* names = nullptr;
   if (!p.Array(j, "state_names", "meta", &names)) return false;
   for (const json& n : *names) {
@@ -365,8 +370,12 @@ json ParseBounded(const std::string& text) {
 }  // namespace
 
 bool SafeFileName(const std::string& f) {
-  return !f.empty() && f.size() < 256 && f.find('/') == std::string::npos && f != "." && f != ".." &&
-         f.find('\0') == std::string::npos && f.find('\n') == std::string::npos;
+  if (f.empty() || f.size() >= 256 || f == "." || f == "..") return false;
+  // No control byte (a carriage return or an escape sequence in a name hides or rewrites what a terminal shows).
+  for (const char c : f) {
+    if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  }
+  return true;
 }
 
 bool SafeTag(const std::string& tag) { return SafeFileName(tag) && tag != kLatestFile; }
@@ -517,17 +526,19 @@ CheckpointReader::~CheckpointReader() {
 StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::string& dir, const std::string& tag) {
   std::string t = tag;
   if (t.empty()) {
-    ZERO_ASSIGN_OR_RETURN(t, LatestCheckpointTag(dir));
+    ZERO_ASSIGN_OR_RETURN(t, ResumeCheckpointTag(dir));
+  } else if (!SafeTag(t)) {
+    return absl::InvalidArgumentError(absl::StrCat("tag \"", Printable(t), "\" is not a plain folder name"));
   }
   auto r = std::unique_ptr<CheckpointReader>(new CheckpointReader());
   r->folder_ = absl::StrCat(dir, "/", t);
   const std::string meta_path = absl::StrCat(r->folder_, "/", kMetaFile);
   if (!Exists(meta_path)) {
     if (Exists(r->folder_)) {
-      return absl::DataLossError(absl::StrCat("checkpoint ", r->folder_, " is incomplete: it has no ", kMetaFile,
-                                              " (the save did not finish)"));
+      return absl::DataLossError(absl::StrCat("checkpoint ", Printable(r->folder_), " is incomplete: it has no ",
+                                              kMetaFile, " (the save did not finish)"));
     }
-    return absl::NotFoundError(absl::StrCat("no checkpoint ", r->folder_));
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", Printable(r->folder_)));
   }
   ZERO_ASSIGN_OR_RETURN(std::string text, ReadFile(meta_path));
   ZERO_ASSIGN_OR_RETURN(r->meta_, MetaFromJson(text, meta_path));
@@ -556,10 +567,13 @@ Status CheckpointReader::OpenRank(int rank) {
   if (fds_[rank] >= 0) return absl::OkStatus();
   const RankFileMeta& rf = meta_.ranks[rank];
   const std::string path = absl::StrCat(folder_, "/", rf.file);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", folder_, " is incomplete: rank file ", path, " is missing"));
+  StatusOr<int> opened = OpenRegular(path);
+  if (!opened.ok()) {
+    if (!absl::IsNotFound(opened.status())) return opened.status();
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", Printable(folder_), " is incomplete: rank file ", Printable(path), " is missing"));
   }
+  const int fd = *opened;
   // Kept only once its size and header check out: a file that failed them fails every later read too (fuzz/
   // found a second VerifyAll passing once the first had failed on the header).
   struct Closer {
@@ -568,7 +582,9 @@ Status CheckpointReader::OpenRank(int rank) {
       if (fd >= 0) ::close(fd);
     }
   } closer{fd};
-  ZERO_ASSIGN_OR_RETURN(int64_t size, FileSize(path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("cannot stat ", Printable(path)));
+  const auto size = static_cast<int64_t>(st.st_size);
   if (size != rf.bytes) {
     return absl::DataLossError(absl::StrCat(path, " is ", size, " bytes but ", kMetaFile, " records ", rf.bytes,
                                             size < rf.bytes ? " (truncated)" : ""));
@@ -665,7 +681,23 @@ Status CheckpointReader::VerifyAll() {
 }
 
 Status CommitCheckpoint(const std::string& dir, const Meta& meta) {
-  ZERO_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(dir, "/", meta.tag, "/", kMetaFile), MetaToJson(meta)));
+  // Every rank file is committed by now, so a `*.tmp.*` file here, or a rank file meta.json will not list (of
+  // another world size), is what an earlier attempt at this tag left when it was killed: removed, so that the
+  // folder holds exactly what its meta.json lists (a stray file outlived the next successful save before).
+  const std::string folder = absl::StrCat(dir, "/", meta.tag);
+  if (DIR* d = ::opendir(folder.c_str())) {
+    std::vector<std::string> stray;
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.find(".tmp.") == std::string::npos && n.rfind("rank-", 0) != 0) continue;
+      bool listed = false;
+      for (const RankFileMeta& r : meta.ranks) listed = listed || r.file == n;
+      if (!listed) stray.push_back(n);
+    }
+    ::closedir(d);
+    for (const std::string& n : stray) ::unlink(absl::StrCat(folder, "/", n).c_str());
+  }
+  ZERO_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(folder, "/", kMetaFile), MetaToJson(meta)));
   return WriteFileAtomic(absl::StrCat(dir, "/", kLatestFile), meta.tag + "\n");
 }
 
@@ -675,11 +707,63 @@ namespace zero {
 
 StatusOr<std::string> LatestCheckpointTag(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", ckpt::kLatestFile);
-  if (!ckpt::Exists(path)) return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " (no ", path, ")"));
-  ZERO_ASSIGN_OR_RETURN(std::string t, ckpt::ReadFile(path));
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint in ", ckpt::Printable(dir), " (no ", ckpt::Printable(path), ")"));
+  }
+  // A tag is under 256 bytes: more is not a `latest` this library wrote, and is not read whole.
+  ZERO_ASSIGN_OR_RETURN(std::string t, ckpt::ReadFile(path, 4096));
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  if (!ckpt::SafeTag(t)) return absl::DataLossError(absl::StrCat(path, " does not name a checkpoint folder"));
+  if (!ckpt::SafeTag(t)) {
+    return absl::DataLossError(absl::StrCat(ckpt::Printable(path), " holds \"", ckpt::Printable(t),
+                                            "\", which does not name a checkpoint folder"));
+  }
   return t;
+}
+
+StatusOr<std::string> NewestCompleteCheckpoint(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("no checkpoint in ", ckpt::Printable(dir)));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) names.push_back(e->d_name);
+  ::closedir(d);
+  std::string best;
+  int64_t best_step = -1;
+  for (const std::string& n : names) {
+    if (!ckpt::SafeTag(n) || n.find(".tmp.") != std::string::npos) continue;
+    const std::string meta_path = absl::StrCat(dir, "/", n, "/", ckpt::kMetaFile);
+    if (!ckpt::Exists(meta_path)) continue;
+    StatusOr<std::string> text = ckpt::ReadFile(meta_path);
+    if (!text.ok()) continue;
+    StatusOr<ckpt::Meta> m = ckpt::MetaFromJson(*text, meta_path);
+    if (!m.ok() || m->tag != n) continue;
+    if (m->step > best_step || (m->step == best_step && n > best)) {
+      best = n;
+      best_step = m->step;
+    }
+  }
+  if (best.empty()) return absl::NotFoundError(absl::StrCat("no complete checkpoint in ", ckpt::Printable(dir)));
+  return best;
+}
+
+StatusOr<std::string> ResumeCheckpointTag(const std::string& dir) {
+  StatusOr<std::string> latest = LatestCheckpointTag(dir);
+  if (latest.ok()) return latest;
+  StatusOr<std::string> newest = NewestCompleteCheckpoint(dir);
+  if (!newest.ok()) {
+    // Nothing complete: "no checkpoint yet" where `latest` is simply absent; its own error where it is there but
+    // unusable (a FIFO, a loop, damage), which a run must not read as an empty folder.
+    return latest.status();
+  }
+  const std::string d = ckpt::Printable(dir);
+  return absl::FailedPreconditionError(
+      absl::StrCat(absl::IsNotFound(latest.status()) ? absl::StrCat(d, "/", ckpt::kLatestFile, " is missing")
+                                                     : std::string(latest.status().message()),
+                   ", but ", d, " holds complete checkpoints, the newest ", d, "/", *newest,
+                   ": starting over beside them would be wrong. To resume from it, check it (zero-ckpt verify ", d,
+                   " --tag ", *newest, ") and make it the latest (rm -f ", d, "/", ckpt::kLatestFile, "; echo ",
+                   *newest, " > ", d, "/", ckpt::kLatestFile, "), or load it by its tag (LoadOptions::tag)"));
 }
 
 }  // namespace zero

@@ -284,6 +284,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
     const ckpt::Meta& m = reader->meta();
     const std::string from = reader->folder();
+    if (options.check_trainer_state) {  // before any value is read; its error fails every rank (AgreeOnStatus)
+      const Status st =
+          options.check_trainer_state(m.ranks[ctx.world_rank < m.world_size ? ctx.world_rank : 0].trainer_state);
+      if (!st.ok()) return Status(st.code(), absl::StrCat("Load: checkpoint ", from, ": ", st.message()));
+    }
     // Where each of this model's parameters is in the checkpoint, by full name through the name map.
     std::map<std::string, std::pair<int, int>> by_name;
     for (size_t ui = 0; ui < m.units.size(); ++ui) {
@@ -330,7 +335,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     if (options.strict && used.size() != by_name.size()) {
       std::vector<std::string> extra;
       for (const auto& [name, where] : by_name) {
-        if (!used.count(name) && extra.size() < 5) extra.push_back(name);
+        if (!used.count(name) && extra.size() < 5) extra.push_back(ckpt::Printable(name));
       }
       return absl::InvalidArgumentError(absl::StrCat("Load: checkpoint ", from, " has ", by_name.size() - used.size(),
                                                      " parameters this model does not (", absl::StrJoin(extra, ", "),
@@ -356,11 +361,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
           if (!options.load_optimizer_state || cu.frozen) return -1;  // fresh state: zeros
           const int i = cu.Stream(s.name);
           if (i < 0) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("Load: checkpoint ", from, " was saved with optimizer ", m.optimizer, " (state ",
-                             absl::StrJoin(m.state_names, ", "), "); this engine's ", step.optimizer().Name(),
-                             " needs ", s.name.substr(6), " for unit ", ctx.units.empty() ? "" : cu.name,
-                             "; LoadOptions::load_optimizer_state = false starts the optimizer state at zero"));
+            return absl::InvalidArgumentError(absl::StrCat(
+                "Load: checkpoint ", from, " was saved with optimizer ", ckpt::Printable(m.optimizer), " (state ",
+                absl::StrJoin(m.state_names, ", "), "); this engine's ", step.optimizer().Name(), " needs ",
+                s.name.substr(6), " for unit ", ctx.units.empty() ? "" : cu.name,
+                "; LoadOptions::load_optimizer_state = false starts the optimizer state at zero"));
           }
           return i;
         }

@@ -145,4 +145,32 @@ TEST(EstimateCliTest, UsageErrors) {
   EXPECT_NE(cuda.all.find("--recompute"), std::string::npos) << cuda.all;
 }
 
+// Issue 32, case 5: a shape whose bytes would overflow int64 is refused, never printed as negative counts; flags
+// out of range name their range; --fit-gib says when its search stopped at its cap, and a budget past 2^62 bytes
+// is refused rather than wrapped into "not even one block fits".
+TEST(EstimateCliTest, OverflowsAndCapsAreSaid) {
+  ProgramRun r =
+      Exec(absl::StrCat(ZERO_ESTIMATE, " --layers 100000 --hidden 1000000 --heads 1000 --vocab 50000 --seq 64"));
+  EXPECT_EQ(r.exit_code, 2) << r.all;
+  EXPECT_NE(r.all.find("--layers 100000: out of range [1, 65536]"), std::string::npos) << r.all;
+  // Every flag in range, but 65536 blocks of hidden 2^20: about 8.6e17 parameters.
+  r = Exec(absl::StrCat(ZERO_ESTIMATE, " --layers 65536 --hidden 1048576 --heads 1024 --vocab 50000 --seq 64"));
+  EXPECT_EQ(r.exit_code, 1) << r.all;
+  EXPECT_NE(r.all.find("beyond 2^62 bytes"), std::string::npos) << r.all;
+  EXPECT_EQ(r.out.find('-'), std::string::npos) << r.out;
+  r = Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --fit-gib 9e9"));
+  EXPECT_EQ(r.exit_code, 2) << r.all;
+  EXPECT_NE(r.all.find("--fit-gib 9e+09: out of range (0, 4294967296] GiB"), std::string::npos) << r.all;
+  // A small block in 1000 GiB: more than the search's 65536 blocks fit, and the answer says so.
+  const std::string small = " --layers 1 --hidden 64 --heads 4 --vocab 256 --seq 32 --fit-gib 1000";
+  r = Exec(absl::StrCat(ZERO_ESTIMATE, small));
+  EXPECT_EQ(r.exit_code, 0) << r.all;
+  EXPECT_NE(r.out.find("at least 65536 blocks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the search stops at 65536 blocks"), std::string::npos) << r.out;
+  r = Exec(absl::StrCat(ZERO_ESTIMATE, small, " --json"));
+  ASSERT_EQ(r.exit_code, 0) << r.all;
+  EXPECT_EQ(LastJson(r)["fit"]["capped"], true) << r.out;
+  EXPECT_EQ(LastJson(r)["fit"]["layers"], 65536) << r.out;
+}
+
 }  // namespace
