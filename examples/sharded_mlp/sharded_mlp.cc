@@ -37,11 +37,10 @@ zero::Status Train(const std::string& ckpt) {
                          .tensors = {{"w1", {kIn, kHidden}}, {"b1", {kHidden}}, {"w2", {kHidden}}, {"b2", {1}}}};
   ZERO_ASSIGN_OR_RETURN(auto opt, zero::ShardedOptimizer::Create(cfg, comm, {flat}));
 
-  int start = 0;  // resume where the last run saved, if it did
-  if (!ckpt.empty()) {
-    auto loaded = opt->Load(ckpt);
-    if (loaded.ok()) start = static_cast<int>(loaded->step);
-    if (!loaded.ok() && !absl::IsNotFound(loaded.status())) return loaded.status();
+  int start = 0;  // resume where the last run saved; start over only where there is no checkpoint at all
+  if (!ckpt.empty() && !absl::IsNotFound(zero::ResumeCheckpointTag(ckpt).status())) {
+    ZERO_ASSIGN_OR_RETURN(zero::LoadResult loaded, opt->Load(ckpt));
+    start = static_cast<int>(loaded.step);
   }
 
   std::vector<float> x(kIn), h(kHidden);
