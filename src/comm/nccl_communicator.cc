@@ -507,7 +507,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> internal::CreateNcclCommunicator(std::shared_ptr<Store> store, int rank,
-                                                                        int world_size, const CommOptions& options) {
+                                                                         int world_size, const CommOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateNccl: store is null");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(

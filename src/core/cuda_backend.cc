@@ -20,8 +20,9 @@ const CudaBackend* GetCudaBackend() { return g_backend.load(std::memory_order_ac
 Status CudaNotLinkedError(const std::string& what) {
 #if ZERO_HAVE_CUDA
   return absl::UnimplementedError(absl::StrCat(
-      what, ": the CUDA path is not linked into this program: link zero::cuda (find_package(zero COMPONENTS cuda), "
-            "target_link_libraries(<target> zero::cuda))"));
+      what,
+      ": the CUDA path is not linked into this program: link zero::cuda (find_package(zero COMPONENTS cuda), "
+      "target_link_libraries(<target> zero::cuda))"));
 #else
   return absl::UnimplementedError(
       absl::StrCat(what, ": zero was built without CUDA (ZERO_ENABLE_CUDA=OFF or no nvcc)"));

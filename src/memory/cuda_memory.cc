@@ -37,8 +37,7 @@ void* CudaAllocDevice(size_t bytes, Status* error) {
   if (e == cudaSuccess) return p;
   if (p != nullptr) cudaFree(p);
   cudaGetLastError();
-  *error = absl::ResourceExhaustedError(
-      absl::StrCat("CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+  *error = absl::ResourceExhaustedError(absl::StrCat("CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
   return nullptr;
 }
 

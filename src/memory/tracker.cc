@@ -258,8 +258,7 @@ Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
   const internal::CudaBackend* cuda = internal::GetCudaBackend();
   if (cuda == nullptr) {
     if (error != nullptr) {
-      *error = internal::CudaNotLinkedError(
-          absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag)));
+      *error = internal::CudaNotLinkedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag)));
     }
     return b;
   }

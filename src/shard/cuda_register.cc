@@ -29,5 +29,4 @@ constexpr CudaBackend kCudaBackend{
 
 // The symbol the link option names (C linkage: one spelling for every compiler). Its initializer registers the
 // table, so a program that links zero::cuda has it before main.
-extern "C" const bool zero_cuda_register =
-    (zero::internal::RegisterCudaBackend(&zero::internal::kCudaBackend), true);
+extern "C" const bool zero_cuda_register = (zero::internal::RegisterCudaBackend(&zero::internal::kCudaBackend), true);

@@ -30,8 +30,8 @@ TEST(CudaUnlinked, NoBackendIsRegistered) { EXPECT_EQ(internal::GetCudaBackend()
 
 TEST(CudaUnlinked, CreateNcclIsUnimplementedNamingTheComponent) {
   auto c = Communicator::CreateNccl(Store::Hash(), 0, 1, {});
-  EXPECT_THAT(c.status(),
-              StatusIs(absl::StatusCode::kUnimplemented, AllOf(HasSubstr("CreateNccl (rank 0 of 1)"), NotLinkedMessage())));
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented,
+                                   AllOf(HasSubstr("CreateNccl (rank 0 of 1)"), NotLinkedMessage())));
 }
 
 TEST(CudaUnlinked, FromEnvNcclIsUnimplementedNamingTheComponent) {
@@ -69,7 +69,7 @@ TEST(CudaUnlinked, PinnedBufferIsPageableHostMemory) {
     EXPECT_EQ(b.tier(), MemTier::kHost);
     EXPECT_EQ(t.Report().Get(MemTier::kHost, MemTag::kStaging).current, 4096);
     b.as<char>()[4095] = 1;  // writable
-  }  // freed as host memory (std::free): no CUDA call on the way out either
+  }                          // freed as host memory (std::free): no CUDA call on the way out either
   EXPECT_EQ(t.Report().Get(MemTier::kHost, MemTag::kStaging).current, 0);
 }
 
