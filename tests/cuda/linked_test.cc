@@ -37,10 +37,12 @@ TEST(CudaLinked, CreateNcclReachesTheNcclCommunicator) {
 }
 
 TEST(CudaLinked, DeviceBufferIsTheDevicesOrACudaError) {
+  const internal::CudaBackend* cuda = internal::GetCudaBackend();
+  ASSERT_NE(cuda, nullptr);
   MemoryTracker t;
   Status error;
   Buffer b = Buffer::Device(&t, MemTag::kGather, 4096, &error);
-  if (internal::GetCudaBackend()->device_count() > 0) {
+  if (cuda->device_count() > 0) {
     EXPECT_THAT(error, IsOk());
     EXPECT_EQ(b.tier(), MemTier::kDevice);
   } else {
