@@ -21,16 +21,17 @@ set(ZERO_VECTOR_FLAGS -fno-math-errno -fno-trapping-math)
 # zero_add_layer(NAME layer [DEPS lower layers...] [SOURCES a.cc ...] [LIBS ...] [CUDA_SOURCES b.cc ...]
 #                [CUDA_LIBS ...])
 #   Called from src/<layer>/CMakeLists.txt: builds the layer as the OBJECT library zero_<layer> and adds its
-#   objects to `zero`. CUDA_SOURCES (only with ZERO_HAVE_CUDA) are the layer's part of zero::cuda: they compile
-#   with the same include root into zero_<layer>_cuda (or into zero_<layer> itself when the layer has no
-#   SOURCES), linked with CUDA::cudart and CUDA_LIBS, and their objects go to `zero_cuda_library` (libzero_cuda.a),
-#   never to `zero`, which therefore references no CUDA or NCCL symbol (docs/design.md, "Layers"). The layer's private headers are included as "<layer>/...", resolved through an include
+#   objects to `zero`. The layer's private headers are included as "<layer>/...", resolved through an include
 #   root of its own, build/layers/<layer>/, which holds a symlink to src/<l> for the layer itself and for every
 #   layer in the transitive closure of DEPS, and nothing else: a higher layer's "<l>/..." is simply not there,
 #   so including it fails to compile ("No such file or directory"). src/ itself is never an include directory
 #   of the library. LIBS: third-party libraries this layer's sources use (PRIVATE, so they do not leak upward).
-#   The layer's objects are added with $<TARGET_OBJECTS:...> rather than by linking, so the installed export
-#   holds `zero` alone. Source-file properties set in the layer's folder apply to zero_<layer> as is.
+#   The layer's objects are added with $<TARGET_OBJECTS:...> rather than by linking, so the installed exports
+#   hold `zero` and `zero::cuda` alone. Source-file properties set in the layer's folder apply to zero_<layer> as is.
+#   CUDA_SOURCES (only with ZERO_HAVE_CUDA) are the layer's part of zero::cuda: they compile with the same include
+#   root into zero_<layer>_cuda (into zero_<layer> itself when the layer has no SOURCES), linked with CUDA::cudart
+#   and CUDA_LIBS, and their objects go to `zero_cuda_library` (libzero_cuda.a), never to `zero`, which therefore
+#   references no CUDA or NCCL symbol (docs/design.md, "Two libraries, one package").
 function(zero_add_layer)
   cmake_parse_arguments(ZL "" "NAME" "DEPS;SOURCES;LIBS;CUDA_SOURCES;CUDA_LIBS" ${ARGN})
   set(target zero_${ZL_NAME})
