@@ -18,17 +18,22 @@ endfunction()
 # Flags for translation units with hot element-wise loops: GCC vectorizes std::sqrt only without errno.
 set(ZERO_VECTOR_FLAGS -fno-math-errno -fno-trapping-math)
 
-# zero_add_layer(NAME layer [DEPS lower layers...] SOURCES a.cc ... [LIBS ...])
+# zero_add_layer(NAME layer [DEPS lower layers...] [SOURCES a.cc ...] [LIBS ...] [CUDA_SOURCES b.cc ...]
+#                [CUDA_LIBS ...])
 #   Called from src/<layer>/CMakeLists.txt: builds the layer as the OBJECT library zero_<layer> and adds its
 #   objects to `zero`. The layer's private headers are included as "<layer>/...", resolved through an include
 #   root of its own, build/layers/<layer>/, which holds a symlink to src/<l> for the layer itself and for every
 #   layer in the transitive closure of DEPS, and nothing else: a higher layer's "<l>/..." is simply not there,
 #   so including it fails to compile ("No such file or directory"). src/ itself is never an include directory
 #   of the library. LIBS: third-party libraries this layer's sources use (PRIVATE, so they do not leak upward).
-#   The layer's objects are added with $<TARGET_OBJECTS:...> rather than by linking, so the installed export
-#   holds `zero` alone. Source-file properties set in the layer's folder apply to zero_<layer> as is.
+#   The layer's objects are added with $<TARGET_OBJECTS:...> rather than by linking, so the installed exports
+#   hold `zero` and `zero::cuda` alone. Source-file properties set in the layer's folder apply to zero_<layer> as is.
+#   CUDA_SOURCES (only with ZERO_HAVE_CUDA) are the layer's part of zero::cuda: they compile with the same include
+#   root into zero_<layer>_cuda (into zero_<layer> itself when the layer has no SOURCES), linked with CUDA::cudart
+#   and CUDA_LIBS, and their objects go to `zero_cuda_library` (libzero_cuda.a), never to `zero`, which therefore
+#   references no CUDA or NCCL symbol (docs/design.md, "Two libraries, one package").
 function(zero_add_layer)
-  cmake_parse_arguments(ZL "" "NAME" "DEPS;SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ZL "" "NAME" "DEPS;SOURCES;LIBS;CUDA_SOURCES;CUDA_LIBS" ${ARGN})
   set(target zero_${ZL_NAME})
   set(visible ${ZL_NAME})
   foreach(dep IN LISTS ZL_DEPS)
@@ -51,9 +56,23 @@ function(zero_add_layer)
     file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${l} ${root}/${l} SYMBOLIC)
   endforeach()
 
-  add_library(${target} OBJECT ${ZL_SOURCES})
+  if(ZL_SOURCES)
+    add_library(${target} OBJECT ${ZL_SOURCES})
+    target_sources(zero PRIVATE $<TARGET_OBJECTS:${target}>)
+    set(cuda_target ${target}_cuda)
+  else()
+    set(cuda_target ${target})  # a layer of zero::cuda alone (src/cuda)
+  endif()
+  if(ZL_CUDA_SOURCES)
+    if(NOT TARGET zero_cuda_library)
+      message(FATAL_ERROR "layer ${ZL_NAME}: CUDA_SOURCES without ZERO_HAVE_CUDA")
+    endif()
+    add_library(${cuda_target} OBJECT ${ZL_CUDA_SOURCES})
+    target_include_directories(${cuda_target} PRIVATE ${root})
+    target_link_libraries(${cuda_target} PRIVATE zero_layer_base CUDA::cudart ${ZL_LIBS} ${ZL_CUDA_LIBS})
+    target_sources(zero_cuda_library PRIVATE $<TARGET_OBJECTS:${cuda_target}>)
+  endif()
   set_target_properties(${target} PROPERTIES ZERO_LAYER_VISIBLE "${visible}" ZERO_LAYER_INCLUDE_ROOT ${root})
   target_include_directories(${target} PRIVATE ${root})
   target_link_libraries(${target} PRIVATE zero_layer_base ${ZL_LIBS})
-  target_sources(zero PRIVATE $<TARGET_OBJECTS:${target}>)
 endfunction()

@@ -186,6 +186,7 @@ class Communicator {
   // was built without CUDA. `stream` arguments of ops name the stream the input was produced on: the
   // library's communication stream waits for it by event. Leaves options.device the calling thread's current
   // device (as torch.cuda.set_device would), so that thread's later CUDA work goes to the same GPU.
+  // Part of zero::cuda: kUnimplemented too, saying so, when the program does not link zero::cuda.
   static StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 

@@ -1,4 +1,5 @@
-// zero/cuda_kernels.h — device kernels the engine and trainers call on the CUDA path (ZERO_HAVE_CUDA only).
+// zero/cuda_kernels.h — device kernels the engine and trainers call on the CUDA path (ZERO_HAVE_CUDA only;
+// link zero::cuda).
 //
 //   // One fused AdamW step on a device shard: bf16 gradient in, fp32 master/m/v updated, bf16 params out.
 //   zero::ShardUpdate u{.master = d_master, .grad = d_grad16, .grad_dtype = zero::DType::kBF16,

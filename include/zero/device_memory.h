@@ -23,7 +23,8 @@
 //
 // Thread-safe: Allocate, Release and Stats may be called from any thread. Blocks are for the device that was
 // current when the pool was created; Allocate fails with kFailedPrecondition if another device is current.
-// Every block must be released before the pool is destroyed (checked). Available when ZERO_HAVE_CUDA.
+// Every block must be released before the pool is destroyed (checked). Available when ZERO_HAVE_CUDA, in
+// zero::cuda.
 #pragma once
 
 #include <cstddef>

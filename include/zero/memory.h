@@ -163,12 +163,12 @@ class Buffer {
   // "Tiers"); everything else is kHost.
   static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier = MemTier::kHost,
                      Status* error = nullptr);
-  // Pinned (page-locked) host memory when zero was built with CUDA and a device is present; otherwise the same
-  // as Host. Reported in the host tier. Failures as for Host.
+  // Pinned (page-locked) host memory when the program links zero::cuda and a device is present; otherwise the
+  // same as Host. Reported in the host tier. Failures as for Host.
   static Buffer Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error = nullptr);
   // Memory of the current CUDA device (cudaMalloc), zero-filled before this returns, reported in the device
-  // tier: the CUDA engine's compute tier. On failure (no CUDA build, no device, out of memory, the tracker's
-  // budget) an empty buffer and *error names the tag and the size.
+  // tier: the CUDA engine's compute tier. On failure (zero::cuda not linked or no CUDA build: kUnimplemented;
+  // no device, out of memory, the tracker's budget) an empty buffer and *error names the tag and the size.
   static Buffer Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error);
   // A view of memory zero does not own (a trainer's own buffer, zero/sharded_optimizer.h): never counted, never
   // freed; Reset only forgets it. `tier` says where it lives, as for the owning kinds.

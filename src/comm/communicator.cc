@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/internal/op.h"
 #include "comm/internal/work_state.h"
-#include "zero/features.h"
+#include "core/internal/cuda_backend.h"
 
 namespace zero {
 
@@ -32,10 +32,15 @@ Work Communicator::ReduceScatterStrided(const void*, void*, size_t count, size_t
                                                " (SupportsReduceScatterStrided is false)"))));
 }
 
-#if !ZERO_HAVE_CUDA
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store>, int, int, const CommOptions&) {
-  return absl::UnimplementedError("CreateNccl: zero was built without CUDA (ZERO_ENABLE_CUDA=OFF or no nvcc)");
+// The NCCL communicator lives in zero::cuda (comm/nccl_communicator.cc), which registers it: the CPU library
+// references no NCCL symbol (core/internal/cuda_backend.h).
+StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
+                                                                 const CommOptions& options) {
+  const internal::CudaBackend* cuda = internal::GetCudaBackend();
+  if (cuda == nullptr) {
+    return internal::CudaNotLinkedError(absl::StrCat("CreateNccl (rank ", rank, " of ", world_size, ")"));
+  }
+  return cuda->create_nccl(std::move(store), rank, world_size, options);
 }
-#endif
 
 }  // namespace zero

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "comm/internal/env.h"
+#include "comm/internal/nccl.h"
 #include "comm/internal/op.h"
 #include "comm/internal/work_state.h"
 #include "zero/communicator.h"
@@ -505,8 +506,8 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
-                                                                 const CommOptions& options) {
+StatusOr<std::unique_ptr<Communicator>> internal::CreateNcclCommunicator(std::shared_ptr<Store> store, int rank,
+                                                                         int world_size, const CommOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateNccl: store is null");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(

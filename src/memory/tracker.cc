@@ -6,13 +6,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-
-#include "zero/features.h"
+#include "core/internal/cuda_backend.h"
 #include "zero/memory.h"
-
-#if ZERO_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace zero {
 
@@ -233,11 +228,12 @@ Buffer Buffer::Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier ti
 }
 
 Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error) {
-#if ZERO_HAVE_CUDA
-  int devices = 0;
-  if (bytes > 0 && cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+  // Page-locking goes through zero::cuda (core/internal/cuda_backend.h); without it, or without a device, the
+  // memory is pageable.
+  const internal::CudaBackend* cuda = internal::GetCudaBackend();
+  if (bytes > 0 && cuda != nullptr && cuda->device_count() > 0) {
     Buffer b;
-    auto allocate = [&] { return cudaHostAlloc(&b.data_, bytes, cudaHostAllocDefault) == cudaSuccess; };
+    auto allocate = [&] { return (b.data_ = cuda->alloc_pinned(bytes)) != nullptr; };
     bool over_budget = false;
     if (tracker != nullptr
             ? tracker->AllocateCounted(MemTier::kHost, tag, static_cast<int64_t>(bytes), allocate, &over_budget)
@@ -250,34 +246,27 @@ Buffer Buffer::Pinned(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
       return b;
     }
     b.data_ = nullptr;
-    cudaGetLastError();
     if (over_budget) return Fail(AllocError(tag, MemTier::kHost, bytes, tracker, true, "pinned host buffer"), error);
     // Page-locked memory is scarcer than pageable: fall back to the latter, as without a device.
   }
-  cudaGetLastError();
-#endif
   return Host(tracker, tag, bytes, MemTier::kHost, error);
 }
 
 Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* error) {
   Buffer b;
   if (bytes == 0) return b;
-#if ZERO_HAVE_CUDA
-  void* p = nullptr;
-  cudaError_t e = cudaSuccess;
-  auto allocate = [&] {
-    e = cudaMalloc(&p, bytes);
-    if (e == cudaSuccess) e = cudaMemset(p, 0, bytes);
-    // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait for: finish it
-    // before any stream may use the buffer. This synchronizes the device: the engine allocates at Finalize and
-    // while its pools fill in the first steps, never in the steady state (tests/shard/async_tier_test.cc).
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess && p != nullptr) {
-      cudaFree(p);
-      p = nullptr;
+  const internal::CudaBackend* cuda = internal::GetCudaBackend();
+  if (cuda == nullptr) {
+    if (error != nullptr) {
+      *error = internal::CudaNotLinkedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag)));
     }
-    return e == cudaSuccess;
-  };
+    return b;
+  }
+  void* p = nullptr;
+  Status cuda_error;
+  // zero-filled and synchronized by the backend: the engine allocates at Finalize and while its pools fill in the
+  // first steps, never in the steady state (tests/shard/async_tier_test.cc).
+  auto allocate = [&] { return (p = cuda->alloc_device(bytes, &cuda_error)) != nullptr; };
   bool over_budget = false;
   if (tracker != nullptr
           ? tracker->AllocateCounted(MemTier::kDevice, tag, static_cast<int64_t>(bytes), allocate, &over_budget)
@@ -290,20 +279,12 @@ Buffer Buffer::Device(MemoryTracker* tracker, MemTag tag, size_t bytes, Status* 
     b.kind_ = Kind::kDevice;
     return b;
   }
-  cudaGetLastError();
   if (error != nullptr && over_budget) {
     *error = AllocError(tag, MemTier::kDevice, bytes, tracker, true, "device buffer");
   } else if (error != nullptr) {
-    *error =
-        absl::ResourceExhaustedError(absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag),
-                                                  ": CUDA error ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+    *error = absl::ResourceExhaustedError(
+        absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag), ": ", cuda_error.message()));
   }
-#else
-  if (error != nullptr) {
-    *error = absl::UnimplementedError(
-        absl::StrCat("device buffer of ", bytes, " bytes for ", MemTagName(tag), ": zero was built without CUDA"));
-  }
-#endif
   return b;
 }
 
@@ -338,17 +319,14 @@ void Buffer::Reset() {
     return;
   }
   if (tracker_) tracker_->Sub(tier_, tag_, static_cast<int64_t>(size_));
-#if ZERO_HAVE_CUDA
+  // Pinned and device buffers exist only when zero::cuda allocated them, so its table is there to free them.
   if (kind_ == Kind::kPinned) {
-    cudaFreeHost(data_);
+    internal::GetCudaBackend()->free_pinned(data_);
   } else if (kind_ == Kind::kDevice) {
-    cudaFree(data_);  // synchronizes the device: never on the engine's hot path (its buffers are pooled)
+    internal::GetCudaBackend()->free_device(data_);  // synchronizes the device: never on the engine's hot path
   } else {
     std::free(data_);
   }
-#else
-  std::free(data_);
-#endif
   data_ = nullptr;
   size_ = 0;
   tracker_ = nullptr;

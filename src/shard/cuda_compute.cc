@@ -206,7 +206,7 @@ class CudaCompute final : public ComputeTier {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, int device, CUstream_st* stream) {
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaComputeTier(MemoryTracker* tracker, int device, CUstream_st* stream) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "core/internal/cuda_backend.h"
 #include "shard/internal/compute.h"
 #include "zero/dtype.h"
-#include "zero/features.h"
 
 namespace zero::internal {
 
@@ -114,10 +114,11 @@ void SetGlooEngineComputeForTesting(ComputeTierFactory factory) {
   g_factory = factory ? new ComputeTierFactory(std::move(factory)) : nullptr;
 }
 
-#if !ZERO_HAVE_CUDA
-StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker*, int, CUstream_st*) {
-  return absl::UnimplementedError("the CUDA engine: zero was built without CUDA");
+// The CUDA tier lives in zero::cuda (shard/cuda_compute.cc), which registers it (core/internal/cuda_backend.h).
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, int device, CUstream_st* stream) {
+  const CudaBackend* cuda = GetCudaBackend();
+  if (cuda == nullptr) return CudaNotLinkedError("the CUDA engine (an NCCL communicator)");
+  return cuda->make_compute(tracker, device, stream);
 }
-#endif
 
 }  // namespace zero::internal

@@ -1,5 +1,6 @@
 # Script-mode test: cmake --install into a temp prefix, check what was installed, then configure, build and run
-# the consumer (under the installed zero-run, on two ranks, when the tools were built).
+# the consumer: linking zero::zero with the CUDA toolkit out of reach (no CUDA library in its binary), under the
+# installed zero-run on two ranks when the tools were built; and, on a CUDA-enabled install, linking zero::cuda.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -33,27 +34,150 @@ if(EXPECT_TOOLS)
   endforeach()
 endif()
 
-# The consumer enables C++ only: a CUDA-enabled install must find CUDA and NCCL by itself (zeroConfig.cmake's
-# find_dependency; FindCUDAToolkit looks in /usr/local/cuda), with no hint from here.
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build
-                        -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
-                RESULT_VARIABLE rc)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "consumer configure failed: ${rc}")
+# ---- the CPU library references no CUDA symbol; the CUDA component is an archive of its own ----
+file(GLOB_RECURSE libzero ${prefix}/lib*/libzero.a)
+file(GLOB_RECURSE libzero_cuda ${prefix}/lib*/libzero_cuda.a)
+if(NOT libzero)
+  message(FATAL_ERROR "libzero.a (zero::zero) was not installed")
 endif()
+execute_process(COMMAND ${NM} -u ${libzero} OUTPUT_VARIABLE undefined RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -u ${libzero} failed: ${rc}")
+endif()
+string(REGEX MATCHALL "U (cuda|nccl|__cuda|cublas)[A-Za-z0-9_]*" cuda_refs "${undefined}")
+if(cuda_refs)
+  list(REMOVE_DUPLICATES cuda_refs)
+  message(FATAL_ERROR "${libzero} (zero::zero) references CUDA/NCCL symbols: ${cuda_refs}")
+endif()
+if(ZERO_HAVE_CUDA AND NOT libzero_cuda)
+  message(FATAL_ERROR "libzero_cuda.a (zero::cuda) was not installed")
+elseif(NOT ZERO_HAVE_CUDA AND libzero_cuda)
+  message(FATAL_ERROR "${libzero_cuda} was installed from a build without CUDA")
+endif()
+
+# ---- the CPU-only consumer, configured with the CUDA toolkit out of reach ----
+# FindCUDAToolkit looks at CUDAToolkit_ROOT, nvcc on PATH, $CUDA_PATH and, last, /usr/local/cuda, which no
+# variable can move. Out of reach therefore means: the roots point at an empty folder, nvcc is off PATH, the CUDA
+# variables are unset and the environment's search paths cleaned, find_package(CUDAToolkit) and
+# find_package(NCCL) are disabled outright (the old zeroConfig.cmake's find_dependency(CUDAToolkit) then fails),
+# and the configure is checked, under strace where it runs, not to open, stat or run anything under
+# /usr/local/cuda; its cache and build files must not name CUDA either.
+set(no_cuda ${WORK_DIR}/no-cuda)
+file(MAKE_DIRECTORY ${no_cuda})
+# The search paths the compiler and loader take from the environment lose their CUDA folders (a CUDA image sets
+# LIBRARY_PATH to the toolkit's stubs, for one), and PATH every folder with an nvcc.
+set(hide_cuda ${CMAKE_COMMAND} -E env --unset=CUDACXX --unset=CUDA_PATH --unset=CUDA_HOME --unset=CUDAToolkit_ROOT
+              --unset=CUDA_ROOT --unset=NCCL_ROOT)
+foreach(var PATH LIBRARY_PATH LD_LIBRARY_PATH CPATH C_INCLUDE_PATH CPLUS_INCLUDE_PATH)
+  if("$ENV{${var}}" STREQUAL "")
+    continue()
+  endif()
+  string(REPLACE ":" ";" dirs "$ENV{${var}}")
+  set(kept)
+  foreach(d IN LISTS dirs)
+    if(NOT d MATCHES "[Cc][Uu][Dd][Aa]|[Nn][Cc][Cc][Ll]" AND NOT EXISTS ${d}/nvcc)
+      list(APPEND kept ${d})
+    endif()
+  endforeach()
+  if(kept)
+    string(REPLACE ";" ":" kept "${kept}")
+    list(APPEND hide_cuda ${var}=${kept})
+  else()
+    list(APPEND hide_cuda --unset=${var})
+  endif()
+endforeach()
+set(configure_cpu ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build -DCMAKE_PREFIX_PATH=${prefix}
+                  -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT=${no_cuda} -DNCCL_ROOT=${no_cuda}
+                  -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON -DCMAKE_DISABLE_FIND_PACKAGE_NCCL=ON)
+find_program(STRACE strace)
+set(trace_file ${WORK_DIR}/configure.strace)
+set(traced OFF)
+if(STRACE)
+  # ptrace may be forbidden (a container's seccomp policy): probe first, and fall back to the file checks.
+  execute_process(COMMAND ${STRACE} -f -o ${WORK_DIR}/probe.strace true RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(rc EQUAL 0)
+    set(traced ON)
+    set(configure_cpu ${STRACE} -f -qq -e trace=%file -o ${trace_file} ${configure_cpu})
+  endif()
+endif()
+execute_process(COMMAND ${hide_cuda} ${configure_cpu} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${out}\nthe CPU-only consumer failed to configure with the CUDA toolkit out of reach: ${rc}")
+endif()
+if(traced)
+  file(STRINGS ${trace_file} touched REGEX "/usr/local/cuda")
+  if(touched)
+    list(LENGTH touched n)
+    list(SUBLIST touched 0 5 first)
+    string(REPLACE ";" "\n" first "${first}")
+    message(FATAL_ERROR "the CPU-only consumer's configure touched /usr/local/cuda (${n} calls), e.g.\n${first}")
+  endif()
+  message(STATUS "strace: the CPU-only consumer's configure did not touch /usr/local/cuda")
+else()
+  message(STATUS "strace unavailable: the CPU-only consumer's configure is checked through its files only")
+endif()
+# The cache holds the variables given above; what FindCUDAToolkit or FindNCCL would have left must not be there.
+file(STRINGS ${WORK_DIR}/build/CMakeCache.txt hits
+     REGEX "/usr/local/cuda|^CUDA_|^CUDAToolkit_(BIN|INCLUDE|LIBRARY)|^NCCL_(LIBRARY|INCLUDE)")
+if(hits)
+  list(SUBLIST hits 0 3 hits)
+  message(FATAL_ERROR "the CPU-only consumer's CMakeCache.txt names CUDA: ${hits}")
+endif()
+file(GLOB app_build_files ${WORK_DIR}/build/CMakeFiles/app.dir/*.make ${WORK_DIR}/build/CMakeFiles/app.dir/*.txt)
+foreach(f IN LISTS app_build_files)
+  # (The test's own folders may have "cuda" in their names: a build folder, no-cuda above.)
+  file(READ ${f} text)
+  string(REPLACE "${WORK_DIR}" "<work>" text "${text}")
+  string(REPLACE "${CONSUMER_SOURCE_DIR}" "<source>" text "${text}")
+  if(text MATCHES "[^\n]*([Cc][Uu][Dd][Aa]|[Nn][Cc][Cc][Ll])[^\n]*")
+    message(FATAL_ERROR "${f} names CUDA: ${CMAKE_MATCH_0}")
+  endif()
+endforeach()
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer build failed: ${rc}")
 endif()
 
-# The CUDA part of the package is a component: asking for it succeeds exactly when the install has it.
+# ldd lists every library the binary loads, transitively: none may be CUDA's or NCCL's.
+function(loaded_libraries binary out_var)
+  execute_process(COMMAND ldd ${binary} RESULT_VARIABLE rc OUTPUT_VARIABLE libs ERROR_VARIABLE libs)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "ldd ${binary} failed: ${rc}\n${libs}")
+  endif()
+  set(${out_var} "${libs}" PARENT_SCOPE)
+endfunction()
+set(cuda_lib_regex "lib(cudart|cuda|nccl|cublas|cublasLt)[.]so")
+loaded_libraries(${WORK_DIR}/build/app cpu_libs)
+if(cpu_libs MATCHES "${cuda_lib_regex}")
+  message(FATAL_ERROR "the CPU-only consumer loads a CUDA library (${CMAKE_MATCH_0}):\n${cpu_libs}")
+endif()
+
+# ---- the consumer of the CUDA component ----
+# Asking for it succeeds exactly when the install has it; then the consumer links zero::cuda with a plain
+# target_link_libraries, loads CUDA and NCCL (which also shows the ldd check above can see them), and its
+# CreateNccl reaches the NCCL communicator: zero::cuda's registration was linked in.
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR} -B ${WORK_DIR}/build-cuda
-                        -DCMAKE_PREFIX_PATH=${prefix} -DZERO_CONSUMER_COMPONENTS=cuda
-                RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+                        -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DZERO_CONSUMER_COMPONENTS=cuda
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(ZERO_HAVE_CUDA AND NOT rc EQUAL 0)
-  message(FATAL_ERROR "find_package(zero COMPONENTS cuda) failed on a CUDA-enabled install")
+  message(FATAL_ERROR "${out}\nfind_package(zero COMPONENTS cuda) failed on a CUDA-enabled install")
 elseif(NOT ZERO_HAVE_CUDA AND rc EQUAL 0)
   message(FATAL_ERROR "find_package(zero COMPONENTS cuda) succeeded on an install built without CUDA")
+endif()
+if(ZERO_HAVE_CUDA)
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build-cuda RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the consumer of zero::cuda failed to build: ${rc}")
+  endif()
+  loaded_libraries(${WORK_DIR}/build-cuda/app cuda_libs)
+  if(NOT cuda_libs MATCHES "libcudart[.]so" OR NOT cuda_libs MATCHES "libnccl[.]so")
+    message(FATAL_ERROR "the consumer of zero::cuda does not load libcudart and libnccl:\n${cuda_libs}")
+  endif()
+  execute_process(COMMAND ${WORK_DIR}/build-cuda/app RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "CreateNccl says: CreateNccl: rank 5 is not in \\[0, world_size 1\\)")
+    message(FATAL_ERROR "the consumer of zero::cuda (${rc}) did not reach the NCCL communicator")
+  endif()
 endif()
 
 if(EXPECT_TOOLS)
@@ -65,6 +189,15 @@ execute_process(COMMAND ${run} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARI
 message("${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "consumer run failed: ${rc}")
+endif()
+if(ZERO_HAVE_CUDA)
+  string(CONCAT want_nccl "CreateNccl says: CreateNccl \\(rank 5 of 1\\): the CUDA path is not linked into this "
+                          "program: link zero::cuda")
+else()
+  set(want_nccl "CreateNccl says: CreateNccl \\(rank 5 of 1\\): zero was built without CUDA")
+endif()
+if(NOT out MATCHES "${want_nccl}")
+  message(FATAL_ERROR "the CPU-only consumer's CreateNccl did not fail with the missing component's error")
 endif()
 if(EXPECT_TOOLS AND NOT out MATCHES "\\[r0\\] zero consumer: rank 0 of 2, all-reduced sum = 3"
                 OR EXPECT_TOOLS AND NOT out MATCHES "\\[r1\\] zero consumer: rank 1 of 2, all-reduced sum = 3")

@@ -92,9 +92,12 @@ std::unique_ptr<ComputeTier> MakeGlooEngineCompute(MemoryTracker* tracker);
 void SetGlooEngineComputeForTesting(ComputeTierFactory factory);  // empty: back to MakeHostCompute
 
 // The CUDA device `device` (the NCCL communicator's), on `stream` (the trainer's compute stream; nullptr: one
-// the tier creates and owns). kUnimplemented when zero was built without CUDA; kFailedPrecondition without a
-// device. `tracker` must outlive it.
+// the tier creates and owns). kUnimplemented when zero::cuda is not linked (or zero was built without CUDA);
+// kFailedPrecondition without a device. `tracker` must outlive it.
 StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, int device, CUstream_st* stream);
+// Its implementation, in zero::cuda (shard/cuda_compute.cc): MakeCudaCompute calls it through the table of
+// core/internal/cuda_backend.h, which zero::cuda's registration fills.
+StatusOr<std::unique_ptr<ComputeTier>> MakeCudaComputeTier(MemoryTracker* tracker, int device, CUstream_st* stream);
 
 // The host engine's landing of reduced elements (ComputeTier::Land on the host): also what the copy stream
 // runs to land an offloaded shard in the host tier. The device kernel (zero::cuda::Add) matches it bit for bit.
