@@ -47,8 +47,8 @@ void Usage(FILE* out) {
                "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
                "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
                "                       are terminated; default 10\n"
-               "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and\n"
-               "ZERO_STORE_DIR; output lines are prefixed with [rN].\n");
+               "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
+               "ZERO_STORE_DIR and ZERO_JOB_ID; output lines are prefixed with [rN].\n");
 }
 
 bool ParseSeconds(const char* s, double* out) {
@@ -182,6 +182,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int port = FreePort();
+  // ZERO_JOB_ID, the job's identity at rendezvous (docs/comm.md, "Rendezvous checks"): ranks of another job that
+  // reach this job's store refuse it. The store directory's name is unique while the job runs.
+  const std::string job_id = store_dir.substr(store_dir.rfind('/') + 1);
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     std::perror("zero-run: pipe");
@@ -224,6 +227,7 @@ int main(int argc, char** argv) {
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("ZERO_STORE_DIR", store_dir.c_str(), 1);
+      ::setenv("ZERO_JOB_ID", job_id.c_str(), 1);
       ::execvp(child_argv[0], child_argv.data());
       std::fprintf(stderr, "zero-run: cannot execute %s: %s\n", child_argv[0], std::strerror(errno));
       ::_exit(127);
