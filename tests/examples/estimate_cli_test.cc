@@ -146,8 +146,9 @@ TEST(EstimateCliTest, HuggingFaceAutoConfigWithSet) {
     "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
     "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})");
   const std::string base = absl::StrCat(ZERO_ESTIMATE, " --model tiny --world 2 --config ", dir, "/hf.json");
-  const ProgramRun ok =
-      Exec(base + " --set bf16.enabled=true --set gradient_accumulation_steps=1 --micro-batch 2 --json");
+  const ProgramRun ok = Exec(
+      base +
+      " --set bf16.enabled=true --set gradient_accumulation_steps=1 --set train_micro_batch_size_per_gpu=2 --json");
   ASSERT_EQ(ok.exit_code, 0) << ok.all;
   EXPECT_EQ(LastJson(ok)["dtype"], "bf16") << ok.out;
   for (const char* said :
