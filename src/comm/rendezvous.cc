@@ -79,16 +79,16 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
   }
   StatusOr<std::vector<uint8_t>> served = store.Get(job_key, left());
   if (!served.ok()) {
-    return Status(served.status().code(),
-                  absl::StrCat("rendezvous (", where, "): rank 0 never said which job it serves: ",
-                               served.status().message()));
+    return Status(
+        served.status().code(),
+        absl::StrCat("rendezvous (", where, "): rank 0 never said which job it serves: ", served.status().message()));
   }
   std::string served_id = Text(*served);
   if (served_id.rfind("job:", 0) == 0) served_id = served_id.substr(4);
   if (served_id != job_id) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rendezvous (", where, "): this rank belongs to job ", ShowId(job_id), " but the store (MASTER_ADDR:",
-        "MASTER_PORT or ZERO_STORE_DIR) is served by job ", ShowId(served_id),
+        "rendezvous (", where, "): this rank belongs to job ", ShowId(job_id),
+        " but the store (MASTER_ADDR:", "MASTER_PORT or ZERO_STORE_DIR) is served by job ", ShowId(served_id),
         "; ranks of different jobs refuse each other. Give every job its own MASTER_PORT or store directory; ",
         "the job id comes from ", kIdSources));
   }
@@ -104,8 +104,8 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
       const std::string key = absl::StrCat(agree, r);
       StatusOr<std::vector<uint8_t>> rec = store.Get(key, left());
       if (!rec.ok()) {
-        failed = Status(rec.status().code(), absl::StrCat("rendezvous (", where, "): rank ", r,
-                                                          " never arrived: ", rec.status().message()));
+        failed = Status(rec.status().code(),
+                        absl::StrCat("rendezvous (", where, "): rank ", r, " never arrived: ", rec.status().message()));
         verdict = std::string(failed.message());
         break;
       }
@@ -113,7 +113,8 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
       if (!w.ok()) {
         failed = w.status();
       } else if (*w != world) {
-        failed = absl::FailedPreconditionError(absl::StrCat("rendezvous (", where, "): ", WorldMismatch(0, world, r, *w)));
+        failed =
+            absl::FailedPreconditionError(absl::StrCat("rendezvous (", where, "): ", WorldMismatch(0, world, r, *w)));
       }
       if (!failed.ok()) verdict = std::string(failed.message());
     }
@@ -130,7 +131,8 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
   }
   ZERO_ASSIGN_OR_RETURN(int world0, WorldOf(*rec0, zero_key));
   if (world0 != world) {
-    return absl::FailedPreconditionError(absl::StrCat("rendezvous (", where, "): ", WorldMismatch(rank, world, 0, world0)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rendezvous (", where, "): ", WorldMismatch(rank, world, 0, world0)));
   }
   // Rank 0 may take the whole timeout to find a missing rank: wait a little longer for what it says.
   const absl::Duration grace = std::min(timeout / 2, absl::Seconds(5));
@@ -148,7 +150,8 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
   // "<code>:<message>"
   int code = static_cast<int>(absl::StatusCode::kFailedPrecondition);
   std::string message = text;
-  if (const size_t colon = text.find(':'); colon != std::string::npos && absl::SimpleAtoi(text.substr(0, colon), &code)) {
+  if (const size_t colon = text.find(':');
+      colon != std::string::npos && absl::SimpleAtoi(text.substr(0, colon), &code)) {
     message = text.substr(colon + 1);
   }
   return Status(static_cast<absl::StatusCode>(code),
