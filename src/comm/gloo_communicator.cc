@@ -669,15 +669,16 @@ class GlooCommunicator final : public Communicator {
 
   // A rank that closes its communicator says so in the store, with how many ops it issued and the last: a peer
   // still waiting in a collective (a rank that ran fewer Steps, or returned early) then names who left and when
-  // instead of only "a peer was lost" or a timeout. Bounded: at most 2 s on a store that went dark.
+  // instead of only "a peer was lost" or a timeout. The value is bounded by 2 s on a store that went dark.
   void PostDeparture() {
-    if (!connected_ || world_ == 1) return;
+    // Only after a clean run: after a failure the store may be gone with the peer (Store::Add has no deadline),
+    // and the peers have their own error already.
+    if (!connected_ || world_ == 1 || !broken_.ok()) return;
     const std::vector<std::string> recent = history_.Recent();
     const std::string text =
         absl::StrCat("rank ", rank_, " closed its communicator at ",
                      absl::FormatTime("%H:%M:%E3S UTC", absl::Now(), absl::UTCTimeZone()), " after issuing ", next_seq_,
-                     " ops", recent.empty() ? std::string() : absl::StrCat(" (last: ", recent.back(), ")"),
-                     broken_.ok() ? "" : absl::StrCat(", after its own failure: ", broken_.message()));
+                     " ops", recent.empty() ? std::string() : absl::StrCat(" (last: ", recent.back(), ")"));
     // Numbered by a counter, so that a reader asks only for notices that exist: a wait for a missing key costs a
     // second on Gloo's FileStore whatever the timeout.
     StatusOr<int64_t> n = store_->Add(absl::StrCat(key_prefix_, "/left-count"), 1);
@@ -1036,8 +1037,12 @@ class GlooCommunicator final : public Communicator {
     } catch (...) {
       s = internal::GlooExceptionToStatus(std::current_exception(), what);
     }
-    if (absl::IsDeadlineExceeded(s) && world_ > 1) s = WithDesyncReport(s);
-    if ((absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) && world_ > 1) s = WithDepartures(s);
+    bool store_reachable = true;
+    if (absl::IsDeadlineExceeded(s) && world_ > 1) s = WithDesyncReport(s, &store_reachable);
+    // (Store::Add has no deadline: a store that did not answer the report is not asked again.)
+    if ((absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) && world_ > 1 && store_reachable) {
+      s = WithDepartures(s);
+    }
     progress_->Stop();
     if (!s.ok() && absl::IsFailedPrecondition(s)) {
       s = absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
@@ -1049,7 +1054,7 @@ class GlooCommunicator final : public Communicator {
   // compares the ranks' op sequences at this point; so does this, through the store (which still works when
   // the collectives do not): each failing rank posts its last ops and waits a bounded time for the others',
   // a quarter of the timeout and at most 10 s (the Wait backstop fires only at 1.5 timeouts).
-  Status WithDesyncReport(const Status& s) {
+  Status WithDesyncReport(const Status& s, bool* store_reachable) {
     const std::vector<std::string> recent = history_.Recent();
     std::string mine;
     for (const std::string& op : recent) absl::StrAppend(&mine, op, "\n");
@@ -1058,6 +1063,7 @@ class GlooCommunicator final : public Communicator {
     const absl::Duration budget = std::min(options_.timeout / 4, absl::Seconds(10));
     const absl::Time deadline = absl::Now() + budget;
     if (!store_->SetWithin(base + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()), budget).ok()) {
+      *store_reachable = false;
       return absl::Status(s.code(), absl::StrCat(s.message(), "\n(no desync report: the store is unreachable too)"));
     }
     std::vector<std::string> posted(world_);

@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 
 namespace zero::internal {
 namespace {
@@ -67,8 +66,8 @@ std::string JobScope(const std::string& prefix, const std::string& job_id) {
 
 Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::string& key_prefix, int rank, int world,
                          const std::string& job_id, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  auto left = [&] { return std::max(deadline - absl::Now(), absl::Milliseconds(1)); };
+  // Every wait gets the whole timeout, as every wait of Gloo's own rendezvous does (BoundedStore): ranks that
+  // start seconds apart (a loaded machine, a slow file system) still meet.
   const std::string job_key = absl::StrCat(prefix, "/job");
   const std::string where = absl::StrCat("rank ", rank, " of ", world, ", job ", ShowId(job_id));
   // The job: the first rank 0 on this store claims it; every rank compares its id with the claim.
@@ -77,7 +76,7 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
     Status s = store.Set(job_key, Bytes("job:" + job_id));
     if (!s.ok() && !absl::IsAlreadyExists(s)) return s;
   }
-  StatusOr<std::vector<uint8_t>> served = store.Get(job_key, left());
+  StatusOr<std::vector<uint8_t>> served = store.Get(job_key, timeout);
   if (!served.ok()) {
     return Status(
         served.status().code(),
@@ -102,7 +101,7 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
     Status failed;
     for (int r = 1; r < world && failed.ok(); ++r) {
       const std::string key = absl::StrCat(agree, r);
-      StatusOr<std::vector<uint8_t>> rec = store.Get(key, left());
+      StatusOr<std::vector<uint8_t>> rec = store.Get(key, timeout);
       if (!rec.ok()) {
         failed = Status(rec.status().code(),
                         absl::StrCat("rendezvous (", where, "): rank ", r, " never arrived: ", rec.status().message()));
@@ -124,7 +123,7 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
     return failed;
   }
   const std::string zero_key = absl::StrCat(agree, 0);
-  StatusOr<std::vector<uint8_t>> rec0 = store.Get(zero_key, left());
+  StatusOr<std::vector<uint8_t>> rec0 = store.Get(zero_key, timeout);
   if (!rec0.ok()) {
     return Status(rec0.status().code(),
                   absl::StrCat("rendezvous (", where, "): rank 0 never arrived: ", rec0.status().message()));
@@ -136,8 +135,7 @@ Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::str
   }
   // Rank 0 may take the whole timeout to find a missing rank: wait a little longer for what it says.
   const absl::Duration grace = std::min(timeout / 2, absl::Seconds(5));
-  StatusOr<std::vector<uint8_t>> verdict =
-      store.Get(absl::StrCat(agree, "verdict"), std::max(deadline + grace - absl::Now(), absl::Milliseconds(1)));
+  StatusOr<std::vector<uint8_t>> verdict = store.Get(absl::StrCat(agree, "verdict"), timeout + grace);
   if (!verdict.ok()) {
     return Status(verdict.status().code(),
                   absl::StrCat("rendezvous (", where,

@@ -21,7 +21,7 @@ std::string JobScope(const std::string& prefix, const std::string& job_id);
 // first rank 0), and its world size with rank 0's; rank 0 compares every rank's and publishes a verdict the
 // others wait for. So a disagreement fails every rank that reached the rendezvous, with an error naming both
 // sides (kFailedPrecondition), instead of Gloo's "sizeof(impl_) == bytes.size()" or a pairing with another
-// job's ranks. Waits are bounded by `timeout` (kDeadlineExceeded naming the rank that never arrived).
+// job's ranks. Each wait is bounded by `timeout` (kDeadlineExceeded naming the rank that never arrived).
 Status AgreeAtRendezvous(Store& store, const std::string& prefix, const std::string& key_prefix, int rank, int world,
                          const std::string& job_id, absl::Duration timeout);
 
