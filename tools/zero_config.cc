@@ -2,6 +2,8 @@
 //
 //   zero-config ds_config.json             # exit 0 + effective config (defaults filled, "auto" kept) on stdout
 //   zero-config ds_config.json --world 8   # also Validate for 8 ranks: derived batch keys, no "auto" left
+//   zero-config hf.json --set train_micro_batch_size_per_gpu=4 --set optimizer.params.lr=3e-4 --world 8
+//                                          # Config::Set each key first (a value is JSON; a bare word is a string)
 //   zero-config --default                  # Config::Default() with every default filled in
 //   zero-config --reference > docs/config.md   # the markdown reference generated from the schema table
 //
@@ -13,13 +15,17 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "zero/config.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: zero-config FILE [--world N]   check FILE (\"-\" reads stdin) and print the effective config\n"
+    "usage: zero-config FILE [--set KEY=VALUE]... [--world N]\n"
+    "                                      check FILE (\"-\" reads stdin) and print the effective config;\n"
+    "                                      --set overrides a key (repeatable; VALUE is JSON, a bare word a string)\n"
     "       zero-config --default          print Config::Default()\n"
     "       zero-config --reference        print the config reference (docs/config.md)\n";
 
@@ -35,6 +41,7 @@ int main(int argc, char** argv) {
   std::string file;
   int world = 0;
   bool reference = false, defaults = false;
+  std::vector<std::pair<std::string, std::string>> sets;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -52,6 +59,12 @@ int main(int argc, char** argv) {
         return Usage(std::string("--world: not a positive integer: ") + argv[i]);
       }
       world = static_cast<int>(w);
+    } else if (a == "--set") {
+      if (i + 1 >= argc) return Usage("--set needs KEY=VALUE");
+      std::string kv = argv[++i];
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) return Usage("--set: not KEY=VALUE: " + kv);
+      sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
     } else if (a.size() > 1 && a[0] == '-' && a != "-") {
       return Usage("unknown option " + a);
     } else if (file.empty()) {
@@ -62,6 +75,7 @@ int main(int argc, char** argv) {
   }
   if (reference + defaults + !file.empty() != 1) return Usage("give exactly one of FILE, --default, --reference");
   if (world != 0 && file.empty()) return Usage("--world goes with FILE");
+  if (!sets.empty() && file.empty()) return Usage("--set goes with FILE");
 
   if (reference) {
     std::cout << zero::ConfigReferenceMarkdown();
@@ -84,6 +98,16 @@ int main(int argc, char** argv) {
     std::cerr << "zero-config: " << (unimplemented ? "not implemented in zero" : "invalid config") << ":\n"
               << cfg.status().message() << "\n";
     return 1;
+  }
+  for (const auto& [key, value] : sets) {
+    zero::Status s = cfg->Set(key, zero::SetValueJson(value));
+    if (!s.ok()) {
+      const bool unimplemented = s.code() == absl::StatusCode::kUnimplemented;
+      std::cerr << "zero-config: --set " << key << "=" << value << ": "
+                << (unimplemented ? "not implemented in zero" : "invalid") << ":\n"
+                << s.message() << "\n";
+      return 1;
+    }
   }
   if (world != 0) {
     zero::Status s = cfg->Validate(world);

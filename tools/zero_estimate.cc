@@ -7,16 +7,25 @@
 //   zero-estimate --layers 80 --hidden 8192 --heads 64 --vocab 32000 --seq 4096 --micro-batch 1
 //                 --world 1024 --stage 3 --bf16 --recompute --device cuda --fit-gib 80 --json
 //   zero-estimate --units units.json --config ds.json --world 64
+//   zero-estimate --model small --config hf_ds.json --set train_micro_batch_size_per_gpu=8 --world 8
+//
+// --set KEY=VALUE (repeatable) sets a config key through Config::Set, validated as in the JSON. A Hugging Face
+// config's "auto" is left alone where it changes no byte (learning rates, betas, eps, weight decay, clipping,
+// scheduler params: estimated at a valid placeholder, said on stderr), derived where the rest determines it (the
+// batch keys, the other precision when one is on, the bucket sizes as Hugging Face fills them from the hidden
+// size of a GPT shape), and otherwise an error that names the key and asks for --set.
 //
 // A GPT shape is the reference GPT of examples/gpt (its units, and its activations as it allocates them:
 // examples/gpt/estimate.h). A units file is a JSON list of {"name", "params", "frozen"?, "scopes"?} (or an object
 // {"units": [...], "activation_bytes": N, "open_params": N}); its activations are what it says, none otherwise.
 // --json prints one object: {"memory": {TAG: {"tier", "bytes"}, "peak_total": {..}}, ...} with zero-gpt's tag names.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -38,6 +47,7 @@ constexpr const char* kUsage =
     "  --model       the reference GPT's presets (as zero-gpt); --seq / --micro-batch override theirs\n"
     "  --units FILE  a JSON list of units {\"name\", \"params\", \"frozen\"?, \"scopes\"?} in registration order\n"
     "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
+    "  --set K=V     set config key K to V (JSON; a bare word is a string), validated; repeatable\n"
     "  --recompute   recompute every block (the config's activation_checkpointing decides how), as zero-gpt\n"
     "  --device cuda the CUDA engine over NCCL (its staging is not tracked); default cpu: the host engine, Gloo\n"
     "  --fit-gib X   also the most blocks a GPT of this shape may have for a rank's device tier to fit X GiB\n"
@@ -56,7 +66,71 @@ struct Flags {
   int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1, shard_group = 0;
   bool recompute = false, bf16 = false, json = false;
   double fit_gib = 0;
+  std::vector<std::pair<std::string, std::string>> sets;  // --set KEY=VALUE, in order
 };
+
+// Keys Hugging Face leaves "auto" that change no byte of the estimate, with the placeholder estimated at.
+constexpr std::pair<const char*, const char*> kNoByteAuto[] = {
+    {"gradient_clipping", "0"},
+    {"optimizer.params.lr", "0.001"},
+    {"optimizer.params.betas", "[0.9, 0.999]"},
+    {"optimizer.params.eps", "1e-8"},
+    {"optimizer.params.weight_decay", "0"},
+    {"scheduler.params.warmup_min_lr", "0"},
+    {"scheduler.params.warmup_max_lr", "0.001"},
+    {"scheduler.params.warmup_num_steps", "1000"},
+    {"scheduler.params.total_num_steps", "1000"},
+};
+
+// Fills the config's remaining "auto" keys for an estimate (see the file comment); `hidden` is the model's
+// hidden size, 0 when unknown. Errors name every key still "auto" whose value changes bytes.
+zero::Status ResolveAutoForEstimate(zero::Config* cfg, int64_t hidden) {
+  auto is_auto = [&](const std::string& key) {
+    const auto& u = cfg->unresolved();
+    return std::find(u.begin(), u.end(), key) != u.end();
+  };
+  auto fill = [&](const std::string& key, const std::string& value, const std::string& why) -> zero::Status {
+    zero::Status s = cfg->Set(key, value);
+    if (s.ok() && !why.empty()) std::fprintf(stderr, "zero-estimate: %s: \"auto\" %s\n", key.c_str(), why.c_str());
+    return s;
+  };
+  const std::vector<std::string> autos = cfg->unresolved();
+  std::string missing;
+  for (const std::string& key : autos) {
+    if (!is_auto(key)) continue;  // filled on the way
+    zero::Status s;
+    bool filled = true;
+    const auto* no_byte =
+        std::find_if(std::begin(kNoByteAuto), std::end(kNoByteAuto), [&](const auto& kv) { return key == kv.first; });
+    if (no_byte != std::end(kNoByteAuto)) {
+      s = fill(key, no_byte->second, absl::StrCat("changes no byte; estimated at ", no_byte->second));
+    } else if (key == "fp16.enabled" && !is_auto("bf16.enabled") && cfg->bf16.enabled) {
+      s = fill(key, "false", "is false: bf16 is on");
+    } else if (key == "bf16.enabled" && !is_auto("fp16.enabled") && cfg->fp16.enabled) {
+      s = fill(key, "false", "is false: fp16 is on");
+    } else if (key == "train_batch_size" && !is_auto("train_micro_batch_size_per_gpu")) {
+      s = fill(key, "null", "is derived from the micro batch and the accumulation steps");
+    } else if (key == "gradient_accumulation_steps" && cfg->train_batch_size.has_value() &&
+               !is_auto("train_batch_size") && !is_auto("train_micro_batch_size_per_gpu")) {
+      s = fill(key, "null", "is derived from train_batch_size");
+    } else if (hidden > 0 && key == "zero_optimization.reduce_bucket_size") {
+      s = fill(key, std::to_string(hidden * hidden), "is hidden_size^2, as Hugging Face fills it");
+    } else if (hidden > 0 && key == "zero_optimization.stage3_prefetch_bucket_size") {
+      s = fill(key, std::to_string(hidden * hidden * 9 / 10), "is 0.9 hidden_size^2, as Hugging Face fills it");
+    } else if (hidden > 0 && key == "zero_optimization.stage3_param_persistence_threshold") {
+      s = fill(key, std::to_string(hidden * 10), "is 10 hidden_size, as Hugging Face fills it");
+    } else {
+      filled = false;
+    }
+    if (!s.ok()) return s;
+    if (!filled) {
+      absl::StrAppend(&missing, missing.empty() ? "" : "\n", key,
+                      ": \"auto\" changes the estimate; give its value with --set ", key, "=VALUE");
+    }
+  }
+  if (!missing.empty()) return absl::InvalidArgumentError(missing);
+  return absl::OkStatus();
+}
 
 // A units file: the units, and optionally the trainer's activation bytes and the elements it keeps open at once.
 struct UnitsFile {
@@ -233,7 +307,11 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     auto integer = [&](int* out, int min) { return absl::SimpleAtoi(v, out) && *out >= min; };
     bool ok = true;
-    if (a == "--model") {
+    if (a == "--set") {
+      const size_t eq = v.find('=');
+      ok = eq != std::string::npos && eq > 0;
+      if (ok) f.sets.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    } else if (a == "--model") {
       f.model = v;
     } else if (a == "--units") {
       f.units_file = v;
@@ -286,12 +364,22 @@ int main(int argc, char** argv) {
     }
     cfg = *c;
   }
-  if (f.stage >= 0) cfg.zero.stage = f.stage;
-  if (f.bf16) cfg.bf16.enabled = true;
-  if (f.shard_group > 0) cfg.zero.mics_shard_size = f.shard_group;
+  // --set first, then the flags that override the config, all through Config::Set (validated like the JSON).
+  std::vector<std::pair<std::string, std::string>> sets;
+  for (const auto& [key, value] : f.sets) sets.emplace_back(key, zero::SetValueJson(value));
+  if (f.stage >= 0) sets.emplace_back("zero_optimization.stage", std::to_string(f.stage));
+  if (f.bf16) sets.emplace_back("bf16.enabled", "true");
+  if (f.shard_group > 0) sets.emplace_back("zero_optimization.mics_shard_size", std::to_string(f.shard_group));
   if (f.micro_batch > 0) {
-    cfg.train_micro_batch_size_per_gpu = f.micro_batch;
-    cfg.train_batch_size.reset();
+    sets.emplace_back("train_micro_batch_size_per_gpu", std::to_string(f.micro_batch));
+    sets.emplace_back("train_batch_size", "null");  // derived at the world size
+  }
+  for (const auto& [key, value] : sets) {
+    zero::Status s = cfg.Set(key, value);
+    if (!s.ok()) {
+      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
+      return 1;
+    }
   }
   const zero::Backend backend = f.device == "cuda" ? zero::Backend::kNccl : zero::Backend::kGloo;
 
@@ -303,6 +391,10 @@ int main(int argc, char** argv) {
     auto units = ReadUnits(f.units_file);
     if (!units.ok()) {
       std::fprintf(stderr, "zero-estimate: %s\n", units.status().ToString().c_str());
+      return 1;
+    }
+    if (zero::Status s = ResolveAutoForEstimate(&cfg, 0); !s.ok()) {
+      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
       return 1;
     }
     zero::EstimateOptions o;
@@ -322,6 +414,10 @@ int main(int argc, char** argv) {
     } else {
       mc = zero::gpt::GptConfig{
           .vocab = f.vocab, .max_seq = f.seq, .layers = f.layers, .heads = f.heads, .channels = f.hidden};
+    }
+    if (zero::Status s = ResolveAutoForEstimate(&cfg, mc.channels); !s.ok()) {
+      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
+      return 1;
     }
     est = zero::gpt::EstimateGpt(cfg, mc, f.seq, f.world, f.recompute, backend);
     if (est.ok() && f.fit_gib > 0) {

@@ -52,17 +52,18 @@ void OnSignal(int sig) {
 }
 
 void Usage(FILE* out) {
-  std::fprintf(out,
-               "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K] -- PROGRAM [ARGS...]\n"
-               "  -n, --nproc N        number of ranks to start on this machine (>= 1)\n"
-               "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
-               "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
-               "                       are terminated; default 10\n"
-               "  --max-restarts K     when a rank fails, stop every rank and start them all again, at most K\n"
-               "                       times (default 0); each rank sees TORCHELASTIC_RESTART_COUNT\n"
-               "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and\n"
-               "ZERO_STORE_DIR; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
-               "forwarded to the ranks; the ranks never outlive zero-run.\n");
+  std::fprintf(
+      out,
+      "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K] -- PROGRAM [ARGS...]\n"
+      "  -n, --nproc N        number of ranks to start on this machine (>= 1)\n"
+      "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
+      "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
+      "                       are terminated; default 10\n"
+      "  --max-restarts K     when a rank fails, stop every rank and start them all again, at most K\n"
+      "                       times (default 0); each rank sees TORCHELASTIC_RESTART_COUNT\n"
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
+      "ZERO_STORE_DIR and ZERO_JOB_ID; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
+      "forwarded to the ranks; the ranks never outlive zero-run.\n");
 }
 
 bool ParseSeconds(const char* s, double* out) {
@@ -269,6 +270,10 @@ int main(int argc, char** argv) {
     }
   } store_cleanup{store_dir};
   const int port = FreePort();
+  // ZERO_JOB_ID, the job's identity at rendezvous (docs/comm.md, "Rendezvous checks"): ranks of another job that
+  // reach this job's store refuse it. The store directory's name is unique while the job runs, and the same for
+  // every attempt of the job.
+  const std::string job_id = store_dir.substr(store_dir.rfind('/') + 1);
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     std::perror("zero-run: pipe");
@@ -364,6 +369,7 @@ int main(int argc, char** argv) {
         ::setenv("MASTER_ADDR", "127.0.0.1", 1);
         ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
         ::setenv("ZERO_STORE_DIR", attempt_dir.c_str(), 1);
+        ::setenv("ZERO_JOB_ID", job_id.c_str(), 1);
         // As torchrun: which attempt this is, so a trainer resumes from its checkpoint on a restart.
         ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restarts).c_str(), 1);
         ::setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts).c_str(), 1);

@@ -599,7 +599,12 @@ int main(int argc, char** argv) {
   if (!flags.zero || launched) {
     std::shared_ptr<zero::Communicator> comm;
     if (flags.zero) {
-      auto c = zero::Communicator::FromEnv(zero::Backend::kGloo);
+      // The communicator's timeout is the config's comm_timeout_s (read here; MakeConfig reports a bad file).
+      zero::Config for_comm;
+      if (!flags.config_path.empty()) {
+        if (auto c = zero::Config::FromJsonFile(flags.config_path); c.ok()) for_comm = *c;
+      }
+      auto c = zero::Communicator::FromEnv(zero::Backend::kGloo, for_comm);
       if (!c.ok()) results.push_back(c.status());
       else comm = std::move(*c);
     }

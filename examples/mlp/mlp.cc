@@ -16,7 +16,7 @@ zero::Status Train() {
     "train_micro_batch_size_per_gpu": 32, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}},
     "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})"));
-  ZERO_ASSIGN_OR_RETURN(auto comm, zero::Communicator::FromEnv(zero::Backend::kGloo));
+  ZERO_ASSIGN_OR_RETURN(auto comm, zero::Communicator::FromEnv(zero::Backend::kGloo, cfg));  // cfg's timeout
   const int rank = comm->rank(), world = comm->world_size();
   ZERO_ASSIGN_OR_RETURN(auto engine, zero::Engine::Create(cfg, std::move(comm)));
 

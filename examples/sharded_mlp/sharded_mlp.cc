@@ -18,7 +18,8 @@ zero::Status Train(const std::string& ckpt) {
     "train_micro_batch_size_per_gpu": 32, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.0}},
     "zero_optimization": {"stage": 2}})"));
-  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<zero::Communicator> comm, zero::Communicator::FromEnv(zero::Backend::kGloo));
+  ZERO_ASSIGN_OR_RETURN(std::shared_ptr<zero::Communicator> comm,
+                        zero::Communicator::FromEnv(zero::Backend::kGloo, cfg));
   const int rank = comm->rank();
 
   // The trainer's buffers: tensors packed in order, with room for the padding the collectives move.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "zero/config.h"
 #include "zero/dtype.h"
 #include "zero/memory.h"
 #include "zero/status.h"
@@ -43,8 +44,14 @@ enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
 enum class Backend : uint8_t { kGloo, kNccl };
 
 struct CommOptions {
-  // Per-op timeout (config key comm_timeout_s; torch's default is 30 min).
+  // Per-op and rendezvous timeout (config key comm_timeout_s; torch's default is 30 min), in [1 ms, 1e9 s].
+  // Engine::Create and ShardedOptimizer::Create hold it against the config's comm_timeout_s (see
+  // Communicator::FromEnv(backend, config)).
   absl::Duration timeout = absl::Seconds(1800);
+  // The job this rank belongs to: ranks whose ids differ refuse each other at rendezvous, before any data moves
+  // (two jobs on one MASTER_PORT). "" = no id (then any rank can join). FromEnv fills it from ZERO_JOB_ID,
+  // TORCHELASTIC_RUN_ID or SLURM_JOB_ID when it is empty. See docs/comm.md, "Rendezvous checks".
+  std::string job_id = "";
   // Exchange an op fingerprint before every op to detect desync (also ZERO_COMM_CHECK=1).
   bool check_order = false;
   // Gloo: the address to bind the TCP transport to ("" = the host's name; tests use 127.0.0.1).
@@ -70,6 +77,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual Backend backend() const = 0;
+  // The per-op timeout it was created with (CommOptions::timeout after ZERO_COMM_TIMEOUT_S); zero where the
+  // implementation does not say (then Engine::Create does not hold it against the config).
+  virtual absl::Duration timeout() const { return absl::ZeroDuration(); }
 
   // The host buffers this communicator holds (f32 staging for 16-bit reductions, reduce-scatter input copies and
   // working buffers, and Gloo's receive buffers inside cached reduce-scatter instances), under
@@ -195,7 +205,15 @@ class Communicator {
   // of precedence. Rendezvous: ZERO_STORE_DIR selects a file store (zero-run sets it), else MASTER_ADDR and
   // MASTER_PORT a TCP store served by rank 0; without launcher variables, world size 1. kNccl uses LOCAL_RANK
   // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/comm.md.
+  // Rendezvous checks (docs/comm.md): the ranks must agree on the world size and the job id (options.job_id,
+  // else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a disagreement fails
+  // every rank that arrived with kFailedPrecondition naming both sides.
   static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
+  // The communicator for an engine: as above, with the timeout (rendezvous and ops) taken from the config's
+  // comm_timeout_s, so that the config is the one place it is set (ZERO_COMM_TIMEOUT_S still overrides it).
+  // `options` gives the rest (its timeout is ignored).
+  static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const Config& config,
+                                                         const CommOptions& options = {});
   // Whether this process was started as one rank by a launcher FromEnv understands (a rank variable of torchrun or
   // zero-run, OpenMPI or Slurm is set): a trainer then takes its rank from FromEnv instead of spawning its own.
   static bool Launched();

@@ -219,12 +219,21 @@ class Config {
   [[nodiscard]] Status Resolve(const std::string& path, const std::vector<double>& values);
   // Any value as JSON text ("8", "[0.9, 0.95]", "\"cpu\"", "true"); the other overloads funnel into this one.
   [[nodiscard]] Status ResolveJson(const std::string& path, const std::string& json_value);
+  // Sets any key (dotted path, aliases accepted) to a value given as JSON text ("3", "\"cpu\"", "[0.9, 0.95]",
+  // "\"auto\"" where the key takes it), with exactly the rules and messages the key gets in a JSON file: its own
+  // rule, the cross-key rules, and what follows from it (dynamic defaults such as overlap_comm). Errors:
+  // kNotFound for an unknown key (with a "did you mean"), kInvalidArgument / kUnimplemented as FromJsonString;
+  // then nothing changes. The validated way to override a value in code; `zero-config --set` and
+  // `zero-estimate --set` use it.
+  [[nodiscard]] Status Set(const std::string& path, const std::string& json_value);
   // Dotted paths still "auto".
   const std::vector<std::string>& unresolved() const { return unresolved_; }
 
-  // Cross-key rules that need the world size: batch sizes multiply out (train = micro * accumulation *
-  // world; missing ones derived), no "auto" left. Called by the Engine; may be called earlier, and again with
-  // another world size (keys it derived are derived afresh). On error the config is unchanged.
+  // Checks every field against its key's rule again (so a field assigned in code, `cfg.zero.stage = 7`, fails
+  // with the message the same value gets in JSON), then the cross-key rules that need the world size: batch
+  // sizes multiply out (train = micro * accumulation * world; missing ones derived), no "auto" left. Called by
+  // Engine::Create and ShardedOptimizer::Create; may be called earlier, and again with another world size (keys
+  // it derived are derived afresh). On error the config is unchanged.
   [[nodiscard]] Status Validate(int world_size);
 
   // Warnings produced at parse time (deprecated aliases, ignored sections); also logged.
@@ -255,6 +264,11 @@ class Config {
   // Batch keys Validate derived (bit 0 train_batch_size, 1 micro, 2 accumulation), cleared on the next call.
   uint8_t batch_derived_ = 0;
 };
+
+// The JSON text of a command-line value for Config::Set (`--set key=value` of zero-config and zero-estimate):
+// the value itself when it is JSON (3, 1e-4, true, "cpu", [0.9, 0.95], "auto" in quotes), else the value as a
+// JSON string (cpu, auto, WarmupLR), so that shells need no nested quotes.
+std::string SetValueJson(const std::string& value);
 
 // Markdown table of every key (path, type, default, rule, status), generated from the schema table.
 std::string ConfigReferenceMarkdown();

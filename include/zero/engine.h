@@ -1,7 +1,7 @@
 // zero/engine.h — the Engine a trainer links in: units of flat parameters, sharded by ZeRO stage 0-3.
 //
 //   auto cfg = zero::Config::FromJsonFile("ds_config.json").value();
-//   auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo).value();
+//   auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo, cfg).value();  // cfg.comm_timeout_s
 //   auto engine = zero::Engine::Create(cfg, std::move(comm)).value();
 //   zero::UnitId fc = engine->AddUnit("fc", {{"w", {784, 128}}, {"b", {128}}}).value();
 //   ZERO_RETURN_IF_ERROR(engine->Finalize(init));          // partition, allocate, init, ranks agree
@@ -132,6 +132,12 @@ struct StepTimes {
 struct StepOptions {
   std::optional<double> lr;  // this step's learning rate instead of the config's schedule
   double lr_scale = 1.0;     // multiplies the learning rate (the schedule's or `lr`)
+  // The trainer's number of this step (its loop counter). Step's desync check compares it, with lr, lr_scale and
+  // the count of Step calls, across ranks: a rank that skipped or repeated a Step then fails on every rank at
+  // that Step, naming each rank's step (docs/design.md, "Failures and desync"). Without it a skipped Step whose
+  // ops match the others' (ShardedOptimizer issues the same ops every Step) shows only when a rank runs out of
+  // steps and leaves.
+  std::optional<int64_t> step;
 };
 
 struct StepResult {
@@ -294,8 +300,10 @@ class ShardedOptimizer;
 
 class Engine {
  public:
-  // Validates `config` for the communicator's world size (batch sizes, no "auto" left). The engine keeps the
-  // communicator for its lifetime.
+  // Validates `config` for the communicator's world size (every field against its key's rule, as in the JSON;
+  // batch sizes, no "auto" left), refuses a communicator whose timeout is not the config's comm_timeout_s
+  // (docs/comm.md, "Timeouts and failures"), and checks that every rank's config is the same (kFailedPrecondition
+  // naming the first differing key; collective). The engine keeps the communicator for its lifetime.
   static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, std::shared_ptr<Communicator> comm,
                                                   EngineOptions options = {});
   ~Engine();

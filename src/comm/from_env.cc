@@ -48,13 +48,29 @@ StatusOr<CommOptions> ApplyCommEnvOverrides(CommOptions options, const EnvLookup
   }
   if (auto v = env("ZERO_COMM_TIMEOUT_S")) {
     double seconds = 0;
-    if (!absl::SimpleAtod(*v, &seconds) || !(seconds > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ZERO_COMM_TIMEOUT_S='", *v, "' is not a positive number of seconds"));
+    if (!absl::SimpleAtod(*v, &seconds) || !(seconds >= kMinCommTimeoutS && seconds <= kMaxCommTimeoutS)) {
+      return absl::InvalidArgumentError(absl::StrCat("ZERO_COMM_TIMEOUT_S='", *v, "' is not a number of seconds in [",
+                                                     kMinCommTimeoutS, ", ", kMaxCommTimeoutS, "]"));
     }
     options.timeout = absl::Seconds(seconds);
   }
   return options;
+}
+
+Status CheckCommTimeout(absl::Duration timeout) {
+  if (timeout >= absl::Seconds(kMinCommTimeoutS) && timeout <= absl::Seconds(kMaxCommTimeoutS)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("comm_timeout_s (CommOptions::timeout) must be in [", kMinCommTimeoutS,
+                                                 ", ", kMaxCommTimeoutS, "] seconds, got ",
+                                                 absl::FormatDuration(timeout)));
+}
+
+std::string JobIdFromEnv(const EnvLookup& env) {
+  for (const char* name : {"ZERO_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    if (auto v = env(name); v && !v->empty()) return *v;
+  }
+  return "";
 }
 
 namespace {
@@ -126,6 +142,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
   const internal::EnvLookup env = internal::ProcessEnv();
   ZERO_ASSIGN_OR_RETURN(internal::LaunchEnv launch, internal::ReadLaunchEnv(env));
   ZERO_ASSIGN_OR_RETURN(CommOptions opts, internal::ApplyCommEnvOverrides(options, env));
+  ZERO_RETURN_IF_ERROR(internal::CheckCommTimeout(opts.timeout));
+  if (opts.job_id.empty()) opts.job_id = internal::JobIdFromEnv(env);
   std::shared_ptr<Store> store;
   if (!launch.store_dir.empty()) {
     store = Store::File(launch.store_dir);
@@ -149,6 +167,13 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
     return CreateNccl(std::move(store), launch.rank, launch.world_size, opts);
   }
   return CreateGloo(std::move(store), launch.rank, launch.world_size, opts);
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, const Config& config,
+                                                              const CommOptions& options) {
+  CommOptions opts = options;
+  opts.timeout = absl::Seconds(config.comm_timeout_s);
+  return FromEnv(backend, opts);
 }
 
 }  // namespace zero

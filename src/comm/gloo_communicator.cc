@@ -39,6 +39,7 @@
 #include "comm/internal/gloo_testing.h"
 #include "comm/internal/op.h"
 #include "comm/internal/ordered_executor.h"
+#include "comm/internal/rendezvous.h"
 #include "comm/internal/work_state.h"
 #include "core/internal/fault.h"
 #include "gloo/allgather.h"
@@ -635,6 +636,7 @@ class GlooCommunicator final : public Communicator {
     executor_->Stop();
     // The thread exits once nothing is queued or running, on it or on a helping waiter.
     if (thread_.joinable()) thread_.join();
+    PostDeparture();
     MeetPeersBeforeClosing();
     rs_cache_.clear();  // the algorithms hold rs_ctx_'s pairs
     fn_ctx_.reset();
@@ -663,6 +665,41 @@ class GlooCommunicator final : public Communicator {
       ZERO_LOG(WARNING) << "rank " << rank_ << " of " << world_
                         << ": the other ranks did not all reach the communicator's destruction; closing anyway";
     }
+  }
+
+  // A rank that closes its communicator says so in the store, with how many ops it issued and the last: a peer
+  // still waiting in a collective (a rank that ran fewer Steps, or returned early) then names who left and when
+  // instead of only "a peer was lost" or a timeout. The value is bounded by 2 s on a store that went dark.
+  void PostDeparture() {
+    // Only after a clean run: after a failure the store may be gone with the peer (Store::Add has no deadline),
+    // and the peers have their own error already.
+    if (!connected_ || world_ == 1 || !broken_.ok()) return;
+    const std::vector<std::string> recent = history_.Recent();
+    const std::string text =
+        absl::StrCat("rank ", rank_, " closed its communicator at ",
+                     absl::FormatTime("%H:%M:%E3S UTC", absl::Now(), absl::UTCTimeZone()), " after issuing ", next_seq_,
+                     " ops", recent.empty() ? std::string() : absl::StrCat(" (last: ", recent.back(), ")"));
+    // Numbered by a counter, so that a reader asks only for notices that exist: a wait for a missing key costs a
+    // second on Gloo's FileStore whatever the timeout.
+    StatusOr<int64_t> n = store_->Add(absl::StrCat(key_prefix_, "/left-count"), 1);
+    if (!n.ok()) return;
+    (void)store_->SetWithin(absl::StrCat(key_prefix_, "/left/", *n), std::vector<uint8_t>(text.begin(), text.end()),
+                            std::min(options_.timeout, absl::Seconds(2)));
+  }
+
+  // After an op failed because a peer went away or went silent: the departures peers posted (PostDeparture).
+  Status WithDepartures(const Status& s) {
+    std::string left;
+    StatusOr<int64_t> count = store_->Add(absl::StrCat(key_prefix_, "/left-count"), 0);
+    for (int64_t i = 1; count.ok() && i <= *count; ++i) {
+      auto v = store_->Get(absl::StrCat(key_prefix_, "/left/", i), absl::Milliseconds(100));
+      if (v.ok()) absl::StrAppend(&left, "\n  ", std::string(v->begin(), v->end()));
+    }
+    if (left.empty()) return s;
+    return absl::Status(s.code(), absl::StrCat(s.message(), "\nranks that left while this rank waits in ",
+                                               "this op (the ranks did not issue the same collectives, e.g. one ran "
+                                               "fewer Steps):",
+                                               left));
   }
 
   // Connects both contexts through `native` (a gloo::rendezvous::Store), then starts the thread.
@@ -729,6 +766,8 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kGloo; }
+  absl::Duration timeout() const override { return options_.timeout; }
+  Store* store() const { return store_.get(); }
 
   // Every rank's (color, key) by an all-gather on this communicator, then a new communicator over the same
   // store under keys of its own: "<this one's keys>/split<k>/<color>" (k counts this communicator's splits, the
@@ -998,7 +1037,12 @@ class GlooCommunicator final : public Communicator {
     } catch (...) {
       s = internal::GlooExceptionToStatus(std::current_exception(), what);
     }
-    if (absl::IsDeadlineExceeded(s) && world_ > 1) s = WithDesyncReport(s);
+    bool store_reachable = true;
+    if (absl::IsDeadlineExceeded(s) && world_ > 1) s = WithDesyncReport(s, &store_reachable);
+    // (Store::Add has no deadline: a store that did not answer the report is not asked again.)
+    if ((absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s)) && world_ > 1 && store_reachable) {
+      s = WithDepartures(s);
+    }
     progress_->Stop();
     if (!s.ok() && absl::IsFailedPrecondition(s)) {
       s = absl::FailedPreconditionError(absl::StrCat(what, ": ", s.message()));
@@ -1010,7 +1054,7 @@ class GlooCommunicator final : public Communicator {
   // compares the ranks' op sequences at this point; so does this, through the store (which still works when
   // the collectives do not): each failing rank posts its last ops and waits a bounded time for the others',
   // a quarter of the timeout and at most 10 s (the Wait backstop fires only at 1.5 timeouts).
-  Status WithDesyncReport(const Status& s) {
+  Status WithDesyncReport(const Status& s, bool* store_reachable) {
     const std::vector<std::string> recent = history_.Recent();
     std::string mine;
     for (const std::string& op : recent) absl::StrAppend(&mine, op, "\n");
@@ -1019,6 +1063,7 @@ class GlooCommunicator final : public Communicator {
     const absl::Duration budget = std::min(options_.timeout / 4, absl::Seconds(10));
     const absl::Time deadline = absl::Now() + budget;
     if (!store_->SetWithin(base + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()), budget).ok()) {
+      *store_reachable = false;
       return absl::Status(s.code(), absl::StrCat(s.message(), "\n(no desync report: the store is unreachable too)"));
     }
     std::vector<std::string> posted(world_);
@@ -1280,17 +1325,16 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr
         absl::StrCat("CreateGloo: rank ", rank, " is not in [0, world_size ", world_size, ")"));
   }
   ZERO_ASSIGN_OR_RETURN(CommOptions opts, internal::ApplyCommEnvOverrides(options, internal::ProcessEnv()));
-  if (opts.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("comm_timeout_s must be positive, got ", absl::FormatDuration(opts.timeout)));
-  }
+  ZERO_RETURN_IF_ERROR(internal::CheckCommTimeout(opts.timeout));
   if (opts.cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("CommOptions::cache_bytes must be >= 0, got ", opts.cache_bytes));
   }
   // Each rank counts the communicators it built on this store and prefix, so the k-th communicator of every
   // rank meets the others under the same fresh keys (Gloo's store keys are write-once).
-  ZERO_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat(opts.prefix, "/generation/", rank), 1));
-  const std::string key_prefix = absl::StrCat(opts.prefix, "/", generation - 1);
+  // A job's keys live under its own scope, so ranks of another job on the same store never take them.
+  const std::string scope = internal::JobScope(opts.prefix, opts.job_id);
+  ZERO_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat(scope, "/generation/", rank), 1));
+  const std::string key_prefix = absl::StrCat(scope, "/", generation - 1);
   auto* native = static_cast<gloo::rendezvous::Store*>(store->NativeHandle());
   if (native == nullptr) return absl::FailedPreconditionError("CreateGloo: the store has no Gloo handle");
   // A peer that dies closes its sockets; writing to one must be an error Gloo reports, not a SIGPIPE that
@@ -1300,6 +1344,8 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr
 
   auto comm = std::make_unique<GlooCommunicator>(std::move(store), rank, world_size, opts);
   internal::MaybeInjectFault("rendezvous", rank, 0);
+  ZERO_RETURN_IF_ERROR(internal::AgreeAtRendezvous(*comm->store(), opts.prefix, key_prefix, rank, world_size,
+                                                   opts.job_id, opts.timeout));
   ZERO_RETURN_IF_ERROR(comm->Connect(*native, key_prefix));
   return std::unique_ptr<Communicator>(std::move(comm));
 }

@@ -24,6 +24,7 @@
 #include "comm/internal/env.h"
 #include "comm/internal/nccl.h"
 #include "comm/internal/op.h"
+#include "comm/internal/rendezvous.h"
 #include "comm/internal/work_state.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
@@ -343,6 +344,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   Backend backend() const override { return Backend::kNccl; }
+  absl::Duration timeout() const override { return options_.timeout; }
 
   // ncclCommSplit on this communicator (collective over it; non-blocking like every comm here, so polled to
   // completion within the timeout); NCCL numbers the new ranks by (key, rank), as Split promises.
@@ -514,17 +516,17 @@ StatusOr<std::unique_ptr<Communicator>> internal::CreateNcclCommunicator(std::sh
         absl::StrCat("CreateNccl: rank ", rank, " is not in [0, world_size ", world_size, ")"));
   }
   ZERO_ASSIGN_OR_RETURN(CommOptions opts, internal::ApplyCommEnvOverrides(options, internal::ProcessEnv()));
-  if (opts.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("comm_timeout_s must be positive, got ", absl::FormatDuration(opts.timeout)));
-  }
+  ZERO_RETURN_IF_ERROR(internal::CheckCommTimeout(opts.timeout));
   const absl::Time deadline = absl::Now() + opts.timeout;
   auto comm = std::make_unique<NcclCommunicator>(store, rank, world_size, opts.device, opts);
   ZERO_RETURN_IF_ERROR(comm->Init(deadline));
 
   // Rank 0 creates the unique id and publishes it; the k-th communicator of every rank uses the k-th key.
-  ZERO_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat(opts.prefix, "/nccl_generation/", rank), 1));
-  const std::string key = absl::StrCat(opts.prefix, "/nccl_id/", generation - 1);
+  const std::string scope = internal::JobScope(opts.prefix, opts.job_id);
+  ZERO_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat(scope, "/nccl_generation/", rank), 1));
+  const std::string key = absl::StrCat(scope, "/nccl_id/", generation - 1);
+  ZERO_RETURN_IF_ERROR(internal::AgreeAtRendezvous(*store, opts.prefix, absl::StrCat(scope, "/nccl/", generation - 1),
+                                                   rank, world_size, opts.job_id, opts.timeout));
   ncclUniqueId id;
   if (rank == 0) {
     ZERO_RETURN_IF_ERROR(NcclToStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));

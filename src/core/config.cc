@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/internal/config_diff.h"
 #include "core/internal/config_schema.h"
 #include "core/internal/json_depth.h"
 #include "zero/logging.h"
@@ -59,6 +60,17 @@ std::vector<std::string> SplitList(const char* list) {
   while (std::getline(ss, item, ',')) out.push_back(item);
   return out;
 }
+
+// Every number of the config reaches fp32 arithmetic somewhere (the kernels compute in it) or a duration: one
+// that fp32 cannot hold as a normal number would silently become 0, a denormal or infinity there.
+bool Fp32Normal(double d) {
+  const double a = std::fabs(d);
+  return a == 0 ||
+         (a >= std::numeric_limits<float>::min() && a <= static_cast<double>(std::numeric_limits<float>::max()));
+}
+constexpr const char* kFp32Range =
+    " (out of range: a number other than 0 needs a magnitude in [1.17549e-38, 3.40282e+38], what fp32 holds as a "
+    "normal number)";
 
 uint8_t TypeBit(const std::string& type) {
   if (type == "Adam") return kForAdam;
@@ -233,6 +245,8 @@ class ConfigParser {
     }
     Config copy = *config;
     ConfigParser p(&copy);
+    // Fields set in code get the same rules (and messages) as values read from JSON.
+    p.CheckFields();
     for (const std::string& path : copy.unresolved_) {
       p.Error(path + ": still \"auto\"; fill it with Config::Resolve(\"" + path +
               "\", value) before the engine "
@@ -241,6 +255,49 @@ class ConfigParser {
     p.CrossCheck(world_size);
     if (copy.unresolved_.empty()) p.DeriveBatch(world_size);
     if (!p.errors_.empty()) return p.ErrorStatus();
+    *config = std::move(copy);
+    return absl::OkStatus();
+  }
+
+  // Config::Set: one key, any value, with the rules a JSON file gets (its own, the cross-key ones, and what
+  // the parse checks after the walk); on error nothing changes.
+  static Status Set(Config* config, const std::string& path, const Json& value) {
+    const std::string canon = Canonical(path);
+    const KeySpec* k = FindKey(canon);
+    if (k == nullptr) {
+      ConfigParser p(config);
+      return absl::NotFoundError(path + ": " + p.UnknownKeyText(ParentOf(canon), LeafOf(canon), ParentOf(path)));
+    }
+    if (k->type == KeyType::kSection) {
+      return absl::InvalidArgumentError(path + ": a section; set its keys one by one (" + path + ".<key>)");
+    }
+    Config copy = *config;
+    ConfigParser p(&copy);
+    if (k->support == Support::kIgnored) {
+      p.Warn(path + ": " + k->doc + "; zero ignores it");
+    } else {
+      if (canon.rfind("optimizer.", 0) == 0 && !copy.optimizer) {
+        copy.optimizer.emplace();
+        p.ApplyDefaults("optimizer.");
+      }
+      // Types assigned in code count as given, as they would be in a file that has them.
+      if (copy.optimizer) copy.given_.emplace("optimizer.type", "optimizer.type");
+      if (!copy.scheduler.type.empty()) copy.given_.emplace("scheduler.type", "scheduler.type");
+      // The key counts as given, with every section above it (a scheduler key without scheduler.type is then the
+      // error it is in a file).
+      for (std::string parent = ParentOf(canon); !parent.empty(); parent = ParentOf(parent)) {
+        copy.given_.emplace(parent, parent);
+      }
+      copy.given_[canon] = path;
+      p.ApplyLeaf(*k, value, path);
+      if (p.errors_.empty()) p.AfterWalk();
+    }
+    if (!p.errors_.empty()) return p.ErrorStatus();
+    for (const std::string& w : p.warnings_) {
+      if (std::find(copy.warnings_.begin(), copy.warnings_.end(), w) != copy.warnings_.end()) continue;
+      ZERO_LOG(WARNING) << "config: " << w;
+      copy.warnings_.push_back(w);
+    }
     *config = std::move(copy);
     return absl::OkStatus();
   }
@@ -618,6 +675,7 @@ class ConfigParser {
         if (!v.is_number()) return fail();
         double d = v.get<double>();
         if (!std::isfinite(d) || !in_bounds(d)) return fail();
+        if (!Fp32Normal(d)) return fail(kFp32Range);
         *out = d;
         return true;
       }
@@ -625,6 +683,7 @@ class ConfigParser {
         if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) return fail();
         double a = v[0].get<double>(), b = v[1].get<double>();
         if (!std::isfinite(a) || !std::isfinite(b) || !in_bounds(a) || !in_bounds(b)) return fail();
+        if (!Fp32Normal(a) || !Fp32Normal(b)) return fail(kFp32Range);
         *out = Json::array({a, b});
         return true;
       }
@@ -745,6 +804,59 @@ class ConfigParser {
       case FieldRef::Kind::kPair: return Json::array({*static_cast<double*>(r.p), *static_cast<double*>(r.p2)});
     }
     return nullptr;
+  }
+
+  // Every field that holds a value, against its row: type range, rule, support. Config::Validate runs it, so
+  // a field assigned in code fails as the same value in the JSON would (same path, rule and message).
+  void CheckFields() {
+    const Config& c = *c_;
+    for (const KeySpec& k : Schema()) {
+      if (k.ref == nullptr || k.type == KeyType::kSection || k.support == Support::kIgnored) continue;
+      const std::string path = k.path;
+      if (Unresolved(path)) continue;
+      if (path.rfind("optimizer.", 0) == 0 && !c.optimizer) continue;
+      if (path.rfind("scheduler.", 0) == 0 && c.scheduler.type.empty()) continue;
+      if (k.applies != 0) {  // a parameter of another optimizer or scheduler type is not in effect
+        const uint8_t bit = path.rfind("optimizer.", 0) == 0 ? TypeBit(c.optimizer->type) : TypeBit(c.scheduler.type);
+        if ((k.applies & bit) == 0) continue;
+      }
+      FieldRef r = k.ref(*c_);
+      if (r.kind == FieldRef::Kind::kEnum8) {
+        const size_t index = *static_cast<uint8_t*>(r.p);
+        if (index >= SplitList(k.choices).size()) {
+          Error(path + ": must be " + RuleText(k) + "; got enumerator " + std::to_string(index));
+          continue;
+        }
+      }
+      if (r.kind == FieldRef::Kind::kDouble && !std::isfinite(*static_cast<double*>(r.p))) {
+        std::ostringstream os;
+        os << path << ": must be " << RuleText(k) << "; got " << *static_cast<double*>(r.p);
+        Error(os.str());
+        continue;
+      }
+      if (r.kind == FieldRef::Kind::kUInt64 &&
+          *static_cast<uint64_t*>(r.p) > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        Error(path + ": must be " + RuleText(k) + "; got " + std::to_string(*static_cast<uint64_t*>(r.p)) +
+              " (out of range)");
+        continue;
+      }
+      const Json v = Value(*c_, k);
+      if (v.is_null()) continue;  // an empty optional: DeepSpeed's None, allowed exactly where the row is nullable
+      std::string why;
+      Json norm;
+      bool not_implemented = false;
+      if (!Normalize(k, v, &norm, &why, &not_implemented)) {
+        if (not_implemented) {
+          NotImplemented(path + ": " + why);
+        } else {
+          Error(path + ": " + why);
+        }
+        continue;
+      }
+      if (k.support == Support::kOffOnly && !IsOff(k, norm)) {
+        NotImplemented(path + ": not implemented in zero; got " + Show(v) + " (accepted: " + OffText(k) + ")");
+      }
+    }
   }
 
   // Everything after the walk: deprecated pin memory, required types, params that belong to another type,
@@ -943,6 +1055,42 @@ class ConfigParser {
   bool pin_value_ = false;
 };
 
+namespace {
+
+void Flatten(const Json& v, const std::string& path, std::vector<std::pair<std::string, Json>>* out) {
+  if (v.is_object() && !v.empty()) {
+    for (auto it = v.begin(); it != v.end(); ++it) Flatten(it.value(), Join(path, it.key()), out);
+  } else {
+    out->emplace_back(path, v);
+  }
+}
+
+}  // namespace
+
+std::string FirstConfigDifference(const std::string& json_a, const std::string& json_b) {
+  Json a, b;
+  try {
+    a = Json::parse(json_a);
+    b = Json::parse(json_b);
+  } catch (const Json::exception&) {
+    return json_a == json_b ? "" : "the configs' texts differ (not JSON)";
+  }
+  std::vector<std::pair<std::string, Json>> fa, fb;
+  Flatten(a, "", &fa);
+  Flatten(b, "", &fb);
+  std::map<std::string, Json> mb(fb.begin(), fb.end());
+  for (const auto& [path, va] : fa) {
+    auto it = mb.find(path);
+    if (it == mb.end()) return path + ": " + Show(va) + " vs absent";
+    if (it->second != va) return path + ": " + Show(va) + " vs " + Show(it->second);
+  }
+  std::map<std::string, Json> ma(fa.begin(), fa.end());
+  for (const auto& [path, vb] : fb) {
+    if (!ma.count(path)) return path + ": absent vs " + Show(vb);
+  }
+  return "";
+}
+
 }  // namespace internal
 
 StatusOr<Config> Config::FromJsonString(const std::string& json) { return internal::ConfigParser::Parse(json); }
@@ -1004,6 +1152,25 @@ Status Config::Resolve(const std::string& path, int64_t value) {
 }
 Status Config::Resolve(const std::string& path, const std::vector<double>& values) {
   return internal::ConfigParser::Resolve(this, path, internal::Json(values));
+}
+
+Status Config::Set(const std::string& path, const std::string& json_value) {
+  if (internal::JsonTooDeepAt(json_value) != std::string::npos) {
+    return absl::InvalidArgumentError(path + ": the value nests deeper than " +
+                                      std::to_string(internal::kMaxJsonDepth) + " levels");
+  }
+  internal::Json v;
+  try {
+    v = internal::Json::parse(json_value);
+  } catch (const internal::Json::exception& e) {
+    return absl::InvalidArgumentError(path + ": the value is not JSON: " + json_value);
+  }
+  return internal::ConfigParser::Set(this, path, v);
+}
+
+std::string SetValueJson(const std::string& value) {
+  if (internal::JsonTooDeepAt(value) == std::string::npos && internal::Json::accept(value)) return value;
+  return internal::Json(value).dump();
 }
 
 Status Config::Validate(int world_size) { return internal::ConfigParser::Validate(this, world_size); }

@@ -51,9 +51,12 @@ const KeySpec kSchema[] = {
              "process-wide state"},
     {.path = "seed", .type = T::kInt, .default_json = "1234", .min = 0, .flags = kOurs, .ref = FIELD(seed),
      .doc = "Seed of everything zero randomizes (e.g. bf16 stochastic rounding): same seed, same bits."},
-    {.path = "comm_timeout_s", .type = T::kNumber, .default_json = "1800", .min = 0, .flags = kOurs | kMinExclusive,
-     .ref = FIELD(comm_timeout_s),
-     .doc = "Seconds a collective may wait for its peers before failing with kDeadlineExceeded."},
+    // 1 ms is the resolution of the stores' and Gloo's timeouts (a smaller value would become 0); above 1e9 s
+    // (31 years) Gloo's deadlines, steady_clock nanoseconds since boot, would overflow int64 (at 9.2e9 s).
+    {.path = "comm_timeout_s", .type = T::kNumber, .default_json = "1800", .min = 0.001, .max = 1e9,
+     .flags = kOurs, .ref = FIELD(comm_timeout_s),
+     .doc = "Seconds a collective (and the rendezvous of a communicator made from this config) may wait for its "
+            "peers before failing with kDeadlineExceeded."},
     {.path = "gradient_accumulation_mode", .type = T::kEnum, .default_json = "\"low_memory\"", .flags = kOurs,
      .choices = "low_memory,low_communication", .ref = FIELD(gradient_accumulation_mode),
      .doc = "low_memory: reduce-scatter every micro-step into a sharded fp32 accumulator; low_communication: "
@@ -841,6 +844,15 @@ std::string ConfigReferenceMarkdown() {
         "Malformed JSON is reported with its line and column; `//` and `/* */` comments are allowed, as "
         "DeepSpeed's hjson reader allows them. Nothing is silently ignored: every warning is logged and kept in "
         "`Config::warnings()`.\n\n"
+     << "Every number must also be what the code can represent: integers fit int64 (int for the few int "
+        "fields), and any other number is 0 or has a magnitude in [1.17549e-38, 3.40282e+38], what fp32 holds as "
+        "a normal number (the kernels compute in fp32: an `eps` of 1e-300 would be 0 there); durations have their "
+        "own range (`comm_timeout_s`). A value outside is an error that gives the range.\n\n"
+     << "The same rules hold for values set in code: `Config::Set(path, json_value)` sets any key with the "
+        "key's rule, the cross-key rules and the JSON's messages (`zero-config FILE --set key=value`, repeatable; "
+        "`zero-estimate --set` too), and `Config::Validate`, which `Engine::Create` and "
+        "`ShardedOptimizer::Create` run, checks every field against its row again, so `cfg.zero.stage = 7` "
+        "assigned in code fails there as `\"stage\": 7` fails in the file.\n\n"
      << "Columns: **type** of the JSON value; **default** when the key is absent; **rule** the value must "
         "satisfy; **auto** whether `\"auto\"` is accepted; **zero** whether zero implements it.\n\n";
 

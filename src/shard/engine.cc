@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/internal/fault.h"
+#include "shard/internal/agree.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -41,6 +42,7 @@ Status Engine::Impl::Init() {
                            "copy stream's copies are memcpys; the tiers are kept and reported apart";
   }
   if (ctx.comm->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
+  ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
@@ -474,6 +476,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
   if (comm == nullptr) return absl::InvalidArgumentError("Engine::Create: communicator is null");
   Config cfg = config;
   ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
+  ZERO_RETURN_IF_ERROR(internal::CheckTimeoutAgrees(cfg, *comm));
   // Hybrid sharding (docs/design.md): groups of G consecutive ranks shard the model; the ranks at the same
   // place in each group (a shard's replicas) all-reduce its gradient. Both splits are collective on `comm`.
   std::shared_ptr<Communicator> shard, replica;

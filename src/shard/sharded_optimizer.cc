@@ -79,6 +79,9 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
                                                                      std::vector<FlatBuffers> buffers,
                                                                      EngineOptions options) {
   if (comm == nullptr) return absl::InvalidArgumentError("ShardedOptimizer::Create: communicator is null");
+  // The config's own rules first, so that a value set in code (stage 7) gets the JSON's message.
+  Config cfg = config;
+  ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
   if (config.zero.stage > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "zero_optimization.stage: ", config.zero.stage,
@@ -88,9 +91,7 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
   }
   if (buffers.empty()) return absl::InvalidArgumentError("ShardedOptimizer::Create: no FlatBuffers given");
   // The trainer accumulates its own micro-steps into its gradient buffer: the engine sees one per Step. The
-  // config's batch keys are checked first as written.
-  Config cfg = config;
-  ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
+  // config's batch keys were checked above as written.
   cfg.gradient_accumulation_steps = 1;
   cfg.train_batch_size.reset();
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cfg, std::move(comm), std::move(options)));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/internal/fault.h"
+#include "shard/internal/registration.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -214,14 +215,22 @@ Status ShardedStep::ReduceAcrossReplicas() {
   return c.compute->status();
 }
 
-Status ShardedStep::CheckInSync() {
+Status ShardedStep::CheckInSync(const StepOptions& options) {
   EngineContext& c = *ctx_;
   if (c.world == 1) return absl::OkStatus();
-  // The running hash of every op each rank issued, compared through a sum: per 4-bit digit d of the hash, the
-  // ranks' sum of d and of d² (integers far below 2^24, so f32 sums are exact in any order). All ranks' digits
-  // are equal exactly when world · Σd² == (Σd)² (Cauchy-Schwarz), so every rank learns whether the hashes
-  // agree from one small all-reduce, whatever the world size.
-  const uint64_t h = c.comm->IssuedOpsHash();
+  // Where this rank is: its count of Step calls and what the trainer says of this step. A rank that skipped a
+  // Step issues the same ops per Step as the others, so the ops alone cannot tell; the trainer's step number
+  // (StepOptions::step) or learning rate can, and must be equal on every rank anyway.
+  const int64_t call = applied_steps_ + skipped_steps_ + 1;
+  const std::string where = absl::StrCat("Step call ", call, ", StepOptions::step ",
+                                         options.step ? absl::StrCat(*options.step) : std::string("unset"), ", lr ",
+                                         options.lr ? absl::StrCat(*options.lr) : std::string("from the schedule"),
+                                         ", lr_scale ", options.lr_scale);
+  // The running hash of every op each rank issued, with `where` folded in, compared through a sum: per 4-bit
+  // digit d of the hash, the ranks' sum of d and of d² (integers far below 2^24, so f32 sums are exact in any
+  // order). All ranks' digits are equal exactly when world · Σd² == (Σd)² (Cauchy-Schwarz), so every rank
+  // learns whether the hashes agree from one small all-reduce, whatever the world size.
+  const uint64_t h = c.comm->IssuedOpsHash() ^ (Fnv1a64(where) * 0x9E3779B97F4A7C15ull);
   float digits[32];
   for (int k = 0; k < 16; ++k) {
     const float d = static_cast<float>((h >> (4 * k)) & 0xF);
@@ -238,18 +247,29 @@ Status ShardedStep::CheckInSync() {
   }
   if (agree) return absl::OkStatus();
   // They do not: every rank knows it. Say what each issued (the last ops; the collectives still line up here).
-  std::string mine = absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+  std::string mine = absl::StrCat(absl::Hex(h, absl::kZeroPad16), "\n", where);
   for (const std::string& op : c.comm->RecentOps()) absl::StrAppend(&mine, "\n", op);
   ZERO_ASSIGN_OR_RETURN(auto all, host_->AllGatherStrings(mine));
-  std::string msg = absl::StrCat(
-      "Step ", applied_steps_ + skipped_steps_ + 1,
-      ": the ranks issued different collectives since they last agreed (every rank must open the same units "
-      "in the same order and call Step together; a trainer bug such as another unit order, a skipped Step or "
-      "another shape). Issued-ops hashes and the last ops of each rank:");
+  std::vector<std::vector<std::string>> lines(c.world);
+  bool same_step = true;
   for (int r = 0; r < c.world; ++r) {
-    std::vector<std::string> lines = absl::StrSplit(all[r], '\n');
-    absl::StrAppend(&msg, "\n  rank ", r, " (hash ", lines[0], "):");
-    for (size_t i = 1; i < lines.size(); ++i) absl::StrAppend(&msg, "\n    ", lines[i]);
+    lines[r] = absl::StrSplit(all[r], '\n');
+    if (lines[r].size() < 2) lines[r].resize(2);
+    same_step = same_step && lines[r][1] == lines[0][1];
+  }
+  std::string msg =
+      same_step ? absl::StrCat("Step ", call,
+                               ": the ranks issued different collectives since they last agreed (every rank must open "
+                               "the same units in the same order and call Step together; a trainer bug such as "
+                               "another unit order, a skipped Step or another shape).")
+                : absl::StrCat("Step ", call,
+                               ": the ranks are not at the same step (a rank skipped or added a Step, or the ranks "
+                               "give Step different StepOptions): every rank must call Step together, with the same "
+                               "step, lr and lr_scale.");
+  absl::StrAppend(&msg, " Each rank's step, issued-ops hash and last ops:");
+  for (int r = 0; r < c.world; ++r) {
+    absl::StrAppend(&msg, "\n  rank ", r, ": ", lines[r][1], " (hash ", lines[r][0], "):");
+    for (size_t i = 2; i < lines[r].size(); ++i) absl::StrAppend(&msg, "\n    ", lines[r][i]);
   }
   return absl::FailedPreconditionError(msg);
 }
@@ -261,7 +281,7 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   ZERO_RETURN_IF_ERROR(ReduceAcrossReplicas());
 
   const auto t_norm = Clock::now();
-  ZERO_RETURN_IF_ERROR(CheckInSync());
+  ZERO_RETURN_IF_ERROR(CheckInSync(options));
   float red[2];
   ZERO_RETURN_IF_ERROR(GradNorm(red));
   const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);

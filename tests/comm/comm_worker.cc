@@ -8,7 +8,10 @@
 //   "rank R: running"                      after the first successful iteration
 //   "rank R: ok after N iterations"        on success (exit 0)
 //   "rank R: error after S s in OP: MSG"   on a failed op; S is the time since OP was issued (exit 1)
-// --fail-mode kill: SIGKILL itself; hang: stop issuing ops and sleep; exit: exit with code 3.
+// --fail-mode kill: SIGKILL itself; hang: stop issuing ops and sleep; exit: exit with code 3; leave: stop issuing
+// ops, destroy the communicator and exit 0 (a rank that ran fewer steps than the others).
+// --engine-timeout-s S: instead, train a one-unit Engine the README's way (Communicator::FromEnv(kGloo, config)
+// + Engine::Create(config, comm)) with "comm_timeout_s": S in the config; errors print as "... in Step: MSG".
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +22,8 @@
 #include <vector>
 
 #include "zero/communicator.h"
+#include "zero/config.h"
+#include "zero/engine.h"
 
 namespace {
 
@@ -30,6 +35,7 @@ struct Args {
   std::string fail_mode = "kill";
   size_t count = 4096;
   int sleep_ms = 0;
+  double engine_timeout_s = 0;
 };
 
 Args Parse(int argc, char** argv) {
@@ -44,6 +50,7 @@ Args Parse(int argc, char** argv) {
     else if (k == "--fail-mode") a.fail_mode = v;
     else if (k == "--count") a.count = static_cast<size_t>(std::atol(v));
     else if (k == "--sleep-ms") a.sleep_ms = std::atoi(v);
+    else if (k == "--engine-timeout-s") a.engine_timeout_s = std::atof(v);
     else {
       std::fprintf(stderr, "zero_comm_worker: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -52,10 +59,68 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
+// The README's integration pattern with the timeout set only in the config.
+int RunEngine(const Args& args) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  auto cfg = zero::Config::FromJsonString(
+      "{\"train_micro_batch_size_per_gpu\": 1, \"comm_timeout_s\": " + std::to_string(args.engine_timeout_s) +
+      ", \"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 2}}");
+  if (!cfg.ok()) {
+    std::printf("rank ?: error after 0 s in Config: %s\n", std::string(cfg.status().message()).c_str());
+    return 1;
+  }
+  auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo, *cfg);
+  if (!comm.ok()) {
+    std::printf("rank ?: error after 0 s in FromEnv: %s\n", std::string(comm.status().message()).c_str());
+    return 1;
+  }
+  const int rank = (*comm)->rank();
+  auto engine = zero::Engine::Create(*cfg, std::move(*comm));
+  zero::Status s = engine.status();
+  zero::UnitId unit{};
+  if (s.ok()) {
+    auto u = (*engine)->AddUnit("l", {{"w", {64, 16}}});
+    s = u.status();
+    if (s.ok()) unit = *u;
+  }
+  if (s.ok()) {
+    s = (*engine)->Finalize([](const std::string&, const zero::ParamSpec& p, float* v) {
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.01f * static_cast<float>(i % 13);
+    });
+  }
+  if (!s.ok()) {
+    std::printf("rank %d: error after 0 s in Create: %s\n", rank, std::string(s.message()).c_str());
+    return 1;
+  }
+  for (long it = 0; it < args.iters; ++it) {
+    const absl::Time issued = absl::Now();
+    {
+      auto scope = (*engine)->Backward(unit);
+      s = scope.status();
+      if (s.ok()) {
+        float* g = scope->grad("w").f32();
+        for (int i = 0; i < 64 * 16; ++i) g[i] = 0.001f * static_cast<float>(i % 7 + rank);
+        s = scope->Close();
+      }
+    }
+    if (s.ok()) s = (*engine)->Step().status();
+    if (!s.ok()) {
+      std::printf("rank %d: error after %.3f s in Step: %s\n", rank, absl::ToDoubleSeconds(absl::Now() - issued),
+                  std::string(s.message()).c_str());
+      return 1;
+    }
+    if (it == 0) std::printf("rank %d: running\n", rank);
+    if (args.sleep_ms > 0) ::usleep(static_cast<useconds_t>(args.sleep_ms) * 1000);
+  }
+  std::printf("rank %d: ok after %ld iterations\n", rank, args.iters);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = Parse(argc, argv);
+  if (args.engine_timeout_s > 0) return RunEngine(args);
   zero::CommOptions options;
   options.timeout = absl::Seconds(args.timeout_s);
   auto comm_or = zero::Communicator::FromEnv(zero::Backend::kGloo, options);
@@ -84,6 +149,11 @@ int main(int argc, char** argv) {
     if (rank == args.fail_rank && it == args.fail_at) {
       if (args.fail_mode == "kill") ::raise(SIGKILL);
       if (args.fail_mode == "exit") std::_Exit(3);
+      if (args.fail_mode == "leave") {
+        comm_or->reset();  // what returning from main does: the communicator closes
+        std::printf("rank %d: left after %ld iterations\n", rank, it);
+        return 0;
+      }
       for (;;) ::pause();  // hang: alive, never issues another op
     }
     for (size_t i = 0; i < n; ++i) buf[i] = static_cast<float>(rank + 1);

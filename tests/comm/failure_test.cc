@@ -195,6 +195,15 @@ TEST(Args, CreateGlooRejectsBadRankAndStore) {
   zero_timeout.timeout = absl::ZeroDuration();
   EXPECT_THAT(Communicator::CreateGloo(Store::Hash(), 0, 1, zero_timeout),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // Beyond what Gloo's nanosecond deadlines hold (issue 32.4: every rendezvous timed out at once at 9.3e9 s), or
+  // below the stores' millisecond resolution: refused with the range.
+  for (absl::Duration d : {absl::Seconds(9.3e9), absl::InfiniteDuration(), absl::Microseconds(10)}) {
+    CommOptions o;
+    o.timeout = d;
+    EXPECT_THAT(
+        Communicator::CreateGloo(Store::Hash(), 0, 1, o),
+        StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("must be in [0.001, 1e+09] seconds")));
+  }
 }
 
 }  // namespace

@@ -5,10 +5,13 @@
 
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "comm/internal/env.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
+#include "zero/config.h"
 
 namespace zero {
 namespace {
@@ -145,6 +148,74 @@ TEST(FromEnv, MultiRankWithoutRendezvousIsAnError) {
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   EXPECT_THAT(comm, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_STORE_DIR")));
+}
+
+// The timeout's range (issue 32.4): what Gloo's deadlines and the stores' millisecond timeouts hold.
+TEST(CommEnv, TimeoutOutsideTheRangeIsRefusedWithIt) {
+  for (const char* v : {"9.3e9", "1e300", "1e-300", "0.0001", "inf", "nan"}) {
+    auto t = internal::ApplyCommEnvOverrides(CommOptions{}, FakeEnv({{"ZERO_COMM_TIMEOUT_S", v}}));
+    EXPECT_THAT(t, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("in [0.001, 1e+09]"))) << v;
+  }
+  auto ok = internal::ApplyCommEnvOverrides(CommOptions{}, FakeEnv({{"ZERO_COMM_TIMEOUT_S", "1e9"}}));
+  ASSERT_OK(ok);
+  EXPECT_EQ(ok->timeout, absl::Seconds(1e9));
+}
+
+// The job id, in order: ZERO_JOB_ID (zero-run), TORCHELASTIC_RUN_ID (torchrun), SLURM_JOB_ID; empty values skip.
+TEST(CommEnv, JobIdSources) {
+  EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({})), "");
+  EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"SLURM_JOB_ID", "77"}})), "77");
+  EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"SLURM_JOB_ID", "77"}, {"TORCHELASTIC_RUN_ID", "t"}})), "t");
+  EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"ZERO_JOB_ID", "z"}, {"TORCHELASTIC_RUN_ID", "t"}})), "z");
+  EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"ZERO_JOB_ID", ""}, {"TORCHELASTIC_RUN_ID", "t"}})), "t");
+}
+
+// FromEnv(backend, config): the config's comm_timeout_s is the communicator's timeout.
+TEST(FromEnv, TakesTheTimeoutFromTheConfig) {
+  for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS", "ZERO_STORE_DIR", "MASTER_ADDR", "MASTER_PORT", "ZERO_COMM_TIMEOUT_S"}) {
+    ::unsetenv(v);
+  }
+  auto cfg = Config::FromJsonString(R"({"comm_timeout_s": 20})");
+  ASSERT_OK(cfg);
+  auto comm = Communicator::FromEnv(Backend::kGloo, *cfg);
+  ASSERT_OK(comm);
+  EXPECT_EQ((*comm)->timeout(), absl::Seconds(20));
+}
+
+// The thread form of the rendezvous checks (the process tests replay the launches): ranks given different
+// world sizes or job ids all fail, naming both.
+TEST(Rendezvous, WorldSizeAndJobMustAgree) {
+  auto store = Store::Hash();
+  std::vector<Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions o;
+      o.hostname = "127.0.0.1";
+      o.timeout = absl::Seconds(10);
+      results[r] = Communicator::CreateGloo(store, r, r == 0 ? 2 : 3, o).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   HasSubstr("rank 0 was started with world size 2, rank 1 with 3")));
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   HasSubstr("rank 1 was started with world size 3, rank 0 with 2")));
+
+  auto store2 = Store::Hash();
+  threads.clear();
+  CommOptions a;
+  a.hostname = "127.0.0.1";
+  a.timeout = absl::Seconds(10);
+  a.job_id = "job-a";
+  ASSERT_OK(Communicator::CreateGloo(store2, 0, 1, a));  // job A's rank 0 claims the store
+  CommOptions b = a;
+  b.job_id = "job\nb";
+  EXPECT_THAT(Communicator::CreateGloo(store2, 1, 2, b),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this rank belongs to job 'job\\x0ab' but the store (MASTER_ADDR:MASTER_PORT or "
+                                 "ZERO_STORE_DIR) is served by job 'job-a'")));
 }
 
 }  // namespace

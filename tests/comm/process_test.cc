@@ -200,6 +200,131 @@ TEST(Processes, KilledRankMakesTheOthersFail) {
   std::filesystem::remove_all(dir);
 }
 
+// ---- Rendezvous checks (docs/comm.md): the world size and the job ----
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Rank 1 was started with WORLD_SIZE=2 where ranks 0 and 2 have 3. Every rank fails at rendezvous naming the
+// disagreement (it was Gloo's "sizeof(impl_) == bytes.size(). 136 vs 272", or a wait for the timeout) — rank 2
+// too, which agrees with rank 0, through rank 0's verdict.
+TEST(Processes, RanksThatDisagreeOnTheWorldSizeAllFailNamingIt) {
+  const std::string dir = TempDir("zero-proc-world");
+  std::vector<pid_t> pids;
+  const int worlds[] = {3, 2, 3};
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(Spawn(WorkerArgs({"--iters", "3"}), RankEnv(r, worlds[r], {{"ZERO_STORE_DIR", dir + "/store"}}),
+                         absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto status = WaitExit(pids[r], absl::Now() + absl::Seconds(60));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    const std::string out = ReadFile(absl::StrCat(dir, "/out.", r));
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << out;
+    EXPECT_NE(out.find("in FromEnv"), std::string::npos) << out;
+    EXPECT_NE(out.find("the ranks disagree on the world size"), std::string::npos) << out;
+    EXPECT_NE(out.find(r == 0   ? "rank 0 was started with world size 3, rank 1 with 2"
+                       : r == 1 ? "rank 1 was started with world size 2, rank 0 with 3"
+                                : "rank 0 refused the rendezvous"),
+              std::string::npos)
+        << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Two jobs launched the torchrun way with the same MASTER_PORT: job B's rank 1 reaches job A's store (job B's
+// rank 0 could not listen) before job A's rank 1 does. It refuses job A naming both ids, before any data moves;
+// job A then runs as if B never came (it used to train with B's rank 1 and leave its own rank 1 waiting).
+TEST(Processes, RanksOfAnotherJobAreRefusedNamingBothIds) {
+  const std::string dir = TempDir("zero-proc-jobs");
+  const std::string port = std::to_string(FreeTcpPort());
+  pid_t a0 = Spawn(WorkerArgs({"--iters", "3"}), RankEnv(0, 2, {{"MASTER_PORT", port}, {"ZERO_JOB_ID", "job-a"}}),
+                   dir + "/a0");
+  // Job B is a torchrun job: its id comes from TORCHELASTIC_RUN_ID.
+  pid_t b1 =
+      Spawn(WorkerArgs({"--iters", "3"}),
+            RankEnv(1, 2, {{"MASTER_PORT", port}, {"ZERO_JOB_ID", ""}, {"TORCHELASTIC_RUN_ID", "job-b"}}), dir + "/b1");
+  auto b_status = WaitExit(b1, absl::Now() + absl::Seconds(60));
+  ASSERT_TRUE(b_status.has_value()) << "job B's rank hung";
+  const std::string b_out = ReadFile(dir + "/b1");
+  EXPECT_TRUE(WIFEXITED(*b_status) && WEXITSTATUS(*b_status) == 1) << b_out;
+  EXPECT_NE(b_out.find("belongs to job 'job-b' but the store"), std::string::npos) << b_out;
+  EXPECT_NE(b_out.find("is served by job 'job-a'"), std::string::npos) << b_out;
+  EXPECT_NE(b_out.find("refuse each other"), std::string::npos) << b_out;
+  pid_t a1 = Spawn(WorkerArgs({"--iters", "3"}), RankEnv(1, 2, {{"MASTER_PORT", port}, {"ZERO_JOB_ID", "job-a"}}),
+                   dir + "/a1");
+  for (auto [pid, name] : {std::pair{a0, "a0"}, std::pair{a1, "a1"}}) {
+    auto status = WaitExit(pid, absl::Now() + absl::Seconds(60));
+    ASSERT_TRUE(status.has_value()) << name << " hung";
+    const std::string out = ReadFile(dir + "/" + name);
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << name << ":\n" << out;
+    EXPECT_NE(out.find("ok after 3 iterations"), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The README's integration pattern (Communicator::FromEnv(kGloo, config) + Engine::Create(config, comm)) with
+// "comm_timeout_s": 20 in the config and nothing else: when a peer hangs (SIGSTOP), the survivor fails with the
+// timeout error, within this test's bound of 2 x 20 s. (It used to wait the 1800 s default and exit 0.)
+TEST(Processes, TheConfigsCommTimeoutBoundsAHungPeerOnTheReadmePath) {
+  const std::string dir = TempDir("zero-proc-readme");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(Spawn({ZERO_COMM_WORKER, "--engine-timeout-s", "20", "--iters", "100000000", "--sleep-ms", "1"},
+                         RankEnv(r, 2, {{"ZERO_STORE_DIR", dir + "/store"}}), absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(WaitForText(absl::StrCat(dir, "/out.", r), "running", absl::Now() + absl::Seconds(60)))
+        << ReadFile(absl::StrCat(dir, "/out.", r));
+  }
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  auto status = WaitExit(pids[0], absl::Now() + absl::Seconds(2 * 20));
+  const std::string out = ReadFile(dir + "/out.0");
+  ::kill(pids[1], SIGKILL);
+  ::waitpid(pids[1], nullptr, 0);
+  ASSERT_TRUE(status.has_value()) << "rank 0 still waits 40 s after its peer hung:\n" << out;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << out;
+  EXPECT_NE(out.find("rank 0: error after"), std::string::npos) << out;
+  EXPECT_NE(out.find("timed out"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// A rank that stops early and exits 0 (it ran fewer steps) while the others wait in a collective: the survivors
+// fail within the timeout and say which rank left, when, and after which op.
+TEST(Processes, ARankThatLeavesIsNamedByTheSurvivors) {
+  const std::string dir = TempDir("zero-proc-leave");
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(Spawn(WorkerArgs({"--iters", "1000", "--fail-rank", "2", "--fail-at", "3", "--fail-mode", "leave"}),
+                         RankEnv(r, 3, {{"ZERO_STORE_DIR", dir + "/store"}}), absl::StrCat(dir, "/out.", r)));
+  }
+  for (int r = 0; r < 3; ++r) {
+    auto status = WaitExit(pids[r], absl::Now() + absl::Seconds(60));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    const std::string out = ReadFile(absl::StrCat(dir, "/out.", r));
+    if (r == 2) {
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << out;
+    ExpectSurvivorError(out, r);
+    EXPECT_NE(out.find("ranks that left while this rank waits"), std::string::npos) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(R"(rank 2 closed its communicator at [0-9:.]+ UTC after issuing 9 )"
+                                                  R"(ops \(last: ReduceScatter#8)")))
+        << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 #ifdef ZERO_RUN_PATH
 struct RunResult {
   int status = -1;

@@ -475,7 +475,7 @@ TEST_F(ConfigTest, WrongTypesAreRejected) {
                  {"zero_optimization.contiguous_gradients", "got null"});
   ExpectRejected(R"({"communication_data_type": "int8"})", {"communication_data_type", "\"int8\""});
   ExpectRejected(R"({"seed": -3})", {"seed", "got -3"});
-  ExpectRejected(R"({"comm_timeout_s": 0})", {"comm_timeout_s", "> 0"});
+  ExpectRejected(R"({"comm_timeout_s": 0})", {"comm_timeout_s", "in [0.001, 1000000000]"});
   ExpectRejected(R"({"fp16": {"min_loss_scale": 0}})", {"fp16.min_loss_scale", "> 0"});
   ExpectRejected(R"({"fp16": {"hysteresis": 3000000000}})", {"fp16.hysteresis", "out of range"});
   ExpectRejected("[1, 2]", {"JSON object"});
@@ -1106,6 +1106,147 @@ TEST_F(ConfigTest, ZeroConfigToolExitCodes) {
   EXPECT_EQ(RunZeroConfig("").code, 2);
   EXPECT_EQ(RunZeroConfig("--world x " + Fixture("batch_32_4_2.json")).code, 2);
   EXPECT_EQ(RunZeroConfig(Fixture("no_such_config.json")).code, 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Numbers the code cannot represent (issue 32.4): rejected at parse with the range, not failing later.
+
+TEST_F(ConfigTest, CommTimeoutOutsideWhatTheTimersHoldIsRejectedWithTheRange) {
+  // 9.3e9 s overflowed Gloo's nanosecond deadlines (every rendezvous timed out at once); 1e300 s became an
+  // infinite absl::Duration; 1e-300 s passed "> 0" and became 0.
+  for (const char* v : {"9.3e9", "1e300", "1e-300", "0.0001", "-1"}) {
+    ExpectRejected(std::string(R"({"comm_timeout_s": )") + v + "}",
+                   {"comm_timeout_s: must be a number in [0.001, 1000000000]"});
+  }
+  EXPECT_DOUBLE_EQ(MustParse(R"({"comm_timeout_s": 0.001})").comm_timeout_s, 0.001);
+  EXPECT_DOUBLE_EQ(MustParse(R"({"comm_timeout_s": 1e9})").comm_timeout_s, 1e9);
+}
+
+TEST_F(ConfigTest, NumbersFp32CannotHoldAreRejected) {
+  // The kernels compute in fp32: an eps of 1e-300 would be 0 there, a loss scale of 1e300 infinity.
+  ExpectRejected(R"({"optimizer": {"type": "AdamW", "params": {"eps": 1e-300}}})",
+                 {"optimizer.params.eps", "out of range", "fp32"});
+  ExpectRejected(R"({"fp16": {"enabled": true, "loss_scale": 1e300}})", {"fp16.loss_scale", "out of range"});
+  ExpectRejected(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1e-320]}}})",
+                 {"optimizer.params.betas", "out of range"});
+  EXPECT_EQ(MustParse(R"({"gradient_clipping": 0})").gradient_clipping, 0.0);  // 0 stays a valid value
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One source of truth: fields set in code are validated like JSON (issue 31.1).
+
+TEST_F(ConfigTest, ValidateRejectsAFieldSetInCodeWithTheJsonMessage) {
+  const std::string from_json(
+      Config::FromJsonString(R"({"train_batch_size": 8, "zero_optimization": {"stage": 7}})").status().message());
+  ASSERT_THAT(from_json, HasSubstr("zero_optimization.stage: must be an integer in [0, 3]; got 7"));
+  Config c = MustParse(R"({"train_batch_size": 8})");
+  c.zero.stage = 7;
+  EXPECT_THAT(c.Validate(1), StatusIs(absl::StatusCode::kInvalidArgument, from_json));
+  EXPECT_EQ(c.zero.stage, 7);  // unchanged on error
+
+  Config t = MustParse(R"({"train_batch_size": 8})");
+  t.comm_timeout_s = 9.3e9;
+  EXPECT_THAT(t.Validate(1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("comm_timeout_s: must be a number in [0.001, 1000000000]; got")));
+  Config o = MustParse(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"}})");
+  o.optimizer->type = "Adamax";
+  EXPECT_THAT(o.Validate(1), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("optimizer.type: must be")));
+  Config d = MustParse(R"({"train_batch_size": 8})");
+  d.zero.offload_optimizer.ratio = std::nan("");
+  EXPECT_THAT(d.Validate(1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("zero_optimization.offload_optimizer.ratio: must be")));
+  Config e = MustParse(R"({"train_batch_size": 8})");
+  e.gradient_accumulation_mode = static_cast<GradAccumulationMode>(9);
+  EXPECT_THAT(e.Validate(1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gradient_accumulation_mode: must be one of")));
+  // A field DeepSpeed has but zero implements only when off: kUnimplemented, as in JSON.
+  Config f = MustParse(R"({"train_batch_size": 8})");
+  f.zero.zero_quantized_weights = true;
+  EXPECT_THAT(f.Validate(1), StatusIs(absl::StatusCode::kUnimplemented,
+                                      HasSubstr("zero_optimization.zero_quantized_weights: not implemented in zero")));
+  EXPECT_OK(MustParse(R"({"train_batch_size": 8})").Validate(1));
+  EXPECT_OK(Config::Default().Validate(4));
+}
+
+TEST_F(ConfigTest, SetValidatesAnyKeyLikeTheJson) {
+  Config c = MustParse(R"({"train_batch_size": 8})");
+  EXPECT_OK(c.Set("zero_optimization.stage", "3"));
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_TRUE(c.zero.overlap_comm);  // the dynamic default follows, as it does in a file
+  EXPECT_OK(c.Set("zero_optimization.overlap_comm", "false"));
+  EXPECT_FALSE(c.zero.overlap_comm);
+  EXPECT_OK(c.Set("zero_optimization.stage", "2"));
+  EXPECT_FALSE(c.zero.overlap_comm);
+  // The same messages as the JSON; nothing changes on error.
+  EXPECT_THAT(
+      c.Set("zero_optimization.stage", "7"),
+      StatusIs(absl::StatusCode::kInvalidArgument, "zero_optimization.stage: must be an integer in [0, 3]; got 7"));
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_THAT(c.Set("comm_timeout_s", "1e-300"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("[0.001, 1000000000]")));
+  EXPECT_THAT(c.Set("zero_optimization.stag", "1"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("did you mean \"zero_optimization.stage\"")));
+  EXPECT_THAT(c.Set("zero_optimization", "{}"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("section")));
+  EXPECT_THAT(c.Set("zero_optimization.stage", "three"), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Cross-key rules apply: offloading parameters needs stage 3.
+  EXPECT_THAT(c.Set("zero_optimization.offload_param.device", "\"cpu\""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("offload_param.device")));
+  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  // Aliases, an optimizer created on first use, "auto" where a key takes it.
+  EXPECT_OK(c.Set("zero_optimization.prefetch_bucket_size", "1000"));
+  EXPECT_EQ(c.zero.stage3_prefetch_bucket_size, 1000);
+  Config n = MustParse("{}");
+  EXPECT_OK(n.Set("optimizer.type", "\"SGD\""));
+  ASSERT_TRUE(n.optimizer.has_value());
+  EXPECT_EQ(n.optimizer->type, "SGD");
+  EXPECT_THAT(n.Set("optimizer.params.betas", "[0.9, 0.95]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a parameter of SGD")));
+  EXPECT_OK(n.Set("train_micro_batch_size_per_gpu", "\"auto\""));
+  EXPECT_THAT(n.unresolved(), ::testing::ElementsAre("train_micro_batch_size_per_gpu"));
+  EXPECT_OK(n.Set("train_micro_batch_size_per_gpu", "4"));
+  EXPECT_TRUE(n.unresolved().empty());
+  EXPECT_EQ(n.train_micro_batch_size_per_gpu, 4);
+  // A set config equals the same config read from JSON.
+  Config from_json = MustParse(R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "SGD"}})");
+  EXPECT_TRUE(n == from_json) << n.ToJson() << "\nvs\n" << from_json.ToJson();
+}
+
+// zero-config --set: a Hugging Face config with "auto" is checked as it is, with the values the trainer would fill.
+TEST_F(ConfigTest, ZeroConfigSetFillsAndValidates) {
+#ifndef ZERO_CONFIG_BIN
+  GTEST_SKIP() << "zero-config is not built (ZERO_BUILD_TOOLS=OFF)";
+#endif
+  const std::string hf = Fixture("hf_zero2_auto.json");
+  std::string sets;
+  for (const char* kv :
+       {"fp16.enabled=false", "bf16.enabled=true", "optimizer.params.lr=3e-4", "optimizer.params.betas=[0.9,0.95]",
+        "optimizer.params.eps=1e-8", "optimizer.params.weight_decay=0.1", "scheduler.params.warmup_min_lr=0",
+        "scheduler.params.warmup_max_lr=3e-4", "scheduler.params.warmup_num_steps=100",
+        "zero_optimization.reduce_bucket_size=1000000", "gradient_accumulation_steps=2", "gradient_clipping=1.0",
+        "train_micro_batch_size_per_gpu=4", "train_batch_size=16"}) {
+    sets += std::string(" --set ") + kv;
+  }
+  RunResult ok = RunZeroConfig(hf + sets + " --world 2");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  nlohmann::json j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j["train_batch_size"], 16);
+  EXPECT_EQ(j["optimizer"]["params"]["betas"][1], 0.95);
+  EXPECT_EQ(j["bf16"]["enabled"], true);
+  // Without the --set values, --world names the keys still "auto".
+  RunResult left = RunZeroConfig(hf + " --world 2");
+  EXPECT_EQ(left.code, 1);
+  EXPECT_THAT(left.err, HasSubstr("optimizer.params.lr: still \"auto\""));
+  // A bad value gets the JSON's message; a key that does not exist, a "did you mean".
+  RunResult bad = RunZeroConfig(hf + " --set zero_optimization.stage=7");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("zero_optimization.stage: must be an integer in [0, 3]; got 7"));
+  RunResult typo = RunZeroConfig(hf + " --set zero_optimization.stag=1");
+  EXPECT_EQ(typo.code, 1);
+  EXPECT_THAT(typo.err, HasSubstr("did you mean \"zero_optimization.stage\""));
+  EXPECT_EQ(RunZeroConfig(hf + " --set nokeyvalue").code, 2);
+  // A bare word is a string: --set zero_optimization.offload_optimizer.device=none.
+  RunResult word = RunZeroConfig(hf + " --set zero_optimization.offload_optimizer.device=none");
+  EXPECT_EQ(word.code, 0) << word.err;
 }
 
 }  // namespace

@@ -132,6 +132,46 @@ TEST(EstimateCliTest, UnitsFile) {
   EXPECT_NE(bad.all.find("unit 1 (\"b\")"), std::string::npos) << bad.all;
 }
 
+// A Hugging Face DeepSpeed config is estimated as it is: "auto" on keys that change no byte is left alone (said on
+// stderr), the batch and bucket keys follow from the rest and the model, --set fills what does change bytes, and
+// what is still missing is named.
+TEST(EstimateCliTest, HuggingFaceAutoConfigWithSet) {
+  const std::string dir = zero::testing::MakeTempDir("zero_estimate_hf");
+  zero::testing::WriteWholeFile(dir + "/hf.json", R"({
+    "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                  "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})");
+  const std::string base = absl::StrCat(ZERO_ESTIMATE, " --model tiny --world 2 --config ", dir, "/hf.json");
+  const ProgramRun ok = Exec(
+      base +
+      " --set bf16.enabled=true --set gradient_accumulation_steps=1 --set train_micro_batch_size_per_gpu=2 --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.all;
+  EXPECT_EQ(LastJson(ok)["dtype"], "bf16") << ok.out;
+  for (const char* said :
+       {"optimizer.params.lr: \"auto\" changes no byte", "fp16.enabled: \"auto\" is false",
+        "zero_optimization.reduce_bucket_size: \"auto\" is hidden_size^2", "train_batch_size: \"auto\" is derived"}) {
+    EXPECT_NE(ok.all.find(said), std::string::npos) << said << " in\n" << ok.all;
+  }
+  // Without them: the keys that change bytes are named, each with the --set to give.
+  const ProgramRun missing = Exec(base);
+  EXPECT_EQ(missing.exit_code, 1) << missing.all;
+  for (const char* key :
+       {"fp16.enabled", "bf16.enabled", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
+    EXPECT_NE(missing.all.find(absl::StrCat(key, ": \"auto\" changes the estimate; give its value with --set ", key)),
+              std::string::npos)
+        << key << " in\n"
+        << missing.all;
+  }
+  // --set is validated like the JSON.
+  const ProgramRun bad = Exec(base + " --set zero_optimization.stage=7");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.all.find("zero_optimization.stage: must be an integer in [0, 3]; got 7"), std::string::npos) << bad.all;
+}
+
 TEST(EstimateCliTest, UsageErrors) {
   for (const char* args : {"", " --model tiny --units x.json", " --layers 4 --hidden 64", " --model huge",
                            " --model tiny --world 0", " --model tiny --stage 4", " --model tiny --frobnicate 1"}) {

@@ -11,6 +11,7 @@
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/engine.h"
+#include "zero/sharded_optimizer.h"
 
 namespace zero {
 namespace {
@@ -64,7 +65,8 @@ TEST_P(DesyncTest, AnotherUnitOrderIsAnErrorNamingBothSides) {
         EXPECT_NE(msg.find("issued different collectives"), std::string::npos) << msg;
         EXPECT_NE(msg.find("[gradient reduction of unit second]"), std::string::npos) << msg;
         EXPECT_NE(msg.find("[gradient reduction of unit first]"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("rank 1 (hash"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("rank 1: Step call 1, StepOptions::step unset"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("(hash "), std::string::npos) << msg;
       },
       DefaultCommOptions());
 }
@@ -133,6 +135,137 @@ TEST(DesyncShapeTest, AnotherShapeIsAnErrorNamingBothOps) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errors[r].find("GatherParam of parameter w"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("GatherParam of parameter b"), std::string::npos) << errors[r];
+  }
+}
+
+// ---- The ranks agree or fail loudly (issue 31): the step, the config, the timeout ----
+
+// A rank that skips a whole iteration on ShardedOptimizer: every Step issues the same ops, so the op hash cannot
+// tell; the trainer's step number can. Its next Step fails on every rank, naming each rank's step (the old code
+// paired rank 1's step 3 with rank 0's step 2 and went on training).
+TEST(DesyncStepTest, ASkippedShardedOptimizerStepFailsOnEveryRankNamingTheSteps) {
+  std::vector<std::string> errors(2);
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int rank) {
+        const int64_t cap = ShardedOptimizer::Capacity(96, comm.world_size());
+        std::vector<float> params(cap, 0.5f), grads(cap, 0.0f);
+        FlatBuffers flat{params.data(), grads.data(), DType::kF32, cap, {{"w", {8, 12}}}, "flat"};
+        ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(TrainConfig(1, 1), Borrow(comm), {flat}));
+        Status s;
+        int steps = 0;
+        for (int step = 0; step < 5 && s.ok(); ++step) {
+          if (rank == 1 && step == 2) continue;  // the trainer bug: one iteration skipped on one rank
+          for (int64_t i = 0; i < 96; ++i) grads[i] = 0.01f * static_cast<float>((i + step) % 5);
+          StepOptions o;
+          o.step = step;
+          s = opt->Step(o).status();
+          if (s.ok()) ++steps;
+        }
+        EXPECT_EQ(steps, 2) << "rank " << rank << " trained on out of step";
+        ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+        errors[rank] = std::string(s.message());
+      },
+      DefaultCommOptions());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("the ranks are not at the same step"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank 0: Step call 3, StepOptions::step 2"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank 1: Step call 3, StepOptions::step 3"), std::string::npos) << errors[r];
+  }
+}
+
+// The same on the Engine: rank 1 skips a whole iteration (backward and Step), so its ops line up with rank 0's.
+TEST_P(DesyncTest, ASkippedIterationFailsOnEveryRankNamingTheSteps) {
+  const int stage = GetParam();
+  std::vector<std::string> errors(2);
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int rank) {
+        ASSERT_OK_AND_ASSIGN(auto e, TwoUnits(comm, stage));
+        Status s;
+        for (int step = 0; step < 4 && s.ok(); ++step) {
+          if (rank == 1 && step == 1) continue;
+          s = Backward(*e, "second");
+          if (s.ok()) s = Backward(*e, "first");
+          StepOptions o;
+          o.step = step;
+          if (s.ok()) s = e->Step(o).status();
+        }
+        ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+        errors[rank] = std::string(s.message());
+      },
+      DefaultCommOptions());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("rank 0: Step call 2, StepOptions::step 1"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank 1: Step call 2, StepOptions::step 2"), std::string::npos) << errors[r];
+  }
+}
+
+// Ranks created with different configs fail at Create, every one of them, naming the first differing key.
+TEST(AgreeTest, DifferentConfigsFailAtCreateOnEveryRankNamingTheKey) {
+  std::vector<std::string> errors(3);
+  testing::RunRanks(
+      3,
+      [&](Communicator& comm, int rank) {
+        Config cfg = TrainConfig(1, 1);
+        if (rank == 2) cfg.zero.stage = 2;
+        auto e = Engine::Create(cfg, Borrow(comm));
+        ASSERT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+        errors[rank] = std::string(e.status().message());
+      },
+      DefaultCommOptions());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("different configs"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank 0 vs rank 2: zero_optimization.stage: 1 vs 2"), std::string::npos) << errors[r];
+    EXPECT_EQ(errors[r].find("rank 0 vs rank 1"), std::string::npos) << errors[r];
+  }
+}
+
+// A field set in code gets the JSON's error from every Create (it was accepted, and trained, before).
+TEST(AgreeTest, CreateValidatesFieldsSetInCode) {
+  const std::string json_error(Config::FromJsonString(R"({"zero_optimization": {"stage": 7}})").status().message());
+  testing::RunRanks(
+      2,
+      [&](Communicator& comm, int) {
+        Config cfg = TrainConfig(1, 1);
+        cfg.zero.stage = 7;
+        EXPECT_THAT(Engine::Create(cfg, Borrow(comm)).status(),
+                    testing::StatusIs(absl::StatusCode::kInvalidArgument, json_error));
+        std::vector<float> p(ShardedOptimizer::Capacity(8, 2)), g(p.size());
+        FlatBuffers flat{p.data(), g.data(), DType::kF32, static_cast<int64_t>(p.size()), {{"w", {8}}}, "flat"};
+        EXPECT_THAT(ShardedOptimizer::Create(cfg, Borrow(comm), {flat}).status(),
+                    testing::StatusIs(absl::StatusCode::kInvalidArgument, json_error));
+      },
+      DefaultCommOptions());
+}
+
+// comm_timeout_s has one source of truth: a communicator left at CommOptions' default under a config that sets
+// the key is refused (it waited 1800 s where the config said 20); a config left at the default keeps the
+// communicator's own timeout; two explicit values that differ are refused; equal ones are fine.
+TEST(AgreeTest, TheConfigsCommTimeoutAndTheCommunicatorsMustAgree) {
+  struct Case {
+    double comm_s, config_s;
+    bool ok;
+  };
+  for (const Case& c : {Case{1800, 20, false}, Case{5, 1800, true}, Case{5, 20, false}, Case{20, 20, true}}) {
+    testing::RunRanksOptions o = DefaultCommOptions();
+    o.comm.timeout = absl::Seconds(c.comm_s);
+    testing::RunRanks(
+        2,
+        [&](Communicator& comm, int) {
+          Config cfg = TrainConfig(1, 1);
+          cfg.comm_timeout_s = c.config_s;
+          auto e = Engine::Create(cfg, Borrow(comm));
+          if (c.ok) {
+            EXPECT_OK(e.status());
+          } else {
+            EXPECT_THAT(e.status(), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      ::testing::HasSubstr("comm_timeout_s: the config sets 20 s")));
+            EXPECT_THAT(std::string(e.status().message()),
+                        ::testing::HasSubstr("Communicator::FromEnv(backend, config)"));
+          }
+        },
+        o);
   }
 }
 

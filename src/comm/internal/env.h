@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "absl/time/time.h"
+
 #include "zero/communicator.h"
 #include "zero/status.h"
 
@@ -20,6 +22,18 @@ EnvLookup ProcessEnv();
 // Applies ZERO_COMM_CHECK (1/true/on -> check_order) and ZERO_COMM_TIMEOUT_S (seconds, > 0) to `options`.
 // kInvalidArgument naming the variable when a value does not parse.
 StatusOr<CommOptions> ApplyCommEnvOverrides(CommOptions options, const EnvLookup& env);
+
+// The range of a communicator's timeout, the range of the config key comm_timeout_s (src/core/config_schema.cc):
+// 1 ms is the resolution of the stores' and Gloo's timeouts, and above 1e9 s Gloo's deadlines (steady_clock
+// nanoseconds) overflow.
+inline constexpr double kMinCommTimeoutS = 0.001;
+inline constexpr double kMaxCommTimeoutS = 1e9;
+// kInvalidArgument with the range unless `timeout` lies in it.
+Status CheckCommTimeout(absl::Duration timeout);
+
+// This process's job id: ZERO_JOB_ID (zero-run sets it), else TORCHELASTIC_RUN_ID (torchrun), else SLURM_JOB_ID;
+// "" when none is set.
+std::string JobIdFromEnv(const EnvLookup& env);
 
 // Where and how this process was launched, from torchrun, OpenMPI, Slurm or zero-run variables.
 struct LaunchEnv {
