@@ -313,9 +313,10 @@ class Engine {
   // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute
   // tier (on the host engine: host DRAM the CPU computes in); the host tier is what offload moved out of it
   // (zero_optimization.offload_optimizer: master, optimizer state, reduced gradient shard; offload_param:
-  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total is the
-  // high-water mark of the engine's and the communicator's bytes alive at once (MemoryTracker::CountAlsoIn);
-  // memory_tracker().ResetPeaks() resets it.
+  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total, and each
+  // tag's peak, is the high-water mark of the engine's and the communicator's bytes alive at once, counted since
+  // the engine was created (MemoryTracker::CountAlsoIn, ReportWithLinked): no tag's peak exceeds its tier's
+  // peak_total, after Save, Load and offload too. memory_tracker().ResetPeaks() resets them.
   MemoryReport memory_report() const;
   MemoryTracker& memory_tracker();
   // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE".
