@@ -115,6 +115,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   // failure, or the tracker's budget) ends Finalize on every rank: the ranks agree on the outcome, so the others
   // do not go on into the initial values' collectives and wait there for this one until the timeout.
   const internal::StagePlan plan = Plan();
+  ctx.policy = plan.policy;  // with the caps that keep the saving at any bucket size (ApplySavingCaps)
   Status allocated = [&]() -> Status {
     for (size_t i = 0; i < ctx.units.size(); ++i) {
       Unit& u = ctx.units[i];
