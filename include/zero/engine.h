@@ -24,6 +24,19 @@
 // opening a second scope on a unit that is already open ("gathering twice"), reading a released unit through
 // Engine::Param, stepping while a backward scope is open or with a unit's gradient only partly accumulated,
 // adding units after Finalize.
+//
+// WHAT EACH RANK HOLDS (fp32 Adam, Ψ elements, N ranks; docs/design.md, "What each rank holds"): stage 0 the
+// parameters, the gradient and the optimizer state in full, 16Ψ bytes, and nothing staged; stage 1 the optimizer
+// state of its shard only, 8Ψ + 8Ψ/N, plus the communicator's cached reduce-scatter (Gloo's receive buffers,
+// about 8 bytes per element of the largest unit, or of a chunk when units exceed reduce_bucket_size); stage 2
+// also the gradient as a shard, 4Ψ + 12Ψ/N, plus the buckets of the backward scopes open and of the reductions
+// in flight, which the plan caps at (N - 1)/2N of the gradient beside the open scopes (PlanPolicy::bucket_cap),
+// so stage 2 pays over stage 1 unless the units the trainer keeps open at once hold (N - 1)/N of the model or
+// more; stage 3 also the parameters as a shard, 16Ψ/N, plus the gathered units, which
+// stage3_max_live_parameters bounds and the plan caps at (N - 1)/2N of the sharded units (units below
+// stage3_param_persistence_threshold stay gathered, as at stage 2). With DeepSpeed's default buckets each stage
+// of the reference GPT holds less than the one before (bench/results/memory-defaults.md). A model registered as
+// one unit keeps all of it open in its backward scope: there stage 1 is the stage that pays.
 #pragma once
 
 #include <cstdint>

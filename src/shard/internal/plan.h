@@ -182,9 +182,10 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
 // it takes is the communicator's (Gloo's reduce-scatter holds receive buffers of about twice what one op moves).
 // Unchunked, that is 8 bytes per element of the unit, more than stage 1 saves (DeepSpeed's 5e8-element default
 // bounds nothing below 5e8 elements). So its chunks hold at most kTrainerReduceBucket elements of all ranks
-// together (4 MiB of fp32: 8 MiB of Gloo staging, and >= 0.90 of the unchunked bandwidth,
-// bench/results/comm-gloo-world4.md) and about an eighth of the unit (never below 1024 elements per rank, where
-// Gloo reads the input where it lies), cut into equal multiples of 32; a smaller reduce_bucket_size still wins.
+// together (4 MiB of fp32: 8 MiB of Gloo staging; chunks of that size ran at >= 0.9 of Gloo moving the same
+// chunks, bench/results/comm-gloo-world4.md; each chunk costs one collective's latency) and about an eighth of
+// the unit (never below 1024 elements per rank, where Gloo reads the input where it lies), cut into nearly equal
+// multiples of 32; a smaller reduce_bucket_size still wins.
 // Chunking moves the same sums (docs/design.md, "Bounded transient buffers"): the results are the same bits.
 inline constexpr int64_t kTrainerReduceBucket = int64_t{1} << 20;
 int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned);
