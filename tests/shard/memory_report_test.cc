@@ -108,7 +108,8 @@ TEST_P(EngineReportTest, NoTagPeaksAboveThePeakTotalThroughSaveLoadAndReshard) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, EngineReportTest,
-                         ::testing::Values(EngineCase{"w4s2", 4, 2, false, false}, EngineCase{"w4s3", 4, 3, false, false},
+                         ::testing::Values(EngineCase{"w4s2", 4, 2, false, false},
+                                           EngineCase{"w4s3", 4, 3, false, false},
                                            EngineCase{"w2s1_offload", 2, 1, false, true},
                                            EngineCase{"w3s3_bf16_offload", 3, 3, true, true},
                                            EngineCase{"w2s0_bf16", 2, 0, true, false}),
