@@ -18,9 +18,8 @@ Status GatherScheduler::Issue(Unit& u) {
   // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
   const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
   if (chunk > 0) ZERO_RETURN_IF_ERROR(FinishChunked());
-  // The pool holds at most the larger of stage3_max_live_parameters (as the plan caps it: ApplySavingCaps) and
-  // what is in use (buffer_pool.h).
-  gather_pool_.set_cap(static_cast<size_t>(std::max<int64_t>(0, c.policy.max_live)) * cds);
+  // The pool holds at most the larger of stage3_max_live_parameters and what is in use (buffer_pool.h).
+  gather_pool_.set_cap(static_cast<size_t>(std::max<int64_t>(0, c.cfg.zero.stage3_max_live_parameters)) * cds);
   u.gather = gather_pool_.Take(u.layout.padded * cds, /*zero=*/false);
   ZERO_RETURN_IF_ERROR(c.AllocStatus(u.gather, u.layout.padded * cds, "gather buffer", u));
   // With offload_param the shard is in the host tier and the all-gather reads it from there: on the host
@@ -110,7 +109,7 @@ void GatherScheduler::Prefetch() {
     Unit& v = ctx_->units[order_[j]];
     if (v.status != UnitStatus::kNotAvailable) continue;
     if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
-    if (live_elems_ + v.layout.padded > ctx_->policy.max_live) break;
+    if (live_elems_ + v.layout.padded > ctx_->policy.LiveWindow()) break;
     // A prefetch never waits: a chunked unit waits while another's chunked gather is in flight (decided by the
     // units' states, which every rank changes at the same calls, never by whether an op has completed).
     if (ChunkPerRank(v.layout.padded, ctx_->world, z.allgather_bucket_size) > 0 && chunked_ >= 0 &&
@@ -144,7 +143,7 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step) {
     // stage3_max_live_parameters holds on demand gathers too: units prefetched but not opened make room first
     // (only off the recorded order; on it, prefetch fills a prefix of what comes next, which this unit heads).
     for (auto& v : ctx_->units) {
-      if (live_elems_ + u.layout.padded <= ctx_->policy.max_live) break;
+      if (live_elems_ + u.layout.padded <= ctx_->policy.LiveWindow()) break;
       if (&v != &u && v.sharded_params() && v.status != UnitStatus::kNotAvailable && !v.scope_open) Release(v);
     }
     ZERO_RETURN_IF_ERROR(Issue(u));

@@ -170,7 +170,10 @@ void ApplySavingCaps(PlanPolicy* p, const std::vector<int64_t>& padded, const st
     const int64_t cap = in_buckets * (N - 1) / (2 * N);
     p->bucket_cap = p->bucket_cap > 0 ? std::min(p->bucket_cap, cap) : cap;
   }
-  if (in_shards > 0) p->max_live = std::min(p->max_live, in_shards * (N - 1) / (2 * N));
+  if (in_shards > 0) {
+    const int64_t cap = in_shards * (N - 1) / (2 * N);
+    p->live_cap = p->live_cap > 0 ? std::min(p->live_cap, cap) : cap;
+  }
 }
 
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,
@@ -308,7 +311,8 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   }
   // The gather pool keeps, per size, the most buffers of that size in use at once, and never more than the larger
   // of max_live and what is in use (shard/internal/buffer_pool.h).
-  const int64_t window = std::min(sharded_total, std::max(open, std::min(p.max_live, open + p.prefetch_bucket)));
+  const int64_t window =
+      std::min(sharded_total, std::max(open, std::min(p.LiveWindow(), open + p.prefetch_bucket)));
   dev.gathers = std::min(PoolBound(sharded, window), cds * std::max(p.max_live, window));
 
   // All-gather chunk staging, two buffers of one chunk's `world` blocks: the stage-3 gathers' and the step's

@@ -23,6 +23,7 @@
 // the true peak (MemoryReport::peak_total) per tier (docs/design.md, "The true peak and its bound").
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,12 @@ struct PlanPolicy {
   // scopes' and those of reductions in flight) before a new bucket is taken; reductions in flight are retired
   // first (GradReducer::BeginBackward). Set by MakePlan from the units (0: no such cap), see SavingCaps.
   int64_t bucket_cap = 0;
+  // Stage 3: the most elements gathered or in flight at once that prefetch and demand gathers keep to: the
+  // smaller of stage3_max_live_parameters and the plan's cap (0: no cap; SavingCaps). The gather pool's own byte
+  // cap stays max_live (the config's): a tighter one would free and allocate again, step after step, where units
+  // of several sizes take turns in the window.
+  int64_t live_cap = 0;
+  int64_t LiveWindow() const { return live_cap > 0 ? std::min(max_live, live_cap) : max_live; }
 
   // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
   static StatusOr<PlanPolicy> FromConfig(const Config& cfg, int world, int rank);
@@ -158,7 +165,8 @@ struct StagePlan {
 // (N - 1) / 2N of the bucketed units' elements (stage 2 holds 1/N of the gradient as shards, so gradient
 // memory is at most (N + 1) / 2N of stage 1's, unless the scopes the trainer keeps open need more), and
 // stage3_max_live_parameters at (N - 1) / 2N of the sharded units' elements (stage 3 keeps 1/N of the
-// parameters, so with the gathers at most (N + 1) / 2N of stage 2's). Smaller config values stand. Neither
+// parameters, so with the gathers at most (N + 1) / 2N of stage 2's; PlanPolicy::live_cap). Smaller config
+// values stand. Neither
 // changes a value: reductions and gathers are only retired or issued at other points of the program.
 // The plan's policy carries the capped values (StagePlan::policy), which the engine then runs by.
 void ApplySavingCaps(PlanPolicy* policy, const std::vector<int64_t>& padded, const std::vector<bool>& bucketed,
