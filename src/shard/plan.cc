@@ -311,8 +311,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   }
   // The gather pool keeps, per size, the most buffers of that size in use at once, and never more than the larger
   // of max_live and what is in use (shard/internal/buffer_pool.h).
-  const int64_t window =
-      std::min(sharded_total, std::max(open, std::min(p.LiveWindow(), open + p.prefetch_bucket)));
+  const int64_t window = std::min(sharded_total, std::max(open, std::min(p.LiveWindow(), open + p.prefetch_bucket)));
   dev.gathers = std::min(PoolBound(sharded, window), cds * std::max(p.max_live, window));
 
   // All-gather chunk staging, two buffers of one chunk's `world` blocks: the stage-3 gathers' and the step's
