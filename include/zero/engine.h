@@ -33,8 +33,8 @@
 // in flight, which the plan caps at (N - 1)/2N of the gradient beside the open scopes (PlanPolicy::bucket_cap),
 // so stage 2 pays over stage 1 unless the units the trainer keeps open at once hold (N - 1)/N of the model or
 // more; stage 3 also the parameters as a shard, 16Ψ/N, plus the gathered units, which
-// stage3_max_live_parameters bounds and the plan caps at (N - 1)/2N of the sharded units (units below
-// stage3_param_persistence_threshold stay gathered, as at stage 2). With DeepSpeed's default buckets each stage
+// stage3_max_live_parameters bounds (left at its default, the plan caps it at (N - 1)/2N of the sharded units;
+// units below stage3_param_persistence_threshold stay gathered, as at stage 2). With DeepSpeed's defaults each stage
 // of the reference GPT holds less than the one before (bench/results/memory-defaults.md). A model registered as
 // one unit keeps all of it open in its backward scope: there stage 1 is the stage that pays.
 #pragma once

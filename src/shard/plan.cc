@@ -54,6 +54,7 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.allgather_bucket = cfg.zero.allgather_bucket_size;
   p.prefetch_bucket = cfg.zero.stage3_prefetch_bucket_size;
   p.max_live = cfg.zero.stage3_max_live_parameters;
+  p.default_max_live = p.max_live == Config::Default().zero.stage3_max_live_parameters;
   p.overlap_comm = cfg.zero.overlap_comm;
   return p;
 }
@@ -170,7 +171,7 @@ void ApplySavingCaps(PlanPolicy* p, const std::vector<int64_t>& padded, const st
     const int64_t cap = in_buckets * (N - 1) / (2 * N);
     p->bucket_cap = p->bucket_cap > 0 ? std::min(p->bucket_cap, cap) : cap;
   }
-  if (in_shards > 0) {
+  if (in_shards > 0 && p->default_max_live) {
     const int64_t cap = in_shards * (N - 1) / (2 * N);
     p->live_cap = p->live_cap > 0 ? std::min(p->live_cap, cap) : cap;
   }

@@ -70,6 +70,10 @@ struct PlanPolicy {
   // cap stays max_live (the config's): a tighter one would free and allocate again, step after step, where units
   // of several sizes take turns in the window.
   int64_t live_cap = 0;
+  // Whether stage3_max_live_parameters is DeepSpeed's default (1e9), which binds nothing below 1e9 elements: only
+  // then does the plan cap the live window. A value the config chose stands (it is how a trainer asks for
+  // prefetch beyond the cap: the window must hold the units open at once and the next one).
+  bool default_max_live = false;
   int64_t LiveWindow() const { return live_cap > 0 ? std::min(max_live, live_cap) : max_live; }
 
   // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
