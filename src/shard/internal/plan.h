@@ -169,10 +169,10 @@ struct StagePlan {
 // (N - 1) / 2N of the bucketed units' elements (stage 2 holds 1/N of the gradient as shards, so gradient
 // memory is at most (N + 1) / 2N of stage 1's, unless the scopes the trainer keeps open need more), and
 // stage3_max_live_parameters at (N - 1) / 2N of the sharded units' elements (stage 3 keeps 1/N of the
-// parameters, so with the gathers at most (N + 1) / 2N of stage 2's; PlanPolicy::live_cap). Smaller config
-// values stand. Neither
-// changes a value: reductions and gathers are only retired or issued at other points of the program.
-// The plan's policy carries the capped values (StagePlan::policy), which the engine then runs by.
+// parameters, so with the gathers at most (N + 1) / 2N of stage 2's; PlanPolicy::live_cap), the latter only
+// where stage3_max_live_parameters is DeepSpeed's default (a value the config chose stands). Neither changes a
+// value: reductions and gathers are only retired or issued at other points of the program. The plan's policy
+// carries the caps (StagePlan::policy), which the engine then runs by.
 void ApplySavingCaps(PlanPolicy* policy, const std::vector<int64_t>& padded, const std::vector<bool>& bucketed,
                      const std::vector<bool>& sharded);
 
