@@ -467,6 +467,11 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
     }
     std::fflush(stdout);
   }
+  if (opt != nullptr && flags.json) {  // every rank's bytes beyond the trainer's buffers, by tag, and its true peak
+    std::printf("{\"rank\": %d, \"trainer_bytes\": %lld, \"memory\": %s}\n", rank,
+                static_cast<long long>(opt->trainer_bytes()), opt->memory_report().ToJson().c_str());
+    std::fflush(stdout);
+  }
   if (opt != nullptr && rank == 0 && !flags.json) {
     std::printf("the trainer's two buffers: %lld bytes (its own); rank 0 holds beyond them:\n%s",
                 static_cast<long long>(opt->trainer_bytes()), opt->memory_report().ToString().c_str());
@@ -487,6 +492,8 @@ void Usage() {
       "  --config FILE  the optimizer's config (default: embedded, AdamW as the trainer's own, stage 1,\n"
       "               no clipping, fp32); the batch keys are the trainer's (global batch %d)\n"
       "  --decay-2d   llm.c's rule: weight decay on the weight matrices only (with --zero: a parameter group)\n"
+      "  --json       one {\"step\", \"loss\"} line per step; with --zero then each rank's memory report\n"
+      "               ({\"rank\", \"trainer_bytes\", \"memory\": tags and peak_total, beyond the trainer's buffers})\n"
       "  --save DIR   (--zero) save a checkpoint every --save-every steps and after the last; --resume DIR\n"
       "               continues from DIR's latest (any world size; none there: start; complete checkpoints\n"
       "               without a usable `latest`: an error naming the newest); --steps K is the step to stop at\n",

@@ -42,6 +42,19 @@
 // open, a gather issued for a unit in the wrong state); they print file:line and are zero's bugs. The unchecked fast
 // paths are plain data: TensorView::data and UnitScope::param_base()/grad_base(), which return nullptr where there is
 // no such buffer.
+//
+// WHAT EACH RANK HOLDS (fp32 Adam, Ψ elements, N ranks; docs/design.md, "What each rank holds"): stage 0 the
+// parameters, the gradient and the optimizer state in full, 16Ψ bytes, and nothing staged; stage 1 the optimizer
+// state of its shard only, 8Ψ + 8Ψ/N, plus the communicator's cached reduce-scatter (Gloo's receive buffers,
+// about 8 bytes per element of the largest unit, or of a chunk when units exceed reduce_bucket_size); stage 2
+// also the gradient as a shard, 4Ψ + 12Ψ/N, plus the buckets of the backward scopes open and of the reductions
+// in flight, which the plan caps at (N - 1)/2N of the gradient beside the open scopes (PlanPolicy::bucket_cap),
+// so stage 2 pays over stage 1 unless the units the trainer keeps open at once hold (N - 1)/N of the model or
+// more; stage 3 also the parameters as a shard, 16Ψ/N, plus the gathered units, which
+// stage3_max_live_parameters bounds (left at its default, the plan caps it at (N - 1)/2N of the sharded units;
+// units below stage3_param_persistence_threshold stay gathered, as at stage 2). With DeepSpeed's defaults each stage
+// of the reference GPT holds less than the one before (bench/results/memory-defaults.md). A model registered as
+// one unit keeps all of it open in its backward scope: there stage 1 is the stage that pays.
 #pragma once
 
 #include <cstdint>
@@ -387,9 +400,10 @@ class Engine {
   // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute
   // tier (on the host engine: host DRAM the CPU computes in); the host tier is what offload moved out of it
   // (zero_optimization.offload_optimizer: master, optimizer state, reduced gradient shard; offload_param:
-  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total is the
-  // high-water mark of the engine's and the communicator's bytes alive at once (MemoryTracker::CountAlsoIn);
-  // memory_tracker().ResetPeaks() resets it.
+  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total, and each
+  // tag's peak, is the high-water mark of the engine's and the communicator's bytes alive at once, counted since
+  // the engine was created (MemoryTracker::CountAlsoIn, ReportWithLinked): no tag's peak exceeds its tier's
+  // peak_total, after Save, Load and offload too. memory_tracker().ResetPeaks() resets them.
   MemoryReport memory_report() const;
   MemoryTracker& memory_tracker();
   // "NOT_AVAILABLE", "INFLIGHT" or "AVAILABLE"; "NO_SUCH_UNIT" for an id no unit has.

@@ -91,10 +91,18 @@ class MemoryTracker {
   void AddPadding(int64_t bytes) { padding_.fetch_add(bytes, std::memory_order_relaxed); }
   // Lowers every peak, peak_total included, to the current figure.
   void ResetPeaks();
+  // This tracker's own bytes by tag (peak_total: its own and those counted in it, see CountAlsoIn).
   MemoryReport Report() const;
+  // The same, but each tag's current and peak also count the bytes of the trackers that count in this one
+  // (CountAlsoIn) while they do: the high-water mark of the tag's bytes in all of them alive at once, not a sum
+  // of their peaks. So no tag's peak exceeds its tier's peak_total (each allocation enters the tier's total
+  // before its tag and leaves it after), which adding separately kept peaks did not promise: a buffer of the
+  // engine freed before the communicator's cache filled was counted in both. Engine::memory_report uses it.
+  MemoryReport ReportWithLinked() const;
 
   // Counts this tracker's bytes also in `total`'s per-tier totals — the bytes alive here now, then every
-  // Add/Sub as it happens — until StopCountingIn(total); not in `total`'s per-tag figures, which stay its own.
+  // Add/Sub as it happens — until StopCountingIn(total); not in `total`'s own per-tag figures (Report), which
+  // stay its own, but in its combined ones (ReportWithLinked).
   // So `total`'s peak_total is the high-water mark of both trackers' bytes alive at once, where adding the
   // two peaks would over-state it: the Engine counts its communicator's staging (a tracker the communicator
   // owns, shared by every engine over it) into its own tracker this way. Thread-safe with Add/Sub here (an
@@ -136,8 +144,14 @@ class MemoryTracker {
   static void Move(Counter& c, int64_t bytes);
   // Adds `bytes` (negative: frees) to this tracker's and its listeners' totals of `tier`.
   void MoveTotals(MemTier tier, int64_t bytes);
+  // Adds `bytes` to (tier, tag) here (own and combined) and in the listeners' combined figures.
+  void MoveTags(MemTier tier, MemTag tag, int64_t bytes);
 
-  std::array<std::array<Counter, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)> c_;
+  using TagCounters =
+      std::array<std::array<Counter, static_cast<size_t>(MemTag::kCount)>, static_cast<size_t>(MemTier::kCount)>;
+  TagCounters c_;
+  // Per (tier, tag), this tracker's bytes plus those of the trackers counting in it (ReportWithLinked).
+  TagCounters combined_;
   // Per tier, the bytes counted here plus those of the trackers counting in this one (CountAlsoIn).
   std::array<Counter, static_cast<size_t>(MemTier::kCount)> total_;
   std::atomic<int64_t> padding_{0};

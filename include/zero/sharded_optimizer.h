@@ -16,14 +16,35 @@
 // Step() reduces the gradients (an average all-reduce at stage 0, a reduce-scatter at stages 1-2), computes the
 // global norm, clips, runs the optimizer on this rank's shard with fp32 master weights and state (also when the
 // trainer's parameters are 16-bit), and all-gathers the updated values back into the trainer's parameter buffer.
-// What each rank holds beyond the trainer's own buffers: optimizer state 8Ψ/N (Adam), the fp32 master 4Ψ/N when
-// the parameters are 16-bit, and at stage 2 the reduced gradient shard; the trainer's buffers are not counted in
-// memory_report(). Stage 3 (parameters sharded between uses) needs scopes: use the Engine; asking this wrapper
-// for it is an error that says so.
+// Stage 3 (parameters sharded between uses) needs scopes: use the Engine; asking this wrapper for it is an error
+// that says so.
 //
-// COLLECTIVE: every rank calls Create and Step together. After Step the trainer's gradient buffer holds the
-// reduced gradient at stage 0 (all of it) and stage 1 (this rank's shard; the rest is unspecified); the trainer
-// zeroes it before its next backward, as it always did.
+// WHAT EACH RANK HOLDS beyond the trainer's own buffers (Ψ = Capacity elements, N ranks, Adam; memory_report()
+// counts exactly these, the trainer's buffers are trainer_bytes()):
+//   stage 0   optimizer state 8Ψ in full (the trainer's fp32 buffer is the master); the gradient is averaged by
+//             an all-reduce in place in the trainer's buffer, which stages nothing (a 16-bit buffer: its fp32
+//             wire copy, 4Ψ).
+//   stage 1   optimizer state 8Ψ/N; the reduce-scatter reads the trainer's gradient buffer and writes this
+//             rank's slice of it; the updated shard is all-gathered in place into the trainer's parameter buffer.
+//   stage 2   the same bytes as stage 1: the trainer's full gradient buffer exists anyway, so the reduced shard
+//             lands in its slice instead of a gradient shard of its own (which would add 4Ψ/N). In this wrapper
+//             stage 2 never pays over stage 1; it pays in the Engine, where the full gradient of a unit lives only
+//             while its backward scope is open (docs/design.md, "What each rank holds").
+//   16-bit buffers add the fp32 master of the shard, 4Ψ/N (stage 0: 4Ψ); optimizer offload moves the shard's
+//   state, master and gradient copy to the host tier.
+// Transient, at any setting: the reduce-scatter moves in chunks of at most 1 Mi elements of all ranks together
+// and about an eighth of the buffer (internal::ReduceChunkPerRank; a smaller reduce_bucket_size still wins), read
+// where they lie in the trainer's buffer, so the communicator's staging (Gloo's receive buffers, about twice a
+// chunk) is at most 8 MiB and about Ψ bytes, where one collective over the buffer held 8Ψ; the results are the
+// same bits. Save and Load stream through one piece of at most 1 MiB and an eighth of the buffer. So at DeepSpeed's
+// default buckets stage 1 holds less than stage 0 at every N >= 2 (bench/results/memory-defaults.md,
+// tests/shard/memory_report_test.cc).
+//
+// COLLECTIVE: every rank calls Create and Step together. After Step the trainer's gradient buffer is all zeros:
+// Step reduces in it (stage 0: the average all-reduce in place; stages 1-2: this rank's slice receives the reduced
+// shard) and clears it for the next backward, as the Engine clears its own gradient buffers. (torch's
+// optimizer.step() leaves .grad alone; a trainer that zeroes the buffer before its backward anyway loses nothing.)
+// Read the reduced gradient's norm from StepResult::grad_norm.
 //
 // ERRORS. Every call returns a Status for the trainer's mistakes, never an abort: buffers that are null, too small
 // or of the wrong dtype, a parameter group whose pattern matches no "<FlatBuffers::name>.<tensor>" (the error lists

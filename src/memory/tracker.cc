@@ -101,11 +101,21 @@ void MemoryTracker::MoveTotals(MemTier tier, int64_t bytes) {
   for (MemoryTracker* l : listeners_) Move(l->total_[t], bytes);
 }
 
+void MemoryTracker::MoveTags(MemTier tier, MemTag tag, int64_t bytes) {
+  const auto t = static_cast<size_t>(tier), g = static_cast<size_t>(tag);
+  Move(c_[t][g], bytes);
+  Move(combined_[t][g], bytes);
+  for (MemoryTracker* l : listeners_) Move(l->combined_[t][g], bytes);
+}
+
+// An allocation enters the totals before its tag and a free leaves its tag before the totals, so at every moment
+// a tier's total holds at least each tag's bytes (also with other threads allocating and freeing): no tag's peak
+// can exceed peak_total.
 void MemoryTracker::Add(MemTier tier, MemTag tag, int64_t bytes) {
   adds_[static_cast<size_t>(tier)].fetch_add(1, std::memory_order_relaxed);
   std::shared_lock lock(listeners_mu_);
-  Move(c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)], bytes);
   MoveTotals(tier, bytes);
+  MoveTags(tier, tag, bytes);
 }
 
 void MemoryTracker::SetLimit(MemTier tier, int64_t bytes) {
@@ -132,7 +142,7 @@ bool MemoryTracker::AllocateCounted(MemTier tier, MemTag tag, int64_t bytes, con
 
 void MemoryTracker::Sub(MemTier tier, MemTag tag, int64_t bytes) {
   std::shared_lock lock(listeners_mu_);
-  c_[static_cast<size_t>(tier)][static_cast<size_t>(tag)].current.fetch_sub(bytes, std::memory_order_relaxed);
+  MoveTags(tier, tag, -bytes);
   MoveTotals(tier, -bytes);
 }
 
@@ -141,11 +151,13 @@ void MemoryTracker::CountAlsoIn(MemoryTracker* total) {
   std::unique_lock lock(listeners_mu_);
   if (std::find(listeners_.begin(), listeners_.end(), total) != listeners_.end()) return;
   listeners_.push_back(total);
-  // Only this tracker's own bytes: the totals of trackers counting in this one do not travel further.
+  // Only this tracker's own bytes: the totals of trackers counting in this one do not travel further. The total
+  // first, then the tags (see Add).
   for (size_t t = 0; t < c_.size(); ++t) {
     int64_t own = 0;
     for (const Counter& c : c_[t]) own += c.current.load(std::memory_order_relaxed);
     Move(total->total_[t], own);
+    for (size_t g = 0; g < c_[t].size(); ++g) Move(total->combined_[t][g], c_[t][g].current.load());
   }
 }
 
@@ -156,30 +168,42 @@ void MemoryTracker::StopCountingIn(MemoryTracker* total) {
   listeners_.erase(it);
   for (size_t t = 0; t < c_.size(); ++t) {
     int64_t own = 0;
-    for (const Counter& c : c_[t]) own += c.current.load(std::memory_order_relaxed);
+    for (size_t g = 0; g < c_[t].size(); ++g) {
+      const int64_t bytes = c_[t][g].current.load(std::memory_order_relaxed);
+      total->combined_[t][g].current.fetch_sub(bytes, std::memory_order_relaxed);
+      own += bytes;
+    }
     total->total_[t].current.fetch_sub(own, std::memory_order_relaxed);
   }
 }
 
 void MemoryTracker::ResetPeaks() {
-  for (auto& tier : c_) {
-    for (auto& c : tier) c.peak.store(c.current.load());
+  for (TagCounters* counters : {&c_, &combined_}) {
+    for (auto& tier : *counters) {
+      for (auto& c : tier) c.peak.store(c.current.load());
+    }
   }
   for (auto& c : total_) c.peak.store(c.current.load());
 }
 
-MemoryReport MemoryTracker::Report() const {
+namespace {
+template <typename Counters, typename Totals>
+MemoryReport ReportOf(const Counters& counters, const Totals& totals, int64_t padding) {
   MemoryReport r;
-  for (size_t t = 0; t < c_.size(); ++t) {
-    for (size_t g = 0; g < c_[t].size(); ++g) {
-      r.usage[t][g].current = c_[t][g].current.load();
-      r.usage[t][g].peak = c_[t][g].peak.load();
+  for (size_t t = 0; t < counters.size(); ++t) {
+    for (size_t g = 0; g < counters[t].size(); ++g) {
+      r.usage[t][g].current = counters[t][g].current.load();
+      r.usage[t][g].peak = counters[t][g].peak.load();
     }
-    r.peak_total[t] = total_[t].peak.load();
+    r.peak_total[t] = totals[t].peak.load();
   }
-  r.padding_bytes = padding_.load();
+  r.padding_bytes = padding;
   return r;
 }
+}  // namespace
+
+MemoryReport MemoryTracker::Report() const { return ReportOf(c_, total_, padding_.load()); }
+MemoryReport MemoryTracker::ReportWithLinked() const { return ReportOf(combined_, total_, padding_.load()); }
 
 namespace {
 constexpr size_t kAlign = 64;

@@ -30,8 +30,11 @@ using internal::Unit;
 
 namespace {
 
-// Elements per piece while streaming a unit's values through host memory: 16 MiB of fp32.
-constexpr int64_t kPieceElems = int64_t{4} << 20;
+// Elements per piece while streaming a unit's values through host memory: 1 MiB of fp32, one checksum block of
+// the format (which the reader reads and checks whole anyway), so Save and Load stage a small fixed chunk, not
+// a whole unit (at 16 MiB a piece was the whole unit of most models: 4 bytes per element beside the model state).
+constexpr int64_t kPieceElems = int64_t{1} << 18;
+constexpr int64_t kMinPieceElems = 4096;
 
 std::string StatePrefix(const std::string& name) { return "state." + name; }
 
@@ -46,7 +49,10 @@ std::string TheirName(const LoadOptions& options, const std::string& mine) {
 size_t Engine::Impl::PieceElems() const {
   int64_t largest = 0;
   for (const Unit& u : ctx.units) largest = std::max(largest, u.layout.padded);
-  return static_cast<size_t>(std::min(kPieceElems, largest));
+  // And at most an eighth of the largest unit (at least kMinPieceElems): for a small model registered as one
+  // unit (ShardedOptimizer's flat buffer), a piece of the whole unit would be 4 bytes per element beside model
+  // state of 8/N (the optimizer's shard): more than stage 1 saves at 2 ranks.
+  return static_cast<size_t>(std::min({kPieceElems, largest, std::max(largest / 8, kMinPieceElems)}));
 }
 
 std::vector<Engine::Impl::StreamDesc> Engine::Impl::Streams(const Unit& u) const {
@@ -180,6 +186,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     ZERO_RETURN_IF_ERROR(
         w.Open(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)), ctx.rank, ctx.world));
     Buffer piece;
+    const int64_t piece_elems = static_cast<int64_t>(PieceElems());
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       Unit& u = ctx.units[ui];
       const int64_t begin = std::min(u.layout.numel, static_cast<int64_t>(ctx.rank) * u.layout.shard);
@@ -190,9 +197,9 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
         const size_t es = DTypeSize(s.dtype);
         const std::vector<Segment> segs = Segments(u, s, /*for_write=*/false);
         ZERO_RETURN_IF_ERROR(w.BeginSection(static_cast<int>(ui), static_cast<int>(si), begin, end, s.dtype));
-        for (int64_t x = begin; x < end; x += kPieceElems) {
-          const int64_t n = std::min(kPieceElems, end - x);
-          if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+        for (int64_t x = begin; x < end; x += piece_elems) {
+          const int64_t n = std::min(piece_elems, end - x);
+          if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, piece_elems * 4);
           int64_t covered = 0;
           for (const Segment& g : segs) {
             const int64_t lo = std::max(x, g.begin), hi = std::min(x + n, g.begin + g.n);
@@ -373,6 +380,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       return -1;
     };
     Buffer piece, master_piece;
+    const int64_t piece_elems = static_cast<int64_t>(PieceElems());
     gather_after.assign(ctx.units.size(), false);
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       Unit& u = ctx.units[ui];
@@ -400,12 +408,12 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
             g_end = std::min(g_end, static_cast<int64_t>(ctx.rank + 1) * u.layout.shard);
             gather_after[ui] = true;
           }
-          for (int64_t x = g_begin; x < g_end; x += kPieceElems) {
-            const int64_t n = std::min(kPieceElems, g_end - x);
-            if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+          for (int64_t x = g_begin; x < g_end; x += piece_elems) {
+            const int64_t n = std::min(piece_elems, g_end - x);
+            if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, piece_elems * 4);
             std::memset(piece.data(), 0, static_cast<size_t>(n) * es);  // padding and fresh state stay zero
             if (from_master) {
-              if (master_piece.empty()) master_piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, PieceElems() * 4);
+              if (master_piece.empty()) master_piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, piece_elems * 4);
               int64_t covered = 0;
               for (const Segment& ms : master_segs) {
                 const int64_t lo = std::max(x, ms.begin), hi = std::min(x + n, ms.begin + ms.n);

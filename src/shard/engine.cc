@@ -117,6 +117,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   // failure, or the tracker's budget) ends Finalize on every rank: the ranks agree on the outcome, so the others
   // do not go on into the initial values' collectives and wait there for this one until the timeout.
   const internal::StagePlan plan = Plan();
+  ctx.policy = plan.policy;  // with the caps that keep the saving at any bucket size (ApplySavingCaps)
   Status allocated = [&]() -> Status {
     for (size_t i = 0; i < ctx.units.size(); ++i) {
       Unit& u = ctx.units[i];
@@ -543,18 +544,19 @@ bool Engine::on_device() const { return impl_->ctx.compute->device(); }
 int64_t Engine::num_params() const { return impl_->num_params_; }
 MemoryReport Engine::memory_report() const {
   // The engine's own allocations plus its communicators' staging buffers (the shard group's, and under hybrid
-  // sharding the world's and the replicas'). Per tag the peaks are added (an upper bound of that tag's combined
-  // high-water mark); peak_total is exact, as each communicator's tracker counts into the engine's
-  // (EngineContext), unless a communicator reports memory without a tracker.
-  MemoryReport r = impl_->ctx.tracker.Report();
+  // sharding the world's and the replicas'). A communicator's tracker counts into the engine's while the engine
+  // lives (EngineContext), per tier and per tag, so every figure is a high-water mark of bytes alive at once and
+  // no tag's peak exceeds its tier's peak_total. A communicator that reports memory without a tracker is added:
+  // its peaks then only bound the combined figures from above.
+  MemoryReport r = impl_->ctx.tracker.ReportWithLinked();
   for (Communicator* comm : impl_->ctx.Comms()) {
+    if (comm->memory_tracker() != nullptr) continue;
     const MemoryReport c = comm->memory_report();
-    const bool linked = comm->memory_tracker() != nullptr;
     for (size_t t = 0; t < r.usage.size(); ++t) {
       for (size_t g = 0; g < r.usage[t].size(); ++g) {
         r.usage[t][g].current += c.usage[t][g].current;
         r.usage[t][g].peak += c.usage[t][g].peak;
-        if (!linked) r.peak_total[t] += c.usage[t][g].peak;
+        r.peak_total[t] += c.usage[t][g].peak;
       }
     }
   }

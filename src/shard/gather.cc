@@ -109,7 +109,7 @@ void GatherScheduler::Prefetch() {
     Unit& v = ctx_->units[order_[j]];
     if (v.status != UnitStatus::kNotAvailable) continue;
     if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
-    if (live_elems_ + v.layout.padded > z.stage3_max_live_parameters) break;
+    if (live_elems_ + v.layout.padded > ctx_->policy.LiveWindow()) break;
     // A prefetch never waits: a chunked unit waits while another's chunked gather is in flight (decided by the
     // units' states, which every rank changes at the same calls, never by whether an op has completed).
     if (ChunkPerRank(v.layout.padded, ctx_->world, z.allgather_bucket_size) > 0 && chunked_ >= 0 &&
@@ -143,7 +143,7 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step) {
     // stage3_max_live_parameters holds on demand gathers too: units prefetched but not opened make room first
     // (only off the recorded order; on it, prefetch fills a prefix of what comes next, which this unit heads).
     for (auto& v : ctx_->units) {
-      if (live_elems_ + u.layout.padded <= ctx_->cfg.zero.stage3_max_live_parameters) break;
+      if (live_elems_ + u.layout.padded <= ctx_->policy.LiveWindow()) break;
       if (&v != &u && v.sharded_params() && v.status != UnitStatus::kNotAvailable && !v.scope_open) Release(v);
     }
     ZERO_RETURN_IF_ERROR(Issue(u));

@@ -17,6 +17,11 @@ Status GradReducer::BeginBackward(UnitId id) {
   const size_t bytes = u.layout.padded * DTypeSize(ctx_->cd());
   if (ctx_->stage() <= 1) return absl::OkStatus();  // persistent full_grads, zeroed at Step
   if (ctx_->policy.ReduceEveryMicroStep()) {
+    // The buckets alive at once stay within the plan's cap (PlanPolicy::bucket_cap): retire the reductions in
+    // flight, oldest first, until this one fits beside the rest; their buckets return to the pool for it.
+    if (const int64_t cap = ctx_->policy.bucket_cap; cap > 0) {
+      while (!pending_.empty() && AliveBucketElems() + u.layout.padded > cap) ZERO_RETURN_IF_ERROR(RetireOldest());
+    }
     u.bucket = bucket_pool_.Take(bytes, /*zero=*/true);
     return ctx_->AllocStatus(u.bucket, bytes, "gradient bucket", u);
   }
@@ -25,6 +30,17 @@ Status GradReducer::BeginBackward(UnitId id) {
     return ctx_->AllocStatus(u.full_grads, bytes, "full gradient", u);
   }
   return absl::OkStatus();
+}
+
+int64_t GradReducer::AliveBucketElems() const {
+  int64_t n = 0;
+  for (const Unit& u : ctx_->units) {
+    if (!u.bucket.empty()) n += u.layout.padded;  // an open backward scope's
+  }
+  for (const PendingReduce& p : pending_) {
+    if (!p.bucket.empty()) n += p.elems;  // a reduction's in flight
+  }
+  return n;
 }
 
 Buffer GradReducer::TakeFull(size_t bytes) {
@@ -58,7 +74,7 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
   p.unit = static_cast<UnitId>(&u - c.units.data());
   p.dep = dep;
   p.elems = n;
-  const int64_t chunk = allreduce ? 0 : ChunkPerRank(n, c.world, c.cfg.zero.reduce_bucket_size);
+  const int64_t chunk = allreduce ? 0 : ReduceChunkPerRank(c.policy, n, u.trainer_params != nullptr);
   void* send = src;
   if (src_dtype != wire && chunk == 0) {  // (chunks are converted as they are packed)
     p.staging = wire_pool_.Take(n * DTypeSize(wire), false);
@@ -143,7 +159,7 @@ Status GradReducer::IssueWhole(Unit& u, void* G, void* src, DType src_dtype, boo
   EngineContext& c = *ctx_;
   const DType cd = c.cd();
   if (c.stage() == 0) return Issue(u, src, src_dtype, /*allreduce=*/true, Deposit{src, src_dtype, false}, {});
-  if (c.stage() == 1) {
+  if (c.policy.GradInSlice(u.trainer_params != nullptr)) {
     Deposit dep{static_cast<char*>(G) + static_cast<int64_t>(c.rank) * u.layout.shard * DTypeSize(cd), cd, false};
     return Issue(u, src, src_dtype, false, dep, {});
   }
@@ -256,7 +272,7 @@ std::pair<void*, DType> GradReducer::OptGrad(Unit& u) const {
     return c.policy.Accumulate16() ? std::make_pair(u.accum_full.data(), DType::kF32)
                                    : std::make_pair(u.full_grads.data(), c.cd());
   }
-  if (c.stage() == 1 && !c.policy.Accumulate16()) {
+  if (c.policy.GradInSlice(u.trainer_params != nullptr)) {
     return {static_cast<char*>(u.full_grads.data()) +
                 (static_cast<int64_t>(c.rank) * u.layout.shard + u.host_n()) * cds,
             c.cd()};

@@ -54,6 +54,7 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.allgather_bucket = cfg.zero.allgather_bucket_size;
   p.prefetch_bucket = cfg.zero.stage3_prefetch_bucket_size;
   p.max_live = cfg.zero.stage3_max_live_parameters;
+  p.default_max_live = p.max_live == Config::Default().zero.stage3_max_live_parameters;
   p.overlap_comm = cfg.zero.overlap_comm;
   return p;
 }
@@ -136,7 +137,7 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   if (p.stage <= 1 && !trainer_owned) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
   if (p.Accumulate16() && p.stage == 0)
     add(BufferRole::kAccumFull, u.padded, DType::kF32, kDev, MemTag::kGrads, false, pad_full);
-  if ((p.stage >= 2 || (p.stage == 1 && p.Accumulate16())) && n_dev > 0) {
+  if (p.stage >= 1 && !p.GradInSlice(trainer_owned) && n_dev > 0) {
     add(BufferRole::kGradShard, n_dev, u.grad_shard_dtype, kDev, MemTag::kGrads, false, pad_dev);
   }
   if (u.host_n > 0) {
@@ -158,6 +159,24 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
 
 }  // namespace
 
+void ApplySavingCaps(PlanPolicy* p, const std::vector<int64_t>& padded, const std::vector<bool>& bucketed,
+                     const std::vector<bool>& sharded) {
+  int64_t in_buckets = 0, in_shards = 0;
+  for (size_t i = 0; i < padded.size(); ++i) {
+    if (bucketed[i]) in_buckets += padded[i];
+    if (sharded[i]) in_shards += padded[i];
+  }
+  const int64_t N = p->world;
+  if (in_buckets > 0) {
+    const int64_t cap = in_buckets * (N - 1) / (2 * N);
+    p->bucket_cap = p->bucket_cap > 0 ? std::min(p->bucket_cap, cap) : cap;
+  }
+  if (in_shards > 0 && p->default_max_live) {
+    const int64_t cap = in_shards * (N - 1) / (2 * N);
+    p->live_cap = p->live_cap > 0 ? std::min(p->live_cap, cap) : cap;
+  }
+}
+
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,
                    const std::vector<bool>& frozen) {
   StagePlan plan;
@@ -175,6 +194,16 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
     const bool is_frozen = i < frozen.size() && frozen[i];
     plan.units.push_back(PlanUnit(policy, numel, persistent, owned_by_trainer, is_frozen));
     max_host = std::max(max_host, plan.units.back().host_n);
+  }
+  {
+    std::vector<int64_t> padded;
+    std::vector<bool> bucketed, sharded;
+    for (const UnitPlan& u : plan.units) {
+      padded.push_back(u.padded);
+      bucketed.push_back(policy.stage >= 2 && policy.ReduceEveryMicroStep() && !u.trainer_owned && !u.frozen);
+      sharded.push_back(u.sharded_params);
+    }
+    ApplySavingCaps(&plan.policy, padded, bucketed, sharded);
   }
   // Double-buffered staging for the host step's copy-back: tiles of min(sub_group_size, 1 M) elements, no larger
   // than the largest host part. With offload_param the parameters are updated where they live: nothing to copy.
@@ -213,6 +242,20 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket) {
   if (padded <= bucket) return 0;
   const int64_t q = kShardAlignElems;
   return std::max<int64_t>(q, bucket / world / q * q);
+}
+
+int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned) {
+  const int64_t bucketed = ChunkPerRank(padded, p.world, p.reduce_bucket);
+  if (!trainer_owned || p.world < 2) return bucketed;
+  const int64_t q = kShardAlignElems, S = padded / p.world;
+  constexpr int64_t kMinStrided = 1024;  // Gloo's smallest per-rank block that it reduces where it lies
+  const int64_t target =
+      std::min(std::max<int64_t>(q, kTrainerReduceBucket / p.world / q * q), std::max<int64_t>(S / 8, kMinStrided));
+  if (target >= S || (bucketed > 0 && bucketed <= target)) return bucketed;
+  // Chunks of nearly equal size, so that the last is not a sliver, and each of at least kMinStrided elements.
+  const int64_t k = std::min((S + target - 1) / target, std::max<int64_t>(1, S / kMinStrided));
+  if (k < 2) return bucketed;
+  return ((S + k - 1) / k + q - 1) / q * q;
 }
 
 bool EveryChunkSize(int64_t S, int64_t chunk, const std::function<bool(int64_t n)>& ok) {
@@ -269,7 +312,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   }
   // The gather pool keeps, per size, the most buffers of that size in use at once, and never more than the larger
   // of max_live and what is in use (shard/internal/buffer_pool.h).
-  const int64_t window = std::min(sharded_total, std::max(open, std::min(p.max_live, open + p.prefetch_bucket)));
+  const int64_t window = std::min(sharded_total, std::max(open, std::min(p.LiveWindow(), open + p.prefetch_bucket)));
   dev.gathers = std::min(PoolBound(sharded, window), cds * std::max(p.max_live, window));
 
   // All-gather chunk staging, two buffers of one chunk's `world` blocks: the stage-3 gathers' and the step's
@@ -289,7 +332,8 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // the open backward scopes' buckets.
   std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires, fulls;
   int64_t grad_total = 0, largest_grad = 0, full_grads = 0;
-  bool chunked_reduce = false;
+  // The chunk sizes (per rank) that some unit packs into staging: the staging pool keeps two buffers of each.
+  std::vector<int64_t> packed_chunks;
   struct Shape {
     int64_t count;
     bool destructive;
@@ -311,7 +355,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     // accumulates across micro-steps locally, else the compute-dtype gradient.
     const bool from_accumulator = p.Accumulate16() && !every_micro;
     const DType src = from_accumulator ? DType::kF32 : p.compute;
-    const int64_t chunk = p.stage == 0 ? 0 : ChunkPerRank(u.padded, N, p.reduce_bucket);
+    const int64_t chunk = p.stage == 0 ? 0 : ReduceChunkPerRank(p, u.padded, u.trainer_owned);
     if (src != p.wire && chunk == 0) wires.emplace_back(u.padded, u.padded * ws);
     if (p.stage == 0) {
       if (in.ar_staging) ar_need = std::max(ar_need, in.ar_staging(u.padded, p.wire));
@@ -319,7 +363,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     }
     // Where the reduced shard lands: stage 1 in the gradient's own slice unless it accumulates in an fp32 shard;
     // else the gradient shard. A separate output is needed unless the op can write it directly.
-    const bool slice = p.stage == 1 && !every_micro;
+    const bool slice = p.GradInSlice(u.trainer_owned);
     const DType dep = slice ? p.compute : u.grad_shard_dtype;
     const bool adds = every_micro && p.accumulation_steps > 1;
     if (dep != p.wire || adds || u.host_n > 0) recvs.emplace_back(u.padded, u.shard * ws);
@@ -327,7 +371,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
       // Chunk staging unless every chunk of the unit reads its ranges where they lie (ReduceScatterStrided). Such a
       // chunk runs (on Gloo) the input-reading instance a ReduceScatter of its size runs: a non-destructive shape.
       const auto strided = [&](int64_t n) { return src == p.wire && in.rs_strided && in.rs_strided(n, p.wire); };
-      chunked_reduce |= !EveryChunkSize(u.shard, chunk, strided);
+      if (!EveryChunkSize(u.shard, chunk, strided)) packed_chunks.push_back(chunk);
       rs_shapes.push_back({chunk, !strided(chunk)});
       if (u.shard % chunk != 0) rs_shapes.push_back({u.shard % chunk, !strided(u.shard % chunk)});
     } else {
@@ -337,13 +381,16 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // Without overlap_comm a reduction is retired as soon as it is issued: besides the open scopes' buckets (the
   // closing one's among them) one reduction's output and wire copy at a time, per size.
   const int64_t q = p.overlap_comm ? std::min(grad_total, std::max(p.reduce_bucket, largest_grad)) : 0;
-  const int64_t rs_chunk =
-      std::max<int64_t>(kShardAlignElems, p.reduce_bucket / N / kShardAlignElems * kShardAlignElems);
   // Low-communication full gradients live from a unit's first backward scope to its reduction: across
   // micro-steps all of them at once; with one micro-step only those open or in flight, as buckets.
   if (p.accumulation_steps == 1) full_grads = PoolBound(fulls, q + open);
-  dev.reductions = PoolBound(buckets, q + open) + PoolBound(recvs, q) + PoolBound(wires, q) +
-                   (chunked_reduce ? 2 * N * rs_chunk * ws : 0) + full_grads;
+  // The buckets alive at once: those of the open scopes and of the reductions in flight, and no more than the
+  // cap allows beside the open scopes (a new bucket is taken once reductions in flight were retired to fit it).
+  const int64_t bucket_window = p.bucket_cap > 0 ? std::min(q + open, std::max(p.bucket_cap, open)) : q + open;
+  dev.reductions = PoolBound(buckets, bucket_window) + PoolBound(recvs, q) + PoolBound(wires, q) + full_grads;
+  std::sort(packed_chunks.begin(), packed_chunks.end());
+  packed_chunks.erase(std::unique(packed_chunks.begin(), packed_chunks.end()), packed_chunks.end());
+  for (int64_t chunk : packed_chunks) dev.reductions += 2 * N * chunk * ws;
   dev.full_grads = full_grads;
 
   // The communicator's staging: at most the larger of its budget and one op's need, and at most what its cache

@@ -227,6 +227,56 @@ TEST(MemoryTrackerTest, CountAlsoInJoinsAnotherTrackersBytesToThePeakTotal) {
   EXPECT_EQ(engine.Report().PeakTotal(MemTier::kHost), 200);
 }
 
+// ReportWithLinked counts the linked tracker's bytes into each tag as they come and go: a tag's peak is the
+// high-water mark of its bytes in both trackers alive at once, never above the tier's peak_total. Adding the two
+// trackers' separate peaks (what Engine::memory_report did) gave a staging peak of 80 + 40 = 120 here, above the
+// peak_total of 100: the engine's piece of a Load was freed before the communicator's cache filled.
+TEST(MemoryTrackerTest, ReportWithLinkedKeepsEveryTagPeakWithinThePeakTotal) {
+  MemoryTracker engine, comm;
+  comm.Add(MemTier::kHost, MemTag::kStaging, 500);  // a peak from before the link (another engine's run)
+  comm.Sub(MemTier::kHost, MemTag::kStaging, 500);
+  comm.CountAlsoIn(&engine);
+  engine.Add(MemTier::kHost, MemTag::kStaging, 40);  // Load's piece
+  engine.Sub(MemTier::kHost, MemTag::kStaging, 40);
+  comm.Add(MemTier::kHost, MemTag::kStaging, 80);  // the communicator's cache
+  engine.Add(MemTier::kHost, MemTag::kGrads, 20);
+  const MemoryReport r = engine.ReportWithLinked();
+  EXPECT_EQ(r.PeakTotal(MemTier::kHost), 100);
+  EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kStaging).peak, 80);
+  EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kStaging).current, 80);
+  EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kGrads).peak, 20);
+  EXPECT_EQ(engine.Report().Get(MemTier::kHost, MemTag::kStaging).peak, 40);  // Report: its own bytes only
+  comm.StopCountingIn(&engine);
+  EXPECT_EQ(engine.ReportWithLinked().Get(MemTier::kHost, MemTag::kStaging).current, 0);
+  engine.ResetPeaks();
+  EXPECT_EQ(engine.ReportWithLinked().Get(MemTier::kHost, MemTag::kStaging).peak, 0);
+}
+
+// Threads allocate and free under several tags of a linked tracker and of the tracker itself at once: whatever
+// the interleaving, no tag's peak exceeds the tier's peak_total (an allocation enters the total before its tag
+// and a free leaves its tag first).
+TEST(MemoryTrackerTest, ConcurrentTagPeaksNeverExceedThePeakTotal) {
+  MemoryTracker engine, comm;
+  comm.CountAlsoIn(&engine);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      MemoryTracker& t = i % 2 == 0 ? engine : comm;
+      const MemTag tag = i < 2 ? MemTag::kStaging : MemTag::kBuckets;
+      for (int k = 0; k < 20000; ++k) {
+        const int64_t bytes = 1 + (k * 7 + i) % 97;
+        t.Add(MemTier::kHost, tag, bytes);
+        t.Sub(MemTier::kHost, tag, bytes);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const MemoryReport r = engine.ReportWithLinked();
+  for (MemTag tag : kAllTags) EXPECT_LE(r.Get(MemTier::kHost, tag).peak, r.PeakTotal(MemTier::kHost));
+  EXPECT_EQ(r.Current(MemTier::kHost), 0);
+  comm.StopCountingIn(&engine);
+}
+
 // Links start and end while another thread allocates in the linked tracker: each allocation is counted in the
 // engine's total entirely or not at all, so once everything is freed the engine's total is exactly zero.
 TEST(MemoryTrackerTest, LinkingWhileAnotherThreadAllocatesCountsEveryByteOnce) {

@@ -88,6 +88,8 @@ class GradReducer {
   void ReleaseHeld();
   // Full gradients that live only until reduced (low-communication mode, the fp32 accumulator of stages 2-3):
   // freed on the host, so the report shows them gone; pooled on a device, where freeing would synchronize it.
+  // Gradient-bucket elements alive now: the open backward scopes' and those of the reductions in flight.
+  int64_t AliveBucketElems() const;
   Buffer TakeFull(size_t bytes);
   void FreeFull(Buffer& b);
 

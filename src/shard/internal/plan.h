@@ -23,6 +23,7 @@
 // the true peak (MemoryReport::peak_total) per tier (docs/design.md, "The true peak and its bound").
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,20 @@ struct PlanPolicy {
   // zero_optimization.overlap_comm: reductions stay in flight while backward goes on. Without it each is retired
   // as it is issued, so no reduction's buffers outlive the scope that issued it (TruePeakBound).
   bool overlap_comm = true;
+  // Stages 2-3 with a bucket per backward scope: the most gradient-bucket elements alive at once (the open
+  // scopes' and those of reductions in flight) before a new bucket is taken; reductions in flight are retired
+  // first (GradReducer::BeginBackward). Set by MakePlan from the units (0: no such cap), see SavingCaps.
+  int64_t bucket_cap = 0;
+  // Stage 3: the most elements gathered or in flight at once that prefetch and demand gathers keep to: the
+  // smaller of stage3_max_live_parameters and the plan's cap (0: no cap; SavingCaps). The gather pool's own byte
+  // cap stays max_live (the config's): a tighter one would free and allocate again, step after step, where units
+  // of several sizes take turns in the window.
+  int64_t live_cap = 0;
+  // Whether stage3_max_live_parameters is DeepSpeed's default (1e9), which binds nothing below 1e9 elements: only
+  // then does the plan cap the live window. A value the config chose stands (it is how a trainer asks for
+  // prefetch beyond the cap: the window must hold the units open at once and the next one).
+  bool default_max_live = false;
+  int64_t LiveWindow() const { return live_cap > 0 ? std::min(max_live, live_cap) : max_live; }
 
   // The config's choices at `world` ranks (the errors of impossible combinations name the keys).
   static StatusOr<PlanPolicy> FromConfig(const Config& cfg, int world, int rank);
@@ -82,6 +97,13 @@ struct PlanPolicy {
   // Elements of a shard of S updated on the host: all of it with offload_optimizer, ratio * S rounded down to
   // whole 32-element blocks with Twin-Flow (ratio < 1), none without offload.
   int64_t HostElems(int64_t S) const;
+  // Whether a unit's reduced gradient lands in this rank's slice of its full gradient buffer instead of a
+  // gradient shard of its own: stage 1 (unless it accumulates 16-bit gradients in an fp32 shard), and stage 2 for
+  // a trainer-owned unit (zero/sharded_optimizer.h), whose full gradient is the trainer's and exists anyway, so
+  // a shard beside it would only add S elements (stage 2 then holds what stage 1 holds).
+  bool GradInSlice(bool trainer_owned) const {
+    return !Accumulate16() && (stage == 1 || (stage == 2 && trainer_owned));
+  }
   // The dtype of the reduced gradient shard: the compute dtype when there is nothing to accumulate, else f32.
   DType GradShardDType() const { return (compute == DType::kF32 || accumulation_steps > 1) ? DType::kF32 : compute; }
 };
@@ -140,6 +162,20 @@ struct StagePlan {
   MemoryReport Report() const;
 };
 
+// The saving holds at any bucket size (issue 31). DeepSpeed's defaults (5e8 elements for the buckets, 1e9
+// live parameters, a 5e7 prefetch) bound nothing for a model below those sizes: every unit's gradient bucket
+// could be in flight at once at stage 2, and every unit gathered at once at stage 3, which is more than the stage
+// saves over the one before. So MakePlan caps both at half of what the stage saves: the buckets alive at once at
+// (N - 1) / 2N of the bucketed units' elements (stage 2 holds 1/N of the gradient as shards, so gradient
+// memory is at most (N + 1) / 2N of stage 1's, unless the scopes the trainer keeps open need more), and
+// stage3_max_live_parameters at (N - 1) / 2N of the sharded units' elements (stage 3 keeps 1/N of the
+// parameters, so with the gathers at most (N + 1) / 2N of stage 2's; PlanPolicy::live_cap), the latter only
+// where stage3_max_live_parameters is DeepSpeed's default (a value the config chose stands). Neither changes a
+// value: reductions and gathers are only retired or issued at other points of the program. The plan's policy
+// carries the caps (StagePlan::policy), which the engine then runs by.
+void ApplySavingCaps(PlanPolicy* policy, const std::vector<int64_t>& padded, const std::vector<bool>& bucketed,
+                     const std::vector<bool>& sharded);
+
 // Lays out units of `numels` elements (registration order) under `policy`. Persistence at stage 3 is decided in
 // order, as the engine registers units, against stage3_model_persistence_threshold. Units flagged in
 // `trainer_owned` (stages 0-2) use the trainer's parameter and gradient buffers: those are listed, marked, at
@@ -152,6 +188,19 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
 // reduce_bucket_size) runs as collectives of ChunkPerRank elements per rank: the largest multiple of 32 (the
 // shard alignment) whose `world` blocks fit the bucket, at least 32. 0: the unit fits, one collective carries it.
 int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
+// The chunk (elements per rank; 0: one collective) a unit's reduce-scatter moves in. ChunkPerRank of
+// reduce_bucket_size, except for a trainer-owned unit (ShardedOptimizer) at 2 ranks or more: its reduce-scatter
+// reads the trainer's gradient buffer, which is all the gradient memory the trainer needs, and the only transient
+// it takes is the communicator's (Gloo's reduce-scatter holds receive buffers of about twice what one op moves).
+// Unchunked, that is 8 bytes per element of the unit, more than stage 1 saves (DeepSpeed's 5e8-element default
+// bounds nothing below 5e8 elements). So its chunks hold at most kTrainerReduceBucket elements of all ranks
+// together (4 MiB of fp32: 8 MiB of Gloo staging; chunks of that size ran at >= 0.9 of Gloo moving the same
+// chunks, bench/results/comm-gloo-world4.md; each chunk costs one collective's latency) and about an eighth of
+// the unit (never below 1024 elements per rank, where Gloo reads the input where it lies), cut into nearly equal
+// multiples of 32; a smaller reduce_bucket_size still wins.
+// Chunking moves the same sums (docs/design.md, "Bounded transient buffers"): the results are the same bits.
+inline constexpr int64_t kTrainerReduceBucket = int64_t{1} << 20;
+int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned);
 // Whether `ok` holds for every chunk size of a shard of S elements moved in chunks of `chunk` per rank: the whole
 // chunk (S itself when the chunk exceeds it) and, where it does not divide S, the short last one. The engine's
 // UnitCollective and the plan's bound both decide with it whether a unit's chunks all move where they lie.
