@@ -79,15 +79,12 @@ TEST(SimdTargetFromName, RefusesUnknownAndUnofferedNamesListingTheOffer) {
   const std::string offer = absl::StrCat("this CPU offers: ", Names(cpu));
   auto typo = internal::SimdTargetFromName("AVX9", cpu);
   EXPECT_EQ(typo.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(typo.status().message().find("AVX9 is not a Highway SIMD target name"),
-            std::string::npos)
-      << typo.status();
+  EXPECT_NE(typo.status().message().find("AVX9 is not a Highway SIMD target name"), std::string::npos) << typo.status();
   EXPECT_NE(typo.status().message().find(offer), std::string::npos) << typo.status();
   // SSSE3 is a Highway target that this build leaves out (HWY_DISABLED_TARGETS in the kernels' files).
   auto absent = internal::SimdTargetFromName("SSSE3", cpu);
   EXPECT_EQ(absent.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(absent.status().message().find("SSSE3 is not a target this build runs on this CPU"),
-            std::string::npos)
+  EXPECT_NE(absent.status().message().find("SSSE3 is not a target this build runs on this CPU"), std::string::npos)
       << absent.status();
   EXPECT_NE(absent.status().message().find(offer), std::string::npos) << absent.status();
   // A target of this CPU missing from the offer (as AVX3 is on an AVX2 machine) is refused the same way.
@@ -146,8 +143,8 @@ TEST(SimdTargetEnv, BadValueStopsTheProcessNamingItAndTheOffer) {
 // Rank processes started by zero-run inherit the variable and obey it.
 TEST(SimdTargetEnv, RanksUnderZeroRunObeyIt) {
   const SimdTarget t = internal::CpuSimdTargets().back();
-  const ChildRun r = RunChild(absl::StrCat("ZERO_SIMD_TARGET=", t.name, " ZERO_SIMD_TEST_FIRST=adam"),
-                              "ObeysTheTarget", absl::StrCat(ZERO_RUN_PATH, " -n 2 -- "));
+  const ChildRun r = RunChild(absl::StrCat("ZERO_SIMD_TARGET=", t.name, " ZERO_SIMD_TEST_FIRST=adam"), "ObeysTheTarget",
+                              absl::StrCat(ZERO_RUN_PATH, " -n 2 -- "));
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[r0] [  PASSED  ] 1 test"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[r1] [  PASSED  ] 1 test"), std::string::npos) << r.output;
