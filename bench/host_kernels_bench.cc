@@ -204,19 +204,13 @@ int main(int argc, char** argv) {
     }
   }
   if (!simd.empty()) {
-    bool found = false;
-    for (const auto& t : zero::internal::AvailableSimdTargets()) {
-      if (t.name == simd) {
-        zero::internal::ForceSimdTargetForTest(t.bits);
-        found = true;
-      }
-    }
-    if (!found) {
-      std::fprintf(stderr, "--simd=%s: not a target this CPU runs; available:", simd.c_str());
-      for (const auto& t : zero::internal::AvailableSimdTargets()) std::fprintf(stderr, " %s", t.name.c_str());
-      std::fprintf(stderr, "\n");
+    const absl::StatusOr<zero::internal::SimdTarget> t =
+        zero::internal::SimdTargetFromName(simd, zero::internal::AvailableSimdTargets());
+    if (!t.ok()) {
+      std::fprintf(stderr, "--simd=%s: %s\n", simd.c_str(), std::string(t.status().message()).c_str());
       return 2;
     }
+    zero::internal::ForceSimdTargetForTest(t->bits);
   }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());

@@ -42,6 +42,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "core/internal/convert_simd.h"
 #include "nlohmann/json.hpp"
 #include "optim/internal/kernels.h"
 #include "optim/internal/thread_pool.h"
@@ -354,17 +356,13 @@ int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   std::signal(SIGPIPE, SIG_IGN);  // a torch child that dies must not kill the benchmark
   if (!o.simd.empty()) {
-    int64_t bits = 0;
-    std::string names;
-    for (const auto& t : zero::optim_internal::AvailableKernelTargets()) {
-      if (t.name == o.simd) bits = t.bits;
-      names += " " + t.name;
-    }
-    if (bits == 0) {
-      std::fprintf(stderr, "--simd %s: not available here; choose one of:%s\n", o.simd.c_str(), names.c_str());
+    const absl::StatusOr<zero::internal::SimdTarget> t =
+        zero::internal::SimdTargetFromName(o.simd, zero::internal::AvailableSimdTargets());
+    if (!t.ok()) {
+      std::fprintf(stderr, "--simd %s: %s\n", o.simd.c_str(), std::string(t.status().message()).c_str());
       return 2;
     }
-    zero::optim_internal::ForceKernelTargetForTest(bits);  // before any thread runs a kernel
+    zero::internal::ForceSimdTargetForTest(t->bits);  // before any thread runs a kernel
   }
   const std::string load_before = LoadAvg();
   std::unique_ptr<TorchServer> torch;

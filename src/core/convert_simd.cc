@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,10 +22,15 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/internal/convert_simd.h"
 #include "core/internal/hwy_convert-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "zero/logging.h"
+#include "zero/status.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace zero {
@@ -88,21 +95,114 @@ namespace zero::internal {
 HWY_EXPORT(ConvertSimdImpl);
 HWY_EXPORT(SimdTargetNameImpl);
 
-void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n) {
-  HWY_DYNAMIC_DISPATCH(ConvertSimdImpl)(src, st, dst, dt, n);
+namespace {
+
+// hwy::SupportedTargets() without the side effect Highway 1.0.3 gives it: when no test mock is set, it points
+// dispatch at every target it detects (ignoring DisableTargets) before it returns the allowed ones, so dispatch
+// would run AVX3 under ZERO_SIMD_TARGET=AVX2 after any call. Pointing dispatch at what it returns undoes that.
+int64_t SupportedTargets() {
+  const int64_t supported = hwy::SupportedTargets();
+  hwy::GetChosenTarget().Update(supported);
+  return supported;
 }
 
-std::vector<SimdTarget> AvailableSimdTargets() {
+std::vector<SimdTarget> TargetsOf(int64_t supported) {
   std::vector<SimdTarget> out;
-  for (int64_t bits : hwy::SupportedAndGeneratedTargets()) out.push_back({bits, hwy::TargetName(bits)});
+  // Lower bits are better targets (Highway's order), so this lists best first.
+  for (int64_t t = supported & HWY_TARGETS; t != 0; t &= t - 1) {
+    const int64_t bit = t & ~(t - 1);
+    out.push_back({bit, hwy::TargetName(bit)});
+  }
   return out;
 }
 
-std::string ActiveSimdTarget() { return HWY_DYNAMIC_DISPATCH(SimdTargetNameImpl)(); }
+std::string Names(const std::vector<SimdTarget>& targets) {
+  std::string s;
+  for (const SimdTarget& t : targets) absl::StrAppend(&s, s.empty() ? "" : ", ", t.name);
+  return s;
+}
+
+struct ProcessTargets {
+  std::vector<SimdTarget> cpu;  // compiled in and runnable here, before any restriction
+  int64_t env_bits = 0;         // ZERO_SIMD_TARGET's target; 0 when unset
+};
+
+ProcessTargets Choose() {
+  ProcessTargets p;
+  // Nothing has restricted Highway yet: every path to a dispatch, and ForceSimdTargetForTest, comes here first.
+  p.cpu = TargetsOf(SupportedTargets());
+  const char* v = std::getenv("ZERO_SIMD_TARGET");
+  if (v != nullptr && *v != '\0') {
+    absl::StatusOr<SimdTarget> t = SimdTargetFromName(v, p.cpu);
+    if (!t.ok()) {
+      // No Status can reach the caller of a kernel; running another target than the one asked for would be a
+      // silent wrong answer (docs/design.md, "SIMD targets and tolerances").
+      std::fprintf(stderr, "zero: ZERO_SIMD_TARGET=%s\n", std::string(t.status().message()).c_str());
+      std::fflush(stderr);
+      std::abort();
+    }
+    p.env_bits = t->bits;
+    // DisableTargets, not the test mock: ForceSimdTargetForTest's SetSupportedTargetsForTest then composes with
+    // it (Highway intersects the two), and its reset (0) keeps this restriction.
+    hwy::DisableTargets(~p.env_bits);
+    SupportedTargets();  // DisableTargets alone leaves the choice SupportedTargets() made above in place
+  }
+  ZERO_LOG(DEBUG) << "SIMD target of the host kernels: "
+                  << (p.env_bits != 0 ? absl::StrCat(hwy::TargetName(p.env_bits), " (ZERO_SIMD_TARGET)")
+                                      : absl::StrCat(p.cpu.empty() ? "?" : p.cpu.front().name,
+                                                     " (the best this CPU offers; ZERO_SIMD_TARGET unset)"))
+                  << "; offered here: " << Names(p.cpu);
+  return p;
+}
+
+const ProcessTargets& Targets() {
+  static const ProcessTargets* const p = new ProcessTargets(Choose());  // never destroyed: kernels may run late
+  return *p;
+}
+
+}  // namespace
+
+void ApplySimdTargetFromEnv() { Targets(); }
+
+std::vector<SimdTarget> CpuSimdTargets() { return Targets().cpu; }
+
+absl::StatusOr<SimdTarget> SimdTargetFromName(absl::string_view name, const std::vector<SimdTarget>& offered) {
+  for (const SimdTarget& t : offered) {
+    if (absl::EqualsIgnoreCase(t.name, name)) return t;
+  }
+  // A Highway name this build or CPU lacks (AVX3 on an AVX2 machine; SSSE3, which the build leaves out) reads
+  // differently from a typo.
+  bool known = false;
+  for (int bit = 0; bit < 63; ++bit) known |= absl::EqualsIgnoreCase(hwy::TargetName(int64_t{1} << bit), name);
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, known ? " is not a target this build runs on this CPU" : " is not a Highway SIMD target name",
+                   "; this CPU offers: ", Names(offered)));
+}
+
+std::vector<SimdTarget> AvailableSimdTargets() {
+  ApplySimdTargetFromEnv();
+  return TargetsOf(SupportedTargets());
+}
+
+void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n) {
+  ApplySimdTargetFromEnv();
+  HWY_DYNAMIC_DISPATCH(ConvertSimdImpl)(src, st, dst, dt, n);
+}
+
+std::string ActiveSimdTarget() {
+  ApplySimdTargetFromEnv();
+  return HWY_DYNAMIC_DISPATCH(SimdTargetNameImpl)();
+}
 
 void ForceSimdTargetForTest(int64_t bits) {
+  const ProcessTargets& p = Targets();
+  // Outside ZERO_SIMD_TARGET's restriction Highway would fall back to its static target without a word.
+  ZERO_CHECK(bits == 0 || p.env_bits == 0 || bits == p.env_bits)
+      << "ForceSimdTargetForTest(" << hwy::TargetName(bits)
+      << ") under ZERO_SIMD_TARGET=" << hwy::TargetName(p.env_bits)
+      << ": loop over AvailableSimdTargets(), which honours it";
   hwy::SetSupportedTargetsForTest(bits);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  SupportedTargets();
 }
 
 }  // namespace zero::internal

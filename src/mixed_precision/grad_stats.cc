@@ -25,6 +25,7 @@
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
+#include "core/internal/convert_simd.h"
 #include "core/internal/hwy_convert-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -164,6 +165,7 @@ static GradStatsResult DispatchGradStats(const void* g, DType t, size_t n) {
 
 GradStatsResult GradStats(const void* g, DType t, size_t n) {
   if (n == 0) return {};
+  internal::ApplySimdTargetFromEnv();  // ZERO_SIMD_TARGET, before the process's first dispatch
   return internal::DispatchGradStats(g, t, n);
 }
 

@@ -18,12 +18,14 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optim/kernels.cc"
 // SSSE3 would only duplicate SSE4 here; skipping it saves compile time. Machines without SSE4 run EMU128. The
-// same target set as core/convert_simd.cc and mixed_precision/grad_stats.cc (one ForceSimdTargetForTest).
+// same target set as core/convert_simd.cc and mixed_precision/grad_stats.cc (one ForceSimdTargetForTest, one
+// ZERO_SIMD_TARGET for all three).
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS HWY_SSSE3
 #endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // defines: the per-target ops (must follow foreach_target.h)
+#include "core/internal/convert_simd.h"
 #include "core/internal/hwy_convert-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -261,20 +263,19 @@ HWY_EXPORT(AdamTileImpl);
 HWY_EXPORT(SgdTileImpl);
 HWY_EXPORT(TargetNameImpl);
 
-void AdamTile(const AdamScalars& s, const TileArgs& t) { HWY_DYNAMIC_DISPATCH(AdamTileImpl)(s, t); }
-void SgdTile(const SgdScalars& s, const TileArgs& t) { HWY_DYNAMIC_DISPATCH(SgdTileImpl)(s, t); }
-
-std::vector<KernelTarget> AvailableKernelTargets() {
-  std::vector<KernelTarget> out;
-  for (int64_t bits : hwy::SupportedAndGeneratedTargets()) out.push_back({bits, hwy::TargetName(bits)});
-  return out;
+// ZERO_SIMD_TARGET (core/internal/convert_simd.h) is applied before the first dispatch of the process.
+void AdamTile(const AdamScalars& s, const TileArgs& t) {
+  internal::ApplySimdTargetFromEnv();
+  HWY_DYNAMIC_DISPATCH(AdamTileImpl)(s, t);
+}
+void SgdTile(const SgdScalars& s, const TileArgs& t) {
+  internal::ApplySimdTargetFromEnv();
+  HWY_DYNAMIC_DISPATCH(SgdTileImpl)(s, t);
 }
 
-std::string ActiveKernelTarget() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
-
-void ForceKernelTargetForTest(int64_t bits) {
-  hwy::SetSupportedTargetsForTest(bits);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+std::string ActiveKernelTarget() {
+  internal::ApplySimdTargetFromEnv();
+  return HWY_DYNAMIC_DISPATCH(TargetNameImpl)();
 }
 
 }  // namespace optim_internal

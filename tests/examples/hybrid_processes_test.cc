@@ -1,8 +1,23 @@
 // Hybrid sharding with ranks as processes: zero-gpt under zero-run at world 4 in groups of 2
-// (tests/examples/configs/hybrid_zero3.json) trains what full stage-3 sharding trains (every step's loss within
-// 1e-5, relative), and what the same hybrid job trains with ranks as threads, bit for bit. The two shardings sum
-// each gradient in another order, and 20 AdamW steps at lr 3e-3 amplify the last bits: the losses stay within
-// 1e-5, the gradient norms, more sensitive, within 1e-4 (measured: at most 3.4e-5, at step 17).
+// (tests/examples/configs/hybrid_zero3.json) trains what full stage-3 sharding trains, and what the same hybrid job
+// trains with ranks as threads, bit for bit.
+//
+// The two shardings sum each gradient in another order, so they agree only within a tolerance (label
+// `tolerance`; bench/results/cpu-targets.md has the measurements, under every SIMD target and seven OpenBLAS
+// kernels). The losses hardly move: zero-gpt prints six decimals, and the worst measured is one unit of the last
+// (3.2e-7 relative). The gradient norm does not drift either, but at a loss spike (step 17: loss 3.13 -> 3.92,
+// norm 0.69 -> 8.76) it is ill-conditioned: there the runs' norms differed by 3.3e-4 under this CPU's OpenBLAS
+// kernel (SkylakeX), 2.9e-4 under Haswell and Zen, 3.4e-5 under Prescott (where the old bound of 1e-4 was read
+// off) and 6.3e-7 under Core2, Nehalem and Sandybridge, while the next step's losses agreed again to 3e-7
+// (clipping bounds the update). So the bounds:
+//   * losses, every step, 1e-5 relative: 30x the worst measured;
+//   * the gradient norm at step 1, where both runs hold the same parameters: 1e-5, 30x the worst measured
+//     (2.9e-7, again one unit of the sixth decimal);
+//   * the gradient norm at every step, 3e-3 relative: 9x the worst measured, and far below what a wrong average
+//     across the replicas gives: summing instead of averaging doubled every norm (and moved the losses by up to
+//     1.5 %), skipping the replicas' all-reduce moved the step-1 norm by 5 % and the losses by 1.7 % (both
+//     mutations of ShardedStep::ReduceAcrossReplicas, tried when these bounds were set).
+// The SIMD targets do not change any of it: the host kernels agree bit for bit on every target.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -10,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "support/tolerance.h"
 
 namespace {
 
@@ -58,10 +74,17 @@ TEST(HybridProcessesTest, MatchesFullShardingAndTheThreadRun) {
   ASSERT_EQ(threads.status, 0) << threads.output;
   ASSERT_EQ(hybrid.steps.size(), 20u) << hybrid.output;
   ASSERT_EQ(full.steps.size(), 20u) << full.output;
+  zero::testing::Deviation loss("loss", 1e-5), norm1("grad_norm step 1", 1e-5), norm("grad_norm", 3e-3);
   for (size_t k = 0; k < 20; ++k) {
-    SCOPED_TRACE(absl::StrCat("step ", k + 1));
-    EXPECT_NEAR(hybrid.steps[k].loss, full.steps[k].loss, 1e-5 * std::fabs(full.steps[k].loss));
-    EXPECT_NEAR(hybrid.steps[k].grad_norm, full.steps[k].grad_norm, 1e-4 * std::fabs(full.steps[k].grad_norm));
+    SCOPED_TRACE(absl::StrCat("step ", k + 1, ": hybrid loss ", hybrid.steps[k].loss, " norm ",
+                              hybrid.steps[k].grad_norm, ", full loss ", full.steps[k].loss, " norm ",
+                              full.steps[k].grad_norm));
+    EXPECT_TRUE(loss.Add(std::fabs(hybrid.steps[k].loss - full.steps[k].loss) / std::fabs(full.steps[k].loss)));
+    const double dn = std::fabs(hybrid.steps[k].grad_norm - full.steps[k].grad_norm) / full.steps[k].grad_norm;
+    if (k == 0) {
+      EXPECT_TRUE(norm1.Add(dn));
+    }
+    EXPECT_TRUE(norm.Add(dn));
     // Only hybrid sharding sends across replicas.
     EXPECT_GT(hybrid.steps[k].replica_bytes, 0);
     EXPECT_EQ(full.steps[k].replica_bytes, 0);

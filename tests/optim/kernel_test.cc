@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "core/internal/convert_simd.h"
 #include "gtest/gtest.h"
 #include "optim/internal/kernels.h"
 #include "optim/test_util.h"
+#include "support/simd_target_guard.h"
 #include "zero/dtype.h"
 #include "zero/optimizer.h"
 
@@ -20,12 +22,9 @@ using optim_internal::AdamScalars;
 using optim_internal::SgdScalars;
 using optim_internal::TileArgs;
 
-// Restores normal dispatch when a test ends, even on failure.
-class TargetGuard {
- public:
-  explicit TargetGuard(int64_t bits) { optim_internal::ForceKernelTargetForTest(bits); }
-  ~TargetGuard() { optim_internal::ForceKernelTargetForTest(0); }
-};
+// One target for all host kernels (core/internal/convert_simd.h), restored when a test ends, even on failure.
+using TargetGuard = testing::SimdTargetGuard;
+using internal::AvailableSimdTargets;
 
 struct OptCase {
   std::string name;
@@ -97,7 +96,7 @@ void RunStep(const OptCase& c, bool fast, Buffers& b, DType grad_t, bool with_ou
 }
 
 TEST(OptimKernels, MatchReferenceBitwiseOnEveryTarget) {
-  const std::vector<optim_internal::KernelTarget> targets = optim_internal::AvailableKernelTargets();
+  const std::vector<internal::SimdTarget> targets = AvailableSimdTargets();
   ASSERT_FALSE(targets.empty());
   const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
   const size_t kSizes[] = {1, 7, 16, 17, 64, 1000, 1031};
@@ -133,7 +132,7 @@ TEST(OptimKernels, MatchReferenceBitwiseOnEveryTarget) {
 // Every f16 and bf16 gradient bit pattern is widened exactly as zero/dtype.h does (SGD with lr = -1 from a
 // zero parameter leaves p = 0 + g, which is g except that -0 becomes +0).
 TEST(OptimKernels, GradientLoadMatchesDtypeOnAllPatterns) {
-  for (const auto& target : optim_internal::AvailableKernelTargets()) {
+  for (const auto& target : AvailableSimdTargets()) {
     TargetGuard guard(target.bits);
     for (DType t : {DType::kF16, DType::kBF16}) {
       SCOPED_TRACE(target.name + " " + std::string(DTypeName(t)));
@@ -163,7 +162,7 @@ TEST(OptimKernels, ParamOutRoundsLikeDtypeOnBoundaries) {
   std::mt19937 rng(7);
   for (int i = 0; i < (1 << 18); ++i) values.push_back(BitsToFloat(static_cast<uint32_t>(rng())));
   const size_t n = values.size();
-  for (const auto& target : optim_internal::AvailableKernelTargets()) {
+  for (const auto& target : AvailableSimdTargets()) {
     TargetGuard guard(target.bits);
     for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
       SCOPED_TRACE(target.name + " " + std::string(DTypeName(t)));

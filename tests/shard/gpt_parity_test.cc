@@ -13,6 +13,7 @@
 #include "support/engine_helpers.h"
 #include "support/gpt_run.h"
 #include "support/multi_rank.h"
+#include "support/tolerance.h"
 #include "support/world_stage.h"
 #include "zero/config.h"
 #include "zero/logging.h"
@@ -38,11 +39,28 @@ const gpt::TrainResult& Reference(int world) {
   return it->second;
 }
 
-void ExpectClose(const gpt::TrainResult& got, const gpt::TrainResult& want, double tol, const std::string& what) {
+// Bounds of the runs that add in another order (another world size, stage, accumulation or prefetch order),
+// relative, from the worst measured under every SIMD target and seven OpenBLAS kernels (bench/results/cpu-targets.md;
+// label `tolerance`, tests/support/tolerance.h):
+//   * each step's loss: 1.2e-7 at worst (OPENBLAS_CORETYPE=Prescott), so 1e-5 leaves 80x;
+//   * the final parameters, the largest difference over the largest |p|: 1.7e-5 at worst (world 2 and the
+//     prefetch run under the Haswell and Zen kernels; 8.5e-6 under Prescott, 6.4e-6 under this CPU's SkylakeX),
+//     so 1e-4 leaves 6x. AdamW moves a parameter whose gradient hovers near zero by about lr per step whatever
+//     the gradient's size, so 1e-7 in a gradient can become lr-sized in a parameter; the SIMD targets agree bit
+//     for bit, the OpenBLAS kernels change which parameters do that. 1e-5, set from one machine, failed under
+//     the Haswell and Zen kernels.
+constexpr double kLossTol = 1e-5;
+constexpr double kParamsTol = 1e-4;
+
+// Each step's loss within kLossTol and the final parameters within kParamsTol (both relative).
+void ExpectClose(const gpt::TrainResult& got, const gpt::TrainResult& want, const std::string& what) {
   ASSERT_EQ(got.steps.size(), want.steps.size());
+  testing::Deviation loss(absl::StrCat("loss (", what, ")"), kLossTol);
+  testing::Deviation params(absl::StrCat("params (", what, ")"), kParamsTol);
   for (size_t s = 0; s < want.steps.size(); ++s) {
     const double rel = std::abs(got.steps[s].loss - want.steps[s].loss) / std::abs(want.steps[s].loss);
-    EXPECT_LE(rel, tol) << what << " step " << s << ": loss " << got.steps[s].loss << " vs " << want.steps[s].loss;
+    EXPECT_TRUE(loss.Add(rel)) << what << " step " << s << ": loss " << got.steps[s].loss << " vs "
+                               << want.steps[s].loss << " (" << rel << " relative)";
   }
   ASSERT_EQ(got.final_params.size(), want.final_params.size());
   double max_diff = 0, max_abs = 0;
@@ -50,8 +68,8 @@ void ExpectClose(const gpt::TrainResult& got, const gpt::TrainResult& want, doub
     max_diff = std::max(max_diff, static_cast<double>(std::abs(got.final_params[i] - want.final_params[i])));
     max_abs = std::max(max_abs, static_cast<double>(std::abs(want.final_params[i])));
   }
-  EXPECT_LE(max_diff / max_abs, tol) << what << ": final parameters differ by " << max_diff << " (max |p| " << max_abs
-                                     << ")";
+  EXPECT_TRUE(params.Add(max_diff / max_abs))
+      << what << ": final parameters differ by " << max_diff << " (max |p| " << max_abs << ")";
 }
 
 using ParityCase = testing::WorldStage;
@@ -63,7 +81,7 @@ TEST_P(GptParityTest, MatchesStage0WorldSize1) {
   gpt::TrainResult got = TrainGpt(world, GptConfigFor(stage, kMicro, 1));
   const gpt::TrainResult& want = Reference(world);
   EXPECT_LT(got.steps.back().loss, got.steps.front().loss) << "loss must fall";
-  ExpectClose(got, want, 1e-5, absl::StrCat("world ", world, " stage ", stage));
+  ExpectClose(got, want, absl::StrCat("world ", world, " stage ", stage));
 }
 
 std::vector<ParityCase> AllCases() {
@@ -93,7 +111,7 @@ TEST(GptAccumulationTest, BothModesMatchALargerMicroBatch) {
   for (auto mode : {GradAccumulationMode::kLowMemory, GradAccumulationMode::kLowCommunication}) {
     for (int stage : {0, 1, 2, 3}) {
       gpt::TrainResult got = TrainGpt(2, GptConfigFor(stage, kMicro, 2, mode));
-      ExpectClose(got, Reference(4), 1e-5,
+      ExpectClose(got, Reference(4),
                   absl::StrCat("stage ", stage, " mode ",
                                mode == GradAccumulationMode::kLowMemory ? "low_memory" : "low_communication"));
     }
@@ -107,7 +125,7 @@ TEST(GptPrefetchTest, PrefetchRespectsLiveLimit) {
   c.zero.stage3_max_live_parameters = 120'000;
   c.zero.stage3_prefetch_bucket_size = 60'000;
   gpt::TrainResult got = TrainGpt(2, c);
-  ExpectClose(got, Reference(2), 1e-5, "prefetch");
+  ExpectClose(got, Reference(2), "prefetch");
   // Step 1 records the order (all gathers on demand); later steps prefetch most of them.
   EXPECT_GT(got.prefetch_gathers, got.demand_gathers);
   EXPECT_LE(got.peak_live_elements, c.zero.stage3_max_live_parameters);

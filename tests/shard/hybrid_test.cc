@@ -22,6 +22,7 @@
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
+#include "support/tolerance.h"
 #include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
@@ -91,12 +92,18 @@ TEST_P(HybridParityTest, MatchesFullShardingAndStageZero) {
     ASSERT_EQ(full.group, world);
     // Trained at all, and alike.
     for (const auto& [name, v] : h.ranks[0].params) EXPECT_GT(testing::MovedElements(name, v), v.size() / 2) << name;
-    EXPECT_LE(MaxDifference(h.ranks[0], full.ranks[0]), 1e-5);
-    EXPECT_LE(MaxDifference(h.ranks[0], zero.ranks[0]), 1e-5);
+    // Worst measured (bench/results/cpu-targets.md), the same under every SIMD target and OpenBLAS kernel (the
+    // synthetic trainer calls no BLAS, and the host kernels agree bit for bit on every target): parameters 4e-7
+    // from full sharding and 2e-6 from stage 0, norms 5.9e-8 relative. 1e-5 leaves 5x.
+    testing::Deviation vs_full(absl::StrCat("stage ", stage, " params vs full sharding"), 1e-5);
+    testing::Deviation vs_zero(absl::StrCat("stage ", stage, " params vs stage 0"), 1e-5);
+    testing::Deviation norm(absl::StrCat("stage ", stage, " grad_norm vs full sharding"), 1e-5);
+    EXPECT_TRUE(vs_full.Add(MaxDifference(h.ranks[0], full.ranks[0]))) << vs_full.worst();
+    EXPECT_TRUE(vs_zero.Add(MaxDifference(h.ranks[0], zero.ranks[0]))) << vs_zero.worst();
     for (int k = 0; k < kSteps; ++k) {
-      EXPECT_NEAR(h.ranks[0].steps[k].grad_norm, full.ranks[0].steps[k].grad_norm,
-                  1e-5 * full.ranks[0].steps[k].grad_norm)
-          << "step " << k;
+      const double want = full.ranks[0].steps[k].grad_norm;
+      EXPECT_TRUE(norm.Add(std::fabs(h.ranks[0].steps[k].grad_norm - want) / want))
+          << "step " << k << ": " << h.ranks[0].steps[k].grad_norm << " vs " << want;
     }
     // Every rank, in every group, holds the same model: the replicas bit for bit.
     for (int r = 1; r < world; ++r) EXPECT_EQ(MaxDifference(h.ranks[r], h.ranks[0]), 0.0) << "rank " << r;

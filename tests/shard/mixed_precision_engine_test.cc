@@ -13,6 +13,7 @@
 #include "support/engine_helpers.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "support/tolerance.h"
 #include "support/world_stage.h"
 #include "zero/engine.h"
 
@@ -160,14 +161,17 @@ TEST(Bf16GptTest, TracksFp32) {
   };
   gpt::TrainResult f32 = run(false), b16 = run(true);
   ASSERT_EQ(f32.steps.size(), b16.steps.size());
-  // Per-step losses are noisy (each step is a different batch); compare 10-step means.
+  // Per-step losses are noisy (each step is a different batch); compare 10-step means. Measured at most 0.34 %
+  // (the Haswell and Zen OpenBLAS kernels; 0.18-0.32 % under the others, the same under every SIMD target):
+  // 2 % leaves 6x (bench/results/cpu-targets.md).
+  testing::Deviation mean("10-step mean loss vs fp32", 0.02);
   for (size_t w = 0; w + 10 <= f32.steps.size(); w += 10) {
     double mf = 0, mb = 0;
     for (size_t s = w; s < w + 10; ++s) {
       mf += f32.steps[s].loss / 10;
       mb += b16.steps[s].loss / 10;
     }
-    EXPECT_NEAR(mb, mf, 0.02 * mf) << "steps " << w << ".." << w + 9;
+    EXPECT_TRUE(mean.Add(std::abs(mb - mf) / mf)) << "steps " << w << ".." << w + 9 << ": " << mb << " vs " << mf;
   }
   EXPECT_LT(b16.steps.back().loss, b16.steps.front().loss - 0.5);
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "support/engine_helpers.h"
 #include "support/flat_mlp.h"
 #include "support/multi_rank.h"
+#include "support/tolerance.h"
 #include "support/world_stage.h"
 
 namespace zero {
@@ -57,7 +59,9 @@ TEST_P(ShardedOptimizerTest, MatchesTheTrainersOwnAdamWOnTheWholeBatch) {
     }
     // The trainer's own buffer holds the result, on every rank.
     // Relative in norm (‖Δ‖ / ‖p‖), as the "1e-6 relative" reads: elementwise, a parameter that AdamW
-    // drives through zero has no scale of its own.
+    // drives through zero has no scale of its own. Measured at most 4.6e-7 (world 3 and 4, here and under zero-run),
+    // the same under every SIMD target and OpenBLAS kernel (the trainer calls no BLAS; the host kernels agree bit
+    // for bit on every target): the bound leaves 2x (bench/results/cpu-targets.md).
     double diff2 = 0, norm2 = 0, worst_abs = 0;
     for (int64_t i = 0; i < kNumel; ++i) {
       const double d = static_cast<double>(params[i]) - ref[i];
@@ -65,8 +69,10 @@ TEST_P(ShardedOptimizerTest, MatchesTheTrainersOwnAdamWOnTheWholeBatch) {
       norm2 += static_cast<double>(ref[i]) * ref[i];
       worst_abs = std::max(worst_abs, std::abs(d));
     }
-    EXPECT_LE(std::sqrt(diff2 / norm2), 1e-6) << "relative difference to the single-process AdamW after " << kSteps
-                                              << " steps (largest element difference " << worst_abs << ")";
+    testing::Deviation rel("params, relative in norm", 1e-6);
+    EXPECT_TRUE(rel.Add(std::sqrt(diff2 / norm2)))
+        << "relative difference to the single-process AdamW after " << kSteps << " steps: " << rel.worst()
+        << " (largest element difference " << worst_abs << ")";
     if (world == 1) {
       EXPECT_EQ(diff2, 0.0) << "world 1 reduces nothing: bit for bit the trainer's own AdamW";
     }
@@ -117,14 +123,16 @@ TEST(ShardedOptimizerBf16, KeepsAnFp32MasterOfTheShard) {
     EXPECT_EQ(mem.Get(MemTier::kDevice, MemTag::kMaster).current, 4 * cap / world);
     EXPECT_EQ(mem.Get(MemTier::kDevice, MemTag::kOptimizer).current, 8 * cap / world);
     // The mixed-precision tests' tolerance (tests/shard/mixed_precision_engine_test.cc): 10-step means of the
-    // loss within 2 % of the fp32 run's.
+    // loss within 2 % of the fp32 run's. Measured 0.12 % under every SIMD target and OpenBLAS kernel.
+    testing::Deviation mean("10-step mean loss vs fp32", 0.02);
     for (int w = 0; w + 10 <= kSteps; w += 10) {
       double mb = 0, mf = 0;
       for (int t = w; t < w + 10; ++t) {
         mb += loss[t] / 10;
         mf += ref_loss[t] / 10;
       }
-      EXPECT_NEAR(mb, mf, 0.02 * mf) << "steps " << w + 1 << ".." << w + 10;
+      EXPECT_TRUE(mean.Add(std::abs(mb - mf) / mf))
+          << "steps " << w + 1 << ".." << w + 10 << ": " << mb << " vs " << mf;
     }
     EXPECT_LT(loss.back(), 0.5 * loss.front());  // it trained
   });
@@ -239,10 +247,11 @@ TEST(ShardedOptimizerProcesses, MatchTheTrainersOwnAdamWUnderZeroRun) {
     char buf[512];
     while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
     EXPECT_EQ(::pclose(p), 0) << out;
+    testing::Deviation rel(absl::StrCat("stage ", stage, " params, relative in norm (the worker's bound)"), 1e-6);
     for (int r = 0; r < 3; ++r) {
-      EXPECT_NE(out.find(absl::StrCat("rank ", r, ": ok relative difference")), std::string::npos)
-          << "stage " << stage << ":\n"
-          << out;
+      const size_t at = out.find(absl::StrCat("rank ", r, ": ok relative difference "));
+      EXPECT_NE(at, std::string::npos) << "stage " << stage << ":\n" << out;
+      if (at != std::string::npos) rel.Add(std::atof(out.c_str() + out.find("difference ", at) + 11));
     }
   }
 }
@@ -323,7 +332,8 @@ TEST(ShardedOptimizerHybrid, GroupsOfTwoMatchTheTrainersOwnAdamW) {
         diff2 += d * d;
         norm2 += static_cast<double>(ref[i]) * ref[i];
       }
-      EXPECT_LE(std::sqrt(diff2 / norm2), 1e-6);
+      testing::Deviation rel(absl::StrCat("stage ", stage, " params, relative in norm"), 1e-6);
+      EXPECT_TRUE(rel.Add(std::sqrt(diff2 / norm2))) << rel.worst();
       // Adam's state for this rank's shard of a world of 2: twice what full sharding over 4 holds.
       const int64_t q = 32 * kGroup, shard = (kNumel + q - 1) / q * q / kGroup;
       EXPECT_EQ(opt->memory_report().Get(MemTier::kDevice, MemTag::kOptimizer).current, 8 * shard);

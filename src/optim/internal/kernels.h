@@ -95,17 +95,8 @@ void SgdTile(const SgdScalars& s, const TileArgs& t);
 void AdamTileReference(const AdamScalars& s, const TileArgs& t);
 void SgdTileReference(const SgdScalars& s, const TileArgs& t);
 
-// ---- target control (tests and benchmarks) ----
-struct KernelTarget {
-  int64_t bits;      // Highway's HWY_* bit
-  std::string name;  // "AVX3", "AVX2", "SSE4", "EMU128", ...
-};
-// Targets compiled into the kernels that this CPU can run, best first.
-std::vector<KernelTarget> AvailableKernelTargets();
-// Name of the target HWY_DYNAMIC_DISPATCH picks now.
+// Name of the target HWY_DYNAMIC_DISPATCH picks now for these kernels. Which targets they may use is set for all
+// host kernels at once: internal::ForceSimdTargetForTest and ZERO_SIMD_TARGET (core/internal/convert_simd.h).
 std::string ActiveKernelTarget();
-// Restricts dispatch to `bits` (one of AvailableKernelTargets()); 0 restores the normal choice. Process-wide and
-// not thread-safe: for single-threaded tests only.
-void ForceKernelTargetForTest(int64_t bits);
 
 }  // namespace zero::optim_internal
