@@ -542,6 +542,27 @@ class ConfigParser {
     ApplyLeaf(*FindKey(a.target), Json(val.get<bool>() ? "cpu" : "none"), spelled);
   }
 
+  // One value against its row's type, rule and support, reported under `name` (the key as the user spelled it):
+  // the one check a value gets whether it came from JSON, from Set or from a field assigned in code (Validate).
+  // False, with the error or "not implemented" recorded, when the value is refused; else its normal form.
+  bool NormalizeOrReport(const KeySpec& k, const Json& val, const std::string& name, Json* norm) {
+    std::string why;
+    bool not_implemented = false;
+    if (!Normalize(k, val, norm, &why, &not_implemented)) {
+      if (not_implemented) {
+        NotImplemented(name + ": " + why);
+      } else {
+        Error(name + ": " + why);
+      }
+      return false;
+    }
+    if (k.support == Support::kOffOnly && !IsOff(k, *norm)) {
+      NotImplemented(name + ": not implemented in zero; got " + Show(val) + " (accepted: " + OffText(k) + ")");
+      return false;
+    }
+    return true;
+  }
+
   // Applies one value to one row: "auto", null, type, rule, support; then stores it.
   void ApplyLeaf(const KeySpec& k, const Json& val, const std::string& spelled) {
     if (val.is_string() && val.get<std::string>() == "auto") {
@@ -569,21 +590,8 @@ class ConfigParser {
       RemoveUnresolved(k.path);
       return;
     }
-    std::string why;
     Json norm;
-    bool not_implemented = false;
-    if (!Normalize(k, val, &norm, &why, &not_implemented)) {
-      if (not_implemented) {
-        NotImplemented(spelled + ": " + why);
-      } else {
-        Error(spelled + ": " + why);
-      }
-      return;
-    }
-    if (k.support == Support::kOffOnly && !IsOff(k, norm)) {
-      NotImplemented(spelled + ": not implemented in zero; got " + Show(val) + " (accepted: " + OffText(k) + ")");
-      return;
-    }
+    if (!NormalizeOrReport(k, val, spelled, &norm)) return;
     if (k.support == Support::kNoEffect && norm != Json::parse(k.default_json)) {
       Warn(spelled + ": accepted but has no effect in zero (" + std::string(k.note) + "); got " + Show(val));
     }
@@ -842,20 +850,8 @@ class ConfigParser {
       }
       const Json v = Value(*c_, k);
       if (v.is_null()) continue;  // an empty optional: DeepSpeed's None, allowed exactly where the row is nullable
-      std::string why;
       Json norm;
-      bool not_implemented = false;
-      if (!Normalize(k, v, &norm, &why, &not_implemented)) {
-        if (not_implemented) {
-          NotImplemented(path + ": " + why);
-        } else {
-          Error(path + ": " + why);
-        }
-        continue;
-      }
-      if (k.support == Support::kOffOnly && !IsOff(k, norm)) {
-        NotImplemented(path + ": not implemented in zero; got " + Show(v) + " (accepted: " + OffText(k) + ")");
-      }
+      NormalizeOrReport(k, v, path, &norm);
     }
   }
 

@@ -98,9 +98,12 @@ int RunEngine(const Args& args) {
       auto scope = (*engine)->Backward(unit);
       s = scope.status();
       if (s.ok()) {
-        float* g = scope->grad("w").f32();
-        for (int i = 0; i < 64 * 16; ++i) g[i] = 0.001f * static_cast<float>(i % 7 + rank);
-        s = scope->Close();
+        zero::StatusOr<float*> g = scope->Grad<float>("w");
+        s = g.status();
+        if (s.ok()) {
+          for (int i = 0; i < 64 * 16; ++i) (*g)[i] = 0.001f * static_cast<float>(i % 7 + rank);
+          s = scope->Close();
+        }
       }
     }
     if (s.ok()) s = (*engine)->Step().status();

@@ -21,21 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "support/files.h"
 
 namespace {
 
-std::string TempDir(const std::string& name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  return tmpl;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string TempDir(const std::string& name) { return zero::testing::MakeTempDir(name); }
+std::string ReadFile(const std::string& path) { return zero::testing::ReadWholeFile(path); }
 
 // Starts zero-run with `args`, its output in `out_path`. `ignore_hup`: SIGHUP ignored, as `nohup` leaves it.
 pid_t StartZeroRun(const std::vector<std::string>& args, const std::string& out_path, bool ignore_hup = false) {
