@@ -66,11 +66,15 @@ void Usage(FILE* out) {
       "forwarded to the ranks; the ranks never outlive zero-run.\n");
 }
 
+// Seconds in [0, 1e9]: a duration the steady clock's int64 nanoseconds hold with room to add it to now (1e300
+// would overflow the conversion; the config's comm_timeout_s has the same ceiling).
+constexpr double kMaxSeconds = 1e9;
+
 bool ParseSeconds(const char* s, double* out) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(s, &end);
-  if (errno != 0 || end == s || *end != '\0' || !(v >= 0)) return false;
+  if (errno != 0 || end == s || *end != '\0' || !(v >= 0) || v > kMaxSeconds) return false;
   *out = v;
   return true;
 }
@@ -233,7 +237,10 @@ int main(int argc, char** argv) {
         ok = ParseSeconds(v, &grace_s);
       }
       if (!ok) {
-        std::fprintf(stderr, "zero-run: invalid value '%s' for %s\n", v, a.c_str());
+        const char* range = (a == "-n" || a == "--nproc") ? "an integer in [1, 4096]"
+                            : a == "--max-restarts"       ? "an integer in [0, 1000]"
+                                                          : "seconds in [0, 1e9]";
+        std::fprintf(stderr, "zero-run: invalid value '%s' for %s: must be %s\n", v, a.c_str(), range);
         return 2;
       }
       continue;

@@ -317,3 +317,29 @@ TEST(ZeroRunRestarts, NoRestartByDefault) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every flag is range-checked, the range in the message (1e300 seconds overflowed the clock's conversion).
+TEST(ZeroRunAbuse, FlagsOutOfRangeAreRefusedWithTheRange) {
+  const std::string dir = TempDir("zero-run-flags");
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"-n", "0"},
+                                              {"-n", "5000"},
+                                              {"--timeout", "1e300"},
+                                              {"--grace", "-1"},
+                                              {"--grace", "nan"},
+                                              {"--max-restarts", "-1"},
+                                              {"--max-restarts", "100000"}}) {
+    std::vector<std::string> args = bad;
+    args.insert(args.end(), {"--", "/bin/true"});
+    const pid_t launcher = StartZeroRun(args, dir + "/out");
+    auto status = WaitExit(launcher, absl::Seconds(30));
+    ASSERT_TRUE(status.has_value());
+    const std::string out = ReadFile(dir + "/out");
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << bad[0] << " " << bad[1] << ": " << out;
+    EXPECT_NE(out.find("invalid value '" + bad[1] + "' for " + bad[0] + ": must be "), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
