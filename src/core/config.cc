@@ -831,7 +831,15 @@ class ConfigParser {
       FieldRef r = k.ref(*c_);
       if (r.kind == FieldRef::Kind::kEnum8) {
         const size_t index = *static_cast<uint8_t*>(r.p);
-        if (index >= SplitList(k.choices).size()) {
+        const std::vector<std::string> choices = SplitList(k.choices), unimplemented = SplitList(k.unimplemented);
+        if (index >= choices.size() && index < choices.size() + unimplemented.size()) {
+          // An enumerator the JSON spells as one of the row's unimplemented values (offload "nvme"): the same
+          // message the JSON gets.
+          NotImplemented(path + ": not implemented in zero; got \"" + unimplemented[index - choices.size()] +
+                         "\" (accepted: " + RuleText(k) + ")");
+          continue;
+        }
+        if (index >= choices.size()) {
           Error(path + ": must be " + RuleText(k) + "; got enumerator " + std::to_string(index));
           continue;
         }
