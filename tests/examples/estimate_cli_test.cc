@@ -3,6 +3,7 @@
 // 16Ψ/N at stage 3, the largest block count that fits a budget); a units file; errors name what is wrong.
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -24,13 +25,18 @@ struct ProgramRun {
 
 ProgramRun Exec(const std::string& cmd) {
   ProgramRun r;
-  const std::string err = ::testing::TempDir() + "/zero_estimate_cli_stderr";
+  // One file per process and call: ctest runs this executable's tests as concurrent processes, and a shared name
+  // let one test read another's stderr.
+  static int calls = 0;
+  const std::string err =
+      ::testing::TempDir() + "/zero_estimate_cli_stderr." + std::to_string(::getpid()) + "." + std::to_string(calls++);
   FILE* p = ::popen((cmd + " 2>" + err).c_str(), "r");
   char buf[4096];
   while (p != nullptr && std::fgets(buf, sizeof(buf), p) != nullptr) r.out += buf;
   const int status = p == nullptr ? -1 : ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.all = r.out + zero::testing::ReadWholeFile(err);
+  std::remove(err.c_str());
   return r;
 }
 
