@@ -1125,7 +1125,9 @@ Config Config::Default() {
   return *std::move(c);
 }
 
-Status Config::ResolveJson(const std::string& path, const std::string& json_value) {
+namespace {
+// A value given as JSON text for `path` (ResolveJson, Set): bounded in depth, then parsed.
+StatusOr<internal::Json> ParseValueJson(const std::string& path, const std::string& json_value) {
   if (internal::JsonTooDeepAt(json_value) != std::string::npos) {
     return absl::InvalidArgumentError(path + ": the value nests deeper than " +
                                       std::to_string(internal::kMaxJsonDepth) + " levels");
@@ -1136,7 +1138,14 @@ Status Config::ResolveJson(const std::string& path, const std::string& json_valu
   } catch (const internal::Json::exception& e) {
     return absl::InvalidArgumentError(path + ": the value is not JSON: " + json_value);
   }
-  return internal::ConfigParser::Resolve(this, path, v);
+  return v;
+}
+}  // namespace
+
+Status Config::ResolveJson(const std::string& path, const std::string& json_value) {
+  StatusOr<internal::Json> v = ParseValueJson(path, json_value);  // its message as it is, no breadcrumb
+  if (!v.ok()) return v.status();
+  return internal::ConfigParser::Resolve(this, path, *v);
 }
 Status Config::Resolve(const std::string& path, double value) {
   return internal::ConfigParser::Resolve(this, path, internal::Json(value));
@@ -1159,17 +1168,9 @@ Status Config::Resolve(const std::string& path, const std::vector<double>& value
 }
 
 Status Config::Set(const std::string& path, const std::string& json_value) {
-  if (internal::JsonTooDeepAt(json_value) != std::string::npos) {
-    return absl::InvalidArgumentError(path + ": the value nests deeper than " +
-                                      std::to_string(internal::kMaxJsonDepth) + " levels");
-  }
-  internal::Json v;
-  try {
-    v = internal::Json::parse(json_value);
-  } catch (const internal::Json::exception& e) {
-    return absl::InvalidArgumentError(path + ": the value is not JSON: " + json_value);
-  }
-  return internal::ConfigParser::Set(this, path, v);
+  StatusOr<internal::Json> v = ParseValueJson(path, json_value);  // its message as it is, no breadcrumb
+  if (!v.ok()) return v.status();
+  return internal::ConfigParser::Set(this, path, *v);
 }
 
 std::string SetValueJson(const std::string& value) {
