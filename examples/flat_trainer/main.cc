@@ -473,8 +473,15 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
     std::fflush(stdout);
   }
   if (opt != nullptr && rank == 0 && !flags.json) {
-    std::printf("the trainer's two buffers: %lld bytes (its own); rank 0 holds beyond them:\n%s",
-                static_cast<long long>(opt->trainer_bytes()), opt->memory_report().ToString().c_str());
+    // The padding that makes every rank's block the same size lies in the trainer's buffers and in the shards of
+    // the ranks whose block reaches past the parameters; the report's padding line counts only zero's share of
+    // it on rank 0 (often none), so the buffers' own padding is said here.
+    const long long padded = static_cast<long long>(cap);
+    std::printf("the trainer's two buffers: %lld bytes (its own: %lld elements each for %lld parameters, %lld of "
+                "them padding, so that each of the %d ranks' blocks is %lld); rank 0 holds beyond them:\n%s",
+                static_cast<long long>(opt->trainer_bytes()), padded, static_cast<long long>(num_parameters),
+                padded - static_cast<long long>(num_parameters), world, padded / world,
+                opt->memory_report().ToString().c_str());
   }
   return zero::OkStatus();
 }
