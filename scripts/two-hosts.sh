@@ -14,9 +14,10 @@
 #    2 (mics_shard_size 2: each host's two ranks shard the model, the hosts replicate it); for each, the bytes
 #    that crossed the link per step (both veth ends' tx counters) beside the engine's own count (bus_bytes), and
 #    the step time (median of the steps after the first).
-# --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (docs/launching.md's
-#    recipes), nothing else from the environment but PATH and HOME, against the same job as 4 local ranks.
-#    torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0.
+# --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (the recipes of
+#    docs/guide/launching.md), nothing else from the environment but PATH and HOME, against the same job as 4 local
+#    ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
+#    zero's rank 0 serves its store on MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
 # Everything it creates (namespaces, the veth pair, processes, temporary files) is removed on exit, also on
 # failure or interruption.
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
     --launcher) LAUNCHER="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -47,6 +48,7 @@ TMP="$(mktemp -d)"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]:-}"; do [[ -n "$p" ]] && kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true  # reaped here, bash prints no "Killed" line for the stand-in agent store
   ip netns del "$NS0" 2>/dev/null || true   # deleting a namespace deletes its end of the veth, and so the pair
   ip netns del "$NS1" 2>/dev/null || true
   rm -rf "$TMP"

@@ -477,11 +477,12 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
     // the ranks whose block reaches past the parameters; the report's padding line counts only zero's share of
     // it on rank 0 (often none), so the buffers' own padding is said here.
     const long long padded = static_cast<long long>(cap);
-    std::printf("the trainer's two buffers: %lld bytes (its own: %lld elements each for %lld parameters, %lld of "
-                "them padding, so that each of the %d ranks' blocks is %lld); rank 0 holds beyond them:\n%s",
-                static_cast<long long>(opt->trainer_bytes()), padded, static_cast<long long>(num_parameters),
-                padded - static_cast<long long>(num_parameters), world, padded / world,
-                opt->memory_report().ToString().c_str());
+    std::printf(
+        "the trainer's two buffers: %lld bytes (its own: %lld elements each for %lld parameters, %lld of "
+        "them padding, so that each of the %d ranks' blocks is %lld); rank 0 holds beyond them:\n%s",
+        static_cast<long long>(opt->trainer_bytes()), padded, static_cast<long long>(num_parameters),
+        padded - static_cast<long long>(num_parameters), world, padded / world,
+        opt->memory_report().ToString().c_str());
   }
   return zero::OkStatus();
 }

@@ -1,5 +1,6 @@
 // Communicator::FromEnv and the environment variables of the comm layer (listed in docs/comm.md).
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -21,6 +22,14 @@ StatusOr<int> ParseInt(const std::string& name, const std::string& value) {
   return v;
 }
 
+// 1/true/on/yes or 0/false/off/no/"" in any case (torchrun writes Python's "True"); nullopt for anything else.
+std::optional<bool> ParseBool(const std::string& value) {
+  const std::string s = absl::AsciiStrToLower(value);
+  if (s == "1" || s == "true" || s == "on" || s == "yes") return true;
+  if (s == "0" || s == "false" || s == "off" || s == "no" || s.empty()) return false;
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
@@ -37,14 +46,9 @@ EnvLookup ProcessEnv() {
 
 StatusOr<CommOptions> ApplyCommEnvOverrides(CommOptions options, const EnvLookup& env) {
   if (auto v = env("ZERO_COMM_CHECK")) {
-    const std::string s = absl::AsciiStrToLower(*v);
-    if (s == "1" || s == "true" || s == "on" || s == "yes") {
-      options.check_order = true;
-    } else if (s == "0" || s == "false" || s == "off" || s == "no" || s.empty()) {
-      options.check_order = false;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("ZERO_COMM_CHECK='", *v, "' is not one of 1/0/true/false"));
-    }
+    const std::optional<bool> on = ParseBool(*v);
+    if (!on) return absl::InvalidArgumentError(absl::StrCat("ZERO_COMM_CHECK='", *v, "' is not one of 1/0/true/false"));
+    options.check_order = *on;
   }
   if (auto v = env("ZERO_COMM_TIMEOUT_S")) {
     double seconds = 0;
@@ -124,12 +128,33 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     break;
   }
   if (auto dir = env("ZERO_STORE_DIR")) out.store_dir = *dir;
-  if (auto addr = env("MASTER_ADDR")) out.master_addr = *addr;
-  if (auto port = env("MASTER_PORT")) {
-    ZERO_ASSIGN_OR_RETURN(out.master_port, ParseInt("MASTER_PORT", *port));
+  if (auto addr = env("ZERO_MASTER_ADDR")) {
+    out.master_addr = *addr;
+  } else if (auto master = env("MASTER_ADDR")) {
+    out.master_addr = *master;
+  }
+  auto port_of = [&](const char* name) -> Status {
+    auto port = env(name);
+    if (!port) return absl::OkStatus();
+    ZERO_ASSIGN_OR_RETURN(out.master_port, ParseInt(name, *port));
     if (out.master_port < 1 || out.master_port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("MASTER_PORT=", out.master_port, " is not a TCP port"));
+      return absl::InvalidArgumentError(absl::StrCat(name, "=", out.master_port, " is not a TCP port"));
     }
+    out.port_from = name;
+    return absl::OkStatus();
+  };
+  ZERO_RETURN_IF_ERROR(port_of("MASTER_PORT"));
+  if (env("ZERO_MASTER_PORT")) {
+    ZERO_RETURN_IF_ERROR(port_of("ZERO_MASTER_PORT"));
+  } else if (out.master_port > 0 && ParseBool(env("TORCHELASTIC_USE_AGENT_STORE").value_or("")).value_or(false)) {
+    // torchrun's agent serves torch's store on MASTER_PORT; zero's rank 0 serves its own beside it.
+    if (out.master_port == 65535) {
+      return absl::InvalidArgumentError(
+          "MASTER_PORT=65535 under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE): zero's store takes "
+          "MASTER_PORT + 1, which is not a TCP port; set ZERO_MASTER_PORT");
+    }
+    out.master_port += 1;
+    out.port_from = "MASTER_PORT + 1 (torchrun's agent serves its own store on MASTER_PORT)";
   }
   return out;
 }
@@ -148,7 +173,16 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
   if (!launch.store_dir.empty()) {
     store = Store::File(launch.store_dir);
   } else if (!launch.master_addr.empty() && launch.master_port > 0) {
-    ZERO_ASSIGN_OR_RETURN(store, Store::Tcp(launch.master_addr, launch.master_port, launch.rank == 0, opts.timeout));
+    StatusOr<std::shared_ptr<Store>> tcp =
+        Store::Tcp(launch.master_addr, launch.master_port, launch.rank == 0, opts.timeout);
+    if (!tcp.ok()) {
+      return Status(tcp.status().code(),
+                    absl::StrCat("FromEnv on rank ", launch.rank, ": the store at ", launch.master_addr, ":",
+                                 launch.master_port, " (port from ", launch.port_from, "; rank 0 serves it",
+                                 launch.rank == 0 ? "" : ", the others connect",
+                                 ", ZERO_MASTER_PORT chooses another): ", tcp.status().message()));
+    }
+    store = *std::move(tcp);
   } else if (launch.world_size == 1) {
     store = Store::Hash();
   } else {

@@ -203,7 +203,7 @@ std::shared_ptr<Store> Store::File(const std::string& directory) { return std::m
 
 StatusOr<std::shared_ptr<Store>> Store::Tcp(const std::string& host, int port, bool is_server, absl::Duration timeout) {
   if (port < 0 || port > 65535 || (port == 0 && !is_server)) {
-    return absl::InvalidArgumentError(absl::StrCat("TCP store: invalid port ", port, " (MASTER_PORT)"));
+    return absl::InvalidArgumentError(absl::StrCat("TCP store: invalid port ", port));
   }
   std::unique_ptr<internal::TcpStoreServer> server;
   if (is_server) {

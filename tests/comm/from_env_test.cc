@@ -3,11 +3,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "comm/internal/env.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
@@ -16,6 +22,7 @@
 namespace zero {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::zero::testing::StatusIs;
 
@@ -57,6 +64,42 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(e->source, "torchrun");
   EXPECT_EQ(e->master_addr, "10.0.0.1");
   EXPECT_EQ(e->master_port, 29500);
+}
+
+// torch >= 2.4's torchrun serves torch's own store on MASTER_PORT from its agent and says so with
+// TORCHELASTIC_USE_AGENT_STORE=True: zero's store takes the next port. ZERO_MASTER_ADDR/PORT override both.
+TEST(LaunchEnv, TorchrunAgentStoreMovesZerosStoreToTheNextPort) {
+  std::map<std::string, std::string> vars = {
+      {"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+  auto plain = internal::ReadLaunchEnv(FakeEnv(vars));
+  ASSERT_OK(plain);
+  EXPECT_EQ(plain->master_port, 29500);
+  EXPECT_EQ(plain->port_from, "MASTER_PORT");
+  for (const char* off : {"False", "0", ""}) {
+    vars["TORCHELASTIC_USE_AGENT_STORE"] = off;
+    auto e = internal::ReadLaunchEnv(FakeEnv(vars));
+    ASSERT_OK(e);
+    EXPECT_EQ(e->master_port, 29500) << off;
+  }
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  auto agent = internal::ReadLaunchEnv(FakeEnv(vars));
+  ASSERT_OK(agent);
+  EXPECT_EQ(agent->master_port, 29501);
+  EXPECT_THAT(agent->port_from, HasSubstr("MASTER_PORT + 1"));
+  vars["ZERO_MASTER_PORT"] = "31000";
+  vars["ZERO_MASTER_ADDR"] = "10.0.0.9";
+  auto own = internal::ReadLaunchEnv(FakeEnv(vars));
+  ASSERT_OK(own);
+  EXPECT_EQ(own->master_port, 31000);
+  EXPECT_EQ(own->master_addr, "10.0.0.9");
+  EXPECT_EQ(own->port_from, "ZERO_MASTER_PORT");
+  vars["ZERO_MASTER_PORT"] = "0";
+  EXPECT_THAT(internal::ReadLaunchEnv(FakeEnv(vars)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_MASTER_PORT=0 is not a TCP port")));
+  vars.erase("ZERO_MASTER_PORT");
+  vars["MASTER_PORT"] = "65535";
+  EXPECT_THAT(internal::ReadLaunchEnv(FakeEnv(vars)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set ZERO_MASTER_PORT")));
 }
 
 TEST(LaunchEnv, OpenMpi) {
@@ -148,6 +191,65 @@ TEST(FromEnv, MultiRankWithoutRendezvousIsAnError) {
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   EXPECT_THAT(comm, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_STORE_DIR")));
+}
+
+// A listener on 127.0.0.1 at a free port whose next port is free too (what torchrun's agent store looks like to
+// zero's rank 0); returns its fd and port, or -1.
+std::pair<int, int> ListenWithTheNextPortFree() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 4) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ::close(fd);
+      continue;
+    }
+    const int port = ntohs(a.sin_port);
+    int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in b = a;
+    b.sin_port = htons(static_cast<uint16_t>(port + 1));
+    const bool next_free = port < 65535 && ::bind(probe, reinterpret_cast<sockaddr*>(&b), sizeof(b)) == 0;
+    ::close(probe);
+    if (next_free) return {fd, port};
+    ::close(fd);
+  }
+  return {-1, -1};
+}
+
+// The same through FromEnv and a real listener: with torchrun's agent holding MASTER_PORT, rank 0 serves zero's
+// store beside it; without the variable, the failure names where the port came from and the way out.
+TEST(FromEnv, TorchrunAgentStoreHoldingMasterPort) {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                        "ZERO_STORE_DIR", "ZERO_MASTER_ADDR", "ZERO_MASTER_PORT", "ZERO_COMM_TIMEOUT_S"}) {
+    ::unsetenv(v);
+  }
+  auto [agent, port] = ListenWithTheNextPortFree();
+  ASSERT_GE(agent, 0) << "no free pair of ports on 127.0.0.1";
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  CommOptions options;
+  options.timeout = absl::Seconds(5);
+  auto refused = Communicator::FromEnv(Backend::kGloo, options);
+  ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  auto beside = Communicator::FromEnv(Backend::kGloo, options);
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"}) {
+    ::unsetenv(v);
+  }
+  ::close(agent);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              AllOf(HasSubstr(absl::StrCat("127.0.0.1:", port, " (port from MASTER_PORT")),
+                    HasSubstr("ZERO_MASTER_PORT chooses another")));
+  ASSERT_OK(beside);
+  float x[2] = {1, 2};
+  ASSERT_OK((*beside)->AllReduce(x, 2, DType::kF32, ReduceOp::kSum).Wait());
+  EXPECT_EQ(x[1], 2.0f);
 }
 
 // The timeout's range (issue 32.4): what Gloo's deadlines and the stores' millisecond timeouts hold.

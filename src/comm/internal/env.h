@@ -42,14 +42,18 @@ struct LaunchEnv {
   int local_rank = 0;
   std::string source = "default";  // "torchrun", "openmpi", "slurm" or "default" (no launcher found)
   std::string store_dir;           // ZERO_STORE_DIR (zero-run), "" if unset
-  std::string master_addr;         // MASTER_ADDR, "" if unset
-  int master_port = 0;             // MASTER_PORT, 0 if unset
+  std::string master_addr;         // ZERO_MASTER_ADDR, else MASTER_ADDR; "" if unset
+  int master_port = 0;             // the port rank 0's store listens on (below); 0 if unset
+  std::string port_from;           // how master_port was chosen, for messages ("MASTER_PORT", ...)
 };
 
 // Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (torchrun, zero-run),
 // OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (OpenMPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (Slurm); plus
 // ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT. kInvalidArgument naming the variable for unparsable or
 // inconsistent values (e.g. RANK >= WORLD_SIZE, or RANK without WORLD_SIZE).
+// The store's port: ZERO_MASTER_PORT if set; else MASTER_PORT + 1 when TORCHELASTIC_USE_AGENT_STORE is true
+// (torchrun of torch >= 2.4: its agent already serves torch's own store on MASTER_PORT, so zero's rank 0
+// cannot listen there); else MASTER_PORT. ZERO_MASTER_ADDR likewise overrides MASTER_ADDR.
 StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 // Whether a launcher's rank variable is set (Communicator::Launched).
 bool HasLauncherRank(const EnvLookup& env);

@@ -103,8 +103,7 @@ StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(int port) {
   if (rv != 0 || ::listen(fd, 1024) != 0) {
     const int err = errno;
     ::close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("TCP store: cannot listen on port ", port, " (MASTER_PORT): ", std::strerror(err)));
+    return absl::UnavailableError(absl::StrCat("TCP store: cannot listen on port ", port, ": ", std::strerror(err)));
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
