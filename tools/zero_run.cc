@@ -469,6 +469,17 @@ int main(int argc, char** argv) {
         }
       }
       const Clock::time_point now = Clock::now();
+      // The grace lets ranks that can still run report their errors; a stopped rank never will, so once every
+      // rank left is stopped the wait is over (a hang becomes a restart in detection time, not detection + grace).
+      if (terminate_at != kNever && terminate_at > now && running_count() > 0) {
+        bool all_stopped = true;
+        for (const auto& rk : ranks) all_stopped = all_stopped && (!rk.running || rk.stopped);
+        if (all_stopped) {
+          std::fprintf(stderr, "zero-run: every rank still running is stopped; terminating them now\n");
+          std::fflush(stderr);
+          terminate_at = now;
+        }
+      }
       if (running_count() == 0) {
         if (!all_exited_at) all_exited_at = now;
         // Grandchildren may hold the pipes open; stop reading a second after the ranks themselves exited.

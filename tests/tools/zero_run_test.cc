@@ -301,6 +301,27 @@ TEST(ZeroRunRestarts, RestartsAreBounded) {
   std::filesystem::remove_all(dir);
 }
 
+// A hang is a failure like an exit: once every rank left is stopped (SIGSTOP: it can never report an error), the
+// grace period is not waited out. With --grace 1000 the job would otherwise outlive the 120 s limit below.
+TEST(ZeroRunRestarts, StoppedRanksAreNotGivenTheGrace) {
+  const std::string dir = TempDir("zero-run-stopped");
+  const pid_t launcher = StartZeroRun(
+      {"-n", "2", "--grace", "1000", "--max-restarts", "1", "--", "/bin/sh", "-c",
+       "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0; "
+       "if [ \"$RANK\" = 0 ]; then kill -STOP $$; fi; sleep 1; exit 3"},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(120));
+  if (!status) ::kill(launcher, SIGKILL);
+  ASSERT_TRUE(status.has_value()) << ReadFile(dir + "/out");
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("zero-run: rank 0 was stopped by signal"), std::string::npos) << out;
+  EXPECT_NE(out.find("zero-run: rank 0 failed first: it is stopped"), std::string::npos) << out;
+  EXPECT_NE(out.find("every rank still running is stopped; terminating them now"), std::string::npos) << out;
+  EXPECT_EQ(CountOf(out, "[r0] try 1"), 1) << out;
+  std::filesystem::remove_all(dir);
+}
+
 // Without --max-restarts nothing is restarted (the default is torchrun's: 0).
 TEST(ZeroRunRestarts, NoRestartByDefault) {
   const std::string dir = TempDir("zero-run-no-restart");
