@@ -305,11 +305,11 @@ TEST(ZeroRunRestarts, RestartsAreBounded) {
 // grace period is not waited out. With --grace 1000 the job would otherwise outlive the 120 s limit below.
 TEST(ZeroRunRestarts, StoppedRanksAreNotGivenTheGrace) {
   const std::string dir = TempDir("zero-run-stopped");
-  const pid_t launcher = StartZeroRun(
-      {"-n", "2", "--grace", "1000", "--max-restarts", "1", "--", "/bin/sh", "-c",
-       "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0; "
-       "if [ \"$RANK\" = 0 ]; then kill -STOP $$; fi; sleep 1; exit 3"},
-      dir + "/out");
+  const pid_t launcher =
+      StartZeroRun({"-n", "2", "--grace", "1000", "--max-restarts", "1", "--", "/bin/sh", "-c",
+                    "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0; "
+                    "if [ \"$RANK\" = 0 ]; then kill -STOP $$; fi; sleep 1; exit 3"},
+                   dir + "/out");
   auto status = WaitExit(launcher, absl::Seconds(120));
   if (!status) ::kill(launcher, SIGKILL);
   ASSERT_TRUE(status.has_value()) << ReadFile(dir + "/out");
