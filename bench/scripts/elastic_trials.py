@@ -122,18 +122,18 @@ def main():
             steps, h = summary(lines)
             restarts = sum("zero-run: restarting" in l for _, l in lines)
             resumed = [int(m.group(1)) for _, l in lines if (m := re.search(r"resumed from .*step-0*(\d+)", l))]
+            # A fault before the first checkpoint (step 5) restarts from step 0: "resumed from" step 0.
+            start = resumed[0] if resumed else 0
             after = [(t, s) for t, s, _ in steps if fired is not None and t > fired]
             # The first step printed after a restart is the first step past the checkpoint resumed from.
-            again = None
-            if resumed and after:
-                again = next((t for t, s in after if s == resumed[0] + 1), None)
+            again = next((t for t, s in after if s == start + 1), None)
             last_before = max((s for t, s, _ in steps if fired is not None and t <= fired), default=0)
-            lost = last_before - resumed[0] if resumed else None
-            losses_equal = all(ref_loss.get(s) == loss for _, s, loss in steps if s > (resumed[0] if resumed else 0))
+            lost = last_before - start if fired is not None else None
+            losses_equal = all(ref_loss.get(s) == loss for _, s, loss in steps)
             final = dict((s, loss) for _, s, loss in steps).get(args.steps)
             ok = rc == 0 and h == ref_hash and final == ref_loss[args.steps]
             results[mode].append((ok, lost, (again - fired) if again and fired else None))
-            say(f"| {trial} | SIG{mode.upper()} | {rank} | {at} | {('step ' + str(resumed[0])) if resumed else '-'} | "
+            say(f"| {trial} | SIG{mode.upper()} | {rank} | {at} | {('step ' + str(start)) if resumed else 'step 0 (none saved yet)'} | "
                 f"{lost if lost is not None else '-'} | {f'{again - fired:.2f}' if again and fired else '-'} | "
                 f"{restarts} | {rc} | {'yes' if losses_equal and final is not None else 'NO'} | "
                 f"{'yes' if h == ref_hash else 'NO'} |")

@@ -125,6 +125,7 @@ std::string Names(const std::vector<SimdTarget>& targets) {
 struct ProcessTargets {
   std::vector<SimdTarget> cpu;  // compiled in and runnable here, before any restriction
   int64_t env_bits = 0;         // ZERO_SIMD_TARGET's target; 0 when unset
+  absl::Status env;             // ZERO_SIMD_TARGET's error, if its value names no target offered here
 };
 
 ProcessTargets Choose() {
@@ -135,11 +136,9 @@ ProcessTargets Choose() {
   if (v != nullptr && *v != '\0') {
     absl::StatusOr<SimdTarget> t = SimdTargetFromName(v, p.cpu);
     if (!t.ok()) {
-      // No Status can reach the caller of a kernel; running another target than the one asked for would be a
-      // silent wrong answer (docs/design.md, "SIMD targets and tolerances").
-      std::fprintf(stderr, "zero: ZERO_SIMD_TARGET=%s\n", std::string(t.status().message()).c_str());
-      std::fflush(stderr);
-      std::abort();
+      // Kept for SimdTargetEnvStatus (Engine::Create returns it); a kernel dispatched anyway stops the process.
+      p.env = absl::InvalidArgumentError(absl::StrCat("ZERO_SIMD_TARGET=", t.status().message()));
+      return p;
     }
     p.env_bits = t->bits;
     // DisableTargets, not the test mock: ForceSimdTargetForTest's SetSupportedTargetsForTest then composes with
@@ -162,7 +161,19 @@ const ProcessTargets& Targets() {
 
 }  // namespace
 
-void ApplySimdTargetFromEnv() { Targets(); }
+void ApplySimdTargetFromEnv() {
+  const ProcessTargets& p = Targets();
+  if (!p.env.ok()) {
+    // No Status can reach the caller of a kernel; running another target than the one asked for would be a
+    // silent wrong answer (docs/design.md, "SIMD targets and tolerances"). Engine::Create and
+    // ShardedOptimizer::Create return this error before any kernel runs; this is for kernels used without them.
+    std::fprintf(stderr, "zero: %s\n", std::string(p.env.message()).c_str());
+    std::fflush(stderr);
+    std::abort();
+  }
+}
+
+absl::Status SimdTargetEnvStatus() { return Targets().env; }
 
 std::vector<SimdTarget> CpuSimdTargets() { return Targets().cpu; }
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/convert_simd.h"
 #include "core/internal/fault.h"
 #include "shard/internal/agree.h"
 #include "shard/internal/engine_impl.h"
@@ -478,6 +479,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
   Config cfg = config;
   ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
   ZERO_RETURN_IF_ERROR(internal::CheckTimeoutAgrees(cfg, *comm));
+  ZERO_RETURN_IF_ERROR(internal::SimdTargetEnvStatus());  // before any kernel, which could only abort
   // Hybrid sharding (docs/design.md): groups of G consecutive ranks shard the model; the ranks at the same
   // place in each group (a shard's replicas) all-reduce its gradient. Both splits are collective on `comm`.
   std::shared_ptr<Communicator> shard, replica;

@@ -20,7 +20,10 @@
 #include "optim/internal/kernels.h"
 #include "support/simd_target_guard.h"
 #include "support/status_matchers.h"
+#include "zero/communicator.h"
+#include "zero/config.h"
 #include "zero/dtype.h"
+#include "zero/engine.h"
 #include "zero/mixed_precision.h"
 #include "zero/optimizer.h"
 
@@ -139,6 +142,16 @@ TEST(SimdTargetEnv, BadValueStopsTheProcessNamingItAndTheOffer) {
   }
 }
 
+// A trainer's typo is an error from Engine::Create (and so ShardedOptimizer::Create), before any kernel could
+// only abort: the child creates an engine under a bad value and expects the error.
+TEST(SimdTargetEnv, BadValueIsAnErrorFromCreate) {
+  const ChildRun r =
+      RunChild("-u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u ZERO_STORE_DIR ZERO_SIMD_TARGET=AVX9",
+               "EngineCreate");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[  PASSED  ] 1 test"), std::string::npos) << r.output;
+}
+
 #ifdef ZERO_RUN_PATH
 // Rank processes started by zero-run inherit the variable and obey it.
 TEST(SimdTargetEnv, RanksUnderZeroRunObeyIt) {
@@ -209,6 +222,17 @@ TEST(SimdTargetChild, DISABLED_ObeysTheTarget) {
 }
 
 TEST(SimdTargetChild, DISABLED_Convert) { RunKernel("convert"); }
+
+TEST(SimdTargetChild, DISABLED_EngineCreate) {
+  auto comm = Communicator::FromEnv(Backend::kGloo);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  auto cfg = Config::FromJsonString(R"({"train_micro_batch_size_per_gpu": 1})");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  auto engine = Engine::Create(*cfg, std::shared_ptr<Communicator>(std::move(*comm)));
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument) << engine.status();
+  EXPECT_NE(engine.status().message().find("ZERO_SIMD_TARGET=AVX9 is not"), absl::string_view::npos) << engine.status();
+  EXPECT_NE(engine.status().message().find("this CPU offers: "), absl::string_view::npos) << engine.status();
+}
 
 }  // namespace
 }  // namespace zero

@@ -28,7 +28,8 @@ void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n);
 // ZERO_SIMD_TARGET=<name> (AVX3, AVX2, SSE4, EMU128: Highway's names, any case) restricts every host kernel of
 // the process to that one target; each process reads it itself, so the ranks zero-run starts obey it too. It is
 // applied before the first dispatch: every dispatch site (and every function below) calls
-// ApplySimdTargetFromEnv first. A name that is not a target of this build on this CPU stops the process there,
+// ApplySimdTargetFromEnv first. A name that is not a target of this build on this CPU is an error from
+// Engine::Create (SimdTargetEnvStatus); a kernel dispatched without one stops the process there,
 // with a message that names the value and lists the targets offered, instead of running another target: a test
 // run that asked for SSE4 and ran AVX3 would report on the wrong kernels. The target that runs is logged at
 // debug level (ZERO_LOG_LEVEL=debug). docs/design.md, "SIMD targets and tolerances".
@@ -39,6 +40,9 @@ struct SimdTarget {
 // Reads ZERO_SIMD_TARGET and restricts dispatch to it (hwy::DisableTargets), once per process; later calls
 // return at once. Thread-safe. On a bad value, prints the error of SimdTargetFromName and aborts.
 void ApplySimdTargetFromEnv();
+// ZERO_SIMD_TARGET's value checked, without aborting: kInvalidArgument naming the value and the targets offered
+// here when it names none of them (Engine::Create returns it, so a trainer's typo is an error, not an abort).
+absl::Status SimdTargetEnvStatus();
 // Targets compiled into the kernels that this CPU can run, best first, whatever ZERO_SIMD_TARGET says.
 std::vector<SimdTarget> CpuSimdTargets();
 // The target `name` (a ZERO_SIMD_TARGET value, a benchmark's --simd) names, case-insensitively, among `offered`;
