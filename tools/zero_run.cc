@@ -54,13 +54,17 @@ void OnSignal(int sig) {
 void Usage(FILE* out) {
   std::fprintf(
       out,
-      "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K] -- PROGRAM [ARGS...]\n"
+      "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K [--min-nproc M]]\n"
+      "                -- PROGRAM [ARGS...]\n"
       "  -n, --nproc N        number of ranks to start on this machine (>= 1)\n"
       "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
       "  --grace SECONDS      after a rank fails, how long the others may take to exit before they\n"
       "                       are terminated; default 10\n"
       "  --max-restarts K     when a rank fails, stop every rank and start them all again, at most K\n"
       "                       times (default 0); each rank sees TORCHELASTIC_RESTART_COUNT\n"
+      "  --min-nproc M        each restart runs one rank fewer than the attempt that failed, never\n"
+      "                       fewer than M (default N: the same number): the failed rank's slot (its\n"
+      "                       LOCAL_RANK, so its GPU) is left out, as a host that is not replaced\n"
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
       "ZERO_STORE_DIR and ZERO_JOB_ID; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
       "forwarded to the ranks; the ranks never outlive zero-run.\n");
@@ -206,6 +210,7 @@ int main(int argc, char** argv) {
   double job_timeout_s = 0;
   double grace_s = 10;
   int max_restarts = 0;
+  int min_nproc = 0;  // 0: -n's value
   int arg = 1;
   for (; arg < argc; ++arg) {
     const std::string a = argv[arg];
@@ -217,15 +222,16 @@ int main(int argc, char** argv) {
       Usage(stdout);
       return 0;
     }
-    if ((a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts") &&
+    if ((a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts" ||
+         a == "--min-nproc") &&
         arg + 1 < argc) {
       const char* v = argv[++arg];
       bool ok = true;
-      if (a == "-n" || a == "--nproc") {
+      if (a == "-n" || a == "--nproc" || a == "--min-nproc") {
         char* end = nullptr;
         long n = std::strtol(v, &end, 10);
         ok = end != v && *end == '\0' && n >= 1 && n <= 4096;
-        nproc = static_cast<int>(n);
+        (a == "--min-nproc" ? min_nproc : nproc) = static_cast<int>(n);
       } else if (a == "--max-restarts") {
         char* end = nullptr;
         long k = std::strtol(v, &end, 10);
@@ -237,9 +243,9 @@ int main(int argc, char** argv) {
         ok = ParseSeconds(v, &grace_s);
       }
       if (!ok) {
-        const char* range = (a == "-n" || a == "--nproc") ? "an integer in [1, 4096]"
-                            : a == "--max-restarts"       ? "an integer in [0, 1000]"
-                                                          : "seconds in [0, 1e9]";
+        const char* range = (a == "-n" || a == "--nproc" || a == "--min-nproc") ? "an integer in [1, 4096]"
+                            : a == "--max-restarts"                             ? "an integer in [0, 1000]"
+                                                                                : "seconds in [0, 1e9]";
         std::fprintf(stderr, "zero-run: invalid value '%s' for %s: must be %s\n", v, a.c_str(), range);
         return 2;
       }
@@ -256,6 +262,14 @@ int main(int argc, char** argv) {
     Usage(stderr);
     return 2;
   }
+  if (min_nproc > nproc) {
+    std::fprintf(stderr, "zero-run: --min-nproc %d is above -n %d\n", min_nproc, nproc);
+    return 2;
+  }
+  if (min_nproc == 0) min_nproc = nproc;
+  // The local slots the ranks run in (LOCAL_RANK: a GPU each); a restart under --min-nproc drops a failed one.
+  std::vector<int> slots(static_cast<size_t>(nproc));
+  for (int i = 0; i < nproc; ++i) slots[static_cast<size_t>(i)] = i;
   std::vector<char*> child_argv(argv + arg, argv + argc);
   child_argv.push_back(nullptr);
 
@@ -371,7 +385,7 @@ int main(int argc, char** argv) {
         signal(SIGPIPE, SIG_DFL);
         ::setenv("RANK", std::to_string(r).c_str(), 1);
         ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-        ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+        ::setenv("LOCAL_RANK", std::to_string(slots[static_cast<size_t>(r)]).c_str(), 1);
         ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
         ::setenv("MASTER_ADDR", "127.0.0.1", 1);
         ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
@@ -568,6 +582,15 @@ int main(int argc, char** argv) {
     // interrupted or timed out, or its restarts are spent. The trainer resumes from its last checkpoint.
     if (!any_failed || timed_out || interrupted_by != 0 || restarts >= max_restarts) break;
     ++restarts;
+    if (nproc > min_nproc) {
+      // The slot of the rank that failed first is given up (a stopped rank counts as the one that failed).
+      const int gone = first_failed_rank >= 0 ? first_failed_rank : 0;
+      std::fprintf(stderr,
+                   "zero-run: rank %d's slot (LOCAL_RANK %d) is left out: %d rank(s) from now on (--min-nproc %d)\n",
+                   gone, slots[static_cast<size_t>(gone)], nproc - 1, min_nproc);
+      slots.erase(slots.begin() + gone);
+      --nproc;
+    }
     std::fprintf(stderr, "zero-run: restarting all %d rank(s) at %.3f s (restart %d of %d)\n", nproc,
                  Seconds(Clock::now() - job_start), restarts, max_restarts);
     std::fflush(stderr);

@@ -322,6 +322,47 @@ TEST(ZeroRunRestarts, StoppedRanksAreNotGivenTheGrace) {
   std::filesystem::remove_all(dir);
 }
 
+// --min-nproc: each restart runs one rank fewer, leaving out the failed rank's slot (its LOCAL_RANK, so its GPU),
+// never below M; the ranks are numbered 0..n-1 again and told the new WORLD_SIZE.
+TEST(ZeroRunRestarts, MinNprocShrinksByTheFailedSlot) {
+  const std::string dir = TempDir("zero-run-shrink");
+  const char* rank_program =
+      "echo \"attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE local $LOCAL_RANK of "
+      "$LOCAL_WORLD_SIZE\"; case $WORLD_SIZE in 4) [ \"$LOCAL_RANK\" = 1 ] && exit 3;; 3) [ \"$RANK\" = 0 ] && exit "
+      "4;; "
+      "2) exit 0;; esac; sleep 1000";
+  const pid_t launcher = StartZeroRun(
+      {"-n", "4", "--grace", "1", "--max-restarts", "5", "--min-nproc", "2", "--", "/bin/sh", "-c", rank_program},
+      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  // Attempt 0: LOCAL_RANK 1 fails; attempt 1 runs slots 0, 2, 3 as ranks 0-2, and rank 0 (slot 0) fails;
+  // attempt 2 runs slots 2, 3 as ranks 0-1 and succeeds.
+  EXPECT_NE(out.find("rank 1's slot (LOCAL_RANK 1) is left out: 3 rank(s) from now on (--min-nproc 2)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("] attempt 1 rank 1 of 3 local 2 of 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("] attempt 1 rank 2 of 3 local 3 of 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0's slot (LOCAL_RANK 0) is left out: 2 rank(s) from now on"), std::string::npos) << out;
+  EXPECT_NE(out.find("[r0] attempt 2 rank 0 of 2 local 2 of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("[r1] attempt 2 rank 1 of 2 local 3 of 2"), std::string::npos) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting all"), 2) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ZeroRunRestarts, MinNprocAboveNprocIsRefused) {
+  const std::string dir = TempDir("zero-run-shrink-bad");
+  const pid_t launcher = StartZeroRun({"-n", "2", "--min-nproc", "3", "--", "/bin/true"}, dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << out;
+  EXPECT_NE(out.find("zero-run: --min-nproc 3 is above -n 2"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
 // Without --max-restarts nothing is restarted (the default is torchrun's: 0).
 TEST(ZeroRunRestarts, NoRestartByDefault) {
   const std::string dir = TempDir("zero-run-no-restart");
