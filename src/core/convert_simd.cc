@@ -136,7 +136,7 @@ ProcessTargets Choose() {
     absl::StatusOr<SimdTarget> t = SimdTargetFromName(v, p.cpu);
     if (!t.ok()) {
       // No Status can reach the caller of a kernel; running another target than the one asked for would be a
-      // silent wrong answer (docs/design.md, "SIMD targets and tolerances").
+      // silent wrong answer (docs/internals/design.md, "SIMD targets and tolerances").
       std::fprintf(stderr, "zero: ZERO_SIMD_TARGET=%s\n", std::string(t.status().message()).c_str());
       std::fflush(stderr);
       std::abort();
