@@ -36,7 +36,7 @@ set(ZERO_VECTOR_FLAGS -fno-math-errno -fno-trapping-math)
 #   CUDA_SOURCES (only with ZERO_HAVE_CUDA) are the layer's part of zero::cuda: they compile with the same include
 #   root into zero_<layer>_cuda (into zero_<layer> itself when the layer has no SOURCES), linked with CUDA::cudart
 #   and CUDA_LIBS, and their objects go to `zero_cuda_library` (libzero_cuda.a), never to `zero`, which therefore
-#   references no CUDA or NCCL symbol (docs/design.md, "Two libraries, one package").
+#   references no CUDA or NCCL symbol (docs/internals/design.md, "Two libraries, one package").
 function(zero_add_layer)
   cmake_parse_arguments(ZL "" "NAME" "DEPS;SOURCES;LIBS;CUDA_SOURCES;CUDA_LIBS" ${ARGN})
   set(target zero_${ZL_NAME})

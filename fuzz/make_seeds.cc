@@ -1,5 +1,5 @@
 // zero_fuzz_make_seeds OUT [CONFIG.json...]: writes the fuzz targets' seed inputs under OUT/<target>/ (the
-// corpora in fuzz/corpus/ started from these; docs/fuzzing.md):
+// corpora in fuzz/corpus/ started from these; docs/internals/fuzzing.md):
 //   config             each CONFIG file as it is, and the built-in default config
 //   checkpoint_meta    the meta.json of checkpoints the Engine saved, and one with a rank description added
 //   checkpoint_reader  the same checkpoints packed as that target reads them (flags, meta.json, rank files)

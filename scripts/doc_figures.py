@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Regenerates the figures of docs/scale.md from zero-estimate, so the doc never drifts from what the tool prints.
+"""Regenerates the figures of docs/guide/scale.md from zero-estimate, so the doc never drifts from what the tool prints.
 
-docs/scale.md.in is the text with {{name}} placeholders; this script runs the zero-estimate commands the doc names
-(each with --json), computes every figure from their output and writes docs/scale.md. A test (tests/docs) runs
-it with --check, which fails, printing the difference, when the committed docs/scale.md is not what the template
+docs/guide/scale.md.in is the text with {{name}} placeholders; this script runs the zero-estimate commands the doc names
+(each with --json), computes every figure from their output and writes docs/guide/scale.md. A test (tests/docs) runs
+it with --check, which fails, printing the difference, when the committed docs/guide/scale.md is not what the template
 and today's zero-estimate give.
 
   scripts/doc_figures.py [--build build] [--check]
@@ -20,7 +20,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = float(1 << 30)
 
-# The run docs/scale.md describes: Megatron-LM's 76.1B shape on 1,024 ranks.
+# The run docs/guide/scale.md describes: Megatron-LM's 76.1B shape on 1,024 ranks.
 SHAPE = ["--layers", "60", "--hidden", "10240", "--heads", "80", "--vocab", "51200", "--seq", "2048"]
 LAYERS, HIDDEN, SEQ, MICRO_BATCH = 60, 10240, 2048, 1
 CONFIG = os.path.join("examples", "gpt", "configs", "zero3_scale.json")
@@ -143,20 +143,20 @@ def main():
     ap.add_argument("--check", action="store_true", help="compare with the committed doc instead of writing it")
     args = ap.parse_args()
     os.chdir(ROOT)
-    with open(os.path.join("docs", "scale.md.in")) as fh:
+    with open(os.path.join("docs", "guide", "scale.md.in")) as fh:
         template = fh.read()
     text = render(template, figures(os.path.abspath(args.build)))
-    target = os.path.join("docs", "scale.md")
+    target = os.path.join("docs", "guide", "scale.md")
     if args.check:
         with open(target) as fh:
             current = fh.read()
         if current != text:
             sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True), target,
                                                        target + " (regenerated)"))
-            print("doc_figures: docs/scale.md differs from what zero-estimate prints today; run "
+            print("doc_figures: docs/guide/scale.md differs from what zero-estimate prints today; run "
                   "scripts/doc_figures.py and commit the result")
             return 1
-        print("doc_figures: docs/scale.md matches zero-estimate")
+        print("doc_figures: docs/guide/scale.md matches zero-estimate")
         return 0
     with open(target, "w") as fh:
         fh.write(text)

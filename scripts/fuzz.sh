@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one libFuzzer target (docs/fuzzing.md) under ASan + UBSan, built with clang in build-fuzz/.
+# Runs one libFuzzer target (docs/internals/fuzzing.md) under ASan + UBSan, built with clang in build-fuzz/.
 #   scripts/fuzz.sh TARGET [SECONDS]   fuzz for SECONDS (default 60), starting from fuzz/corpus/TARGET; the inputs
 #                                      that reach new coverage collect in build-fuzz/corpus/TARGET, a crash or
 #                                      failed check in build-fuzz/artifacts/TARGET/, the log in build-fuzz/logs/

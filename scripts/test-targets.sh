@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the tolerance tests (ctest label `tolerance`), or the whole suite, once per SIMD target and OpenBLAS kernel,
-# so a bound that holds only on the kernels of one CPU shows up on any machine (docs/design.md, "SIMD targets and
-# tolerances"; bench/results/cpu-targets.md: the measurements the bounds come from).
+# so a bound that holds only on the kernels of one CPU shows up on any machine (docs/internals/design.md, "SIMD targets
+# and tolerances"; bench/results/cpu-targets.md: the measurements the bounds come from).
 #   scripts/test-targets.sh [options] [ctest args]
 #     --targets "A B"  Highway targets to force (ZERO_SIMD_TARGET), default every one this CPU offers; `best` and
 #                      `fallback` name the first and the last offered (EMU128, or SCALAR with some compilers)

@@ -8,7 +8,7 @@
 #                                                     checkpoint and offload tests (TSAN_TESTS below)
 # The sanitizer runs build without CUDA, skip the format check (the plain run has it), and fail when any process
 # (a test, or a rank or worker it started) wrote a sanitizer report, whatever that process's exit status was.
-# docs/sanitizers.md: what they cover and what they do not.
+# docs/internals/sanitizers.md: what they cover and what they do not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +34,7 @@ fi
 # zero-run, launch variables, Split), the engine (host and emulated asynchronous compute tier, chunked
 # collectives, desync detection, hybrid sharding, checkpoints) and offload. tsan_absl_sync_test checks the
 # annotations of Abseil's locks (tests/support/tsan_absl_sync.cc) themselves. ZERO_TSAN_TESTS="a_test b_test"
-# runs other executables instead (docs/sanitizers.md: what CI leaves out).
+# runs other executables instead (docs/internals/sanitizers.md: what CI leaves out).
 TSAN_TESTS=(tsan_absl_sync_test comm_collectives_test comm_store_test comm_failure_test comm_process_test
   comm_from_env_test comm_split_test engine_test async_tier_test chunked_collectives_test desync_test hybrid_test
   checkpoint_test offload_unit_test offload_engine_test)
@@ -58,7 +58,7 @@ case "$sanitize" in
 esac
 
 # -O1 -g1: line numbers in the reports, and less than half the compile time of -O2 -g under instrumentation
-# (the tests' own code at -O0, tests/CMakeLists.txt; docs/sanitizers.md). No -DNDEBUG: the assertions in
+# (the tests' own code at -O0, tests/CMakeLists.txt; docs/internals/sanitizers.md). No -DNDEBUG: the assertions in
 # third-party headers (nlohmann-json, Abseil) stay on.
 ZERO_BUILD_DIR=$dir ZERO_BUILD_TARGETS="${targets[*]}" ./scripts/build.sh -DZERO_WERROR="${ZERO_WERROR:-ON}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \

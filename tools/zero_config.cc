@@ -5,7 +5,7 @@
 //   zero-config hf.json --set train_micro_batch_size_per_gpu=4 --set optimizer.params.lr=3e-4 --world 8
 //                                          # Config::Set each key first (a value is JSON; a bare word is a string)
 //   zero-config --default                  # Config::Default() with every default filled in
-//   zero-config --reference > docs/config.md   # the markdown reference generated from the schema table
+//   zero-config --reference > docs/guide/config.md   # the markdown reference generated from the schema table
 //
 // Invalid configs exit 1 with every problem on stderr (key path, value, rule), as do configs that ask for
 // DeepSpeed features zero does not implement (said so on stderr); bad usage exits 2. Warnings
@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "                                      check FILE (\"-\" reads stdin) and print the effective config;\n"
     "                                      --set overrides a key (repeatable; VALUE is JSON, a bare word a string)\n"
     "       zero-config --default          print Config::Default()\n"
-    "       zero-config --reference        print the config reference (docs/config.md)\n";
+    "       zero-config --reference        print the config reference (docs/guide/config.md)\n";
 
 int Usage(const std::string& why) {
   if (!why.empty()) std::cerr << "zero-config: " << why << "\n";

@@ -291,8 +291,8 @@ int main(int argc, char** argv) {
     }
   } store_cleanup{store_dir};
   const int port = FreePort();
-  // ZERO_JOB_ID, the job's identity at rendezvous (docs/comm.md, "Rendezvous checks"): ranks of another job that
-  // reach this job's store refuse it. The store directory's name is unique while the job runs, and the same for
+  // ZERO_JOB_ID, the job's identity at rendezvous (docs/internals/comm.md, "Rendezvous checks"): ranks of another job
+  // that reach this job's store refuse it. The store directory's name is unique while the job runs, and the same for
   // every attempt of the job.
   const std::string job_id = store_dir.substr(store_dir.rfind('/') + 1);
 

@@ -13,7 +13,7 @@ namespace {
 
 int64_t RoundUp64(int64_t n) { return (n + 63) / 64 * 64; }
 
-// The engine's padding rule (docs/design.md, "Units and the flat layout"): a multiple of 32 x world elements.
+// The engine's padding rule (docs/internals/design.md, "Units and the flat layout"): a multiple of 32 x world elements.
 int64_t Padded(int64_t numel, int world) {
   const int64_t q = int64_t{32} * world;
   return (numel + q - 1) / q * q;

@@ -8,7 +8,7 @@
 // Activations (the residual stream, each block's saved activations, the head's, the backward scratch) come
 // from a zero::Checkpointer's arena and are reported as MemTag::kActivations in the DEVICE tier — where they
 // would live on an accelerator — although the host engine keeps them in host memory; checkpoints are in the
-// device tier too, or in the host tier with activation_checkpointing.cpu_checkpointing (docs/recompute.md).
+// device tier too, or in the host tier with activation_checkpointing.cpu_checkpointing (docs/guide/recompute.md).
 #pragma once
 
 #include <array>

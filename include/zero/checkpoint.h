@@ -7,7 +7,7 @@
 //   ZERO_ASSIGN_OR_RETURN(zero::LoadResult r, engine->Load("ckpt"));      // the latest complete checkpoint
 //   pos = r.trainer_state["data_pos"];
 //
-// On disk (docs/design.md, "Checkpoints"):
+// On disk (docs/internals/design.md, "Checkpoints"):
 //   DIR/latest                          the tag of the newest complete checkpoint, written last
 //   DIR/<tag>/meta.json                 rank 0: format version, world size, stage, dtypes, step, loss scaler,
 //                                       parameter groups, every unit and parameter (name, shape, offset), and for

@@ -50,7 +50,7 @@ struct CommOptions {
   absl::Duration timeout = absl::Seconds(1800);
   // The job this rank belongs to: ranks whose ids differ refuse each other at rendezvous, before any data moves
   // (two jobs on one MASTER_PORT). "" = no id (then any rank can join). FromEnv fills it from ZERO_JOB_ID,
-  // TORCHELASTIC_RUN_ID or SLURM_JOB_ID when it is empty. See docs/comm.md, "Rendezvous checks".
+  // TORCHELASTIC_RUN_ID or SLURM_JOB_ID when it is empty. See docs/internals/comm.md, "Rendezvous checks".
   std::string job_id = "";
   // Exchange an op fingerprint before every op to detect desync (also ZERO_COMM_CHECK=1).
   bool check_order = false;
@@ -90,7 +90,7 @@ class Communicator {
   // the high-water mark of the engine's bytes and this staging alive at once, not a sum of two peaks. A
   // communicator that reports memory but returns nullptr here makes the engine's peak_total an upper bound.
   virtual MemoryTracker* memory_tracker() { return nullptr; }
-  // What the engine's bound on its true peak needs of the communicator's staging (docs/design.md, "The true
+  // What the engine's bound on its true peak needs of the communicator's staging (docs/internals/design.md, "The true
   // peak and its bound"): the budget of what stays cached between ops (CommOptions::cache_bytes), and the staging
   // bytes one op holds while it runs — a ReduceScatter (ReduceScatterDestructive if `destructive`) or an AllReduce
   // of `count` elements per rank (AllReduce: in all) of `dtype`. 0 where the backend counts nothing (NCCL's
@@ -204,10 +204,10 @@ class Communicator {
   // (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), in that order
   // of precedence. Rendezvous: ZERO_STORE_DIR selects a file store (zero-run sets it), else MASTER_ADDR and
   // MASTER_PORT a TCP store served by rank 0; without launcher variables, world size 1. kNccl uses LOCAL_RANK
-  // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/comm.md.
-  // Rendezvous checks (docs/comm.md): the ranks must agree on the world size and the job id (options.job_id,
-  // else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a disagreement fails
-  // every rank that arrived with kFailedPrecondition naming both sides.
+  // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/guide/launching.md.
+  // Rendezvous checks (docs/internals/comm.md): the ranks must agree on the world size and the job id
+  // (options.job_id, else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a
+  // disagreement fails every rank that arrived with kFailedPrecondition naming both sides.
   static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
   // The communicator for an engine: as above, with the timeout (rendezvous and ops) taken from the config's
   // comm_timeout_s, so that the config is the one place it is set (ZERO_COMM_TIMEOUT_S still overrides it).

@@ -6,7 +6,7 @@
 //   int stage = cfg.zero.stage;
 //
 // The accepted keys, their types, defaults (DeepSpeed's, from its source) and rules live in ONE table in
-// src/core/config_schema.cc; the parser, the validator, ToJson, `zero-config --reference` and docs/config.md
+// src/core/config_schema.cc; the parser, the validator, ToJson, `zero-config --reference` and docs/guide/config.md
 // (the reference, checked by a test) all come from it. Unknown keys are errors with the JSON path and a "did
 // you mean"; keys DeepSpeed knows that zero does not implement are accepted only at their "off"/default value
 // (and are otherwise kUnimplemented "not implemented in zero" errors); sections of other
@@ -76,7 +76,7 @@ struct ZeroOptimizationConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   int64_t zero_hpz_partition_size = 1;
   // MiCS / FSDP HYBRID_SHARD: shard within groups of this many consecutive ranks and replicate across the
-  // groups (stages 1-3). <= 0 or the world size: shard across all ranks (docs/design.md, "Hybrid sharding").
+  // groups (stages 1-3). <= 0 or the world size: shard across all ranks (docs/internals/design.md, "Hybrid sharding").
   int64_t mics_shard_size = -1;
   bool zero_quantized_weights = false;
   bool zero_quantized_gradients = false;

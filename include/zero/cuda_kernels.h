@@ -16,7 +16,7 @@
 // device (nothing here has Sync or Wait in its name). Arguments are checked on the host (kInvalidArgument);
 // a failed launch returns kInternal with the CUDA error string. Results are valid once the stream reaches
 // the enqueued work: join it with an event before reading them on another stream or on the host.
-// Tolerances of every kernel against the host reference are listed in docs/cuda.md.
+// Tolerances of every kernel against the host reference are listed in docs/internals/cuda.md.
 #pragma once
 
 #include <cstddef>
@@ -59,7 +59,7 @@ int DeviceCount();
 // rounded to nearest even). All buffers are device memory of u.n elements; u.state is a HOST array of device
 // pointers (the engine's state buffers, zeroed before the first step). u.step is the 1-based count of applied
 // steps; u.lr the learning rate for this step. Buffers may have any alignment (16-byte-aligned buffers take
-// the vectorized path; see docs/cuda.md), must not overlap, and param_out must not be master.
+// the vectorized path; see docs/internals/cuda.md), must not overlap, and param_out must not be master.
 
 // Adam/AdamW (p.decoupled_weight_decay): u.state = {exp_avg, exp_avg_sq}.
 [[nodiscard]] Status AdamStep(const ShardUpdate& u, const AdamParams& p, Stream stream);

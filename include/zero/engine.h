@@ -43,7 +43,7 @@
 // paths are plain data: TensorView::data and UnitScope::param_base()/grad_base(), which return nullptr where there is
 // no such buffer.
 //
-// WHAT EACH RANK HOLDS (fp32 Adam, Ψ elements, N ranks; docs/design.md, "What each rank holds"): stage 0 the
+// WHAT EACH RANK HOLDS (fp32 Adam, Ψ elements, N ranks; docs/internals/design.md, "What each rank holds"): stage 0 the
 // parameters, the gradient and the optimizer state in full, 16Ψ bytes, and nothing staged; stage 1 the optimizer
 // state of its shard only, 8Ψ + 8Ψ/N, plus the communicator's cached reduce-scatter (Gloo's receive buffers,
 // about 8 bytes per element of the largest unit, or of a chunk when units exceed reduce_bucket_size); stage 2
@@ -147,8 +147,8 @@ struct StepOptions {
   double lr_scale = 1.0;     // multiplies the learning rate (the schedule's or `lr`)
   // The trainer's number of this step (its loop counter). Step's desync check compares it, with lr, lr_scale and
   // the count of Step calls, across ranks: a rank that skipped or repeated a Step then fails on every rank at
-  // that Step, naming each rank's step (docs/design.md, "Failures and desync"). Without it a skipped Step whose
-  // ops match the others' (ShardedOptimizer issues the same ops every Step) shows only when a rank runs out of
+  // that Step, naming each rank's step (docs/internals/design.md, "Failures and desync"). Without it a skipped Step
+  // whose ops match the others' (ShardedOptimizer issues the same ops every Step) shows only when a rank runs out of
   // steps and leaves.
   std::optional<int64_t> step;
 };
@@ -224,8 +224,8 @@ struct EngineOptions {
 };
 
 // The bound the placement plan gives on one tier of this rank's true peak (MemoryReport::peak_total), by term
-// (docs/design.md, "The true peak and its bound"). It holds for the host (Gloo) engine at any point of training;
-// the measured true peak reaches it where every pool fills (tests/shard/true_peak_test.cc).
+// (docs/internals/design.md, "The true peak and its bound"). It holds for the host (Gloo) engine at any point of
+// training; the measured true peak reaches it where every pool fills (tests/shard/true_peak_test.cc).
 struct PeakBound {
   int64_t model_state = 0;  // the plan's buffers: parameters, gradients, master, optimizer state, offload staging
   int64_t gathers = 0;      // stage 3: full-unit gather buffers within the live window (stage3_max_live_parameters,
@@ -315,8 +315,9 @@ class Engine {
  public:
   // Validates `config` for the communicator's world size (every field against its key's rule, as in the JSON;
   // batch sizes, no "auto" left), refuses a communicator whose timeout is not the config's comm_timeout_s
-  // (docs/comm.md, "Timeouts and failures"), and checks that every rank's config is the same (kFailedPrecondition
-  // naming the first differing key; collective). The engine keeps the communicator for its lifetime.
+  // (docs/internals/comm.md, "Timeouts and failures"), and checks that every rank's config is the same
+  // (kFailedPrecondition naming the first differing key; collective). The engine keeps the communicator for its
+  // lifetime.
   static StatusOr<std::unique_ptr<Engine>> Create(const Config& config, std::shared_ptr<Communicator> comm,
                                                   EngineOptions options = {});
   ~Engine();
@@ -400,8 +401,8 @@ class Engine {
   // This rank's bytes by tag and tier, the communicator's staging included. The device tier is the compute
   // tier (on the host engine: host DRAM the CPU computes in); the host tier is what offload moved out of it
   // (zero_optimization.offload_optimizer: master, optimizer state, reduced gradient shard; offload_param:
-  // stage-3 parameter shards) plus staging. See docs/design.md, "Tiers" and "Offload". Its peak_total, and each
-  // tag's peak, is the high-water mark of the engine's and the communicator's bytes alive at once, counted since
+  // stage-3 parameter shards) plus staging. See docs/internals/design.md, "Tiers" and "Offload". Its peak_total, and
+  // each tag's peak, is the high-water mark of the engine's and the communicator's bytes alive at once, counted since
   // the engine was created (MemoryTracker::CountAlsoIn, ReportWithLinked): no tag's peak exceeds its tier's
   // peak_total, after Save, Load and offload too. memory_tracker().ResetPeaks() resets them.
   MemoryReport memory_report() const;

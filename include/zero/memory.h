@@ -118,9 +118,9 @@ class MemoryTracker {
   // A budget for a tier: an allocation through Buffer that would take the tier's total (this tracker's bytes and
   // those counted in it, as in peak_total) past `bytes` is not made, and fails with RESOURCE_EXHAUSTED as a
   // failure of the allocator would (see Buffer). 0 (the default): no budget. For running as on a smaller device
-  // than the one at hand, and for testing what an out-of-memory does (docs/design.md, "Running out of memory").
-  // Bytes counted with Add directly (the communicator's record of its transport's own buffers) are not refused,
-  // but they count against the budget of later allocations.
+  // than the one at hand, and for testing what an out-of-memory does (docs/internals/design.md, "Running out of
+  // memory"). Bytes counted with Add directly (the communicator's record of its transport's own buffers) are not
+  // refused, but they count against the budget of later allocations.
   void SetLimit(MemTier tier, int64_t bytes);
   int64_t limit(MemTier tier) const { return limit_[static_cast<size_t>(tier)].load(std::memory_order_relaxed); }
   // Calls `allocate` (true: it succeeded) and counts `bytes` under (tier, tag) when it did; when the tier's
@@ -173,7 +173,7 @@ class Buffer {
   // new; with `error`, returns an empty buffer and sets *error (RESOURCE_EXHAUSTED naming the tag, the tier and
   // the bytes). The engine always passes `error`.
   // Reported in `tier`: MemTier::kDevice is for host memory that serves as the compute device's own — the host
-  // (Gloo) engine computes on the CPU, so its compute tier is host DRAM reported as "device" (docs/design.md,
+  // (Gloo) engine computes on the CPU, so its compute tier is host DRAM reported as "device" (docs/internals/design.md,
   // "Tiers"); everything else is kHost.
   static Buffer Host(MemoryTracker* tracker, MemTag tag, size_t bytes, MemTier tier = MemTier::kHost,
                      Status* error = nullptr);

@@ -35,7 +35,7 @@
 // Memory accounting: every byte is reported to the MemoryTracker under MemTag::kActivations — intermediates
 // in the compute tier, checkpoints in the compute tier or (cpu_checkpointing) the host tier. On zero's host
 // engine there is no device: MemTier::kDevice bytes are host memory, reported in the device tier to show where
-// they would live on an accelerator (see docs/recompute.md).
+// they would live on an accelerator (see docs/guide/recompute.md).
 //
 // Stage 3: call Backward inside the unit's Engine::Backward scope. The recompute then uses the parameters that
 // scope gathered — the recompute's gather IS the backward gather, issued (and prefetched) by the engine's

@@ -29,7 +29,7 @@
 //   stage 2   the same bytes as stage 1: the trainer's full gradient buffer exists anyway, so the reduced shard
 //             lands in its slice instead of a gradient shard of its own (which would add 4Ψ/N). In this wrapper
 //             stage 2 never pays over stage 1; it pays in the Engine, where the full gradient of a unit lives only
-//             while its backward scope is open (docs/design.md, "What each rank holds").
+//             while its backward scope is open (docs/internals/design.md, "What each rank holds").
 //   16-bit buffers add the fp32 master of the shard, 4Ψ/N (stage 0: 4Ψ); optimizer offload moves the shard's
 //   state, master and gradient copy to the host tier.
 // Transient, at any setting: the reduce-scatter moves in chunks of at most 1 Mi elements of all ranks together

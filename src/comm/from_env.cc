@@ -1,4 +1,4 @@
-// Communicator::FromEnv and the environment variables of the comm layer (listed in docs/comm.md).
+// Communicator::FromEnv and the environment variables of the comm layer (listed in docs/guide/launching.md).
 #include <cstdlib>
 #include <optional>
 

@@ -203,7 +203,7 @@ void DivideInPlace(float* p, size_t n, float divisor) {
 //    across blocks never use), and the sender awaits the acknowledgements before its run returns. They are
 //    usually there already: a receiver reduces that data before its distribution phase, which the sender has
 //    awaited. This replaced a barrier after every run on those worlds, which cost a round of messages and
-//    waited for the slowest rank's whole run (docs/comm.md has the measured difference).
+//    waited for the slowest rank's whole run (docs/internals/comm.md has the measured difference).
 //
 // 5. SetInput() with a stride: change 3 over an input whose rank blocks are not adjacent (rank r's at
 //    input + r·stride; ReduceScatterStrided, the engine's chunks of a shard-contiguous unit). Only step 0 reads
@@ -226,7 +226,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     // Gloo's step notifications send from and receive into this one int, which nobody reads: the transport's
     // thread writes it (recv) while this rank's thread sends from it (writev). Under TSan (empty otherwise) that
     // exact int is declared a benign race, so races on the data buffers, which the same Gloo functions move,
-    // are still reported (docs/sanitizers.md).
+    // are still reported (docs/internals/sanitizers.md).
     ABSL_ANNOTATE_BENIGN_RACE_SIZED(&dummy_, sizeof(dummy_), "Gloo's step-notification word, never read");
     if (contextSize_ > 1) BuildBlockAcks();
   }

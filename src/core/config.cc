@@ -569,7 +569,7 @@ class ConfigParser {
       if (!k.has(kAutoOk)) {
         Error(spelled +
               ": \"auto\" is not accepted here (only keys that Hugging Face or Accelerate fill take it; "
-              "see docs/config.md)");
+              "see docs/guide/config.md)");
         return;
       }
       c_->given_.emplace(k.path, spelled);

@@ -1,5 +1,5 @@
 // The config schema: every key zero accepts, in one table (see internal/config_schema.h), and the markdown
-// reference generated from it (docs/config.md, `zero-config --reference`).
+// reference generated from it (docs/guide/config.md, `zero-config --reference`).
 //
 // Defaults are DeepSpeed's, read from its source (deepspeed/runtime/zero/config.py, offload_config.py,
 // precision_config.py, runtime/constants.py, runtime/lr_schedules.py, swap_tensor/aio_config.py,
@@ -824,7 +824,7 @@ std::string ConfigReferenceMarkdown() {
   std::ostringstream md;
   md << "# zero configuration reference\n\n"
      << "<!-- Generated from the schema table in src/core/config_schema.cc by `build/bin/zero-config --reference "
-        "> docs/config.md`. Do not edit by hand: a test fails when this file and the table differ. -->\n\n"
+        "> docs/guide/config.md`. Do not edit by hand: a test fails when this file and the table differ. -->\n\n"
      << "## Config\n\n"
      << "zero reads the DeepSpeed JSON config that DeepSpeed and Hugging Face users already have "
         "(`zero::Config::FromJsonFile`, or `build/bin/zero-config FILE [--world N]` to check one and print the "

@@ -165,7 +165,7 @@ void ApplySimdTargetFromEnv() {
   const ProcessTargets& p = Targets();
   if (!p.env.ok()) {
     // No Status can reach the caller of a kernel; running another target than the one asked for would be a
-    // silent wrong answer (docs/design.md, "SIMD targets and tolerances"). Engine::Create and
+    // silent wrong answer (docs/internals/design.md, "SIMD targets and tolerances"). Engine::Create and
     // ShardedOptimizer::Create return this error before any kernel runs; this is for kernels used without them.
     std::fprintf(stderr, "zero: %s\n", std::string(p.env.message()).c_str());
     std::fflush(stderr);

@@ -29,7 +29,7 @@ Status CheckTimeoutAgrees(const Config& cfg, const Communicator& comm) {
       absl::FormatDuration(have), have == def ? " (CommOptions' default)" : "",
       "; the config is the one source of truth for it: create the communicator with "
       "Communicator::FromEnv(backend, config), or set CommOptions::timeout = absl::Seconds(config.comm_timeout_s) "
-      "(docs/comm.md, \"Timeouts\")"));
+      "(docs/internals/comm.md, \"Timeouts\")"));
 }
 
 Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {

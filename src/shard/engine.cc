@@ -8,7 +8,7 @@
 //   grad_reducer.h  gradient buffers, the reduction queue, where results land (offload's copy stream included)
 //   step.h          norm, skip/clip, the optimizer on the shards (compute and host tier), parameter refresh
 //   values.cc       values in and out: initial values, CopyIn, GatherParam
-// This file wires them to the public API (zero/engine.h); docs/design.md describes the whole.
+// This file wires them to the public API (zero/engine.h); docs/internals/design.md describes the whole.
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -480,7 +480,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
   ZERO_RETURN_IF_ERROR(cfg.Validate(comm->world_size()));
   ZERO_RETURN_IF_ERROR(internal::CheckTimeoutAgrees(cfg, *comm));
   ZERO_RETURN_IF_ERROR(internal::SimdTargetEnvStatus());  // before any kernel, which could only abort
-  // Hybrid sharding (docs/design.md): groups of G consecutive ranks shard the model; the ranks at the same
+  // Hybrid sharding (docs/internals/design.md): groups of G consecutive ranks shard the model; the ranks at the same
   // place in each group (a shard's replicas) all-reduce its gradient. Both splits are collective on `comm`.
   std::shared_ptr<Communicator> shard, replica;
   const int world = comm->world_size(), rank = comm->rank();

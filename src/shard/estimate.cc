@@ -67,8 +67,8 @@ std::string RankEstimate::CommJson() const {
 
 namespace {
 
-// The collectives of one step (docs/design.md, "The step" and "Gradient reduction"): stage-3 units are gathered
-// once per scope; gradients are all-reduced (stage 0) or reduce-scattered (stages 1-3) once per step, or every
+// The collectives of one step (docs/internals/design.md, "The step" and "Gradient reduction"): stage-3 units are
+// gathered once per scope; gradients are all-reduced (stage 0) or reduce-scattered (stages 1-3) once per step, or every
 // micro-step where the plan reduces every micro-step; full parameters (stages 1-2, persistent stage-3 units) are
 // refreshed by an all-gather after the update. Frozen units are gathered but neither reduced nor refreshed.
 std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan, const std::vector<EstimateUnit>& units,
@@ -176,7 +176,7 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   Config cfg = config;
   if (options.shard_group > 0) cfg.zero.mics_shard_size = options.shard_group;
   ZERO_RETURN_IF_ERROR(cfg.Validate(world));
-  // Hybrid sharding (docs/design.md): the engine runs as at a world of G over its group, and all-reduces the
+  // Hybrid sharding (docs/internals/design.md): the engine runs as at a world of G over its group, and all-reduces the
   // gradient shards across the R = world / G replicas.
   const int64_t mics = cfg.zero.mics_shard_size;
   const int group = mics > 0 && mics < world ? static_cast<int>(mics) : world;

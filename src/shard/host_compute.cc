@@ -36,7 +36,8 @@ class HostCompute final : public ComputeTier {
   }
 
   // A failure is kept, as the CUDA tier keeps its errors: the engine is then done (every later call returns
-  // it), which is what an out-of-memory in the middle of a step leaves (docs/design.md, "Running out of memory").
+  // it), which is what an out-of-memory in the middle of a step leaves (docs/internals/design.md, "Running out of
+  // memory").
   Buffer Alloc(MemTag tag, size_t bytes) override {
     Status s;
     Buffer b = Buffer::Host(tracker_, tag, bytes, MemTier::kDevice, &s);

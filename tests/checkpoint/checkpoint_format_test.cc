@@ -189,8 +189,8 @@ TEST(CheckpointDamageTest, MissingFileAndAnotherVersionAreNamed) {
   EXPECT_NE(std::string(st.message()).find("format_version is 2; this build reads version 1"), std::string::npos) << st;
 }
 
-// What fuzz/ found in the readers (docs/fuzzing.md): a tag that is a path (zero-ckpt reshard then wrote outside
-// its output folder; "latest" collides with DIR/latest), and JSON nested a million deep (a stack overflow in
+// What fuzz/ found in the readers (docs/internals/fuzzing.md): a tag that is a path (zero-ckpt reshard then wrote
+// outside its output folder; "latest" collides with DIR/latest), and JSON nested a million deep (a stack overflow in
 // nlohmann's recursive dump) are errors, in meta.json, a rank's description and a safetensors header alike.
 TEST(CheckpointDamageTest, PathTagsAndDeepNestingAreRefused) {
   ckpt::Meta m;

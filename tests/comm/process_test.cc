@@ -200,7 +200,7 @@ TEST(Processes, KilledRankMakesTheOthersFail) {
   std::filesystem::remove_all(dir);
 }
 
-// ---- Rendezvous checks (docs/comm.md): the world size and the job ----
+// ---- Rendezvous checks (docs/internals/comm.md): the world size and the job ----
 
 int FreeTcpPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

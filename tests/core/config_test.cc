@@ -1,5 +1,5 @@
 // Tests of zero::Config: the DeepSpeed-style JSON parser, validator, Resolve, ToJson, the generated reference
-// (docs/config.md) and the zero-config tool. Every rejection asserts that the message names the key.
+// (docs/guide/config.md) and the zero-config tool. Every rejection asserts that the message names the key.
 #include "zero/config.h"
 
 #include <gmock/gmock.h>
@@ -821,7 +821,7 @@ TEST_F(ConfigTest, MalformedJsonReportsLineAndColumn) {
 }
 
 // Arrays nested a million deep once overflowed the stack (nlohmann's dump and comparisons recurse per level;
-// fuzz/, docs/fuzzing.md): deeper than 128 levels is refused before parsing, wherever the brackets are.
+// fuzz/, docs/internals/fuzzing.md): deeper than 128 levels is refused before parsing, wherever the brackets are.
 TEST_F(ConfigTest, DeepNestingIsRefusedNotACrash) {
   const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
   // The outer object is level 1, so the 128th '[' (column 15 + 127) is level 129.
@@ -986,7 +986,7 @@ TEST_F(ConfigTest, DocsConfigMdIsTheGeneratedReference) {
   const std::string docs = ReadFile(ZERO_CONFIG_DOCS);
   ASSERT_FALSE(docs.empty()) << ZERO_CONFIG_DOCS << " is missing";
   EXPECT_TRUE(docs == ConfigReferenceMarkdown())
-      << "docs/config.md is stale: regenerate it with `build/bin/zero-config --reference > docs/config.md`";
+      << "docs/guide/config.md is stale: regenerate it with `build/bin/zero-config --reference > docs/guide/config.md`";
 }
 
 TEST_F(ConfigTest, ReferenceListsEveryKeyAliasAndIgnoredSection) {

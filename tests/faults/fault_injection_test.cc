@@ -102,7 +102,7 @@ std::string Gpt(const Case& c, const std::string& args) {
 // The runs that only produce or check parameters (the references, the resume) take a long op timeout: under a
 // loaded machine, three processes may start further apart than the faulted run's 2 s, and their rendezvous
 // would time out. Only the faulted run measures how fast the survivors fail. (ZERO_COMM_TIMEOUT_S overrides the
-// config's comm_timeout_s; docs/comm.md.)
+// config's comm_timeout_s; docs/guide/launching.md.)
 std::string Untimed(const std::string& cmd) { return "ZERO_COMM_TIMEOUT_S=300 " + cmd; }
 
 std::string Hash(const ProcRun& r) {

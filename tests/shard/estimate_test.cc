@@ -289,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(
 // ---- the estimate alone ----------------------------------------------------------------------------------------
 
 // The ZeRO paper's stage-3 figure for 16-bit Adam, 16Ψ/N, on a 70B-class GPT shape at 1,024 ranks (the shape
-// docs/scale.md reports): the plan's padded units, exactly.
+// docs/guide/scale.md reports): the plan's padded units, exactly.
 TEST(EstimateTest, Stage3ModelStateIs16PsiOverN) {
   Config cfg = testing::TrainConfig(3, 1);
   cfg.bf16.enabled = true;

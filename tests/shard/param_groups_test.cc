@@ -211,7 +211,7 @@ TEST_P(LoraTest, FrozenBaseHoldsNoStateAndNeverMoves) {
     EXPECT_EQ(m.Get(MemTier::kDevice, MemTag::kOptimizer).current, 8 * per_rank);
     EXPECT_EQ(m.Get(MemTier::kDevice, MemTag::kMaster).current, bf16 ? 4 * per_rank : 0);
     const int64_t cds = bf16 ? 2 : 4;
-    int64_t grads = 0;  // the adapters' gradients, per the stage (docs/design.md's table)
+    int64_t grads = 0;  // the adapters' gradients, per the stage (docs/internals/design.md's table)
     if (stage <= 1) grads += cds * adapters_padded;
     if (stage >= 2) grads += cds * adapters_padded / world;
     EXPECT_EQ(m.Get(MemTier::kDevice, MemTag::kGrads).current, grads);

@@ -61,7 +61,7 @@ PlanPolicy Policy(int stage, DType cd, Offload off, GradAccumulationMode mode, i
 }
 
 // Bytes per padded element of the replicated part (a) and per shard element of the sharded part (b), in each
-// tier, written out from the ZeRO paper's accounting and docs/design.md's table (independently of plan.cc).
+// tier, written out from the ZeRO paper's accounting and docs/internals/design.md's table (independently of plan.cc).
 struct PerElem {
   int64_t dev_a = 0, dev_b = 0, host_b = 0;
 };

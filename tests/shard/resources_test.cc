@@ -2,8 +2,8 @@
 // (MemoryTracker::SetLimit, the injected limit) or refused by the allocator itself (RLIMIT_AS) — at Finalize and in
 // the middle of training is an error that names the unit, the buffer and the bytes, never a crash; and what a rank
 // holds besides memory (file descriptors, threads) is fixed once it is set up: training and checkpoints add none,
-// and everything is given back when the engine and its communicator go (docs/design.md, "Running out of memory";
-// docs/comm.md, "What a rank holds").
+// and everything is given back when the engine and its communicator go (docs/internals/design.md, "Running out of
+// memory"; docs/internals/comm.md, "What a rank holds").
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -195,7 +195,8 @@ Held HeldNow() { return {CountEntries("/proc/self/fd"), CountEntries("/proc/self
 
 // What a rank holds is fixed once its communicator and engine are set up: steps, stage-3 gathers, chunked
 // collectives and a checkpoint's save and load open no descriptor and start no thread that stays; all of it is
-// released with the engine and the communicator. docs/comm.md ("What a rank holds") gives the counts per rank.
+// released with the engine and the communicator. docs/internals/comm.md ("What a rank holds") gives the counts per
+// rank.
 TEST(RankResourcesTest, FixedAfterSetUpAndReleasedAtTheEnd) {
   const Held before = HeldNow();
   const std::string dir = testing::MakeTempDir("resources");
@@ -220,8 +221,8 @@ TEST(RankResourcesTest, FixedAfterSetUpAndReleasedAtTheEnd) {
     });
     EXPECT_EQ(trained.fds, set_up.fds);
     EXPECT_EQ(trained.threads, set_up.threads);
-    // docs/comm.md, "What a rank holds": per rank, Gloo's transport holds one epoll instance and a socket per peer
-    // for each of the communicator's two Gloo contexts; its threads are Gloo's transport loop and the
+    // docs/internals/comm.md, "What a rank holds": per rank, Gloo's transport holds one epoll instance and a socket per
+    // peer for each of the communicator's two Gloo contexts; its threads are Gloo's transport loop and the
     // communicator's executor, with the optimizer's workers (cpu_threads - 1; cpu_threads defaults to the cores
     // per rank) and the rank's own thread here.
     const int cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);

@@ -1,5 +1,5 @@
 // ThreadSanitizer annotations for Debian's prebuilt Abseil synchronization (ZERO_SANITIZE=thread only: the top
-// CMakeLists.txt links this file into every executable of that build; docs/sanitizers.md).
+// CMakeLists.txt links this file into every executable of that build; docs/internals/sanitizers.md).
 //
 // Debian's libabsl_synchronization.so is not instrumented. absl::Mutex locks with an atomic compare-and-swap and
 // waits on a futex, both inside that library, so TSan sees no synchronization at all: every field zero guards

@@ -1,7 +1,7 @@
 // Internal: launcher variables and environment overrides for communicators.
 //
 // Options are plain structs; environment variables only override them (STYLE point 13). The variables read
-// here are listed in docs/comm.md.
+// here are listed in docs/guide/launching.md.
 #pragma once
 
 #include <functional>

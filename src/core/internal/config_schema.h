@@ -1,5 +1,5 @@
 // core/internal/config_schema.h — the one table of config keys that the parser, the validator, ToJson and
-// the markdown reference (docs/config.md) are all generated from.
+// the markdown reference (docs/guide/config.md) are all generated from.
 //
 //   for (const KeySpec& k : Schema()) ...            // table order = document order
 //   const KeySpec* k = FindKey("zero_optimization.stage");

@@ -32,7 +32,7 @@ void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n);
 // Engine::Create (SimdTargetEnvStatus); a kernel dispatched without one stops the process there,
 // with a message that names the value and lists the targets offered, instead of running another target: a test
 // run that asked for SSE4 and ran AVX3 would report on the wrong kernels. The target that runs is logged at
-// debug level (ZERO_LOG_LEVEL=debug). docs/design.md, "SIMD targets and tolerances".
+// debug level (ZERO_LOG_LEVEL=debug). docs/internals/design.md, "SIMD targets and tolerances".
 struct SimdTarget {
   int64_t bits;      // Highway's HWY_* bit
   std::string name;  // "AVX3", "AVX2", "SSE4", "EMU128", ...

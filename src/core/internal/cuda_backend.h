@@ -6,7 +6,7 @@
 // the CUDA engine's compute tier, pinned and device memory, the device count) it calls through this table of
 // function pointers instead. libzero_cuda.a fills it before main: its registration object (src/shard/
 // cuda_register.cc) is pulled into every program that links zero::cuda by the `--undefined` link option that
-// target carries (docs/design.md, "Layers"). Without zero::cuda the table is null and each seam fails with
+// target carries (docs/internals/design.md, "Layers"). Without zero::cuda the table is null and each seam fails with
 // CudaNotLinkedError, except pinned host memory, which falls back to pageable memory as on a machine without a
 // device (nothing in a program without zero::cuda moves memory to a device).
 //

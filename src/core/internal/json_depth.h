@@ -2,8 +2,8 @@
 // defines: kMaxJsonDepth, JsonTooDeepAt.
 //
 // nlohmann's parser is iterative, but dump(), comparison and copy recurse once per level: a config, meta.json or
-// safetensors header of a few hundred thousand '[' overflowed the stack (found by fuzz/; docs/fuzzing.md). Every
-// JSON zero reads from a user or a file is checked here first; the deepest legitimate input nests 5 levels.
+// safetensors header of a few hundred thousand '[' overflowed the stack (found by fuzz/; docs/internals/fuzzing.md).
+// Every JSON zero reads from a user or a file is checked here first; the deepest legitimate input nests 5 levels.
 #pragma once
 
 #include <cstddef>

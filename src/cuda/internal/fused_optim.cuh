@@ -216,7 +216,8 @@ struct FusedVariant {
 };
 
 // The variant src/cuda/optim.cu launches, and on which grid (FusedGrid, fused_kernel.cuh): on an H200 it moved
-// 0.96-0.98 of the copy bandwidth against 0.81-0.84 for the first version (docs/cuda.md, "Fused step variants").
+// 0.96-0.98 of the copy bandwidth against 0.81-0.84 for the first version (docs/internals/cuda.md, "Fused step
+// variants").
 using FusedProductionVariant = FusedVariant<FusedLayout::kQuad, 4, CacheHint::kStreaming>;
 inline constexpr bool kProductionOnePass = true;
 

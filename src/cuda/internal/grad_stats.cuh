@@ -1,6 +1,6 @@
 // The per-thread part of GradStats (sum of squares and non-finite count of scale * grad), shared by the
 // kernel in src/cuda/grad_stats.cu and the CPU emulation test. The block and grid reductions live in the
-// .cu file (CUB); their order is fixed, so the result is deterministic for a given buffer (see docs/cuda.md).
+// .cu file (CUB); their order is fixed, so the result is deterministic for a given buffer (see docs/internals/cuda.md).
 #pragma once
 
 #include "cuda/internal/device_math.cuh"

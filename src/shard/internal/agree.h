@@ -9,7 +9,7 @@
 
 namespace zero::internal {
 
-// One source of truth for comm_timeout_s (docs/comm.md, "Timeouts"): a communicator whose timeout is not the
+// One source of truth for comm_timeout_s (docs/internals/comm.md, "Timeouts"): a communicator whose timeout is not the
 // config's is refused (kInvalidArgument naming both), except where one side was left at the 1800 s default: a
 // communicator left at the default while the config sets comm_timeout_s is refused too (the README's old
 // pattern, FromEnv(kGloo) + Create(cfg, comm), silently waited 30 min); a config left at the default keeps the

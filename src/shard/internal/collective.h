@@ -13,8 +13,8 @@
 //    reduce-scatters that (destructively: the staging is scratch). Either way the result lands in recv + a.
 // All are the Communicator's own collectives; only the layout is the engine's. Moving data changes no value,
 // and each element is reduced by the same collective algorithm over the same ranks (on Gloo its summation tree
-// does not depend on where in the buffer the element lies: docs/design.md), so a chunked unit trains bit for bit
-// as one collective would, whichever form each chunk takes.
+// does not depend on where in the buffer the element lies: docs/internals/design.md), so a chunked unit trains bit for
+// bit as one collective would, whichever form each chunk takes.
 //
 // Two staging buffers of one chunk each, double-buffered: while chunk j is on the wire, chunk j-1 is unpacked (or
 // chunk j+1 packed). Strided chunks need no staging (none is taken when every chunk is strided), so nothing bounds

@@ -5,7 +5,7 @@
 // loops, memcpy, the Highway/threaded host kernels) and a CUDA device (the NCCL engine: cudaMalloc'd buffers,
 // the fused kernels of zero/cuda_kernels.h, all on the trainer's compute stream).
 //
-// Ordering model (docs/design.md, "The device engine"): on a device every operation here is enqueued on one
+// Ordering model (docs/internals/design.md, "The device engine"): on a device every operation here is enqueued on one
 // stream — the trainer's compute stream — and returns at once; a collective's input is ordered by passing that
 // stream as the op's producer stream, and its result is joined with Join (Work::WaitStream). Since every
 // compute-tier read and write of the engine and the trainer is on that one stream, a buffer handed back to an
@@ -82,7 +82,7 @@ class ComputeTier {
   virtual Status Join(Work& w) = 0;
 };
 
-// Host DRAM, reported as the device tier (docs/design.md, "Tiers"). `tracker` must outlive it.
+// Host DRAM, reported as the device tier (docs/internals/design.md, "Tiers"). `tracker` must outlive it.
 std::unique_ptr<ComputeTier> MakeHostCompute(MemoryTracker* tracker);
 
 // The tier an engine over a Gloo communicator gets: MakeHostCompute, unless a test installed a factory (to run

@@ -20,7 +20,7 @@
 // Not in the plan's buffer list: the transient buffers the engine pools (stage-3 gathers, gradient buckets, wire
 // copies, chunk staging, the full gradient of low-communication mode while it lives) and the communicator's own
 // staging. TruePeakBound bounds them from the config's bucket sizes: with the plan's model state, the bound on
-// the true peak (MemoryReport::peak_total) per tier (docs/design.md, "The true peak and its bound").
+// the true peak (MemoryReport::peak_total) per tier (docs/internals/design.md, "The true peak and its bound").
 #pragma once
 
 #include <algorithm>
@@ -198,7 +198,7 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
 // chunks, bench/results/comm-gloo-world4.md; each chunk costs one collective's latency) and about an eighth of
 // the unit (never below 1024 elements per rank, where Gloo reads the input where it lies), cut into nearly equal
 // multiples of 32; a smaller reduce_bucket_size still wins.
-// Chunking moves the same sums (docs/design.md, "Bounded transient buffers"): the results are the same bits.
+// Chunking moves the same sums (docs/internals/design.md, "Bounded transient buffers"): the results are the same bits.
 inline constexpr int64_t kTrainerReduceBucket = int64_t{1} << 20;
 int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned);
 // Whether `ok` holds for every chunk size of a shard of S elements moved in chunks of `chunk` per rank: the whole
