@@ -3,11 +3,16 @@
 `zero-run --max-restarts 3`, one rank SIGKILLed or SIGSTOPped at a random step; the job must finish its steps,
 and its final parameters (a hash of every fp32 bit) and last losses must equal an uninterrupted run's.
 
-    bench/scripts/elastic_trials.py [--build build] [--trials 10] [--steps 40] [--seed 1] [--out FILE]
+    bench/scripts/elastic_trials.py [--build build] [--trials 10] [--steps 40] [--seed 1] [--shrink] [--out FILE]
 
 Per trial it records the step the fault hit, the checkpoint the restart resumed from, the steps lost (the last
 step trained before the fault minus that checkpoint's step), and the time from the fault to the first step
 trained after the restart. The world size does not change (zero-run restarts every rank), so equality is bitwise.
+
+--shrink: zero-run --min-nproc 3, so the restart runs 3 ranks; the config keeps the global batch (train_batch_size
+12, micro-batch 1: accumulation 3 at 4 ranks, 4 at 3 ranks, as DeepSpeed derives it). The reference is then the
+run that changed world size at the same checkpoint: 4 ranks up to the checkpoint the trial resumed from, 3 ranks
+from it to the end; equality with it is bitwise too.
 """
 import argparse
 import json
@@ -33,10 +38,15 @@ CONFIG = {
 STEP_RE = re.compile(r'^\[r0\] \{"step": (\d+), "loss": ([0-9.]+)')
 
 
-def command(build, cfg, ckpt, steps):
-    return [f"{build}/bin/zero-run", "-n", "4", "--max-restarts", "3", "--grace", "5", "--",
-            f"{build}/bin/zero-gpt", "--model", "tiny", "--steps", str(steps), "--config", cfg, "--json",
-            "--params-hash", "--save", ckpt, "--save-every", "5", "--resume", ckpt]
+SHRINK_BATCH = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1}
+
+
+def command(build, cfg, ckpt, steps, nproc=4, min_nproc=None):
+    launch = [f"{build}/bin/zero-run", "-n", str(nproc), "--max-restarts", "3", "--grace", "5"]
+    if min_nproc:
+        launch += ["--min-nproc", str(min_nproc)]
+    return launch + ["--", f"{build}/bin/zero-gpt", "--model", "tiny", "--steps", str(steps), "--config", cfg,
+                     "--json", "--params-hash", "--save", ckpt, "--save-every", "5", "--resume", ckpt]
 
 
 def rank_pids(ckpt):
@@ -58,11 +68,11 @@ def rank_pids(ckpt):
     return pids
 
 
-def run_job(build, cfg, ckpt, steps, fault=None):
+def run_job(build, cfg, ckpt, steps, fault=None, nproc=4, min_nproc=None):
     """Runs one job; with fault=(mode, step, rank), signals that rank once rank 0 has printed that step.
-    Returns (rc, lines with their arrival times, fault time, output)."""
-    proc = subprocess.Popen(command(build, cfg, ckpt, steps), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+    Returns (rc, lines with their arrival times, fault time)."""
+    proc = subprocess.Popen(command(build, cfg, ckpt, steps, nproc, min_nproc), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines, fired_at = [], None
     for line in proc.stdout:
         now = time.monotonic()
@@ -89,13 +99,18 @@ def main():
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shrink", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     tmp = tempfile.mkdtemp(prefix="zero-elastic-")
     cfg = os.path.join(tmp, "config.json")
+    config = dict(CONFIG)
+    if args.shrink:
+        del config["gradient_accumulation_steps"]
+        config.update(SHRINK_BATCH)
     with open(cfg, "w") as f:
-        json.dump(CONFIG, f)
+        json.dump(config, f)
     out = []
 
     def say(s=""):
@@ -109,18 +124,37 @@ def main():
             sys.exit(f"elastic_trials: the uninterrupted run failed (rc {rc}):\n" + "\n".join(l for _, l in lines[-10:]))
         ref_loss = {s: loss for _, s, loss in ref_steps}
         say(f"uninterrupted: {args.steps} steps, params_hash {ref_hash}, last loss {ref_loss[args.steps]}")
+        shrunk = {}  # checkpoint step -> (hash, losses) of the run that went from 4 to 3 ranks there
+
+        def shrunk_reference(c):
+            if c not in shrunk:
+                d = os.path.join(tmp, f"shrunk{c}")
+                lines = []
+                if c > 0:
+                    rc1, lines, _ = run_job(args.build, cfg, d, c)
+                    if rc1 != 0:
+                        sys.exit(f"elastic_trials: the 4-rank run to step {c} failed")
+                rc2, more, _ = run_job(args.build, cfg, d, args.steps, nproc=3)
+                if rc2 != 0:
+                    sys.exit(f"elastic_trials: the 3-rank run from step {c} failed")
+                st, h = summary(lines + more)
+                shrunk[c] = (h, {s: loss for _, s, loss in st})
+                shutil.rmtree(d, ignore_errors=True)
+            return shrunk[c]
         say()
-        say("| trial | fault | rank | at step | resumed from | steps lost | fault to training again (s) | restarts | rc | "
+        say("| trial | fault | rank | at step | resumed from | steps lost | fault to training again (s) | restarts | ranks after | rc | "
             "losses equal | params bitwise equal |")
-        say("|---|---|---|---|---|---|---|---|---|---|---|")
+        say("|---|---|---|---|---|---|---|---|---|---|---|---|")
         results = {"kill": [], "stop": []}
         for trial in range(1, 2 * args.trials + 1):
             mode = "kill" if trial <= args.trials else "stop"
             at, rank = rng.randint(3, args.steps - 3), rng.randint(0, 3)
             ckpt = os.path.join(tmp, f"t{trial}")
-            rc, lines, fired = run_job(args.build, cfg, ckpt, args.steps, (mode, at, rank))
+            rc, lines, fired = run_job(args.build, cfg, ckpt, args.steps, (mode, at, rank),
+                                       min_nproc=3 if args.shrink else None)
             steps, h = summary(lines)
             restarts = sum("zero-run: restarting" in l for _, l in lines)
+            ranks_after = [m.group(1) for _, l in lines if (m := re.search(r"zero-run: restarting all (\d+) rank", l))]
             resumed = [int(m.group(1)) for _, l in lines if (m := re.search(r"resumed from .*step-0*(\d+)", l))]
             # A fault before the first checkpoint (step 5) restarts from step 0: "resumed from" step 0.
             start = resumed[0] if resumed else 0
@@ -129,21 +163,26 @@ def main():
             again = next((t for t, s in after if s == start + 1), None)
             last_before = max((s for t, s, _ in steps if fired is not None and t <= fired), default=0)
             lost = last_before - start if fired is not None else None
-            losses_equal = all(ref_loss.get(s) == loss for _, s, loss in steps)
-            final = dict((s, loss) for _, s, loss in steps).get(args.steps)
-            ok = rc == 0 and h == ref_hash and final == ref_loss[args.steps]
+            want_hash, want_loss = (ref_hash, ref_loss) if not args.shrink else shrunk_reference(start)
+            # Each step's last printing: a step trained again after the restart replaces the one before the fault.
+            trial_loss = {s: loss for _, s, loss in steps}
+            losses_equal = all(want_loss.get(s) == loss for s, loss in trial_loss.items())
+            final = trial_loss.get(args.steps)
+            ok = rc == 0 and h == want_hash and final == want_loss[args.steps]
             results[mode].append((ok, lost, (again - fired) if again and fired else None))
             say(f"| {trial} | SIG{mode.upper()} | {rank} | {at} | {('step ' + str(start)) if resumed else 'step 0 (none saved yet)'} | "
                 f"{lost if lost is not None else '-'} | {f'{again - fired:.2f}' if again and fired else '-'} | "
-                f"{restarts} | {rc} | {'yes' if losses_equal and final is not None else 'NO'} | "
-                f"{'yes' if h == ref_hash else 'NO'} |")
+                f"{restarts} | {ranks_after[-1] if ranks_after else '-'} | {rc} | {'yes' if losses_equal and final is not None else 'NO'} | "
+                f"{'yes' if h == want_hash else 'NO'} |")
             shutil.rmtree(ckpt, ignore_errors=True)
         say()
         for mode, rs in results.items():
             times = [t for _, _, t in rs if t is not None]
             lost = [l for _, l, _ in rs if l is not None]
+            against = "the run that went from 4 to 3 ranks at the same checkpoint" if args.shrink else \
+                "the uninterrupted run"
             say(f"SIG{mode.upper()}: {sum(ok for ok, _, _ in rs)}/{len(rs)} finished with parameters bitwise equal to "
-                f"the uninterrupted run; fault to training again: median {statistics.median(times):.2f} s, "
+                f"{against}; fault to training again: median {statistics.median(times):.2f} s, "
                 f"max {max(times):.2f} s; steps lost: median {statistics.median(lost)}, max {max(lost)}"
                 if times and lost else f"SIG{mode.upper()}: no timing (see the table)")
         failed = sum(not ok for rs in results.values() for ok, _, _ in rs)
