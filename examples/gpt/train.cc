@@ -398,8 +398,7 @@ StatusOr<std::vector<TrainResult>> RunThreadRanks(int world, const Config& cfg, 
         results[r] = comm.status();
         return;
       }
-      results[r] = TrainRank(cfg, std::shared_ptr<Communicator>(std::move(*comm)), options,
-                             r == 0 ? on_step : std::function<void(const StepLog&)>());
+      results[r] = TrainRank(cfg, std::move(*comm), options, r == 0 ? on_step : std::function<void(const StepLog&)>());
     });
   }
   for (auto& t : threads) t.join();
