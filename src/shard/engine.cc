@@ -19,6 +19,7 @@
 #include "shard/internal/agree.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/advanced/communicator_ext.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -574,9 +575,12 @@ const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
   const Unit* u = impl_->UnitOrNull(unit);
   return u != nullptr ? u->specs : kNone;
 }
-int64_t Engine::prefetch_gathers() const { return impl_->gathers.prefetch_gathers(); }
-int64_t Engine::demand_gathers() const { return impl_->gathers.demand_gathers(); }
-int64_t Engine::peak_live_elements() const { return impl_->gathers.peak_live_elements(); }
+advanced::EngineStats advanced::Stats(const Engine& engine) {
+  const auto& gathers = engine.impl_->gathers;
+  return {.prefetch_gathers = gathers.prefetch_gathers(),
+          .demand_gathers = gathers.demand_gathers(),
+          .peak_live_elements = gathers.peak_live_elements()};
+}
 PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) const {
   internal::PeakInputs in;
   in.open_elems = options.open_elements;
