@@ -21,7 +21,7 @@
 #include "gpt/train.h"
 #include "gpt/train_cuda.h"
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/store.h"
