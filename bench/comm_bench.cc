@@ -563,7 +563,7 @@ class NcclRank final : public RankBackend {
 
   const int rank_;
   const int world_;
-  std::unique_ptr<zero::Communicator> comm_;
+  std::shared_ptr<zero::Communicator> comm_;
   ncclComm_t raw_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* d_send_ = nullptr;

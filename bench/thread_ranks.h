@@ -25,7 +25,7 @@ inline std::vector<absl::Status> RunGlooThreadRanks(
       CommOptions opts;
       opts.hostname = "127.0.0.1";
       auto comm = Communicator::CreateGloo(store, r, world, opts);
-      status[r] = comm.ok() ? fn(std::shared_ptr<Communicator>(std::move(*comm)), r) : comm.status();
+      status[r] = comm.ok() ? fn(std::move(*comm), r) : comm.status();
     });
   }
   for (auto& t : threads) t.join();

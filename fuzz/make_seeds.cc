@@ -77,8 +77,7 @@ void SaveCheckpoint(const Model& m, const std::string& dir) {
     threads.emplace_back([&, rank] {
       auto comm = zero::Communicator::CreateGloo(store, rank, m.world);
       CHECK_OK(comm.status());
-      auto engine = zero::Engine::Create(*cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)),
-                                         {.cpu_threads = 1, .param_groups = m.groups});
+      auto engine = zero::Engine::Create(*cfg, std::move(*comm), {.cpu_threads = 1, .param_groups = m.groups});
       CHECK_OK(engine.status());
       zero::Engine& e = **engine;
       std::vector<zero::UnitId> ids;

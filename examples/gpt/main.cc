@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
           results[r] = comm.status();
           return;
         }
-        results[r] = train_one(std::shared_ptr<zero::Communicator>(std::move(*comm)), opt,
+        results[r] = train_one(std::move(*comm), opt,
                                r == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr);
       });
     }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "data.h"
 #include "model.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
 #include "zero/logging.h"
@@ -121,9 +122,10 @@ void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& 
 void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult* result,
                        std::array<int64_t, 2> trainer_bytes) {
   result->memory = engine.memory_report();
-  result->prefetch_gathers = engine.prefetch_gathers();
-  result->demand_gathers = engine.demand_gathers();
-  result->peak_live_elements = engine.peak_live_elements();
+  const zero::advanced::EngineStats stats = zero::advanced::Stats(engine);
+  result->prefetch_gathers = stats.prefetch_gathers;
+  result->demand_gathers = stats.demand_gathers;
+  result->peak_live_elements = stats.peak_live_elements;
   // The bound on the true peak: the trainer keeps the root unit open for the whole pass beside one block, and its
   // activations (the Checkpointer's arena) and its own buffers are in the engine's tracker.
   auto padded = [&](UnitId u) {
@@ -398,8 +400,7 @@ StatusOr<std::vector<TrainResult>> RunThreadRanks(int world, const Config& cfg, 
         results[r] = comm.status();
         return;
       }
-      results[r] = TrainRank(cfg, std::shared_ptr<Communicator>(std::move(*comm)), options,
-                             r == 0 ? on_step : std::function<void(const StepLog&)>());
+      results[r] = TrainRank(cfg, std::move(*comm), options, r == 0 ? on_step : std::function<void(const StepLog&)>());
     });
   }
   for (auto& t : threads) t.join();

@@ -74,7 +74,7 @@ struct TrainResult {
   std::vector<MemoryReport> all_ranks;  // every rank's (gathered), in rank order
   // Final full parameters (fp32, unit by unit in registration order: root, h.0, ...), when requested.
   std::vector<float> final_params;
-  // Stage-3 gather statistics of this rank (Engine::prefetch_gathers etc.).
+  // Stage-3 gather statistics of this rank (zero/advanced/engine_stats.h).
   int64_t prefetch_gathers = 0;
   int64_t demand_gathers = 0;
   int64_t peak_live_elements = 0;

@@ -11,7 +11,7 @@
 #include "gpt/cuda/model_cuda.h"
 #include "model.h"
 #include "train_common.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/engine.h"
 
 namespace zero::gpt {

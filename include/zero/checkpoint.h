@@ -20,6 +20,11 @@
 // rank reads only the byte ranges (whole 1 MiB checksum blocks) it needs. Every file is written to a
 // temporary name, fsynced and renamed (then the directory is fsynced); meta.json is written only once every
 // rank's file is, and `latest` after it, so a crash at any moment leaves the previous checkpoint current.
+//
+// Engine::Save / Load (zero/engine.h) and ShardedOptimizer's are collective; the free functions below only read
+// or tidy a checkpoint directory, issue no collective and may run in any process (zero-ckpt uses them). Every
+// function returns a Status naming the directory, the tag and the file for what it cannot read or write, or for
+// a checkpoint that fails its checksums; none aborts on what it finds on disk.
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,15 @@
 // Failures: a peer that dies, hangs or never arrives makes every pending and later op fail with
 // kUnavailable or kDeadlineExceeded within CommOptions::timeout; after the first failure the communicator
 // is broken and every later op fails at once with the same cause.
+//
+// Lifetime: the factories (FromEnv, CreateGloo, CreateNccl, Split) return a shared_ptr, the type Engine::Create and
+// ShardedOptimizer::Create take, so `Engine::Create(cfg, *comm)` shares it with the engine; the engine keeps it
+// alive as long as it lives.
+//
+// Subclassing: a trainer may implement its own Communicator (another transport, or a wrapper that counts or
+// delays ops) by overriding the pure virtuals; the Engine runs over any Communicator. The strided collectives,
+// staging sizes and op hash the engine also uses when a communicator offers them are in
+// zero/advanced/communicator_ext.h (advanced::ExtendedCommunicator, which the Gloo and NCCL communicators are).
 #pragma once
 
 #include <cstddef>
@@ -66,7 +75,8 @@ struct CommOptions {
   // instances until what stays cached and what it needs fit; after the op, what is cached beyond the budget is
   // released (an op that alone needs more still runs, and rebuilds its instance the next time). So the staging
   // is at most cache_bytes between ops and at most the larger of cache_bytes and one op's need during one
-  // (Communicator::ReduceScatterStagingBytes). Every rank must give the same value: CreateGloo checks it.
+  // (advanced::ExtendedCommunicator::ReduceScatterStagingBytes). Every rank must give the same value: CreateGloo
+  // checks it.
   int64_t cache_bytes = int64_t{1} << 30;
 };
 
@@ -90,28 +100,9 @@ class Communicator {
   // the high-water mark of the engine's bytes and this staging alive at once, not a sum of two peaks. A
   // communicator that reports memory but returns nullptr here makes the engine's peak_total an upper bound.
   virtual MemoryTracker* memory_tracker() { return nullptr; }
-  // What the engine's bound on its true peak needs of the communicator's staging (docs/internals/design.md, "The true
-  // peak and its bound"): the budget of what stays cached between ops (CommOptions::cache_bytes), and the staging
-  // bytes one op holds while it runs — a ReduceScatter (ReduceScatterDestructive if `destructive`) or an AllReduce
-  // of `count` elements per rank (AllReduce: in all) of `dtype`. 0 where the backend counts nothing (NCCL's
-  // internal buffers are not tracked; AllGather and Broadcast stage nothing on either backend).
-  virtual int64_t cache_bytes() const { return 0; }
-  virtual int64_t ReduceScatterStagingBytes(size_t /*count*/, DType /*dtype*/, bool /*destructive*/) const { return 0; }
-  virtual int64_t AllReduceStagingBytes(size_t /*count*/, DType /*dtype*/) const { return 0; }
-
   // Gathers `count` elements from every rank: recv[r*count .. (r+1)*count) receives rank r's `send`.
   // `send` may alias recv + rank*count (in-place).
   virtual Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream = nullptr) = 0;
-
-  // Like AllGather, but rank r's block lands at recv + r*stride elements (stride >= count): the blocks need not
-  // be adjacent. The engine's chunked all-gather uses it to gather each rank's range of a chunk straight into
-  // its place in the unit, instead of through a staging buffer it then copies out. `send` may alias
-  // recv + rank*stride (in-place); what lies between the blocks is not touched. Only where
-  // SupportsAllGatherStrided() (Gloo: Gloo's ring all-gather with the blocks' offsets moved); elsewhere the
-  // Work fails with kUnimplemented and callers gather contiguously and copy.
-  virtual bool SupportsAllGatherStrided() const { return false; }
-  virtual Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
-                                CUstream_st* stream = nullptr);
 
   // Reduces `send` (world_size*count elements) across ranks and leaves block `rank` (count elements) of the
   // result in `recv`. kAvg divides by world_size. 16-bit inputs: Gloo reduces them in f32 and rounds once;
@@ -130,16 +121,6 @@ class Communicator {
                                         CUstream_st* stream = nullptr) {
     return ReduceScatter(send, recv, count, dtype, op, stream);
   }
-
-  // Like ReduceScatter, but rank r's block of the input lies at send + r*stride elements (stride >= count): the
-  // blocks need not be adjacent. `send` is not modified; `recv` may alias send + rank*stride. The engine's chunked
-  // reduce-scatter uses it to read each rank's range of a chunk where it lies, instead of packing the ranges into
-  // a staging buffer first. Only where SupportsReduceScatterStrided(count, dtype) (Gloo: f32 on power-of-two
-  // worlds, at least 1024 elements per rank: its reduce-scatter that reads a const input); elsewhere the Work
-  // fails with kUnimplemented and callers pack the blocks. Bit for bit ReduceScatter of the packed blocks.
-  virtual bool SupportsReduceScatterStrided(size_t /*count*/, DType /*dtype*/) const { return false; }
-  virtual Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
-                                    CUstream_st* stream = nullptr);
 
   // In-place all-reduce of `count` elements.
   virtual Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* stream = nullptr) = 0;
@@ -162,10 +143,6 @@ class Communicator {
   // Engine labels its collectives with the phase and the unit; a trainer may label its own. Issuing thread only.
   void SetLabel(std::string label) { label_ = std::move(label); }
   const std::string& label() const { return label_; }
-  // A running hash of every op issued so far (kind, dtype, count, root, reduce op, label): equal on all ranks
-  // exactly when they issued the same sequence. The Engine compares it across ranks at every Step. 0 when the
-  // implementation does not keep one.
-  virtual uint64_t IssuedOpsHash() const { return 0; }
   // The last ops issued (up to 12), oldest first, as error messages describe them.
   virtual std::vector<std::string> RecentOps() const { return {}; }
   // The bytes this rank has sent so far by the bandwidth-optimal algorithm of each op issued: nccl-tests' bus
@@ -179,7 +156,7 @@ class Communicator {
   // rank calls it, in the same place in its sequence of ops. The new communicator has this one's options
   // (timeout, checks) and fails the same ways; it is independent of this one once made (its own connections
   // and ops), and either may be destroyed first. kUnimplemented where the implementation cannot split.
-  virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
+  virtual StatusOr<std::shared_ptr<Communicator>> Split(int color, int key);
 
   // The CUDA device the communicator's memory and streams are on (NCCL), or -1 (Gloo: host memory).
   virtual int cuda_device() const { return -1; }
@@ -189,7 +166,7 @@ class Communicator {
   // The communicator keeps `store` alive. Destroying it waits for its queued ops to finish or fail, then for
   // the other ranks to destroy theirs (a barrier, at most min(timeout, 60 s), skipped once an op failed), so
   // that no rank closes its connections while a peer is still finishing an op with it.
-  static StatusOr<std::unique_ptr<Communicator>> CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
+  static StatusOr<std::shared_ptr<Communicator>> CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 
   // Device-memory communicator over NCCL (ncclUniqueId exchanged through `store`). kUnimplemented when zero
@@ -197,7 +174,7 @@ class Communicator {
   // library's communication stream waits for it by event. Leaves options.device the calling thread's current
   // device (as torch.cuda.set_device would), so that thread's later CUDA work goes to the same GPU.
   // Part of zero::cuda: kUnimplemented too, saying so, when the program does not link zero::cuda.
-  static StatusOr<std::unique_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
+  static StatusOr<std::shared_ptr<Communicator>> CreateNccl(std::shared_ptr<Store> store, int rank, int world_size,
                                                             const CommOptions& options = {});
 
   // Builds a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK), OpenMPI
@@ -208,11 +185,11 @@ class Communicator {
   // Rendezvous checks (docs/internals/comm.md): the ranks must agree on the world size and the job id
   // (options.job_id, else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a
   // disagreement fails every rank that arrived with kFailedPrecondition naming both sides.
-  static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
+  static StatusOr<std::shared_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
   // The communicator for an engine: as above, with the timeout (rendezvous and ops) taken from the config's
   // comm_timeout_s, so that the config is the one place it is set (ZERO_COMM_TIMEOUT_S still overrides it).
   // `options` gives the rest (its timeout is ignored).
-  static StatusOr<std::unique_ptr<Communicator>> FromEnv(Backend backend, const Config& config,
+  static StatusOr<std::shared_ptr<Communicator>> FromEnv(Backend backend, const Config& config,
                                                          const CommOptions& options = {});
   // Whether this process was started as one rank by a launcher FromEnv understands (a rank variable of torchrun or
   // zero-run, OpenMPI or Slurm is set): a trainer then takes its rank from FromEnv instead of spawning its own.

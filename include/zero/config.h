@@ -12,6 +12,10 @@
 // (and are otherwise kUnimplemented "not implemented in zero" errors); sections of other
 // DeepSpeed subsystems (tensorboard, wandb, flops_profiler, ...) are accepted with a warning that zero
 // ignores them. Deprecated aliases map to current keys with a warning. Nothing is silently ignored.
+//
+// A Config is a plain value: copy it, change its fields, and Validate again; its const members may be called from
+// any thread. Every parse or validation failure is a Status (kInvalidArgument naming the key's JSON path), never an
+// abort.
 #pragma once
 
 #include <cstdint>

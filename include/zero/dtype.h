@@ -7,6 +7,8 @@
 // The conversions are inline and branch-light so the element-wise kernels (casts, optimizer write-back)
 // can call them in vectorizable loops. They do not depend on the FPU rounding mode except that the f16
 // subnormal path relies on the default round-to-nearest-even and no flush-to-zero (zero never sets either).
+//
+// Pure functions of their arguments: thread-safe, and without errors (every bit pattern has a defined result).
 #pragma once
 
 #include <cstddef>

@@ -310,6 +310,12 @@ class UnitScope {
 };
 
 class ShardedOptimizer;
+class Engine;
+
+namespace advanced {
+struct EngineStats;
+EngineStats Stats(const Engine& engine);
+}  // namespace advanced
 
 class Engine {
  public:
@@ -412,20 +418,15 @@ class Engine {
   UnitId FindUnit(const std::string& name) const;  // -1 if absent
   // A unit's parameters in registration order; empty for an id no unit has (FindUnit's -1 included).
   const std::vector<ParamSpec>& UnitParams(UnitId unit) const;
-  // Counters for tests and reports: all-gathers issued by prefetch, and those issued on demand.
-  int64_t prefetch_gathers() const;
-  int64_t demand_gathers() const;
-  // Largest number of non-persistent parameter elements that were gathered (AVAILABLE or INFLIGHT) at once.
-  int64_t peak_live_elements() const;
   // The bound on `tier` of memory_report().peak_total, from the placement plan, the config's bucket sizes and the
   // communicator's staging (see PeakBound). After Finalize.
   PeakBound TruePeakBound(MemTier tier, const PeakBoundOptions& options = {}) const;
 
-  class Impl;
-
  private:
+  class Impl;
   friend class UnitScope;
   friend class ShardedOptimizer;  // an Engine over the trainer's buffers (zero/sharded_optimizer.h)
+  friend advanced::EngineStats advanced::Stats(const Engine& engine);  // zero/advanced/engine_stats.h
   explicit Engine(std::unique_ptr<Impl> impl);
   Status CloseScope(UnitId unit, bool backward);
   std::unique_ptr<Impl> impl_;

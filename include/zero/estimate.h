@@ -27,6 +27,9 @@
 // reductions, the refresh of full parameters after the update), with the elements each carries and the bytes a
 // rank sends under a bandwidth-optimal algorithm. The engine's small control all-reduces (the gradient norm, the
 // desync check: tens of bytes) are not listed.
+//
+// Estimate is a pure function of its arguments: it allocates no training memory, issues no collective and may
+// run in any thread, or in a process that is no rank (zero-estimate). Its errors are listed at Estimate.
 #pragma once
 
 #include <array>

@@ -6,6 +6,9 @@
 // Lines look like `[zero r2] W 18:40:01.123 engine.cc:88] message` and go to stderr. The level comes from
 // ZERO_LOG_LEVEL (error, warning, info, debug; default info) read once at first use, or SetLogLevel().
 // The rank prefix is per thread (SetLogRank), because tests run N ranks as N threads in one process.
+//
+// Thread-safe: every line is written whole under one lock, so lines from several threads never interleave.
+// Logging never fails the caller (a line that cannot be written is dropped).
 #pragma once
 
 #include <atomic>

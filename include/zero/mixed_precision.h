@@ -17,6 +17,9 @@
 // loss_scale > 0 in the config means a static scale: never changes, overflow steps are still skipped.
 // One deliberate difference from DeepSpeed: its defaults change (2^32, no hysteresis) when the fp16 section has
 // none of the dynamic keys; zero always applies the documented defaults (2^16, hysteresis 2).
+//
+// A LossScaler is a plain value, used from one thread (the rank's); its only error is the kFailedPrecondition
+// above. GradStats is thread-safe and has no error.
 #pragma once
 
 #include <cstddef>
@@ -82,10 +85,11 @@ class LossScaler {
 // of how an array is split into shards or tiles. Non-finite values round to nearest even (NaN stays NaN).
 void StochasticRoundToBF16(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index);
 
-// What GradStats reads off a gradient shard.
+// What GradStats reads off a gradient shard: the host GradStats below, and zero::cuda::GradStats
+// (zero/advanced/cuda_kernels.h), which writes it to device memory with the elements scaled first.
 struct GradStatsResult {
   // Sum of the elements' squares, each square and the sum in double (an f32's square is exact in double).
-  // Not finite (+inf or NaN) when nonfinite > 0; always finite otherwise.
+  // Not finite (+inf or NaN) when nonfinite > 0 on the host; meaningful only when nonfinite == 0 on the device.
   double sumsq = 0.0;
   // Number of elements that are inf or NaN (either sign, any payload).
   uint64_t nonfinite = 0;

@@ -18,6 +18,9 @@
 // every ShardUpdate itself, so a null buffer or step < 1 there is zero's bug and aborts (ZERO_CHECK, naming the
 // field). A trainer that calls them directly checks its ShardUpdate once with ValidateShardUpdate, which returns
 // the same conditions as a Status.
+//
+// Thread-safety: the built-in optimizers are immutable once made (Update is const), so one serves concurrent
+// Update calls on disjoint tiles and several thread ranks; a trainer's own must be too (see ElementwiseOptimizer).
 #pragma once
 
 #include <cstddef>
@@ -105,7 +108,7 @@ std::unique_ptr<ElementwiseOptimizer> MakeSgd(const SgdParams& p);
 StatusOr<std::unique_ptr<ElementwiseOptimizer>> MakeOptimizer(const OptimizerConfig& cfg);
 
 // The hyperparameters of a built-in optimizer (from MakeAdam / MakeSgd / MakeOptimizer), or nullptr when `opt`
-// is another implementation. The CUDA engine runs the built-ins as fused device kernels (zero/cuda_kernels.h)
+// is another implementation. The CUDA engine runs the built-ins as fused device kernels (zero/advanced/cuda_kernels.h)
 // with these; a trainer's own ElementwiseOptimizer updates host memory only.
 const AdamParams* BuiltinAdamParams(const ElementwiseOptimizer& opt);
 const SgdParams* BuiltinSgdParams(const ElementwiseOptimizer& opt);

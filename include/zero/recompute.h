@@ -340,9 +340,8 @@ class Checkpointer {
   const CheckpointerOptions& options() const;
   RecomputeStats stats() const;
 
-  class Impl;
-
  private:
+  class Impl;
   explicit Checkpointer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -50,6 +50,9 @@
 // or of the wrong dtype, a parameter group whose pattern matches no "<FlatBuffers::name>.<tensor>" (the error lists
 // the names), a buffer index or tensor name that does not exist (GatherParam, GradientsReady). The aborts left are
 // zero's own invariants, as in zero/engine.h.
+//
+// LIFETIME AND THREADS: the trainer's buffers must outlive the ShardedOptimizer (it reads and writes them in every
+// collective call); it keeps the communicator alive itself. Not thread-safe: one thread per ShardedOptimizer.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,9 @@
 // A Store is shared (std::shared_ptr) by every communicator built on it; keys are namespaced per
 // communicator by a prefix, so one store can bootstrap several communicators. Implementations wrap Gloo's
 // stores; the Gloo types never appear in this header.
+//
+// Every method is thread-safe and returns a Status for a store it cannot reach (kDeadlineExceeded naming the key
+// after its timeout); the factories give a store whose calls fail, or a Status, never an abort.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,9 @@
 // A Work is move-only and [[nodiscard]]: dropping one without joining it is almost always a bug (the buffers
 // are still in use by the op). Destroying an unjoined Work does not cancel the op; the op still completes in
 // issue order. A default-constructed Work is already complete and OK.
+//
+// Join a Work from the thread that holds it (it moves between threads with its owner). A failed op's status names
+// the op and its sequence number; the errors are listed at Wait.
 #pragma once
 
 #include <cstdint>

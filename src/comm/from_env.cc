@@ -163,7 +163,7 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
 
 bool Communicator::Launched() { return internal::HasLauncherRank(internal::ProcessEnv()); }
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, const CommOptions& options) {
+StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const CommOptions& options) {
   const internal::EnvLookup env = internal::ProcessEnv();
   ZERO_ASSIGN_OR_RETURN(internal::LaunchEnv launch, internal::ReadLaunchEnv(env));
   ZERO_ASSIGN_OR_RETURN(CommOptions opts, internal::ApplyCommEnvOverrides(options, env));
@@ -203,7 +203,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
   return CreateGloo(std::move(store), launch.rank, launch.world_size, opts);
 }
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::FromEnv(Backend backend, const Config& config,
+StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const Config& config,
                                                               const CommOptions& options) {
   CommOptions opts = options;
   opts.timeout = absl::Seconds(config.comm_timeout_s);

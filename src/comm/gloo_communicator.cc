@@ -52,6 +52,7 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
 #include "zero/memory.h"
@@ -623,7 +624,7 @@ class BoundedStore final : public gloo::rendezvous::Store {
   const std::chrono::milliseconds timeout_;
 };
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public advanced::ExtendedCommunicator {
  public:
   GlooCommunicator(std::shared_ptr<Store> store, int rank, int world_size, CommOptions options)
       : store_(std::move(store)),
@@ -772,7 +773,7 @@ class GlooCommunicator final : public Communicator {
   // Every rank's (color, key) by an all-gather on this communicator, then a new communicator over the same
   // store under keys of its own: "<this one's keys>/split<k>/<color>" (k counts this communicator's splits, the
   // same on every rank since Split is collective).
-  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override {
     constexpr int kLimit = 1 << 24;  // exact in the f32 all-gather
     const std::string what = absl::StrCat("Split(color ", color, ", key ", key, ") on rank ", rank_, " of ", world_);
     if (color < 0 || color >= kLimit || key < 0 || key >= kLimit) {
@@ -1317,7 +1318,7 @@ int64_t GlooAllReduceStagingBytes(int world, size_t count, DType dtype) {
 
 }  // namespace internal
 
-StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
+StatusOr<std::shared_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr<Store> store, int rank, int world_size,
                                                                  const CommOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("CreateGloo: store is null");
   if (world_size < 1 || rank < 0 || rank >= world_size) {
@@ -1347,7 +1348,7 @@ StatusOr<std::unique_ptr<Communicator>> Communicator::CreateGloo(std::shared_ptr
   ZERO_RETURN_IF_ERROR(internal::AgreeAtRendezvous(*comm->store(), opts.prefix, key_prefix, rank, world_size,
                                                    opts.job_id, opts.timeout));
   ZERO_RETURN_IF_ERROR(comm->Connect(*native, key_prefix));
-  return std::unique_ptr<Communicator>(std::move(comm));
+  return std::shared_ptr<Communicator>(std::move(comm));
 }
 
 }  // namespace zero

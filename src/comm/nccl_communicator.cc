@@ -26,6 +26,7 @@
 #include "comm/internal/op.h"
 #include "comm/internal/rendezvous.h"
 #include "comm/internal/work_state.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
 
@@ -279,7 +280,7 @@ class NcclWorkState final : public internal::WorkState {
 
 // ---------------------------------------------------------------------------------------------------------
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public advanced::ExtendedCommunicator {
  public:
   NcclCommunicator(std::shared_ptr<Store> store, int rank, int world, int device, CommOptions options)
       : store_(std::move(store)), rank_(rank), world_(world), device_(device), options_(std::move(options)) {}
@@ -348,7 +349,7 @@ class NcclCommunicator final : public Communicator {
 
   // ncclCommSplit on this communicator (collective over it; non-blocking like every comm here, so polled to
   // completion within the timeout); NCCL numbers the new ranks by (key, rank), as Split promises.
-  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override {
     const std::string what = absl::StrCat("ncclCommSplit(color ", color, ", key ", key, ") on rank ", rank_, " of ",
                                           world_, ", device ", device_);
     if (color < 0 || key < 0) return absl::InvalidArgumentError(absl::StrCat(what, ": color and key must be >= 0"));
@@ -381,7 +382,7 @@ class NcclCommunicator final : public Communicator {
       absl::MutexLock lock(&made->mu_);
       made->comm_ = nullptr;  // handed over: the placeholder must not abort it
     }
-    return std::unique_ptr<Communicator>(std::move(comm));
+    return std::shared_ptr<Communicator>(std::move(comm));
   }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {

@@ -1,4 +1,4 @@
-// The public, Status-returning face of zero's CUDA kernels (zero/cuda_kernels.h): argument checks on the
+// The public, Status-returning face of zero's CUDA kernels (zero/advanced/cuda_kernels.h): argument checks on the
 // host, then the absl-free launchers of cuda/internal/launch.h. CUDA errors become Status here and only here.
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/internal/launch.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 
 namespace zero::cuda {
 

@@ -1,4 +1,4 @@
-// DevicePool: size-classed caching of cudaMalloc'd blocks with event-ordered reuse (see zero/device_memory.h).
+// DevicePool: size-classed caching of cudaMalloc'd blocks with event-ordered reuse (see zero/advanced/device_memory.h).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "zero/device_memory.h"
+#include "zero/advanced/device_memory.h"
 #include "zero/logging.h"
 
 namespace zero {

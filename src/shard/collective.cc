@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "shard/internal/context.h"
 #include "shard/internal/plan.h"
+#include "zero/advanced/communicator_ext.h"
 
 namespace zero::internal {
 
@@ -45,7 +46,8 @@ void UnitCollective::Start() {
   // no rank waits for a chunk this one never sends.
   EngineContext& c = *ctx_;
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
-  in_place_ = gather_ ? c.comm->SupportsAllGatherStrided()
+  const advanced::ExtendedCommunicator* x = advanced::Extended(*c.comm);
+  in_place_ = gather_ ? x != nullptr && x->SupportsAllGatherStrided()
                       : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); });
   if (in_place_) {
     IssueWhileFree();  // every chunk in place: no staging, so nothing bounds what is in flight: all of them
@@ -73,13 +75,15 @@ Status UnitCollective::IssueNext() {
   CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", a));
   Work w;
   if (gather_ && in_place_) {
-    w = c.comm->AllGatherStrided(src_ + a * es, dst_ + a * es, static_cast<size_t>(n), static_cast<size_t>(S_), dtype_,
-                                 c.stream());
+    // in_place_: the communicator is an ExtendedCommunicator with the strided all-gather.
+    w = advanced::Extended(*c.comm)->AllGatherStrided(src_ + a * es, dst_ + a * es, static_cast<size_t>(n),
+                                                      static_cast<size_t>(S_), dtype_, c.stream());
   } else if (gather_) {
     w = c.comm->AllGather(src_ + a * es, buf, static_cast<size_t>(n), dtype_, c.stream());
   } else if (StridedReduce(n)) {
-    w = c.comm->ReduceScatterStrided(src_ + a * static_cast<int64_t>(es), dst_ + a * es, static_cast<size_t>(n),
-                                     static_cast<size_t>(S_), dtype_, ReduceOp::kAvg, c.stream());
+    w = advanced::Extended(*c.comm)->ReduceScatterStrided(src_ + a * static_cast<int64_t>(es), dst_ + a * es,
+                                                          static_cast<size_t>(n), static_cast<size_t>(S_), dtype_,
+                                                          ReduceOp::kAvg, c.stream());
   } else {
     // Every rank's [a, b), ranks in order, in the wire dtype.
     const size_t ses = DTypeSize(src_dtype_);
@@ -121,7 +125,9 @@ Status UnitCollective::FinishFront() {
 }
 
 bool UnitCollective::StridedReduce(int64_t n) const {
-  return !gather_ && src_dtype_ == dtype_ && ctx_->comm->SupportsReduceScatterStrided(static_cast<size_t>(n), dtype_);
+  if (gather_ || src_dtype_ != dtype_) return false;
+  const advanced::ExtendedCommunicator* x = advanced::Extended(*ctx_->comm);
+  return x != nullptr && x->SupportsReduceScatterStrided(static_cast<size_t>(n), dtype_);
 }
 
 void UnitCollective::IssueWhileFree() {

@@ -1,5 +1,5 @@
 // The CUDA compute tier: the NCCL engine's buffers in device memory, its operations as the stream-ordered
-// kernels of zero/cuda_kernels.h on the trainer's compute stream (see shard/internal/compute.h).
+// kernels of zero/advanced/cuda_kernels.h on the trainer's compute stream (see shard/internal/compute.h).
 #include <cuda_runtime_api.h>
 
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "shard/internal/compute.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 
 namespace zero::internal {
 
@@ -40,9 +40,9 @@ class CudaCompute final : public ComputeTier {
     }
     Status s;
     workspace_ = Buffer::Device(tracker_, MemTag::kStaging, cuda::kGradStatsWorkspaceBytes, &s);
-    if (s.ok()) result_ = Buffer::Device(tracker_, MemTag::kStaging, sizeof(cuda::GradStatsResult), &s);
+    if (s.ok()) result_ = Buffer::Device(tracker_, MemTag::kStaging, sizeof(GradStatsResult), &s);
     if (!s.ok()) return s;
-    result_host_ = Buffer::Pinned(tracker_, MemTag::kStaging, sizeof(cuda::GradStatsResult));
+    result_host_ = Buffer::Pinned(tracker_, MemTag::kStaging, sizeof(GradStatsResult));
     return absl::OkStatus();
   }
 
@@ -78,23 +78,18 @@ class CudaCompute final : public ComputeTier {
   void AddGradStats(const void* g, DType dt, int64_t n) override {
     UseDevice();  // launches go to a stream of the current device
     if (n <= 0) return;
-    Keep(cuda::GradStats(g, dt, static_cast<size_t>(n), 1.0f, result_.as<cuda::GradStatsResult>(),
+    Keep(cuda::GradStats(g, dt, static_cast<size_t>(n), 1.0f, result_.as<GradStatsResult>(),
                          /*accumulate=*/stats_pending_, workspace_.data(), stream_),
          "");
     stats_pending_ = true;
   }
   GradStatsResult TakeGradStatsSync() override {
-    GradStatsResult r;
-    if (!std::exchange(stats_pending_, false)) return r;
+    if (!std::exchange(stats_pending_, false)) return {};
     UseDevice();
-    Keep(cudaMemcpyAsync(result_host_.data(), result_.data(), sizeof(cuda::GradStatsResult), cudaMemcpyDeviceToHost,
-                         stream_),
+    Keep(cudaMemcpyAsync(result_host_.data(), result_.data(), sizeof(GradStatsResult), cudaMemcpyDeviceToHost, stream_),
          "reading the gradient statistics");
     Keep(cudaStreamSynchronize(stream_), "reading the gradient statistics");
-    const auto* d = result_host_.as<cuda::GradStatsResult>();
-    r.sumsq = d->sumsq;
-    r.nonfinite = d->nonfinite;
-    return r;
+    return *result_host_.as<GradStatsResult>();
   }
   void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int, size_t) override {
     UseDevice();  // launches go to a stream of the current device

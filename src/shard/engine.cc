@@ -19,6 +19,8 @@
 #include "core/internal/fault.h"
 #include "shard/internal/agree.h"
 #include "shard/internal/engine_impl.h"
+#include "zero/advanced/communicator_ext.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -575,31 +577,38 @@ const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
   const Unit* u = impl_->UnitOrNull(unit);
   return u != nullptr ? u->specs : kNone;
 }
-int64_t Engine::prefetch_gathers() const { return impl_->gathers.prefetch_gathers(); }
-int64_t Engine::demand_gathers() const { return impl_->gathers.demand_gathers(); }
-int64_t Engine::peak_live_elements() const { return impl_->gathers.peak_live_elements(); }
+advanced::EngineStats advanced::Stats(const Engine& engine) {
+  const auto& gathers = engine.impl_->gathers;
+  return {.prefetch_gathers = gathers.prefetch_gathers(),
+          .demand_gathers = gathers.demand_gathers(),
+          .peak_live_elements = gathers.peak_live_elements()};
+}
 PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) const {
   internal::PeakInputs in;
   in.open_elems = options.open_elements;
   in.trainer_bytes[static_cast<size_t>(MemTier::kHost)] = options.trainer_host_bytes;
   in.trainer_bytes[static_cast<size_t>(MemTier::kDevice)] = options.trainer_device_bytes;
-  const Communicator& comm = *impl_->ctx.comm;
-  in.comm_cache_bytes = comm.cache_bytes();
-  in.rs_staging = [&comm](int64_t count, DType dtype, bool destructive) {
-    return comm.ReduceScatterStagingBytes(static_cast<size_t>(count), dtype, destructive);
-  };
-  in.ar_staging = [&comm](int64_t count, DType dtype) {
-    return comm.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
-  };
-  in.ag_strided = comm.SupportsAllGatherStrided();
-  in.rs_strided = [&comm](int64_t count, DType dtype) {
-    return comm.SupportsReduceScatterStrided(static_cast<size_t>(count), dtype);
-  };
-  if (impl_->ctx.hybrid()) {
-    const Communicator& replicas = *impl_->ctx.replica_comm;
-    in.replica_ar_staging = [&replicas](int64_t count, DType dtype) {
-      return replicas.AllReduceStagingBytes(static_cast<size_t>(count), dtype);
+  // A plain Communicator (a trainer's own) counts no staging and has no strided collectives: the defaults.
+  if (const advanced::ExtendedCommunicator* comm = advanced::Extended(*impl_->ctx.comm); comm != nullptr) {
+    in.comm_cache_bytes = comm->cache_bytes();
+    in.rs_staging = [comm](int64_t count, DType dtype, bool destructive) {
+      return comm->ReduceScatterStagingBytes(static_cast<size_t>(count), dtype, destructive);
     };
+    in.ar_staging = [comm](int64_t count, DType dtype) {
+      return comm->AllReduceStagingBytes(static_cast<size_t>(count), dtype);
+    };
+    in.ag_strided = comm->SupportsAllGatherStrided();
+    in.rs_strided = [comm](int64_t count, DType dtype) {
+      return comm->SupportsReduceScatterStrided(static_cast<size_t>(count), dtype);
+    };
+  }
+  if (impl_->ctx.hybrid()) {
+    if (const advanced::ExtendedCommunicator* replicas = advanced::Extended(*impl_->ctx.replica_comm);
+        replicas != nullptr) {
+      in.replica_ar_staging = [replicas](int64_t count, DType dtype) {
+        return replicas->AllReduceStagingBytes(static_cast<size_t>(count), dtype);
+      };
+    }
   }
   const internal::PeakTerms t = internal::TruePeakBound(impl_->Plan(), in)[static_cast<size_t>(tier)];
   return PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};

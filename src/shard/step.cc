@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/internal/fault.h"
 #include "shard/internal/registration.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -230,7 +231,9 @@ Status ShardedStep::CheckInSync(const StepOptions& options) {
   // digit d of the hash, the ranks' sum of d and of d² (integers far below 2^24, so f32 sums are exact in any
   // order). All ranks' digits are equal exactly when world · Σd² == (Σd)² (Cauchy-Schwarz), so every rank
   // learns whether the hashes agree from one small all-reduce, whatever the world size.
-  const uint64_t h = c.comm->IssuedOpsHash() ^ (Fnv1a64(where) * 0x9E3779B97F4A7C15ull);
+  // A trainer's own Communicator keeps no op hash (0 on every rank): only the step numbers are then compared.
+  const advanced::ExtendedCommunicator* x = advanced::Extended(*c.comm);
+  const uint64_t h = (x != nullptr ? x->IssuedOpsHash() : 0) ^ (Fnv1a64(where) * 0x9E3779B97F4A7C15ull);
   float digits[32];
   for (int k = 0; k < 16; ++k) {
     const float d = static_cast<float>((h >> (4 * k)) & 0xF);

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   cfg.optimizer = o;
   auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo);
   if (!comm.ok()) return std::fprintf(stderr, "%s\n", comm.status().ToString().c_str()), 1;
-  auto e = zero::Engine::Create(cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)));
+  auto e = zero::Engine::Create(cfg, std::move(*comm));
   if (!e.ok()) return std::fprintf(stderr, "%s\n", e.status().ToString().c_str()), 1;
   zero::Engine& engine = **e;
   constexpr int64_t kN = int64_t{1} << 21;

@@ -21,6 +21,7 @@
 #include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/communicator.h"
 
 namespace zero {
@@ -145,7 +146,7 @@ TEST_P(CollectivesTest, AllGatherStrided) {
   RunRanks(
       world,
       [world](Communicator& comm, int rank) {
-        ASSERT_TRUE(comm.SupportsAllGatherStrided());
+        ASSERT_TRUE(advanced::Extended(comm)->SupportsAllGatherStrided());
         for (size_t n : CountsFor(world)) {
           for (DType t : kDTypes) {
             const size_t es = DTypeSize(t);
@@ -157,11 +158,12 @@ TEST_P(CollectivesTest, AllGatherStrided) {
               SCOPED_TRACE(absl::StrCat("count ", n, " stride ", stride, " dtype ", std::string(DTypeName(t))));
               const size_t extent = (world - 1) * stride + n;
               auto recv = Make(extent, t);
-              ASSERT_OK(comm.AllGatherStrided(send.data(), recv.data(), n, stride, t).Wait());
+              ASSERT_OK(advanced::Extended(comm)->AllGatherStrided(send.data(), recv.data(), n, stride, t).Wait());
               auto inplace = Make(extent, t);
               std::copy(send.begin(), send.end(), inplace.begin() + rank * stride * es);
-              ASSERT_OK(
-                  comm.AllGatherStrided(inplace.data() + rank * stride * es, inplace.data(), n, stride, t).Wait());
+              ASSERT_OK(advanced::Extended(comm)
+                            ->AllGatherStrided(inplace.data() + rank * stride * es, inplace.data(), n, stride, t)
+                            .Wait());
               ASSERT_EQ(inplace, recv);
               for (int r = 0; r < world; ++r) {
                 ASSERT_TRUE(std::equal(recv.begin() + r * stride * es, recv.begin() + (r * stride + n) * es,
@@ -182,7 +184,7 @@ TEST_P(CollectivesTest, AllGatherStrided) {
 TEST(Collectives, AllGatherStridedErrors) {
   RunRanks(2, [](Communicator& comm, int rank) {
     std::vector<float> send(8), recv(32);
-    const Status s = comm.AllGatherStrided(send.data(), recv.data(), 8, 7, DType::kF32).Wait();
+    const Status s = advanced::Extended(comm)->AllGatherStrided(send.data(), recv.data(), 8, 7, DType::kF32).Wait();
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("stride 7 is less than the count 8"));
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 2")));
@@ -198,12 +200,13 @@ TEST(Collectives, AllGatherStridedUnsupportedIsUnimplemented) {
       bool SupportsAllGatherStrided() const override { return false; }
       Work AllGatherStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype,
                             CUstream_st* s) override {
-        return Communicator::AllGatherStrided(send, recv, count, stride, dtype, s);
+        return ExtendedCommunicator::AllGatherStrided(send, recv, count, stride, dtype, s);
       }
     } plain(comm);
     std::vector<float> send(8), recv(32);
-    const Status s =
-        static_cast<Communicator&>(plain).AllGatherStrided(send.data(), recv.data(), 8, 16, DType::kF32).Wait();
+    const Status s = static_cast<advanced::ExtendedCommunicator&>(plain)
+                         .AllGatherStrided(send.data(), recv.data(), 8, 16, DType::kF32)
+                         .Wait();
     EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 2")));
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("AllGatherStrided"));
@@ -220,7 +223,7 @@ TEST(Collectives, ReduceScatterStridedEqualsThePackedReduceScatterBitForBit) {
         world,
         [world](Communicator& comm, int rank) {
           for (size_t n : {size_t{1024}, size_t{1031}, size_t{4099}}) {
-            ASSERT_TRUE(comm.SupportsReduceScatterStrided(n, DType::kF32));
+            ASSERT_TRUE(advanced::Extended(comm)->SupportsReduceScatterStrided(n, DType::kF32));
             for (size_t stride : {n, n + 1, 2 * n + 3}) {
               for (ReduceOp op : kOps) {
                 SCOPED_TRACE(
@@ -236,12 +239,15 @@ TEST(Collectives, ReduceScatterStridedEqualsThePackedReduceScatterBitForBit) {
                 const std::vector<float> input = strided;
                 std::vector<float> want(n), got(n);
                 ASSERT_OK(comm.ReduceScatter(packed.data(), want.data(), n, DType::kF32, op).Wait());
-                ASSERT_OK(comm.ReduceScatterStrided(strided.data(), got.data(), n, stride, DType::kF32, op).Wait());
+                ASSERT_OK(advanced::Extended(comm)
+                              ->ReduceScatterStrided(strided.data(), got.data(), n, stride, DType::kF32, op)
+                              .Wait());
                 ASSERT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0);
                 ASSERT_EQ(strided, input) << "the input was modified";
                 // In place: the result overwrites this rank's block of the input.
-                ASSERT_OK(comm.ReduceScatterStrided(strided.data(), strided.data() + rank * stride, n, stride,
-                                                    DType::kF32, op)
+                ASSERT_OK(advanced::Extended(comm)
+                              ->ReduceScatterStrided(strided.data(), strided.data() + rank * stride, n, stride,
+                                                     DType::kF32, op)
                               .Wait());
                 ASSERT_EQ(std::memcmp(strided.data() + rank * stride, want.data(), n * 4), 0);
               }
@@ -254,21 +260,25 @@ TEST(Collectives, ReduceScatterStridedEqualsThePackedReduceScatterBitForBit) {
 
 TEST(Collectives, ReduceScatterStridedWhereItIsNot) {
   RunRanks(3, [](Communicator& comm, int rank) {
-    EXPECT_FALSE(comm.SupportsReduceScatterStrided(4096, DType::kF32));  // not a power of two
+    EXPECT_FALSE(advanced::Extended(comm)->SupportsReduceScatterStrided(4096, DType::kF32));  // not a power of two
     std::vector<float> send(3 * 4096), recv(4096);
-    const Status s =
-        comm.ReduceScatterStrided(send.data(), recv.data(), 4096, 4096, DType::kF32, ReduceOp::kSum).Wait();
+    const Status s = advanced::Extended(comm)
+                         ->ReduceScatterStrided(send.data(), recv.data(), 4096, 4096, DType::kF32, ReduceOp::kSum)
+                         .Wait();
     EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("rank ", rank, " of 3")));
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("ReduceScatterStrided#"));
   });
   RunRanks(2, [](Communicator& comm, int) {
-    EXPECT_TRUE(comm.SupportsReduceScatterStrided(1024, DType::kF32));
-    EXPECT_FALSE(comm.SupportsReduceScatterStrided(1023, DType::kF32));   // below the input-reading minimum
-    EXPECT_FALSE(comm.SupportsReduceScatterStrided(4096, DType::kBF16));  // 16-bit inputs are staged in f32
+    EXPECT_TRUE(advanced::Extended(comm)->SupportsReduceScatterStrided(1024, DType::kF32));
+    EXPECT_FALSE(
+        advanced::Extended(comm)->SupportsReduceScatterStrided(1023, DType::kF32));  // below the input-reading minimum
+    EXPECT_FALSE(
+        advanced::Extended(comm)->SupportsReduceScatterStrided(4096, DType::kBF16));  // 16-bit inputs are staged in f32
     std::vector<float> send(2 * 4096), recv(4096);
-    const Status s =
-        comm.ReduceScatterStrided(send.data(), recv.data(), 4096, 4095, DType::kF32, ReduceOp::kSum).Wait();
+    const Status s = advanced::Extended(comm)
+                         ->ReduceScatterStrided(send.data(), recv.data(), 4096, 4095, DType::kF32, ReduceOp::kSum)
+                         .Wait();
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("stride 4095 is less than the count 4096"));
   });
@@ -585,7 +595,7 @@ TEST(Collectives, StagingBytesAreWhatAnOpHolds) {
                                      : comm.ReduceScatter(send.data(), recv.data(), n, t, ReduceOp::kSum);
                 ASSERT_OK(w.Wait());
                 ASSERT_EQ(CheckReduced(recv, t, n, ReduceOp::kSum, world, rank * n), "");
-                EXPECT_EQ(staging().peak, comm.ReduceScatterStagingBytes(n, t, destructive));
+                EXPECT_EQ(staging().peak, advanced::Extended(comm)->ReduceScatterStagingBytes(n, t, destructive));
                 EXPECT_GT(staging().peak, 0);
                 EXPECT_EQ(staging().current, 0);
               }
@@ -594,7 +604,7 @@ TEST(Collectives, StagingBytesAreWhatAnOpHolds) {
               tracker.ResetPeaks();
               ASSERT_OK(comm.AllReduce(buf.data(), n, t, ReduceOp::kSum).Wait());
               ASSERT_EQ(CheckReduced(buf, t, n, ReduceOp::kSum, world, 0), "");
-              EXPECT_EQ(staging().peak, comm.AllReduceStagingBytes(n, t));
+              EXPECT_EQ(staging().peak, advanced::Extended(comm)->AllReduceStagingBytes(n, t));
               EXPECT_EQ(staging().current, 0);
             }
           }
@@ -615,7 +625,7 @@ TEST(Collectives, CacheBudgetBoundsTheStaging) {
     RunRanks(
         world,
         [world, budget = o.comm.cache_bytes](Communicator& comm, int rank) {
-          EXPECT_EQ(comm.cache_bytes(), budget);
+          EXPECT_EQ(advanced::Extended(comm)->cache_bytes(), budget);
           MemoryTracker& tracker = *comm.memory_tracker();
           auto staging = [&] { return comm.memory_report().Get(MemTier::kHost, MemTag::kStaging); };
           for (int call = 0; call < 8; ++call) {
@@ -631,7 +641,7 @@ TEST(Collectives, CacheBudgetBoundsTheStaging) {
                                  : comm.ReduceScatter(send.data(), recv.data(), n, t, ReduceOp::kSum);
             ASSERT_OK(w.Wait());
             ASSERT_EQ(CheckReduced(recv, t, n, ReduceOp::kSum, world, rank * n), "");
-            const int64_t need = comm.ReduceScatterStagingBytes(n, t, destructive);
+            const int64_t need = advanced::Extended(comm)->ReduceScatterStagingBytes(n, t, destructive);
             EXPECT_LE(staging().peak, std::max(budget, need));
             EXPECT_LE(staging().current, budget);
             // An op that fits stays cached (the next of its kind needs nothing new); a larger one does not.
@@ -643,7 +653,8 @@ TEST(Collectives, CacheBudgetBoundsTheStaging) {
               tracker.ResetPeaks();
               ASSERT_OK(comm.AllReduce(buf.data(), kLarge, DType::kBF16, ReduceOp::kSum).Wait());
               ASSERT_EQ(CheckReduced(buf, DType::kBF16, kLarge, ReduceOp::kSum, world, 0), "");
-              EXPECT_LE(staging().peak, std::max(budget, comm.AllReduceStagingBytes(kLarge, DType::kBF16)));
+              EXPECT_LE(staging().peak,
+                        std::max(budget, advanced::Extended(comm)->AllReduceStagingBytes(kLarge, DType::kBF16)));
               EXPECT_LE(staging().current, budget);
             }
           }

@@ -47,7 +47,7 @@ class NcclTest : public ::testing::Test {
     return p;
   }
 
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> comm_;
   cudaStream_t stream_ = nullptr;
   std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> allocations_;
 };
@@ -111,7 +111,7 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
 // ncclCommSplit at world 1 (the most one GPU allows): the child is a working communicator of its own (rank 0 of 1,
 // the parent's device), and the parent keeps working after it; each counts its own bus bytes (0 at world 1).
 TEST_F(NcclTest, SplitGivesAWorkingChildAndLeavesTheParentWorking) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> child, comm_->Split(/*color=*/0, /*key=*/0));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> child, comm_->Split(/*color=*/0, /*key=*/0));
   EXPECT_EQ(child->backend(), Backend::kNccl);
   EXPECT_EQ(child->rank(), 0);
   EXPECT_EQ(child->world_size(), 1);

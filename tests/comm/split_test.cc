@@ -17,7 +17,7 @@ namespace {
 // 1 holds ranks 3, 1.
 TEST(SplitTest, ColorsMakeGroupsNumberedByKey) {
   testing::RunRanks(5, [](Communicator& comm, int rank) {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> child, comm.Split(rank % 2, 10 - rank));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> child, comm.Split(rank % 2, 10 - rank));
     const std::vector<int> members = rank % 2 == 0 ? std::vector<int>{4, 2, 0} : std::vector<int>{3, 1};
     ASSERT_EQ(child->world_size(), static_cast<int>(members.size()));
     EXPECT_EQ(members[child->rank()], rank);
@@ -34,7 +34,7 @@ TEST(SplitTest, ColorsMakeGroupsNumberedByKey) {
     ASSERT_OK(comm.AllReduce(&sum, 1, DType::kF32, ReduceOp::kSum).Wait());
     EXPECT_EQ(sum, 5.0f);
     EXPECT_GT(comm.bus_bytes(), parent_before);
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> all_in_one, comm.Split(7, rank));
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> all_in_one, comm.Split(7, rank));
     EXPECT_EQ(all_in_one->world_size(), 5);
     EXPECT_EQ(all_in_one->rank(), rank);
     float one = 1.0f;
@@ -57,7 +57,7 @@ TEST(SplitTest, ChildKeepsTheParentsTimeout) {
   testing::RunRanks(
       2,
       [](Communicator& comm, int rank) {
-        ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> child, comm.Split(0, rank));
+        ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> child, comm.Split(0, rank));
         if (rank == 1) return;  // never joins the all-reduce
         float x = 1.0f;
         const Status s = child->AllReduce(&x, 1, DType::kF32, ReduceOp::kSum).Wait();

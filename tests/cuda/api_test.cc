@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
-#include "zero/device_memory.h"
+#include "zero/advanced/cuda_kernels.h"
+#include "zero/advanced/device_memory.h"
 
 namespace zero {
 namespace {
@@ -85,7 +85,7 @@ TEST(CudaApiTest, OptimizerArgumentsAreChecked) {
 }
 
 TEST(CudaApiTest, OtherArgumentsAreChecked) {
-  auto* out = reinterpret_cast<cuda::GradStatsResult*>(0x1000);
+  auto* out = reinterpret_cast<GradStatsResult*>(0x1000);
   EXPECT_THAT(cuda::GradStats(nullptr, DType::kF32, 4, 1.0f, out, false, Fake(0x2000), nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(cuda::GradStats(Fake(0x3000), DType::kF32, 4, 1.0f, out, false, Fake(0x2000 + 4), nullptr),

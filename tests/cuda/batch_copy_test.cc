@@ -9,7 +9,7 @@
 
 #include "cuda_test_util.h"
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 
 namespace zero {
 namespace {

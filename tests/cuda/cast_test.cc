@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/dtype.h"
 
 namespace zero {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/dtype.h"
 
 namespace zero::testing_cuda {

@@ -1,7 +1,7 @@
 // DevicePool: blocks are reused without cudaMalloc in the steady state, reuse across streams waits for the
 // release event (held open deterministically by a kernel spinning on a host flag, no timing involved), the
 // byte limit turns into a device-side stream wait, and every byte is tracked by tag in the device tier.
-#include "zero/device_memory.h"
+#include "zero/advanced/device_memory.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -13,7 +13,7 @@
 
 #include "cuda_test_util.h"
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 
 namespace zero {
 namespace {
@@ -45,17 +45,15 @@ Ref Reference(const void* g, DType t, size_t n, float scale) {
 
 // Runs GradStats on `host` (n elements of t, copied to the device at element offset `mis`) with d_out poisoned.
 ::testing::AssertionResult RunStats(const std::vector<unsigned char>& host, DType t, size_t n, size_t mis, float scale,
-                                    cuda::GradStatsResult* out) {
+                                    GradStatsResult* out) {
   const size_t es = DTypeSize(t);
-  DeviceBuffer grad((n + mis) * es + 16), result(sizeof(cuda::GradStatsResult)),
-      workspace(cuda::kGradStatsWorkspaceBytes);
+  DeviceBuffer grad((n + mis) * es + 16), result(sizeof(GradStatsResult)), workspace(cuda::kGradStatsWorkspaceBytes);
   if (grad.Upload(host.data(), n * es, mis * es) != cudaSuccess) return ::testing::AssertionFailure() << "upload";
   if (result.Poison() != cudaSuccess || workspace.Poison() != cudaSuccess) {
     return ::testing::AssertionFailure() << "poison";
   }
-  const Status s =
-      cuda::GradStats(grad.get() + mis * es, t, n, scale, reinterpret_cast<cuda::GradStatsResult*>(result.get()),
-                      /*accumulate=*/false, workspace.get(), nullptr);
+  const Status s = cuda::GradStats(grad.get() + mis * es, t, n, scale, reinterpret_cast<GradStatsResult*>(result.get()),
+                                   /*accumulate=*/false, workspace.get(), nullptr);
   if (!s.ok()) return ::testing::AssertionFailure() << s;
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
     return ::testing::AssertionFailure() << cudaGetErrorString(e);
@@ -78,7 +76,7 @@ TEST_F(CudaGradStatsTest, MatchesReferenceOnRandomInputs) {
         ConvertBuffer(g.data(), DType::kF32, bytes.data(), t, n);
         const float scale = 1.0f / 64;
         const Ref ref = Reference(bytes.data(), t, n, scale);
-        cuda::GradStatsResult got;
+        GradStatsResult got;
         ASSERT_TRUE(RunStats(bytes, t, n, mis, scale, &got));
         EXPECT_EQ(got.nonfinite, ref.nonfinite);
         EXPECT_NEAR(got.sumsq, ref.sumsq, 1e-6 * ref.sumsq + 1e-38 * static_cast<double>(n));
@@ -115,7 +113,7 @@ TEST_F(CudaGradStatsTest, CountsEveryNonFiniteValueWherever) {
       std::vector<unsigned char> bytes(n * DTypeSize(t));
       ConvertBuffer(g.data(), DType::kF32, bytes.data(), t, n);
       const Ref ref = Reference(bytes.data(), t, n, 1.0f);
-      cuda::GradStatsResult got;
+      GradStatsResult got;
       ASSERT_TRUE(RunStats(bytes, t, n, mis, 1.0f, &got));
       EXPECT_EQ(got.nonfinite, ref.nonfinite);
       EXPECT_GE(ref.nonfinite, 4u);
@@ -126,7 +124,7 @@ TEST_F(CudaGradStatsTest, CountsEveryNonFiniteValueWherever) {
   std::vector<float> g = {std::numeric_limits<float>::max(), 1.0f, 2.0f};
   std::vector<unsigned char> bytes(g.size() * 4);
   std::memcpy(bytes.data(), g.data(), bytes.size());
-  cuda::GradStatsResult got;
+  GradStatsResult got;
   ASSERT_TRUE(RunStats(bytes, DType::kF32, g.size(), 0, 2.0f, &got));
   EXPECT_EQ(got.nonfinite, 1u);
 }
@@ -138,7 +136,7 @@ TEST_F(CudaGradStatsTest, SubnormalsAndLargeValues) {
   g[999] = 4.0f;
   std::vector<unsigned char> bytes(g.size() * 4);
   std::memcpy(bytes.data(), g.data(), bytes.size());
-  cuda::GradStatsResult got;
+  GradStatsResult got;
   ASSERT_TRUE(RunStats(bytes, DType::kF32, g.size(), 0, 1.0f, &got));
   EXPECT_EQ(got.nonfinite, 0u);
   EXPECT_NEAR(got.sumsq, 25.0, 1e-6 * 25.0);
@@ -152,16 +150,16 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
   std::vector<float> a(n), b(n);
   for (auto& x : a) x = normal(rng);
   for (auto& x : b) x = 3.0f * normal(rng);
-  DeviceBuffer da(n * 4), db(n * 4), out(sizeof(cuda::GradStatsResult)), ws(cuda::kGradStatsWorkspaceBytes);
+  DeviceBuffer da(n * 4), db(n * 4), out(sizeof(GradStatsResult)), ws(cuda::kGradStatsWorkspaceBytes);
   ZERO_ASSERT_CUDA(da.Upload(a.data(), n * 4));
   ZERO_ASSERT_CUDA(db.Upload(b.data(), n * 4));
-  auto* d_out = reinterpret_cast<cuda::GradStatsResult*>(out.get());
+  auto* d_out = reinterpret_cast<GradStatsResult*>(out.get());
   // Same input, same bits: five runs.
-  cuda::GradStatsResult first{};
+  GradStatsResult first{};
   for (int run = 0; run < 5; ++run) {
     ZERO_ASSERT_CUDA(out.Poison());
     ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
-    cuda::GradStatsResult r;
+    GradStatsResult r;
     ZERO_ASSERT_CUDA(out.Download(&r, sizeof(r)));
     if (run == 0) {
       first = r;
@@ -172,7 +170,7 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
   // Accumulate: a then b into one result equals the sum of the two.
   ASSERT_OK(cuda::GradStats(da.get(), DType::kF32, n, 1.0f, d_out, false, ws.get(), nullptr));
   ASSERT_OK(cuda::GradStats(db.get(), DType::kF32, n, 1.0f, d_out, true, ws.get(), nullptr));
-  cuda::GradStatsResult both;
+  GradStatsResult both;
   ZERO_ASSERT_CUDA(out.Download(&both, sizeof(both)));
   const Ref ra = Reference(a.data(), DType::kF32, n, 1.0f);
   const Ref rb = Reference(b.data(), DType::kF32, n, 1.0f);
@@ -181,8 +179,8 @@ TEST_F(CudaGradStatsTest, DeterministicAndAccumulates) {
 }
 
 TEST_F(CudaGradStatsTest, RejectsBadArguments) {
-  DeviceBuffer ws(cuda::kGradStatsWorkspaceBytes), out(sizeof(cuda::GradStatsResult));
-  auto* d_out = reinterpret_cast<cuda::GradStatsResult*>(out.get());
+  DeviceBuffer ws(cuda::kGradStatsWorkspaceBytes), out(sizeof(GradStatsResult));
+  auto* d_out = reinterpret_cast<GradStatsResult*>(out.get());
   EXPECT_THAT(cuda::GradStats(nullptr, DType::kF32, 10, 1.0f, d_out, false, ws.get(), nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(cuda::GradStats(ws.get(), DType::kF32, 10, 1.0f, d_out, false, nullptr, nullptr),

@@ -12,7 +12,7 @@
 #include "cuda_test_util.h"
 #include "support/status_matchers.h"
 #include "test_kernels.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/optimizer.h"
 
 namespace zero {

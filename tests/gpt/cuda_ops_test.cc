@@ -20,7 +20,7 @@
 #include "gpt/model.h"
 #include "gpt/ops.h"
 #include "support/status_matchers.h"
-#include "zero/cuda_kernels.h"
+#include "zero/advanced/cuda_kernels.h"
 
 namespace zero::gpt {
 namespace {

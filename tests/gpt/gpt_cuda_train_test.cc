@@ -21,9 +21,9 @@
 #include "gpt/train.h"
 #include "gpt/train_cuda.h"
 #include "support/status_matchers.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
-#include "zero/cuda_kernels.h"
 #include "zero/store.h"
 
 namespace zero::gpt {
@@ -75,9 +75,9 @@ TEST_P(GptCudaTrainTest, MatchesTheCpuRun) {
   ASSERT_OK(gloo);
   auto nccl = Communicator::CreateNccl(Store::Hash(), 0, 1, {});
   ASSERT_OK(nccl);
-  auto cpu = TrainRank(cfg, std::shared_ptr<Communicator>(std::move(*gloo)), opt);
+  auto cpu = TrainRank(cfg, std::move(*gloo), opt);
   ASSERT_OK(cpu);
-  auto gpu = TrainRankCuda(cfg, std::shared_ptr<Communicator>(std::move(*nccl)), opt);
+  auto gpu = TrainRankCuda(cfg, std::move(*nccl), opt);
   ASSERT_OK(gpu);
   ASSERT_EQ(gpu->steps.size(), cpu->steps.size());
   const double tol = c.bf16 ? 1e-2 : 1e-3;

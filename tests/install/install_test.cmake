@@ -17,6 +17,18 @@ endif()
 if(EXISTS ${prefix}/include/zero/features.h.in)
   message(FATAL_ERROR "include/zero/features.h.in was installed")
 endif()
+# The building blocks are installed under zero/advanced/, and the installed stable API passes the same check as the
+# source tree (public_api_test.cmake).
+foreach(h communicator_ext.h engine_stats.h cuda_kernels.h device_memory.h)
+  if(NOT EXISTS ${prefix}/include/zero/advanced/${h})
+    message(FATAL_ERROR "include/zero/advanced/${h} was not installed")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -DHEADER_DIR=${prefix}/include/zero -P ${CMAKE_CURRENT_LIST_DIR}/public_api_test.cmake
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the installed headers fail the stable-API check (above)")
+endif()
 file(STRINGS ${prefix}/include/zero/features.h have_cuda REGEX "^#define ZERO_HAVE_CUDA ")
 if(ZERO_HAVE_CUDA)
   set(want "#define ZERO_HAVE_CUDA 1")

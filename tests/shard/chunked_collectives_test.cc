@@ -28,6 +28,7 @@
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/engine.h"
@@ -174,7 +175,7 @@ std::vector<uint8_t> GatherUnit(const std::shared_ptr<Communicator>& comm, int64
 TEST(UnitCollectiveTest, StridedAllGatherEqualsTheStagingPathBitForBit) {
   for (int world = 2; world <= 5; ++world) {
     testing::RunRanks(world, [world](Communicator& comm, int) {
-      ASSERT_TRUE(comm.SupportsAllGatherStrided());
+      ASSERT_TRUE(advanced::Extended(comm)->SupportsAllGatherStrided());
       StagingOnly staged_comm(comm);
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         for (int64_t S : {int64_t{1}, int64_t{33}, int64_t{1001}}) {
@@ -274,7 +275,7 @@ TEST(UnitCollectiveTest, StridedChunksAllCompleteWithoutJoin) {
     // The all-gather: five chunks, the last short (every all-gather chunk is strided on Gloo). The reduce-scatter:
     // four whole chunks (a short last one, below 1024 elements, would be packed: the staged path).
     const int64_t S = 4 * 1024 + 96, strided_S = 4 * 1024, chunk = 1024;
-    ASSERT_TRUE(comm.SupportsReduceScatterStrided(static_cast<size_t>(chunk), DType::kF32));
+    ASSERT_TRUE(advanced::Extended(comm)->SupportsReduceScatterStrided(static_cast<size_t>(chunk), DType::kF32));
     auto poll_until_done = [](internal::UnitCollective& c) {
       const absl::Time deadline = absl::Now() + absl::Seconds(30);
       while (!c.Done() && absl::Now() < deadline) {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "support/engine_helpers.h"
+#include "zero/advanced/cuda_kernels.h"
 #include "zero/communicator.h"
-#include "zero/cuda_kernels.h"
 #include "zero/sharded_optimizer.h"
 #include "zero/store.h"
 

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     return 1;
   };
-  auto engine = zero::Engine::Create(cfg, std::shared_ptr<zero::Communicator>(std::move(*comm)), opts);
+  auto engine = zero::Engine::Create(cfg, std::move(*comm), opts);
   if (!engine.ok()) return fail(engine.status());
   auto unit = (*engine)->AddUnit("layer", {{"w", {32, 32}}});
   if (!unit.ok()) return fail(unit.status());

@@ -18,6 +18,7 @@
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/engine.h"
@@ -161,7 +162,7 @@ TEST_P(TruePeakBoundTest, MeasuredTruePeakWithinTheBound) {
             const int64_t q = 32 * c.world;
             largest = std::max(largest, (n + q - 1) / q * q);
           }
-          EXPECT_LE(e->peak_live_elements(), std::max(c.window, largest));
+          EXPECT_LE(advanced::Stats(*e).peak_live_elements, std::max(c.window, largest));
         }
       },
       o);
@@ -204,9 +205,9 @@ TEST(GatherWindowTest, DemandGatherOffTheOrderReleasesUnopenedPrefetches) {
     };
     ASSERT_NO_FATAL_FAILURE(pass({"a", "b", "c", "d"}));
     ASSERT_NO_FATAL_FAILURE(pass({"a", "b", "c", "d"}));
-    EXPECT_GT(e->prefetch_gathers(), 0);
+    EXPECT_GT(advanced::Stats(*e).prefetch_gathers, 0);
     ASSERT_NO_FATAL_FAILURE(pass({"a", "d", "b", "c"}));
-    EXPECT_LE(e->peak_live_elements(), 2112);  // d alone: max(the window, the unit open)
+    EXPECT_LE(advanced::Stats(*e).peak_live_elements, 2112);  // d alone: max(the window, the unit open)
     ExpectWithinTheBound(e->memory_report(), *e, "off the recorded order");
   });
 }

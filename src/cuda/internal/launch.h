@@ -1,6 +1,6 @@
 // Host-side launchers of zero's CUDA kernels, returning cudaError_t (absl-free).
 //
-// The public, Status-returning API is zero/cuda_kernels.h (implemented in src/cuda/kernels.cc on top of
+// The public, Status-returning API is zero/advanced/cuda_kernels.h (implemented in src/cuda/kernels.cc on top of
 // these). This layer exists so the kernels build and link with nothing but the CUDA toolkit: the GPU
 // benchmark compiles standalone on a machine without zero's other dependencies (bench/gpu/check.sh).
 // Every launcher is stream-ordered (enqueues on `stream`, never blocks the host) and returns the launch

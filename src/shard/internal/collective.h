@@ -4,10 +4,12 @@
 // A unit larger than allgather_bucket_size / reduce_bucket_size is moved in chunks of ChunkPerRank elements per
 // rank (shard/internal/plan.h), each rank keeping its contiguous shard. Chunk [a, b) covers that range of every
 // rank's shard, so the N ranges of a chunk lie S elements apart:
-//  - an all-gather, where the communicator has Communicator::AllGatherStrided (Gloo), gathers every rank's [a, b)
+//  - an all-gather, where the communicator has advanced::ExtendedCommunicator::AllGatherStrided (Gloo), gathers every
+//  rank's [a, b)
 //    straight to full + r·S + a; elsewhere (NCCL) it gathers into a staging buffer (ranks in order) and, once
 //    joined, copies rank r's piece to full + r·S + a;
-//  - a reduce-scatter, where the dtypes agree and the communicator has Communicator::ReduceScatterStrided for the
+//  - a reduce-scatter, where the dtypes agree and the communicator has
+//  advanced::ExtendedCommunicator::ReduceScatterStrided for the
 //    chunk (Gloo: f32, power-of-two worlds, at least 1024 elements per rank), reads the ranges r·S + [a, b) where
 //    they lie; elsewhere it packs them into a staging buffer (converted to the wire dtype on the way) and
 //    reduce-scatters that (destructively: the staging is scratch). Either way the result lands in recv + a.
@@ -84,7 +86,8 @@ class UnitCollective {
   Status IssueNext();     // the next chunk into a free staging buffer
   Status FinishFront();   // joins the oldest chunk in flight and, for an all-gather, unpacks it
   // Whether a reduce-scatter's chunk of n elements per rank reads the ranks' ranges where they lie
-  // (Communicator::ReduceScatterStrided: no conversion, and the communicator has it for n) instead of packing them.
+  // (advanced::ExtendedCommunicator::ReduceScatterStrided: no conversion, and the communicator has it for n) instead of
+  // packing them.
   bool StridedReduce(int64_t n) const;
 
   struct InFlight {

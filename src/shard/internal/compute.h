@@ -3,7 +3,7 @@
 // The engine's logic (units, scopes, prefetch, buckets, the step) is one piece of code; what it runs on the
 // compute tier goes through this interface, so the same engine drives host DRAM (the Gloo engine: plain
 // loops, memcpy, the Highway/threaded host kernels) and a CUDA device (the NCCL engine: cudaMalloc'd buffers,
-// the fused kernels of zero/cuda_kernels.h, all on the trainer's compute stream).
+// the fused kernels of zero/advanced/cuda_kernels.h, all on the trainer's compute stream).
 //
 // Ordering model (docs/internals/design.md, "The device engine"): on a device every operation here is enqueued on one
 // stream — the trainer's compute stream — and returns at once; a collective's input is ordered by passing that

@@ -213,14 +213,14 @@ struct PeakInputs {
   int64_t open_elems = 0;
   // The trainer's own bytes in the engine's tracker (activations), per tier, at their peak.
   std::array<int64_t, 2> trainer_bytes{};
-  // The communicator (Communicator::cache_bytes, ReduceScatterStagingBytes, AllReduceStagingBytes); empty
-  // functions: a communicator that counts no staging.
+  // The communicator (advanced::ExtendedCommunicator::cache_bytes, ReduceScatterStagingBytes,
+  // AllReduceStagingBytes); empty functions: a communicator that counts no staging.
   int64_t comm_cache_bytes = 0;
   std::function<int64_t(int64_t count, DType dtype, bool destructive)> rs_staging;
   std::function<int64_t(int64_t count, DType dtype)> ar_staging;
   // Whether chunks move where they lie, taking no staging (shard/internal/collective.h): all-gathers
-  // (Communicator::SupportsAllGatherStrided) and reduce-scatters of `count` elements per rank of `dtype`
-  // (SupportsReduceScatterStrided); false and an empty function: the copy path.
+  // (advanced::ExtendedCommunicator::SupportsAllGatherStrided) and reduce-scatters of `count` elements per rank of
+  // `dtype` (SupportsReduceScatterStrided); false and an empty function: the copy path.
   bool ag_strided = false;
   std::function<bool(int64_t count, DType dtype)> rs_strided;
   // Hybrid sharding: the replicas' communicator's staging for the gradient shards' all-reduce (an AllReduceStaging

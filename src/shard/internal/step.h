@@ -67,8 +67,8 @@ class ShardedStep {
   // Hybrid sharding: averages each unit's reduced gradient shard across the shard's replicas (one per group), so
   // every group steps with the gradient averaged over all ranks. Nothing without hybrid sharding.
   Status ReduceAcrossReplicas();
-  // Whether every rank issued the same collectives so far (Communicator::IssuedOpsHash) and is at the same step
-  // (its count of Step calls, and the StepOptions: step, lr, lr_scale): one all-reduce of 32 floats;
+  // Whether every rank issued the same collectives so far (advanced::ExtendedCommunicator::IssuedOpsHash) and is at the
+  // same step (its count of Step calls, and the StepOptions: step, lr, lr_scale): one all-reduce of 32 floats;
   // kFailedPrecondition naming each rank's step and last ops when not. Collective.
   Status CheckInSync(const StepOptions& options);
   Status ApplyOptimizer(float grad_scale, double lr);

@@ -1,5 +1,6 @@
-// zero/cuda_kernels.h — device kernels the engine and trainers call on the CUDA path (ZERO_HAVE_CUDA only;
-// link zero::cuda).
+// zero/advanced/cuda_kernels.h — device kernels the engine and trainers call on the CUDA path (ZERO_HAVE_CUDA only;
+// link zero::cuda). A building block, not the trainer's API (the CUDA engine calls these itself): signatures may
+// change between minor versions (docs/design.md, "Which headers are stable").
 //
 //   // One fused AdamW step on a device shard: bf16 gradient in, fp32 master/m/v updated, bf16 params out.
 //   zero::ShardUpdate u{.master = d_master, .grad = d_grad16, .grad_dtype = zero::DType::kBF16,
@@ -24,6 +25,7 @@
 
 #include "zero/dtype.h"
 #include "zero/features.h"
+#include "zero/mixed_precision.h"
 #include "zero/optimizer.h"
 #include "zero/status.h"
 
@@ -70,11 +72,8 @@ int DeviceCount();
 
 // ---- gradient statistics ---------------------------------------------------------------------------------
 
-// What GradStats leaves in device memory.
-struct GradStatsResult {
-  double sumsq = 0.0;      // sum over i of (scale * grad[i])^2; meaningful only when nonfinite == 0
-  uint64_t nonfinite = 0;  // number of i with scale * grad[i] inf or NaN
-};
+// GradStats leaves a zero::GradStatsResult (zero/mixed_precision.h, the host GradStats' result) in device memory:
+// sumsq is the sum over i of (scale * grad[i])^2, nonfinite the number of i with scale * grad[i] inf or NaN.
 
 // Bytes of device scratch GradStats needs (independent of n), 8-byte aligned.
 inline constexpr size_t kGradStatsWorkspaceBytes = 16 * 1024;

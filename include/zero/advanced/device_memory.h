@@ -1,4 +1,6 @@
-// zero/device_memory.h — a caching, stream-ordered pool of device memory for gather buffers and buckets.
+// zero/advanced/device_memory.h — a caching, stream-ordered pool of device memory for gather buffers and buckets.
+// A building block of the CUDA engine, not the trainer's API: it may change between minor versions
+// (docs/design.md, "Which headers are stable").
 //
 //   ZERO_ASSIGN_OR_RETURN(auto pool, zero::DevicePool::Create(&tracker));
 //   ZERO_ASSIGN_OR_RETURN(zero::DeviceBlock buf, pool->Allocate(bytes, zero::MemTag::kGather, comm_stream));

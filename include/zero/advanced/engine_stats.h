@@ -1,0 +1,27 @@
+// zero/advanced/engine_stats.h — the engine's stage-3 gather counters, for tests and reports that check the
+// prefetcher and the live-parameter window. Not the trainer's API: what is counted may change between minor
+// versions (docs/design.md, "Which headers are stable").
+//
+//   const zero::advanced::EngineStats s = zero::advanced::Stats(*engine);
+//   EXPECT_LE(s.peak_live_elements, cfg.zero.stage3_max_live_parameters);
+//
+// Stats reads counters the engine keeps anyway; it issues no collective and may be called whenever the Engine
+// itself may be (one thread per Engine), at any point of its life. The counts are this rank's, since Create.
+#pragma once
+
+#include <cstdint>
+
+#include "zero/engine.h"
+
+namespace zero::advanced {
+
+struct EngineStats {
+  int64_t prefetch_gathers = 0;  // all-gathers of a unit issued ahead by the prefetcher
+  int64_t demand_gathers = 0;    // all-gathers issued when a scope opened on a unit not in flight
+  // Largest number of non-persistent parameter elements gathered (AVAILABLE or INFLIGHT) at once.
+  int64_t peak_live_elements = 0;
+};
+
+EngineStats Stats(const Engine& engine);
+
+}  // namespace zero::advanced
