@@ -49,7 +49,7 @@ TEST(StatusTest, ReturnIfErrorKeepsCodeAndMessage) {
 // The breadcrumbs stay out of the message (what a user reads) and come back, innermost first, from Breadcrumbs.
 TEST(StatusTest, BreadcrumbsAreAPayloadNotPartOfTheMessage) {
   const Status s = PassesThroughTwice();
-  EXPECT_EQ(s.message(), "zero_optimization.stage: 7 is not in 0..3");
+  EXPECT_EQ(std::string(s.message()), "zero_optimization.stage: 7 is not in 0..3");
   EXPECT_THAT(std::string(s.message()), Not(HasSubstr("[")));
   EXPECT_EQ(Breadcrumbs(s), absl::StrCat("status_test.cc:", kInnerLine, " status_test.cc:", kOuterLine));
   EXPECT_EQ(Breadcrumbs(Fails()), "");
@@ -71,7 +71,7 @@ TEST(StatusTest, PropagationKeepsOtherPayloads) {
   const Status out = internal::AnnotateStatus(internal::AnnotateStatus(s, "/a/b.cc", 3), "c.cc", 4);
   EXPECT_EQ(out.GetPayload("example.com/extra"), absl::Cord("x"));
   EXPECT_EQ(Breadcrumbs(out), "b.cc:3 c.cc:4");
-  EXPECT_EQ(out.message(), "bad file");
+  EXPECT_EQ(std::string(out.message()), "bad file");
 }
 
 TEST(StatusTest, AssignOrReturn) {
