@@ -223,7 +223,7 @@ class GlooRank final : public RankBackend {
     o.timeout = absl::Seconds(300);
     auto c = zero::Communicator::CreateGloo(store, rank, world, o);
     if (!c.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, std::string(c.status().message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank, zero::ErrorText(c.status()).c_str());
       std::exit(1);
     }
     comm_ = std::move(*c);
@@ -405,7 +405,7 @@ class GlooRank final : public RankBackend {
   void Run(zero::Work w) {
     zero::Status s = w.Wait();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }
@@ -432,7 +432,7 @@ class GlooRank final : public RankBackend {
     zero::Status s = c.Join();
     c.ReleaseStaging();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }
@@ -483,7 +483,7 @@ class NcclRank final : public RankBackend {
     o.timeout = absl::Seconds(300);
     auto c = zero::Communicator::CreateNccl(store, rank, world, o);
     if (!c.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, std::string(c.status().message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank, zero::ErrorText(c.status()).c_str());
       std::exit(1);
     }
     comm_ = std::move(*c);
@@ -561,7 +561,7 @@ class NcclRank final : public RankBackend {
   void Run(zero::Work w) {
     zero::Status s = w.Wait();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }
