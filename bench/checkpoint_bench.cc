@@ -95,26 +95,36 @@ int main(int argc, char** argv) {
   int world = 2, reps = 3;
   bool cold = false;
   int64_t params = int64_t{1} << 24;
-  for (int i = 1; i < argc; i += 2) {
+  constexpr const char* kUsage = "usage: zero-bench-ckpt [--dir D] [--world N] [--params P] [--reps R] [--cold]\n";
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
     if (a == "--cold") {
       cold = true;
-      --i;
-    } else if (i + 1 >= argc) {
-      std::fprintf(stderr, "zero-bench-ckpt: %s needs a value\n", a.c_str());
-      return 2;
-    } else if (a == "--dir") {
-      dir = argv[i + 1];
+      continue;
+    }
+    // The value is read once the flag is known, so an unknown last flag is named as unknown.
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--dir") {
+      dir = v;
     } else if (a == "--world") {
-      world = std::atoi(argv[i + 1]);
+      world = std::atoi(v);
     } else if (a == "--params") {
-      params = std::atoll(argv[i + 1]);
+      params = std::atoll(v);
     } else if (a == "--reps") {
-      reps = std::atoi(argv[i + 1]);
+      reps = std::atoi(v);
     } else {
-      std::fprintf(stderr, "usage: zero-bench-ckpt [--dir D] [--world N] [--params P] [--reps R] [--cold]\n");
+      std::fprintf(stderr, "zero-bench-ckpt: unknown flag %s\n%s", a.c_str(), kUsage);
       return 2;
     }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zero-bench-ckpt: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    ++i;
   }
   std::system(absl::StrCat("rm -rf '", dir, "' && mkdir -p '", dir, "'").c_str());
   zero::Config cfg = zero::Config::Default();
@@ -176,7 +186,7 @@ int main(int argc, char** argv) {
   });
   for (const auto& s : status) {
     if (!s.ok()) {
-      std::fprintf(stderr, "zero-bench-ckpt: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "zero-bench-ckpt: %s\n", zero::ErrorText(s).c_str());
       return 1;
     }
   }

@@ -120,8 +120,8 @@ size_t ParseBytes(const std::string& s) {
   return static_cast<size_t>(v);
 }
 
-[[noreturn]] void Usage() {
-  std::fprintf(stderr,
+void PrintUsage(FILE* out) {
+  std::fprintf(out,
                "usage: zero-bench-comm --world N [--backend gloo|nccl] [--json] [--min-bytes B] [--max-bytes B]\n"
                "                       [--iters N] [--ops ag,rs,rsd,ar] [--aa] [--only zero|raw]\n"
                "  --aa  A/A control: the 'time' column times the raw call too, over its own connections (Gloo) as\n"
@@ -129,6 +129,12 @@ size_t ParseBytes(const std::string& s) {
                "  --only zero|raw  time only one of the two calls (the other's columns and ratio print 0)\n"
                "  --chunk B  (gloo) zero's AllGather/ReduceScatter are the engine's chunked collectives, chunks of B\n"
                "  --raw-chunk-buffer  (with --chunk) the raw calls run on one chunk-sized buffer, not on the unit's\n");
+}
+
+// A usage error: what is wrong (when known), then the usage, on stderr; exit 2.
+[[noreturn]] void Usage(const std::string& why = "") {
+  if (!why.empty()) std::fprintf(stderr, "zero-bench-comm: %s\n", why.c_str());
+  PrintUsage(stderr);
   std::exit(2);
 }
 
@@ -136,11 +142,15 @@ Args ParseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    // Called only for a known flag, so an unknown last flag is named as unknown rather than as missing a value.
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Usage();
+      if (i + 1 >= argc) Usage(k + " needs a value");
       return argv[++i];
     };
-    if (k == "--world") a.world = std::atoi(value().c_str());
+    if (k == "--help" || k == "-h") {
+      PrintUsage(stdout);
+      std::exit(0);
+    } else if (k == "--world") a.world = std::atoi(value().c_str());
     else if (k == "--backend") a.backend = value();
     else if (k == "--json") a.json = true;
     else if (k == "--aa") a.aa = true;
@@ -157,10 +167,10 @@ Args ParseArgs(int argc, char** argv) {
         else if (o == "rs") a.ops.push_back(Op::kReduceScatter);
         else if (o == "rsd") a.ops.push_back(Op::kReduceScatterDestructive);
         else if (o == "ar") a.ops.push_back(Op::kAllReduce);
-        else Usage();
+        else Usage("--ops: unknown op " + std::string(o) + " (ag, rs, rsd, ar)");
       }
     } else {
-      Usage();
+      Usage("unknown flag " + k);
     }
   }
   if (a.world < 1 || (a.backend != "gloo" && a.backend != "nccl") || a.min_bytes < 4 || a.max_bytes < a.min_bytes ||
@@ -213,7 +223,7 @@ class GlooRank final : public RankBackend {
     o.timeout = absl::Seconds(300);
     auto c = zero::Communicator::CreateGloo(store, rank, world, o);
     if (!c.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, std::string(c.status().message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank, zero::ErrorText(c.status()).c_str());
       std::exit(1);
     }
     comm_ = std::move(*c);
@@ -395,7 +405,7 @@ class GlooRank final : public RankBackend {
   void Run(zero::Work w) {
     zero::Status s = w.Wait();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }
@@ -422,7 +432,7 @@ class GlooRank final : public RankBackend {
     zero::Status s = c.Join();
     c.ReleaseStaging();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }
@@ -473,7 +483,7 @@ class NcclRank final : public RankBackend {
     o.timeout = absl::Seconds(300);
     auto c = zero::Communicator::CreateNccl(store, rank, world, o);
     if (!c.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, std::string(c.status().message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank, zero::ErrorText(c.status()).c_str());
       std::exit(1);
     }
     comm_ = std::move(*c);
@@ -551,7 +561,7 @@ class NcclRank final : public RankBackend {
   void Run(zero::Work w) {
     zero::Status s = w.Wait();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %d: %s\n", rank_, std::string(s.message()).c_str());
+      std::fprintf(stderr, "rank %d: %s\n", rank_, zero::ErrorText(s).c_str());
       std::exit(1);
     }
   }

@@ -57,8 +57,16 @@ int main(int argc, char** argv) {
   int64_t steps = 8;
   std::string model = "tiny";
   std::vector<int> stages = {0, 1, 2, 3};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i], v = argv[i + 1];
+  constexpr const char* kUsage =
+      "usage: zero-bench-parity [--world N] [--steps K] [--model tiny|small] [--stages 0,1,2,3]\n";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    // Every flag takes a value; it is read once the flag is known, so an unknown last flag is named as unknown.
+    const std::string v = i + 1 < argc ? argv[i + 1] : "";
     if (a == "--world") {
       world = std::atoi(v.c_str());
     } else if (a == "--steps") {
@@ -69,8 +77,11 @@ int main(int argc, char** argv) {
       stages.clear();
       for (auto s : absl::StrSplit(v, ',')) stages.push_back(std::atoi(std::string(s).c_str()));
     } else {
-      std::fprintf(stderr,
-                   "usage: zero-bench-parity [--world N] [--steps K] [--model tiny|small] [--stages 0,1,2,3]\n");
+      std::fprintf(stderr, "zero-bench-parity: unknown flag %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zero-bench-parity: %s needs a value\n%s", a.c_str(), kUsage);
       return 2;
     }
   }
@@ -81,7 +92,7 @@ int main(int argc, char** argv) {
         if (offload && stage == 0) continue;  // offload applies from stage 1
         auto cfg = zero::Config::FromJsonString(ConfigJson(stage, bf16, offload));
         if (!cfg.ok()) {
-          std::fprintf(stderr, "config: %s\n", cfg.status().ToString().c_str());
+          std::fprintf(stderr, "config: %s\n", zero::ErrorText(cfg.status()).c_str());
           return 1;
         }
         zero::gpt::TrainOptions opt;
@@ -100,7 +111,7 @@ int main(int argc, char** argv) {
         for (int r = 0; r < world; ++r) {
           if (!status[r].ok()) {
             std::fprintf(stderr, "stage %d %s offload %d rank %d: %s\n", stage, bf16 ? "bf16" : "fp32", offload, r,
-                         status[r].ToString().c_str());
+                         zero::ErrorText(status[r]).c_str());
             ok = false;
           }
         }

@@ -191,23 +191,47 @@ void Register() {
   }
 }
 
+// Our flag, then Google Benchmark's (its own help names the program "benchmark" and has no "usage" line).
+void PrintUsage() {
+  std::printf(
+      "usage: zero-bench-host-kernels [--simd TARGET] [--benchmark_...]\n"
+      "  --simd TARGET  run the kernels at that SIMD target (one of those this CPU has)\n"
+      "Google Benchmark's flags:\n");
+  benchmark::PrintDefaultHelp();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> rest;
+  constexpr const char* kHint = "(zero-bench-host-kernels --help for usage)";
+  std::vector<char*> rest = {argv[0]};
   std::string simd;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--simd=", 7) == 0) {
-      simd = argv[i] + 7;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      PrintUsage();
+      return 0;
+    } else if (a.starts_with("--simd=")) {
+      simd = a.substr(7);
+    } else if (a == "--simd") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "zero-bench-host-kernels: --simd needs a value %s\n", kHint);
+        return 2;
+      }
+      simd = argv[++i];
+    } else if (a.starts_with("--benchmark_") || a.starts_with("--v=")) {
+      rest.push_back(argv[i]);  // Google Benchmark's, checked by it below
     } else {
-      rest.push_back(argv[i]);
+      std::fprintf(stderr, "zero-bench-host-kernels: unknown flag %s %s\n", a.c_str(), kHint);
+      return 2;
     }
   }
   if (!simd.empty()) {
     const absl::StatusOr<zero::internal::SimdTarget> t =
         zero::internal::SimdTargetFromName(simd, zero::internal::AvailableSimdTargets());
     if (!t.ok()) {
-      std::fprintf(stderr, "--simd=%s: %s\n", simd.c_str(), std::string(t.status().message()).c_str());
+      std::fprintf(stderr, "zero-bench-host-kernels: --simd %s: %s\n", simd.c_str(),
+                   zero::ErrorText(t.status()).c_str());
       return 2;
     }
     zero::internal::ForceSimdTargetForTest(t->bits);

@@ -40,15 +40,30 @@ struct Mode {
 int main(int argc, char** argv) {
   std::string model = "small";
   int world = 4, reps = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  constexpr const char* kUsage = "usage: zero-bench-init-sync [--model tiny|small] [--world N] [--reps R]\n";
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--model") model = argv[i + 1];
-    if (a == "--world") world = std::atoi(argv[i + 1]);
-    if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    // Every flag takes a value; it is read once the flag is known, so an unknown last flag is named as unknown.
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--model") model = v;
+    else if (a == "--world") world = std::atoi(v);
+    else if (a == "--reps") reps = std::atoi(v);
+    else {
+      std::fprintf(stderr, "zero-bench-init-sync: unknown flag %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zero-bench-init-sync: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
   }
   auto mc_or = zero::gpt::GptConfig::FromName(model);
   if (!mc_or.ok()) {
-    std::fprintf(stderr, "%s\n", mc_or.status().ToString().c_str());
+    std::fprintf(stderr, "zero-bench-init-sync: %s\n", zero::ErrorText(mc_or.status()).c_str());
     return 2;
   }
   const zero::gpt::GptConfig mc = *mc_or;
@@ -106,7 +121,7 @@ int main(int argc, char** argv) {
           });
       for (int r = 0; r < world; ++r) {
         if (!status[r].ok()) {
-          std::fprintf(stderr, "%s rank %d: %s\n", m.name, r, status[r].ToString().c_str());
+          std::fprintf(stderr, "%s rank %d: %s\n", m.name, r, zero::ErrorText(status[r]).c_str());
           return 1;
         }
       }

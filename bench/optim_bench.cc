@@ -68,11 +68,13 @@ struct Options {
   std::string simd;
 };
 
-[[noreturn]] void Usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--params N] [--threads T] [--reps R] [--json] [--no-torch] [--torch-script PATH] "
-               "[--simd TARGET]\n",
-               argv0);
+constexpr const char* kUsage =
+    "usage: zero-bench-optim [--params N] [--threads T] [--reps R] [--json] [--no-torch] [--torch-script PATH] "
+    "[--simd TARGET]\n";
+
+// A usage error: what is wrong, then the usage, on stderr; exit 2.
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(stderr, "zero-bench-optim: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -80,20 +82,25 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    // Called only for a known flag, so an unknown last flag is named as unknown rather than as missing a value.
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) Usage(argv[0]);
+      if (i + 1 >= argc) Usage(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--params") o.params = std::strtoull(next(), nullptr, 10);
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--params") o.params = std::strtoull(next(), nullptr, 10);
     else if (a == "--threads") o.threads = std::atoi(next());
     else if (a == "--reps") o.reps = std::atoi(next());
     else if (a == "--json") o.json = true;
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--torch-script") o.torch_script = next();
     else if (a == "--simd") o.simd = next();
-    else Usage(argv[0]);
+    else Usage("unknown flag " + a);
   }
-  if (o.params < 1024 || o.threads < 1 || o.reps < 1) Usage(argv[0]);
+  if (o.params < 1024 || o.threads < 1 || o.reps < 1)
+    Usage("--params must be at least 1024, --threads and --reps at least 1");
   return o;
 }
 

@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  // The grammar is COMMAND DIR [flags]: a flag where the command goes is named, not taken for a command.
+  if (argc >= 2 && argv[1][0] == '-') return Usage(std::string("unknown flag ") + argv[1]);
   if (argc < 3) return Usage("");
   const std::string cmd = argv[1];
   std::vector<std::string> pos;
@@ -93,7 +95,7 @@ int main(int argc, char** argv) {
       if (!ParseInt(v, 0, 3, &stage)) return BadValue(std::string("--stage ") + v + ": not a stage (0, 1, 2 or 3)");
     } else if (a == "--dtype") {
       const char* v = value();
-      if (v == nullptr) return Usage("--dtype needs f32, bf16 or f16");
+      if (v == nullptr) return Usage("--dtype needs a value (f32, bf16 or f16)");
       auto d = zero::ParseDType(v);
       if (!d.ok()) return Usage(std::string("--dtype: ") + v + " is not f32, bf16 or f16");
       dtype = *d;
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
     } else if (a == "--dry-run") {
       dry_run = true;
     } else if (a.size() > 1 && a[0] == '-') {
-      return Usage("unknown option " + a);
+      return Usage("unknown flag " + a);
     } else {
       pos.push_back(a);
     }

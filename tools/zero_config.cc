@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
       }
       world = static_cast<int>(w);
     } else if (a == "--set") {
-      if (i + 1 >= argc) return Usage("--set needs KEY=VALUE");
+      if (i + 1 >= argc) return Usage("--set needs a value (KEY=VALUE)");
       std::string kv = argv[++i];
       const size_t eq = kv.find('=');
       if (eq == std::string::npos || eq == 0) return Usage("--set: not KEY=VALUE: " + kv);
       sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
     } else if (a.size() > 1 && a[0] == '-' && a != "-") {
-      return Usage("unknown option " + a);
+      return Usage("unknown flag " + a);
     } else if (file.empty()) {
       file = a;
     } else {

@@ -303,8 +303,9 @@ int main(int argc, char** argv) {
       f.json = true;
       continue;
     }
-    if (i + 1 >= argc) return Usage(a + " needs a value");
-    const std::string v = argv[++i];
+    // The value is read once the flag is known, so an unknown last flag is named as unknown.
+    const bool has_value = i + 1 < argc;
+    const std::string v = has_value ? argv[i + 1] : "";
     auto integer = [&](int* out, int min) { return absl::SimpleAtoi(v, out) && *out >= min; };
     bool ok = true;
     if (a == "--set") {
@@ -343,6 +344,8 @@ int main(int argc, char** argv) {
     } else {
       return Usage("unknown flag " + a);
     }
+    if (!has_value) return Usage(a + " needs a value");
+    ++i;
     if (!ok) return Usage(absl::StrCat(a, ": bad value \"", v, "\""));
   }
   if (const std::string why = OutOfRange(f); !why.empty()) return Usage(why);
@@ -359,7 +362,7 @@ int main(int argc, char** argv) {
   if (!f.config_path.empty()) {
     auto c = zero::Config::FromJsonFile(f.config_path);
     if (!c.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", c.status().ToString().c_str());
+      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(c.status()).c_str());
       return 1;
     }
     cfg = *c;
@@ -377,7 +380,7 @@ int main(int argc, char** argv) {
   for (const auto& [key, value] : sets) {
     zero::Status s = cfg.Set(key, value);
     if (!s.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
       return 1;
     }
   }
@@ -390,11 +393,11 @@ int main(int argc, char** argv) {
   if (!f.units_file.empty()) {
     auto units = ReadUnits(f.units_file);
     if (!units.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", units.status().ToString().c_str());
+      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(units.status()).c_str());
       return 1;
     }
     if (zero::Status s = ResolveAutoForEstimate(&cfg, 0); !s.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
       return 1;
     }
     zero::EstimateOptions o;
@@ -416,7 +419,7 @@ int main(int argc, char** argv) {
           .vocab = f.vocab, .max_seq = f.seq, .layers = f.layers, .heads = f.heads, .channels = f.hidden};
     }
     if (zero::Status s = ResolveAutoForEstimate(&cfg, mc.channels); !s.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", s.ToString().c_str());
+      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
       return 1;
     }
     est = zero::gpt::EstimateGpt(cfg, mc, f.seq, f.world, f.recompute, backend);
@@ -434,7 +437,7 @@ int main(int argc, char** argv) {
                               mc.channels, ", heads ", mc.heads, ", vocab ", mc.vocab, ", seq ", T);
   }
   if (!est.ok()) {
-    std::fprintf(stderr, "zero-estimate: %s\n", est.status().ToString().c_str());
+    std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(est.status()).c_str());
     return 1;
   }
   const zero::RankEstimate& e = *est;

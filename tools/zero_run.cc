@@ -222,9 +222,13 @@ int main(int argc, char** argv) {
       Usage(stdout);
       return 0;
     }
-    if ((a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts" ||
-         a == "--min-nproc") &&
-        arg + 1 < argc) {
+    if (a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts" ||
+        a == "--min-nproc") {
+      if (arg + 1 >= argc) {
+        std::fprintf(stderr, "zero-run: %s needs a value\n", a.c_str());
+        Usage(stderr);
+        return 2;
+      }
       const char* v = argv[++arg];
       bool ok = true;
       if (a == "-n" || a == "--nproc" || a == "--min-nproc") {
@@ -252,7 +256,7 @@ int main(int argc, char** argv) {
       continue;
     }
     if (!a.empty() && a[0] == '-') {
-      std::fprintf(stderr, "zero-run: unknown option '%s'\n", a.c_str());
+      std::fprintf(stderr, "zero-run: unknown flag %s\n", a.c_str());
       Usage(stderr);
       return 2;
     }

@@ -358,18 +358,25 @@ struct Options {
   std::string md_path;
 };
 
+constexpr const char* kUsage =
+    "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] [--md file]\n";
+
 Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    // Called only for a known flag, so an unknown last flag is named as unknown rather than as missing a value.
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {
-        std::fprintf(stderr, "missing value after %s\n", a.c_str());
+        std::fprintf(stderr, "zero-bench-gpu: %s needs a value\n%s", a.c_str(), kUsage);
         std::exit(2);
       }
       return argv[++i];
     };
-    if (a == "--params") {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--params") {
       o.params = std::strtoull(next(), nullptr, 10);
     } else if (a == "--copy-mib") {
       o.copy_mib = std::strtoull(next(), nullptr, 10);
@@ -382,10 +389,8 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--no-variants") {
       o.variants = false;
     } else {
-      std::fprintf(stderr,
-                   "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] "
-                   "[--md file]\n");
-      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+      std::fprintf(stderr, "zero-bench-gpu: unknown flag %s\n%s", a.c_str(), kUsage);
+      std::exit(2);
     }
   }
   o.params = std::max<size_t>(o.params / 8 * 8, 1 << 21);

@@ -492,7 +492,7 @@ zero::Status Train(const Flags& flags, const AdamW& hp, const zero::Config& cfg,
 
 void Usage() {
   std::fprintf(
-      stderr,
+      stdout,
       "usage: zero-flat-trainer [--zero] [--config FILE] [--stage 0-2] [--world N] [--steps K] [--seed S]\n"
       "                         [--decay-2d] [--json] [--save DIR [--save-every K]] [--resume DIR]\n"
       "  --zero       zero::ShardedOptimizer instead of the trainer's own AdamW; --world N runs N ranks as\n"
@@ -508,21 +508,24 @@ void Usage() {
       kBatch);
 }
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
+// What ParseFlags found: run, print the usage to stdout (--help), or a usage error (already said on stderr).
+enum class Parsed { kRun, kHelp, kUsageError };
+
+Parsed ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const char* v = nullptr;
+    // A flag's value is read only once the flag is known, so an unknown last flag is named as unknown.
+    const bool has_value = i + 1 < argc;
+    const char* v = has_value ? argv[i + 1] : "";
+    bool takes_value = true;
     if (a == "--zero") {
-      f->zero = true;
+      f->zero = true, takes_value = false;
     } else if (a == "--json") {
-      f->json = true;
+      f->json = true, takes_value = false;
     } else if (a == "--decay-2d") {
-      f->decay_2d = true;
+      f->decay_2d = true, takes_value = false;
     } else if (a == "--help" || a == "-h") {
-      return false;
-    } else if ((v = i + 1 < argc ? argv[++i] : nullptr) == nullptr) {
-      std::fprintf(stderr, "zero-flat-trainer: %s needs a value\n", a.c_str());
-      return false;
+      return Parsed::kHelp;
     } else if (a == "--config") {
       f->config_path = v;
     } else if (a == "--stage") {
@@ -540,15 +543,24 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (a == "--resume") {
       f->resume_dir = v;
     } else {
-      std::fprintf(stderr, "zero-flat-trainer: unknown flag %s\n", a.c_str());
-      return false;
+      std::fprintf(stderr, "zero-flat-trainer: unknown flag %s (zero-flat-trainer --help for usage)\n", a.c_str());
+      return Parsed::kUsageError;
     }
+    if (takes_value && !has_value) {
+      std::fprintf(stderr, "zero-flat-trainer: %s needs a value (zero-flat-trainer --help for usage)\n", a.c_str());
+      return Parsed::kUsageError;
+    }
+    if (takes_value) ++i;
   }
   if ((!f->save_dir.empty() || !f->resume_dir.empty()) && !f->zero) {
     std::fprintf(stderr, "zero-flat-trainer: --save and --resume need --zero (ShardedOptimizer's checkpoints)\n");
-    return false;
+    return Parsed::kUsageError;
   }
-  return f->world >= 1 && f->steps >= 0;
+  if (f->world >= 1 && f->steps >= 0) return Parsed::kRun;
+  std::fprintf(stderr,
+               "zero-flat-trainer: --world must be at least 1 and --steps at least 0 (zero-flat-trainer --help for "
+               "usage)\n");
+  return Parsed::kUsageError;
 }
 
 // The embedded default config: the trainer's own AdamW, written out in full precision.
@@ -598,9 +610,10 @@ zero::Status MakeConfig(const Flags& f, int world, AdamW* hp, zero::Config* cfg)
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
-    Usage();
-    return 2;
+  switch (ParseFlags(argc, argv, &flags)) {
+    case Parsed::kHelp: Usage(); return 0;
+    case Parsed::kUsageError: return 2;
+    case Parsed::kRun: break;
   }
   const bool launched = zero::Communicator::Launched();
   const char* env_world = std::getenv("WORLD_SIZE");
@@ -651,7 +664,7 @@ int main(int argc, char** argv) {
   for (size_t r = 0; r < results.size(); ++r) {
     if (results[r].ok()) continue;
     const std::string who = results.size() > 1 ? absl::StrCat("rank ", r, ": ") : "";
-    std::fprintf(stderr, "zero-flat-trainer: %s%s\n", who.c_str(), results[r].ToString().c_str());
+    std::fprintf(stderr, "zero-flat-trainer: %s%s\n", who.c_str(), zero::ErrorText(results[r]).c_str());
     return 1;
   }
   return 0;

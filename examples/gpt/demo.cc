@@ -85,17 +85,30 @@ int main(int argc, char** argv) {
   std::string model = "tiny", out_dir = "demo-out";
   int world = 4;
   int64_t steps = 10;
-  bool usage = argc % 2 != 1;  // flags come with a value each
-  for (int i = 1; i + 1 < argc && !usage; i += 2) {
+  constexpr const char* kUsage = "usage: zero-demo [--model tiny|small] [--world N] [--steps K] [--out DIR]\n";
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--model") model = argv[i + 1];
-    else if (a == "--world") world = std::atoi(argv[i + 1]);
-    else if (a == "--steps") steps = std::atoll(argv[i + 1]);
-    else if (a == "--out") out_dir = argv[i + 1];
-    else usage = true;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    // Every flag takes a value; it is read once the flag is known, so an unknown last flag is named as unknown.
+    const char* v = i + 1 < argc ? argv[i + 1] : "";
+    if (a == "--model") model = v;
+    else if (a == "--world") world = std::atoi(v);
+    else if (a == "--steps") steps = std::atoll(v);
+    else if (a == "--out") out_dir = v;
+    else {
+      std::fprintf(stderr, "zero-demo: unknown flag %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zero-demo: %s needs a value\n%s", a.c_str(), kUsage);
+      return 2;
+    }
   }
-  if (usage || world < 1 || steps < 1) {
-    std::fprintf(stderr, "usage: zero-demo [--model tiny|small] [--world N] [--steps K] [--out DIR]\n");
+  if (world < 1 || steps < 1) {
+    std::fprintf(stderr, "zero-demo: --world and --steps must be at least 1\n%s", kUsage);
     return 2;
   }
   auto mc = zero::gpt::GptConfig::FromName(model);
@@ -143,7 +156,7 @@ int main(int argc, char** argv) {
     auto est = zero::gpt::EstimateGpt(cfg, *mc, 0, world, run.recompute);
     if (!est.ok()) {
       progress.Clear();
-      std::fprintf(stderr, "zero-demo: estimate of run %s: %s\n", run.name, est.status().ToString().c_str());
+      std::fprintf(stderr, "zero-demo: estimate of run %s: %s\n", run.name, zero::ErrorText(est.status()).c_str());
       return 1;
     }
     const std::string label = absl::StrFormat("run %d/%d (%s)", k + 1, kRuns, run.name);
@@ -152,7 +165,7 @@ int main(int argc, char** argv) {
     });
     if (!results.ok()) {
       progress.Clear();
-      std::fprintf(stderr, "zero-demo: run %s: %s\n", run.name, results.status().ToString().c_str());
+      std::fprintf(stderr, "zero-demo: run %s: %s\n", run.name, zero::ErrorText(results.status()).c_str());
       return 1;
     }
     const auto& r0 = (*results)[0];

@@ -51,7 +51,7 @@ struct Flags {
 };
 
 void Usage() {
-  std::fprintf(stderr,
+  std::fprintf(stdout,
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--resume DIR]\n"
@@ -73,24 +73,26 @@ void Usage() {
                "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n");
 }
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
+// What ParseFlags found: run, print the usage to stdout (--help), or a usage error (already said on stderr).
+enum class Parsed { kRun, kHelp, kUsageError };
+
+Parsed ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    const char* v = nullptr;
+    // A flag's value is read only once the flag is known, so an unknown last flag is named as unknown.
+    const bool has_value = i + 1 < argc;
+    const char* v = has_value ? argv[i + 1] : "";
+    bool takes_value = true;
     if (a == "--json") {
-      f->json = true;
+      f->json = true, takes_value = false;
     } else if (a == "--recompute") {
-      f->recompute = true;
+      f->recompute = true, takes_value = false;
     } else if (a == "--bf16") {
-      f->bf16 = true;
+      f->bf16 = true, takes_value = false;
     } else if (a == "--params-hash") {
-      f->params_hash = true;
+      f->params_hash = true, takes_value = false;
     } else if (a == "--help" || a == "-h") {
-      return false;
-    } else if ((v = next()) == nullptr) {
-      std::fprintf(stderr, "zero-gpt: %s needs a value\n", a.c_str());
-      return false;
+      return Parsed::kHelp;
     } else if (a == "--config") {
       f->config_path = v;
     } else if (a == "--model") {
@@ -122,11 +124,20 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (a == "--init-map") {
       f->init_map = v;
     } else {
-      std::fprintf(stderr, "zero-gpt: unknown flag %s\n", a.c_str());
-      return false;
+      std::fprintf(stderr, "zero-gpt: unknown flag %s (zero-gpt --help for usage)\n", a.c_str());
+      return Parsed::kUsageError;
     }
+    if (takes_value && !has_value) {
+      std::fprintf(stderr, "zero-gpt: %s needs a value (zero-gpt --help for usage)\n", a.c_str());
+      return Parsed::kUsageError;
+    }
+    if (takes_value) ++i;
   }
-  return f->world >= 1 && f->steps >= 0 && (f->device == "cpu" || f->device == "cuda");
+  if (f->world >= 1 && f->steps >= 0 && (f->device == "cpu" || f->device == "cuda")) return Parsed::kRun;
+  std::fprintf(stderr,
+               "zero-gpt: --world must be at least 1, --steps at least 0, --device cpu or cuda "
+               "(zero-gpt --help for usage)\n");
+  return Parsed::kUsageError;
 }
 
 std::string MemoryJson(const std::vector<zero::MemoryReport>& ranks) {
@@ -165,15 +176,16 @@ std::string PeakBoundJson(const std::array<zero::PeakBound, 2>& b) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
-    Usage();
-    return 2;
+  switch (ParseFlags(argc, argv, &flags)) {
+    case Parsed::kHelp: Usage(); return 0;
+    case Parsed::kUsageError: return 2;
+    case Parsed::kRun: break;
   }
   zero::Config cfg = zero::Config::Default();
   if (!flags.config_path.empty()) {
     auto c = zero::Config::FromJsonFile(flags.config_path);
     if (!c.ok()) {
-      std::fprintf(stderr, "zero-gpt: %s\n", c.status().ToString().c_str());
+      std::fprintf(stderr, "zero-gpt: %s\n", zero::ErrorText(c.status()).c_str());
       return 1;
     }
     cfg = *c;
@@ -251,7 +263,7 @@ int main(int argc, char** argv) {
     copt.timeout = absl::Seconds(cfg.comm_timeout_s);
     auto comm = zero::Communicator::FromEnv(cuda ? zero::Backend::kNccl : zero::Backend::kGloo, copt);
     if (!comm.ok()) {
-      std::fprintf(stderr, "zero-gpt: %s\n", comm.status().ToString().c_str());
+      std::fprintf(stderr, "zero-gpt: %s\n", zero::ErrorText(comm.status()).c_str());
       return 1;
     }
     world_size = (*comm)->world_size();
@@ -263,7 +275,7 @@ int main(int argc, char** argv) {
     results.push_back(
         train_one(shared, opt, rank == 0 ? std::function<void(const zero::gpt::StepLog&)>(on_step) : nullptr));
     if (rank != 0) {
-      if (!results[0].ok()) std::fprintf(stderr, "zero-gpt: %s\n", results[0].status().ToString().c_str());
+      if (!results[0].ok()) std::fprintf(stderr, "zero-gpt: %s\n", zero::ErrorText(results[0].status()).c_str());
       return results[0].ok() ? 0 : 1;
     }
   } else {
@@ -292,7 +304,7 @@ int main(int argc, char** argv) {
   progress.Finish();
   for (size_t r = 0; r < results.size(); ++r) {
     if (!results[r].ok()) {
-      std::fprintf(stderr, "zero-gpt: rank %zu: %s\n", r, results[r].status().ToString().c_str());
+      std::fprintf(stderr, "zero-gpt: rank %zu: %s\n", r, zero::ErrorText(results[r].status()).c_str());
       return 1;
     }
   }

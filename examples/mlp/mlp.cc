@@ -101,6 +101,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   zero::Status s = Train();
-  if (!s.ok()) std::fprintf(stderr, "zero-mlp: %s\n", s.ToString().c_str());
+  if (!s.ok()) std::fprintf(stderr, "zero-mlp: %s\n", zero::ErrorText(s).c_str());
   return s.ok() ? 0 : 1;
 }

@@ -80,10 +80,10 @@ int main(int argc, char** argv) {
   if (arg == "--help" || arg == "-h") return std::printf("usage: zero-sharded-mlp [CHECKPOINT_DIR]\n"), 0;
   if (argc > 2 || arg.rfind('-', 0) == 0) {  // one optional folder, no options
     std::fprintf(stderr, "zero-sharded-mlp: unknown argument '%s'\nusage: zero-sharded-mlp [CHECKPOINT_DIR]\n",
-                 argv[argc > 2 ? 2 : 1]);
+                 argv[argc > 2 && arg.rfind('-', 0) != 0 ? 2 : 1]);
     return 2;
   }
   zero::Status s = Train(arg);
-  if (!s.ok()) std::fprintf(stderr, "zero-sharded-mlp: %s\n", s.ToString().c_str());
+  if (!s.ok()) std::fprintf(stderr, "zero-sharded-mlp: %s\n", zero::ErrorText(s).c_str());
   return s.ok() ? 0 : 1;
 }

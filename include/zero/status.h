@@ -2,15 +2,18 @@
 //
 //   absl::Status Load(...) {
 //     ZERO_ASSIGN_OR_RETURN(zero::Config cfg, zero::Config::FromJsonFile(path));
-//     ZERO_RETURN_IF_ERROR(engine.Finalize(init));      // on error: message gains "[engine.cc:42]"
+//     ZERO_RETURN_IF_ERROR(engine.Finalize(init));      // on error: breadcrumb "engine.cc:42" added
 //     ZERO_CHECK_EQ(shard.size(), expected) << "unit " << name;   // aborts: our bug, not the user's
 //   }
 //
 // Public functions return absl::Status / absl::StatusOr<T>, never throw and never exit. Codes are chosen
 // deliberately: bad shapes or config values -> kInvalidArgument; calls in the wrong state ->
 // kFailedPrecondition; a lost peer -> kUnavailable; a timeout -> kDeadlineExceeded; CUDA/NCCL internals ->
-// kInternal. The propagation macros append the caller's file:line to the message so an error that crossed
-// several frames carries a breadcrumb (NCCL's `NCCLCHECK` does the same with its `-> code` lines).
+// kInternal. The propagation macros record the caller's file:line so an error that crossed several frames
+// carries breadcrumbs (NCCL's `NCCLCHECK` does the same with its `-> code` lines). They go in a payload
+// (kBreadcrumbsPayloadUrl), not in the message: `status.message()` stays the sentence a user acts on, and a
+// program prints ErrorText(status), which logs the breadcrumbs at debug level (ZERO_LOG_LEVEL=debug) for
+// whoever debugs zero. Note that absl::Status::ToString() prints payloads, breadcrumbs included.
 #pragma once
 
 #include <optional>
@@ -29,9 +32,21 @@ template <typename T>
 using StatusOr = absl::StatusOr<T>;
 using absl::OkStatus;
 
+// The payload type URL under which the propagation macros keep breadcrumbs.
+inline constexpr char kBreadcrumbsPayloadUrl[] = "zero.dev/breadcrumbs";
+
+// The file:line of every ZERO_RETURN_IF_ERROR / ZERO_ASSIGN_OR_RETURN `status` passed through, innermost
+// (nearest the error) first, separated by spaces: "store.cc:210 comm.cc:88". Empty if it passed none.
+std::string Breadcrumbs(const Status& status);
+
+// The line a program prints for an error: "CODE: message", e.g. "UNAVAILABLE: rank 2 gone" ("OK" for an ok
+// status), without payloads or breadcrumbs. Because it is where an error leaves the program, it also logs
+// the breadcrumbs at debug level, so `ZERO_LOG_LEVEL=debug` shows where the error travelled.
+std::string ErrorText(const Status& status);
+
 namespace internal {
 
-// Returns `status` with " [file:line]" appended to its message (the file's base name only).
+// Returns `status` with "file:line" (the file's base name only) added to its breadcrumbs payload.
 absl::Status AnnotateStatus(const absl::Status& status, const char* file, int line);
 
 // Collects a CHECK failure message; the destructor prints it with file:line and aborts.
@@ -77,7 +92,8 @@ std::optional<std::string> CheckOpMessage(bool ok, const A& a, const B& b, const
 #define ZERO_INTERNAL_CONCAT_IMPL(a, b) a##b
 #define ZERO_INTERNAL_CONCAT(a, b) ZERO_INTERNAL_CONCAT_IMPL(a, b)
 
-// Evaluates `expr` (an absl::Status); on error returns it from the enclosing function with file:line appended.
+// Evaluates `expr` (an absl::Status); on error returns it from the enclosing function with file:line added to
+// its breadcrumbs.
 #define ZERO_RETURN_IF_ERROR(expr)                                               \
   do {                                                                           \
     ::absl::Status _zero_status = (expr);                                        \

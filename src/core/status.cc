@@ -3,10 +3,29 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "zero/logging.h"
 
-namespace zero::internal {
+namespace zero {
+
+std::string Breadcrumbs(const Status& status) {
+  const auto crumbs = status.GetPayload(kBreadcrumbsPayloadUrl);
+  return crumbs ? std::string(*crumbs) : std::string();
+}
+
+std::string ErrorText(const Status& status) {
+  if (status.ok()) return "OK";
+  const std::string crumbs = Breadcrumbs(status);
+  if (!crumbs.empty()) {
+    ZERO_LOG(DEBUG) << "breadcrumbs of \"" << status.message() << "\": " << crumbs;
+  }
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+}
+
+namespace internal {
 
 namespace {
 const char* BaseName(const char* file) {
@@ -17,8 +36,11 @@ const char* BaseName(const char* file) {
 
 absl::Status AnnotateStatus(const absl::Status& status, const char* file, int line) {
   if (status.ok()) return status;
-  absl::Status out(status.code(), absl::StrCat(status.message(), " [", BaseName(file), ":", line, "]"));
-  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  absl::Status out = status;  // the code, the message and every payload as they are
+  absl::Cord crumbs = status.GetPayload(kBreadcrumbsPayloadUrl).value_or(absl::Cord());
+  if (!crumbs.empty()) crumbs.Append(" ");
+  crumbs.Append(absl::StrCat(BaseName(file), ":", line));
+  out.SetPayload(kBreadcrumbsPayloadUrl, std::move(crumbs));
   return out;
 }
 
@@ -33,4 +55,5 @@ CheckFailure::~CheckFailure() {
   std::abort();
 }
 
-}  // namespace zero::internal
+}  // namespace internal
+}  // namespace zero
