@@ -128,11 +128,7 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     break;
   }
   if (auto dir = env("ZERO_STORE_DIR")) out.store_dir = *dir;
-  if (auto addr = env("ZERO_MASTER_ADDR")) {
-    out.master_addr = *addr;
-  } else if (auto master = env("MASTER_ADDR")) {
-    out.master_addr = *master;
-  }
+  out.master_addr = env("ZERO_MASTER_ADDR").value_or(env("MASTER_ADDR").value_or(""));
   auto port_of = [&](const char* name) -> Status {
     auto port = env(name);
     if (!port) return absl::OkStatus();
