@@ -18,6 +18,8 @@ pkgs=(
   libopenblas-dev      # matrix products in the reference GPT trainer
   python3-numpy        # tests/checkpoint: an independent safetensors reader checks zero-ckpt export
   gnuplot-nox          # zero-demo's picture (its pngcairo terminal needs no X server)
+  libtorch-dev         # the optional zero::torch component (zero/torch.h), its tests and examples/torch_lm;
+                       # CPU-only libtorch 1.13. A build without it skips them (ZERO_ENABLE_TORCH=AUTO).
 )
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch)

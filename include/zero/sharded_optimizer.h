@@ -74,14 +74,19 @@ namespace zero {
 // One buffer pair of the trainer: `tensors` are named slices packed in order from element 0 of `params` (and of
 // `grads`, same layout). Both buffers hold `capacity` elements of `dtype`, at least Capacity(total, world): the
 // elements past the tensors are padding that the collectives move (the trainer never reads them). On the CUDA
-// engine (an NCCL communicator) both are device pointers.
+// engine (an NCCL communicator) both are device pointers. No two buffers of the pairs given to Create may
+// overlap (the same buffer twice is an error, not a double update). A frozen pair (a ParamGroup with frozen =
+// true over all its tensors) may leave `grads` null: it gets no gradient.
 struct FlatBuffers {
   void* params = nullptr;
   void* grads = nullptr;
   DType dtype = DType::kF32;
   int64_t capacity = 0;
   std::vector<ParamSpec> tensors;
-  std::string name = "flat";  // names the buffer pair in errors and reports
+  std::string name = "flat";  // names the buffer pair in errors and reports; unique among the pairs
+  // The tensors' full names (checkpoints, parameter groups) are their own names instead of "<name>.<tensor>":
+  // for a trainer whose names are already unique across pairs (zero/torch.h: "blocks.0.attn.weight").
+  bool bare_names = false;
 };
 
 class ShardedOptimizer {
@@ -103,6 +108,12 @@ class ShardedOptimizer {
   // runs while the trainer computes the others' gradients; the trainer must not write that gradient buffer again
   // before Step. Optional: Step reduces every pair not handed over. Collective (every rank, same order).
   Status GradientsReady(int buffer);
+
+  // The trainer rewrote buffer pair `buffer`'s parameters itself (read its own checkpoint into it, say): they
+  // become the optimizer's values again (the fp32 master of 16-bit buffers is re-read from them), the ranks
+  // agreeing on rank 0's as at Create; the optimizer state is kept. It touches no gradient (a reduction already
+  // handed over goes on). Collective.
+  Status ReloadParams(int buffer);
 
   // One optimizer step over the gradients the trainer accumulated since the last one. Collective.
   StatusOr<StepResult> Step(const StepOptions& options = {});

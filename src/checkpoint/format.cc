@@ -20,6 +20,11 @@
 #include "nlohmann/json.hpp"
 
 namespace zero::ckpt {
+
+std::string FullParamName(const std::string& unit, bool bare_names, const std::string& param) {
+  return bare_names ? param : absl::StrCat(unit, ".", param);
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -76,6 +81,7 @@ json MetaJson(const Meta& m) {
   json units = json::array();
   for (const UnitMeta& u : m.units) {
     json ju = {{"name", u.name}, {"numel", u.numel}, {"frozen", u.frozen}};
+    if (u.bare_names) ju["bare_names"] = true;
     json streams = json::array();
     for (const StreamMeta& s : u.streams)
       streams.push_back({{"name", s.name}, {"dtype", std::string(DTypeName(s.dtype))}});
@@ -282,6 +288,7 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
         !p.Bool(ju, "frozen", where, &u.frozen)) {
       return false;
     }
+    if (ju.contains("bare_names") && !p.Bool(ju, "bare_names", where, &u.bare_names)) return false;
     const json* streams = nullptr;
     if (!p.Array(ju, "streams", where, &streams)) return false;
     for (size_t si = 0; si < streams->size(); ++si) {

@@ -267,7 +267,7 @@ Status ExportSafetensors(const std::string& dir, const std::string& out_file, co
     if (values < 0) values = u.Stream("param");
     if (values < 0) return absl::DataLossError(absl::StrCat(reader->folder(), ": unit ", u.name, " holds no values"));
     for (const auto& p : u.params) {
-      entries.push_back({absl::StrCat(u.name, ".", p.name), options.dtype, p.shape});
+      entries.push_back({ckpt::FullParamName(u.name, u.bare_names, p.name), options.dtype, p.shape});
       items.push_back({static_cast<int>(ui), values, p.offset, p.numel, options.dtype});
     }
     if (!options.optimizer_state) continue;
@@ -275,7 +275,8 @@ Status ExportSafetensors(const std::string& dir, const std::string& out_file, co
       const int si = u.Stream("state." + s);
       if (si < 0) continue;  // frozen: no state
       for (const auto& p : u.params) {
-        entries.push_back({absl::StrCat(u.name, ".", p.name, ":", s), DType::kF32, p.shape});
+        entries.push_back(
+            {absl::StrCat(ckpt::FullParamName(u.name, u.bare_names, p.name), ":", s), DType::kF32, p.shape});
         items.push_back({static_cast<int>(ui), si, p.offset, p.numel, DType::kF32});
       }
     }

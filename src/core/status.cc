@@ -7,6 +7,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/status_util.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -53,6 +54,13 @@ CheckFailure::~CheckFailure() {
   std::fprintf(stderr, "[zero] FATAL %s:%d] %s\n", BaseName(file_), line_, msg.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+Status Reworded(const Status& status, std::string message) {
+  if (status.ok()) return status;
+  Status out(status.code(), message);
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 }  // namespace internal

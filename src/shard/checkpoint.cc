@@ -271,6 +271,7 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
     um.name = u.name();
     um.numel = u.layout.numel;
     um.frozen = u.frozen;
+    um.bare_names = u.bare_names;
     for (size_t i = 0; i < u.layout.params.size(); ++i) {
       const internal::ParamSlot& p = u.layout.params[i];
       um.params.push_back(
@@ -300,8 +301,8 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     std::map<std::string, std::pair<int, int>> by_name;
     for (size_t ui = 0; ui < m.units.size(); ++ui) {
       for (size_t pi = 0; pi < m.units[ui].params.size(); ++pi) {
-        by_name[absl::StrCat(m.units[ui].name, ".", m.units[ui].params[pi].name)] = {static_cast<int>(ui),
-                                                                                     static_cast<int>(pi)};
+        by_name[ckpt::FullParamName(m.units[ui].name, m.units[ui].bare_names, m.units[ui].params[pi].name)] = {
+            static_cast<int>(ui), static_cast<int>(pi)};
       }
     }
     std::map<std::string, bool> used;
@@ -315,7 +316,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       const Unit& u = ctx.units[ui];
       for (const internal::ParamSlot& slot : u.layout.params) {
-        const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
+        const std::string mine = u.FullName(slot);
         const std::string theirs = TheirName(options, mine);
         auto it = by_name.find(theirs);
         if (it == by_name.end()) {
@@ -487,7 +488,7 @@ Status Engine::Impl::LoadSafetensors(const std::string& path, const LoadOptions&
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       const Unit& u = ctx.units[ui];
       for (const internal::ParamSlot& slot : u.layout.params) {
-        const std::string mine = absl::StrCat(u.name(), ".", slot.spec.name);
+        const std::string mine = u.FullName(slot);
         const std::string theirs = TheirName(options, mine);
         const SafetensorsFile::Tensor* t = file->Find(theirs);
         if (t == nullptr) {

@@ -116,6 +116,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   internal::MaybeInjectFault("finalize", ctx.world_rank, 0);
   ZERO_RETURN_IF_ERROR(internal::CheckRegistrationAgrees(world_host, ctx.world_size, layouts));
   ZERO_RETURN_IF_ERROR(ResolveGroups());
+  ZERO_RETURN_IF_ERROR(CheckTrainerGrads());
   // Allocate exactly what the plan lists (shard/internal/plan.h). A buffer that cannot be had (the allocator's
   // failure, or the tracker's budget) ends Finalize on every rank: the ranks agree on the outcome, so the others
   // do not go on into the initial values' collectives and wait there for this one until the timeout.
@@ -183,7 +184,7 @@ Status Engine::Impl::ResolveGroups() {
     const internal::ParamSlot* first_trainable = nullptr;
     const internal::ParamSlot* first_frozen = nullptr;
     for (const auto& slot : u.layout.params) {
-      const int g = internal::MatchGroup(groups, absl::StrCat(u.name(), ".", slot.spec.name));
+      const int g = internal::MatchGroup(groups, u.FullName(slot));
       u.param_group.push_back(g);
       const bool f = g >= 0 && groups[g].frozen;
       frozen += f;
@@ -212,7 +213,7 @@ Status Engine::Impl::CheckGroupsMatch() const {
   bool trainer_owned = false;
   for (const Unit& u : ctx.units) {
     trainer_owned |= u.trainer_params != nullptr;
-    for (const auto& slot : u.layout.params) names.push_back(absl::StrCat(u.name(), ".", slot.spec.name));
+    for (const auto& slot : u.layout.params) names.push_back(u.FullName(slot));
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     const bool any = std::any_of(names.begin(), names.end(),

@@ -3,9 +3,15 @@
 // trainer-owned), stepped without scopes.
 #include "zero/sharded_optimizer.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "core/internal/status_util.h"
 #include "shard/internal/engine_impl.h"
 #include "shard/internal/layout.h"
 
@@ -13,32 +19,93 @@ namespace zero {
 
 using internal::Unit;
 
-StatusOr<UnitId> Engine::Impl::AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params,
-                                              void* grads, DType dtype, int64_t capacity) {
-  if (params == nullptr || grads == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("FlatBuffers \"", name, "\": params and grads must be given"));
-  }
-  if (dtype != ctx.cd()) {
+namespace {
+
+// "FlatBuffers[2] \"blocks\"": how the errors name a buffer pair, by its place in Create's list and its name.
+std::string PairName(int index, const std::string& name) {
+  return absl::StrCat("FlatBuffers[", index, "] \"", name, "\"");
+}
+
+}  // namespace
+
+StatusOr<UnitId> Engine::Impl::AddTrainerUnit(FlatBuffers fb, int index) {
+  const std::string pair = PairName(index, fb.name);
+  if (fb.params == nullptr) return absl::InvalidArgumentError(absl::StrCat(pair, ": params is null"));
+  if (fb.dtype != ctx.cd()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "FlatBuffers \"", name, "\": the buffers are ", std::string(DTypeName(dtype)), " but the config computes in ",
+        pair, ": the buffers are ", std::string(DTypeName(fb.dtype)), " but the config computes in ",
         std::string(DTypeName(ctx.cd())), " (fp16.enabled / bf16.enabled choose 16-bit buffers; neither: f32)"));
   }
-  ZERO_ASSIGN_OR_RETURN(UnitId id, AddUnit(name, std::move(tensors)));
-  Unit& u = ctx.units[id];
+  if (fb.name.empty()) return absl::InvalidArgumentError(absl::StrCat(pair, ": the name is empty"));
+  if (FindUnit(fb.name) >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(pair,
+                                                   ": another buffer pair has this name (they name the pairs in "
+                                                   "errors, reports and, unless bare_names, checkpoints)"));
+  }
+  StatusOr<UnitId> added = AddUnit(fb.name, std::move(fb.tensors));
+  if (!added.ok()) {  // the layout's own checks (names unique, shapes positive), in the wrapper's words
+    std::string msg(added.status().message());
+    if (absl::StartsWith(msg, "AddUnit")) msg = msg.substr(msg.find(':') + 1);
+    return internal::Reworded(added.status(), absl::StrCat(pair, ":", msg));
+  }
+  Unit& u = ctx.units[*added];
   const int64_t need = internal::PaddedNumel(u.layout.numel, ctx.world);
-  if (capacity < need) {
+  if (fb.capacity < need) {
     ctx.units.pop_back();
     return absl::InvalidArgumentError(absl::StrCat(
-        "FlatBuffers \"", name, "\": capacity ", capacity, " elements, but ", u.layout.numel,
-        " parameters at world size ", ctx.world_size,
-        ctx.hybrid() ? absl::StrCat(" (sharded in groups of ", ctx.world, ")") : std::string(), " need ", need,
+        pair, ": capacity ", fb.capacity, " elements, but ", u.layout.numel, " parameters at world size ",
+        ctx.world_size, ctx.hybrid() ? absl::StrCat(" (sharded in groups of ", ctx.world, ")") : std::string(),
+        " need ", need,
         " (ShardedOptimizer::Capacity): the collectives "
         "move whole shards of ",
         need / ctx.world, " elements"));
   }
-  u.trainer_params = params;
-  u.trainer_grads = grads;
-  return id;
+  u.trainer_params = fb.params;
+  u.trainer_grads = fb.grads;
+  u.bare_names = fb.bare_names;
+  return *added;
+}
+
+Status Engine::Impl::CheckTrainerGrads() const {
+  std::map<std::string, size_t> owner;  // full name -> pair: bare names must not collide across pairs
+  for (size_t i = 0; i < ctx.units.size(); ++i) {
+    const Unit& u = ctx.units[i];
+    for (const internal::ParamSlot& slot : u.layout.params) {
+      const auto [it, fresh] = owner.emplace(u.FullName(slot), i);
+      if (!fresh) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            PairName(static_cast<int>(i), u.name()), ": tensor full name \"", it->first, "\" is also ",
+            PairName(static_cast<int>(it->second), ctx.units[it->second].name()),
+            "'s; checkpoints and parameter groups need every full name once (bare_names pairs keep the names as "
+            "given)"));
+      }
+    }
+    if (u.trainer_params != nullptr && u.trainer_grads == nullptr && !u.frozen) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(PairName(static_cast<int>(i), u.name()),
+                       ": grads is null, which only a frozen pair may be (a ParamGroup with frozen = true "
+                       "matching all its tensors); a trainable pair needs the buffer its gradients are reduced in"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The trainer rewrote buffer pair `id`'s parameters (loaded them from its own files, say): its values become the
+// master's again, agreed across ranks as at Create (CopyIn, one tensor at a time).
+Status Engine::Impl::ReloadTrainerParams(UnitId id) {
+  if (id < 0 || id >= static_cast<UnitId>(ctx.units.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReloadParams: no buffer pair ", id, " (", ctx.units.size(), " given to Create)"));
+  }
+  ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
+  // Only the parameters (and the master) are written: a reduction in flight works in the gradient buffer.
+  const Unit& u = ctx.units[id];
+  for (const internal::ParamSlot& slot : u.layout.params) {
+    std::vector<float> values(static_cast<size_t>(slot.numel));
+    ReadTrainerValues(u, slot, values.data());
+    ZERO_RETURN_IF_ERROR(CopyIn(id, slot.spec.name, values.data()));
+  }
+  return absl::OkStatus();
 }
 
 Status Engine::Impl::ReduceTrainerUnit(UnitId id) {
@@ -72,6 +139,45 @@ StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) 
   return step.Run(options);
 }
 
+namespace {
+
+// No two buffers of the pairs may share memory: the same buffer given twice (as two pairs, or as one pair's params
+// and grads) would be reduced into and updated twice over with no error. Sizes are the capacities as given (that
+// they hold enough is checked per pair); the dtype is the pair's.
+Status CheckDisjoint(const std::vector<FlatBuffers>& buffers, int world_size) {
+  struct Extent {
+    uintptr_t begin, end;
+    std::string what;
+  };
+  std::vector<Extent> extents;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const FlatBuffers& fb = buffers[i];
+    const uintptr_t bytes =
+        static_cast<uintptr_t>(std::max<int64_t>(fb.capacity, 1)) * static_cast<uintptr_t>(DTypeSize(fb.dtype));
+    const std::string pair = PairName(static_cast<int>(i), fb.name);
+    if (fb.params != nullptr) {
+      extents.push_back({reinterpret_cast<uintptr_t>(fb.params), reinterpret_cast<uintptr_t>(fb.params) + bytes,
+                         absl::StrCat(pair, "'s params")});
+    }
+    if (fb.grads != nullptr) {
+      extents.push_back({reinterpret_cast<uintptr_t>(fb.grads), reinterpret_cast<uintptr_t>(fb.grads) + bytes,
+                         absl::StrCat(pair, "'s grads")});
+    }
+  }
+  for (size_t a = 0; a < extents.size(); ++a) {
+    for (size_t b = a + 1; b < extents.size(); ++b) {
+      if (extents[a].begin < extents[b].end && extents[b].begin < extents[a].end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ShardedOptimizer::Create: ", extents[b].what, " overlap ", extents[a].what,
+            " (each buffer is given once, of capacity elements; ShardedOptimizer::Capacity(n, ", world_size, "))"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int64_t ShardedOptimizer::Capacity(int64_t numel, int world_size) { return internal::PaddedNumel(numel, world_size); }
 
 StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Config& config,
@@ -90,17 +196,24 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
         "used); the trainer-owned wrapper does stages 0-2"));
   }
   if (buffers.empty()) return absl::InvalidArgumentError("ShardedOptimizer::Create: no FlatBuffers given");
+  ZERO_RETURN_IF_ERROR(CheckDisjoint(buffers, comm->world_size()));
   // The trainer accumulates its own micro-steps into its gradient buffer: the engine sees one per Step. The
   // config's batch keys were checked above as written.
   cfg.gradient_accumulation_steps = 1;
   cfg.train_batch_size.reset();
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cfg, std::move(comm), std::move(options)));
-  for (FlatBuffers& fb : buffers) {
-    ZERO_RETURN_IF_ERROR(
-        engine->impl_->AddTrainerUnit(fb.name, std::move(fb.tensors), fb.params, fb.grads, fb.dtype, fb.capacity)
-            .status());
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ZERO_RETURN_IF_ERROR(engine->impl_->AddTrainerUnit(std::move(buffers[i]), static_cast<int>(i)).status());
   }
-  ZERO_RETURN_IF_ERROR(engine->Finalize(nullptr));
+  if (Status s = engine->Finalize(nullptr); !s.ok()) {
+    // Finalize speaks of units; here they are the trainer's buffer pairs.
+    std::string msg(s.message());
+    if (absl::StartsWith(msg, "Finalize: ")) msg = msg.substr(10);
+    if (absl::StartsWith(msg, "Finalize ")) msg = msg.substr(9);
+    return internal::Reworded(
+        s, absl::StrCat("ShardedOptimizer::Create: ",
+                        absl::StrReplaceAll(msg, {{" unit ", " buffer pair "}, {" units ", " buffer pairs "}})));
+  }
   return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(engine)));
 }
 
@@ -108,6 +221,7 @@ ShardedOptimizer::ShardedOptimizer(std::unique_ptr<Engine> engine) : engine_(std
 ShardedOptimizer::~ShardedOptimizer() = default;
 
 Status ShardedOptimizer::GradientsReady(int buffer) { return engine_->impl_->GradientsReady(buffer); }
+Status ShardedOptimizer::ReloadParams(int buffer) { return engine_->impl_->ReloadTrainerParams(buffer); }
 
 StatusOr<StepResult> ShardedOptimizer::Step(const StepOptions& options) {
   return engine_->impl_->StepTrainerOwned(options);

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/internal/format.h"
 
 namespace zero::internal {
 
@@ -76,6 +77,10 @@ bool GlobMatch(const std::string& pattern, const std::string& name) {
     begin = end + 1;
   }
   return false;
+}
+
+std::string Unit::FullName(const ParamSlot& slot) const {
+  return ckpt::FullParamName(name(), bare_names, slot.spec.name);
 }
 
 int MatchGroup(const std::vector<ParamGroup>& groups, const std::string& full_name) {

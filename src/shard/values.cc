@@ -52,8 +52,8 @@ Status Engine::Impl::InitialValues(const ParamInit& init) {
       if (!ranks[i].empty()) {
         ZERO_RETURN_IF_ERROR(world_host.Broadcast(v.values.data(), v.values.size(), 0));
         if (differed.size() < 8) {
-          differed.push_back(absl::StrCat(ctx.units[v.unit].name(), ".", v.slot->spec.name, " (ranks ",
-                                          absl::StrJoin(ranks[i], ","), ")"));
+          differed.push_back(
+              absl::StrCat(ctx.units[v.unit].FullName(*v.slot), " (ranks ", absl::StrJoin(ranks[i], ","), ")"));
         } else if (differed.size() == 8) {
           differed.push_back("...");
         }

@@ -40,10 +40,16 @@ struct StreamMeta {
   std::string name;  // "master", "param", "state.<name>"
   DType dtype = DType::kF32;
 };
+// A parameter's full name, the one checkpoints, parameter groups and errors use: "unit.param", or the parameter's
+// own name for a unit registered with bare names (FlatBuffers with an empty name: the libtorch adapter's buckets,
+// whose tensors keep their torch names).
+std::string FullParamName(const std::string& unit, bool bare_names, const std::string& param);
+
 struct UnitMeta {
   std::string name;
   int64_t numel = 0;
   bool frozen = false;
+  bool bare_names = false;  // saved only when true ("bare_names"): older checkpoints read as false
   std::vector<ParamMeta> params;
   std::vector<StreamMeta> streams;
   int Stream(const std::string& name) const;  // -1 if absent

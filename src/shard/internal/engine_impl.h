@@ -16,6 +16,7 @@
 #include "shard/internal/step.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/sharded_optimizer.h"
 
 namespace zero {
 
@@ -37,8 +38,11 @@ class Engine::Impl {
   Status Close(UnitId id, bool backward);
   StatusOr<StepResult> Step(const StepOptions& options);
   // zero/sharded_optimizer.h: a unit over the trainer's buffers, and a step that reduces them first.
-  StatusOr<UnitId> AddTrainerUnit(const std::string& name, std::vector<ParamSpec> tensors, void* params, void* grads,
-                                  DType dtype, int64_t capacity);
+  Status ReloadTrainerParams(UnitId id);
+  // Buffer pair `index` of ShardedOptimizer::Create (its errors say "FlatBuffers[index] \"name\"").
+  StatusOr<UnitId> AddTrainerUnit(FlatBuffers fb, int index);
+  // After Finalize's groups are resolved: a pair without a gradient buffer must be frozen.
+  Status CheckTrainerGrads() const;
   StatusOr<StepResult> StepTrainerOwned(const StepOptions& options);
   Status GradientsReady(UnitId id);
   Status ReduceTrainerUnit(UnitId id);

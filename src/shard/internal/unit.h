@@ -36,6 +36,8 @@ struct Unit {
   // config's optimizer), and whether the whole unit is frozen (no gradient, master, state or update).
   std::vector<int> param_group;
   bool frozen = false;
+  // The parameters' full names are their own, not "unit.param" (a FlatBuffers pair with an empty name).
+  bool bare_names = false;
 
   // Model state, allocated at Finalize as the plan lists (BufferRole names the same buffers).
   Buffer params;              // compute dtype: full (stages 0-2, persistent) or shard (stage 3)
@@ -65,6 +67,8 @@ struct Unit {
   int64_t host_n() const { return plan.host_n; }
   DType grad_shard_dtype() const { return plan.grad_shard_dtype; }
   const std::string& name() const { return layout.name; }
+  // The full name of `slot` in checkpoints, parameter groups and errors (ckpt::FullParamName).
+  std::string FullName(const ParamSlot& slot) const;
   // The parameter named `name`, or nullptr.
   const ParamSlot* Slot(const std::string& name) const;
   // Where the trainer reads the full parameters and writes the gradient (nullptr outside a backward scope).
