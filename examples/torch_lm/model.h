@@ -63,7 +63,8 @@ class TransformerLMImpl : public torch::nn::Module {
     blocks = register_module("blocks", torch::nn::ModuleList());
     for (int64_t l = 0; l < o.layers; ++l) blocks->push_back(Block(o.dim, o.heads));
     ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.dim})));
-    if (!o.tied) head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab).bias(false)));
+    if (!o.tied)
+      head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(o.dim, o.vocab).bias(false)));
   }
 
   // The mean cross-entropy of predicting targets[b, t] from idx[b, 0..t].

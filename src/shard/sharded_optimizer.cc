@@ -4,13 +4,13 @@
 #include "zero/sharded_optimizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "core/internal/status_util.h"
 #include "shard/internal/engine_impl.h"
 #include "shard/internal/layout.h"
@@ -24,6 +24,27 @@ namespace {
 // "FlatBuffers[2] \"blocks\"": how the errors name a buffer pair, by its place in Create's list and its name.
 std::string PairName(int index, const std::string& name) {
   return absl::StrCat("FlatBuffers[", index, "] \"", name, "\"");
+}
+
+// The Engine's word for what the wrapper calls a buffer pair: "unit"/"units" as whole words become "buffer pair"/
+// "buffer pairs" (a unit's name, quoted, stays as it is).
+std::string UnitsAsPairs(const std::string& msg) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < msg.size();) {
+    if ((i == 0 || !word(msg[i - 1])) && msg.compare(i, 4, "unit") == 0) {
+      size_t j = i + 4;
+      const bool plural = j < msg.size() && msg[j] == 's';
+      if (plural) ++j;
+      if (j >= msg.size() || !word(msg[j])) {
+        out += plural ? "buffer pairs" : "buffer pair";
+        i = j;
+        continue;
+      }
+    }
+    out += msg[i++];
+  }
+  return out;
 }
 
 }  // namespace
@@ -210,9 +231,7 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
     std::string msg(s.message());
     if (absl::StartsWith(msg, "Finalize: ")) msg = msg.substr(10);
     if (absl::StartsWith(msg, "Finalize ")) msg = msg.substr(9);
-    return internal::Reworded(
-        s, absl::StrCat("ShardedOptimizer::Create: ",
-                        absl::StrReplaceAll(msg, {{" unit ", " buffer pair "}, {" units ", " buffer pairs "}})));
+    return internal::Reworded(s, absl::StrCat("ShardedOptimizer::Create: ", UnitsAsPairs(msg)));
   }
   return std::unique_ptr<ShardedOptimizer>(new ShardedOptimizer(std::move(engine)));
 }

@@ -42,8 +42,10 @@ StatusOr<ParamGroup> GroupFromTorch(const OptimizerConfig& opt, const torch::opt
   const torch::optim::OptimizerOptions& o = g.options();
   auto lr_scale = [&](double lr) -> StatusOr<double> {
     if (opt.lr <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": its lr ", lr, " is relative to optimizer.params.lr, "
-                                                            "which is ", opt.lr, "; give the config a positive lr"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": its lr ", lr,
+                                                     " is relative to optimizer.params.lr, "
+                                                     "which is ",
+                                                     opt.lr, "; give the config a positive lr"));
     }
     return lr / opt.lr;
   };
@@ -197,9 +199,9 @@ struct TorchOptimizer::State {
     const int bi = params[index].bucket;
     Bucket& b = buckets[bi];
     if (b.handed) {
-      hook_error = absl::FailedPreconditionError(absl::StrCat(
-          "TorchOptimizer: backward ran again before step() (parameter ", params[index].name,
-          "'s bucket was already reduced); accumulate gradients over micro-steps inside no_sync()"));
+      hook_error = absl::FailedPreconditionError(
+          absl::StrCat("TorchOptimizer: backward ran again before step() (parameter ", params[index].name,
+                       "'s bucket was already reduced); accumulate gradients over micro-steps inside no_sync()"));
       return;
     }
     if (--b.pending > 0) return;
@@ -266,8 +268,7 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
     if (by_impl.count(t.unsafeGetTensorImpl())) continue;
     if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat32 || t.is_sparse()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "TorchOptimizer::Create: parameter ", item.key(), " is ", std::string(t.toString()), " on ",
-          t.device().str(),
+          "TorchOptimizer::Create: parameter ", item.key(), " is ", std::string(t.toString()), " on ", t.device().str(),
           "; zero/torch.h takes dense float32 CPU parameters (fp16/bf16 in the config make them 16-bit views over an "
           "fp32 master; the CUDA engine under libtorch is not built yet)"));
     }
@@ -291,7 +292,8 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
     for (const torch::Tensor& t : groups[g].params()) {
       auto it = by_impl.find(t.unsafeGetTensorImpl());
       if (it == by_impl.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("TorchOptimizer::Create: param group ", g, " holds a tensor of "
+        return absl::InvalidArgumentError(absl::StrCat("TorchOptimizer::Create: param group ", g,
+                                                       " holds a tensor of "
                                                        "shape ",
                                                        ShapeText(t.sizes()), " that is not a parameter of the module"));
       }

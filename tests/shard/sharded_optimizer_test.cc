@@ -341,5 +341,133 @@ TEST(ShardedOptimizerHybrid, GroupsOfTwoMatchTheTrainersOwnAdamW) {
   }
 }
 
+// The same memory given twice would be reduced into and updated twice with no error: any overlap between the
+// pairs' buffers (or one pair's params and grads) is refused, naming both.
+TEST(ShardedOptimizerErrors, OverlappingBuffersAreRefused) {
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    const int64_t cap = ShardedOptimizer::Capacity(kNumel, 1);
+    std::vector<float> a(2 * cap), b(cap), c(cap);
+    auto create = [&](std::vector<FlatBuffers> pairs) {
+      return ShardedOptimizer::Create(WrapperConfig(1), testing::Borrow(comm), std::move(pairs));
+    };
+    EXPECT_THAT(create({FlatBuffers{a.data(), b.data(), DType::kF32, cap, kTensors, "x"},
+                        FlatBuffers{a.data(), c.data(), DType::kF32, cap, kTensors, "y"}}),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::HasSubstr("FlatBuffers[1] \"y\"'s params overlap FlatBuffers[0] "
+                                                       "\"x\"'s params")));
+    EXPECT_THAT(create({FlatBuffers{a.data(), a.data(), DType::kF32, cap, kTensors, "x"}}),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::HasSubstr("\"x\"'s grads overlap FlatBuffers[0] \"x\"'s params")));
+    // Half-way into the first pair's params.
+    EXPECT_THAT(create({FlatBuffers{a.data(), b.data(), DType::kF32, cap, kTensors, "x"},
+                        FlatBuffers{c.data(), a.data() + cap / 2, DType::kF32, cap, kTensors, "y"}}),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("overlap")));
+    // Adjacent is fine.
+    EXPECT_OK(create({FlatBuffers{a.data(), b.data(), DType::kF32, cap, kTensors, "x"},
+                      FlatBuffers{a.data() + cap, c.data(), DType::kF32, cap, kTensors, "y"}})
+                  .status());
+  });
+}
+
+// The errors name the trainer's buffer pairs, not the Engine's calls ("AddUnit", "Finalize", "unit").
+TEST(ShardedOptimizerErrors, SpeakOfBufferPairs) {
+  const int64_t cap = ShardedOptimizer::Capacity(kNumel, 2);
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    std::vector<float> p1(cap), g1(cap), p2(cap), g2(cap);
+    // Two pairs of one name.
+    const StatusOr<std::unique_ptr<ShardedOptimizer>> same =
+        ShardedOptimizer::Create(WrapperConfig(1), testing::Borrow(comm),
+                                 {FlatBuffers{p1.data(), g1.data(), DType::kF32, cap, kTensors, "mlp"},
+                                  FlatBuffers{p2.data(), g2.data(), DType::kF32, cap, kTensors, "mlp"}});
+    EXPECT_THAT(same, testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                        ::testing::HasSubstr("FlatBuffers[1] \"mlp\": another buffer pair")));
+    // A tensor named twice within a pair.
+    std::vector<ParamSpec> twice = kTensors;
+    twice[1].name = "w1";
+    const StatusOr<std::unique_ptr<ShardedOptimizer>> dup = ShardedOptimizer::Create(
+        WrapperConfig(1), testing::Borrow(comm), {FlatBuffers{p1.data(), g1.data(), DType::kF32, cap, twice, "mlp"}});
+    EXPECT_THAT(dup,
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("FlatBuffers[0] \"mlp\":")));
+    EXPECT_THAT(dup.status().message(), ::testing::Not(::testing::HasSubstr("AddUnit")));
+    // The ranks disagree on the tensors: Finalize's check, in the wrapper's words.
+    std::vector<ParamSpec> mine = kTensors;
+    if (rank == 1) mine[3].name = "bias2";
+    const StatusOr<std::unique_ptr<ShardedOptimizer>> differ = ShardedOptimizer::Create(
+        WrapperConfig(1), testing::Borrow(comm), {FlatBuffers{p1.data(), g1.data(), DType::kF32, cap, mine, "mlp"}});
+    EXPECT_THAT(differ, testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                          ::testing::HasSubstr("ShardedOptimizer::Create: ranks registered different "
+                                                               "buffer pairs")));
+    EXPECT_THAT(differ.status().message(), ::testing::Not(::testing::HasSubstr("Finalize")));
+  });
+}
+
+// A frozen pair needs no gradient buffer; a trainable one does. bare_names keeps the tensors' own names for
+// parameter groups (and checkpoints), and two pairs may not then give one name twice.
+TEST(ShardedOptimizerFrozen, AFrozenPairMayHaveNoGradientsAndBareNamesAreTheTensorsOwn) {
+  const int64_t cap = ShardedOptimizer::Capacity(kNumel, 2);
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    std::vector<float> base(cap), p(cap), g(cap);
+    InitParams(base.data());
+    InitParams(p.data());
+    const std::vector<float> base0 = base;
+    std::vector<ParamSpec> adapter = {
+        {"adapter.w", {kH, kD}}, {"adapter.b", {kH}}, {"adapter.w2", {kH}}, {"adapter.b2", {1}}};
+    std::vector<ParamSpec> frozen = {{"base.w", {kH, kD}}, {"base.b", {kH}}, {"base.w2", {kH}}, {"base.b2", {1}}};
+    FlatBuffers fb_frozen{base.data(), nullptr, DType::kF32, cap, frozen, "base"};
+    fb_frozen.bare_names = true;
+    FlatBuffers fb_train{p.data(), g.data(), DType::kF32, cap, adapter, "adapter"};
+    fb_train.bare_names = true;
+    EngineOptions o;
+    o.param_groups = {{.match = "base.*", .frozen = true}};  // bare: "base.w", not "base.base.w"
+    ASSERT_OK_AND_ASSIGN(auto opt,
+                         ShardedOptimizer::Create(WrapperConfig(2), testing::Borrow(comm), {fb_train, fb_frozen}, o));
+    ForwardBackward(p.data(), g.data(), 1, rank * 4, rank * 4 + 4);
+    ASSERT_OK(opt->Step().status());
+    EXPECT_EQ(base, base0);
+    // The same pair trainable, without gradients: refused, naming it.
+    EXPECT_THAT(ShardedOptimizer::Create(WrapperConfig(2), testing::Borrow(comm), {fb_train, fb_frozen}),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::HasSubstr("FlatBuffers[1] \"base\": grads is null")));
+    // Bare names given twice.
+    std::vector<float> p2(cap), g2(cap);
+    FlatBuffers again{p2.data(), g2.data(), DType::kF32, cap, adapter, "again"};
+    again.bare_names = true;
+    EXPECT_THAT(ShardedOptimizer::Create(WrapperConfig(2), testing::Borrow(comm), {fb_train, again}),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::HasSubstr("tensor full name \"adapter.w\" is also")));
+  });
+}
+
+// A trainer that rewrites its 16-bit parameters (from a file of its own) hands them back with ReloadParams: the
+// fp32 master takes them. Without it the next Step would write the old master over them.
+TEST(ShardedOptimizerReload, ReloadParamsMakesTheTrainersValuesTheMaster) {
+  const int world = 2;
+  const int64_t cap = ShardedOptimizer::Capacity(kNumel, world);
+  testing::RunRanks(world, [&](Communicator& comm, int rank) {
+    std::vector<uint16_t> params(cap, 0), grads(cap, 0);
+    std::vector<float> p32(kNumel), g32(kNumel);
+    InitParams(p32.data());
+    ConvertBuffer(p32.data(), DType::kF32, params.data(), DType::kBF16, kNumel);
+    Config cfg = WrapperConfig(2);
+    cfg.bf16.enabled = true;
+    ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(
+                                       cfg, testing::Borrow(comm),
+                                       {FlatBuffers{params.data(), grads.data(), DType::kBF16, cap, kTensors, "mlp"}}));
+    ConvertBuffer(params.data(), DType::kBF16, p32.data(), DType::kF32, kNumel);
+    ForwardBackward(p32.data(), g32.data(), 1, rank * 4, rank * 4 + 4);
+    ConvertBuffer(g32.data(), DType::kF32, grads.data(), DType::kBF16, kNumel);
+    ASSERT_OK(opt->Step().status());
+    // The trainer's own values: 0.25 everywhere (exact in bf16).
+    std::vector<float> mine(kNumel, 0.25f);
+    ConvertBuffer(mine.data(), DType::kF32, params.data(), DType::kBF16, kNumel);
+    ASSERT_OK_AND_ASSIGN(std::vector<float> before, opt->GatherParam(0, "w1"));
+    EXPECT_NE(before[0], 0.25f);  // not yet the master's
+    ASSERT_OK(opt->ReloadParams(0));
+    ASSERT_OK_AND_ASSIGN(std::vector<float> after, opt->GatherParam(0, "w1"));
+    EXPECT_EQ(after, std::vector<float>(after.size(), 0.25f));
+    EXPECT_THAT(opt->ReloadParams(1), testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  });
+}
+
 }  // namespace
 }  // namespace zero

@@ -40,12 +40,12 @@ LMOptions Shape() { return LMOptions{}; }
 
 // The DeepSpeed JSON a torch user hands over: AdamW, clipping, the stage, small buckets (several per model).
 Config TorchConfig(int stage, int64_t bucket = 6000) {
-  const std::string json = absl::StrCat(R"({"train_micro_batch_size_per_gpu": 1,
+  const std::string json =
+      absl::StrCat(R"({"train_micro_batch_size_per_gpu": 1,
     "optimizer": {"type": "AdamW", "params": {"lr": )",
-                                        kPeakLr, R"(, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
+                   kPeakLr, R"(, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
     "gradient_clipping": )",
-                                        kClip, R"(, "zero_optimization": {"stage": )", stage,
-                                        R"(, "reduce_bucket_size": )", bucket, "}}");
+                   kClip, R"(, "zero_optimization": {"stage": )", stage, R"(, "reduce_bucket_size": )", bucket, "}}");
   StatusOr<Config> c = Config::FromJsonString(json);
   ZERO_CHECK(c.ok()) << c.status();
   return *c;
@@ -131,8 +131,8 @@ Trace ZeroRun(int world, const ZeroRunOptions& o) {
     torch_lm::TransformerLM model = FrozenEmbeddingsModel();
     TorchOptions options;
     options.overlap = o.overlap;
-    ASSERT_OK_AND_ASSIGN(auto opt, TorchOptimizer::Create(TorchConfig(o.stage, o.bucket), testing::Borrow(comm),
-                                                          *model, torch_lm::TwoGroups(*model, kPeakLr, kWd), options));
+    ASSERT_OK_AND_ASSIGN(auto opt, TorchOptimizer::Create(TorchConfig(o.stage, o.bucket), testing::Borrow(comm), *model,
+                                                          torch_lm::TwoGroups(*model, kPeakLr, kWd), options));
     const int per = kGlobalBatch / world;
     for (int t = 1; t <= o.steps; ++t) {
       opt->zero_grad();
@@ -241,8 +241,8 @@ TEST(TorchOverlap, AccumulationNeedsNoSyncAndMatchesOneBackward) {
       } else {  // two backward passes without no_sync(): the first one's buckets were already reduced
         slice(0).backward();
         slice(1).backward();
-        EXPECT_THAT(opt->step(), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                   ::testing::HasSubstr("inside no_sync()")));
+        EXPECT_THAT(opt->step(),
+                    testing::StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("inside no_sync()")));
       }
     });
   }
@@ -300,8 +300,7 @@ TEST(TorchStorageSwap, EachCaseIsCaughtAndReloadAdoptsTheModulesValues) {
         case kTo: model->to(torch::kFloat64); break;
         case kSetData: {
           torch::NoGradGuard g;
-          model->blocks[0]->as<torch_lm::Block>()->named_parameters()["qkv.weight"].set_data(
-              torch::zeros({96, 32}));
+          model->blocks[0]->as<torch_lm::Block>()->named_parameters()["qkv.weight"].set_data(torch::zeros({96, 32}));
           break;
         }
         case kGradNone:
@@ -444,9 +443,9 @@ TEST(TorchErrors, GroupsOptionsAndParametersAreNamed) {
     {  // a tensor that is not the module's
       std::vector<torch::optim::OptimizerParamGroup> g;
       g.emplace_back(std::vector<torch::Tensor>{torch::zeros({3, 3}, torch::requires_grad())});
-      EXPECT_THAT(TorchOptimizer::Create(TorchConfig(1), testing::Borrow(comm), *model, g),
-                  testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                    ::testing::HasSubstr("not a parameter of the module")));
+      EXPECT_THAT(
+          TorchOptimizer::Create(TorchConfig(1), testing::Borrow(comm), *model, g),
+          testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("not a parameter of the module")));
     }
     {  // torch's Adam (L2 decay) against the config's AdamW
       std::vector<torch::optim::OptimizerParamGroup> g;
