@@ -30,8 +30,8 @@
 // (ShardedOptimizer::GradientsReady) while backward computes the earlier layers' gradients. The result is the same
 // bits as reducing everything at step(). Every rank must produce the same gradients in the same order (no
 // parameter unused on one rank only), as with DDP without find_unused_parameters; a bucket whose gradients never
-// all arrive is reduced at step(). Gradient accumulation: backward passes inside a NoSync scope (DDP's
-// no_sync()) only accumulate; the pass after it hands the buckets over. A second backward without NoSync is an
+// all arrive is reduced at step(). Gradient accumulation: backward passes while no_sync()'s guard lives (DDP's
+// no_sync()) only accumulate; the pass after it hands the buckets over. A second backward without no_sync() is an
 // error at step(): the first one's buckets were already reduced.
 //
 // STEP. step() reduces what is left, clips by gradient_clipping, runs the config's optimizer (the groups'
@@ -75,6 +75,20 @@ struct TorchOptions {
   bool overlap = true;
 };
 
+class TorchOptimizer;
+
+// TorchOptimizer::no_sync()'s guard: backward passes while it lives accumulate without handing buckets over.
+class TorchNoSync {
+ public:
+  explicit TorchNoSync(TorchOptimizer* opt);
+  ~TorchNoSync();
+  TorchNoSync(const TorchNoSync&) = delete;
+  TorchNoSync& operator=(const TorchNoSync&) = delete;
+
+ private:
+  TorchOptimizer* opt_;
+};
+
 class TorchOptimizer {
  public:
   // Over every parameter of `model` (named_parameters()), the config's "optimizer" section as the options.
@@ -102,18 +116,9 @@ class TorchOptimizer {
   // Adopts the module's current parameter values and tensors (see the file comment). Collective.
   Status reload();
 
-  // While one is alive, backward's hooks only accumulate (gradient accumulation's early micro-steps).
-  class NoSync {
-   public:
-    explicit NoSync(TorchOptimizer* opt);
-    ~NoSync();
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-
-   private:
-    TorchOptimizer* opt_;
-  };
-  NoSync no_sync() { return NoSync(this); }
+  // While the returned guard lives, backward's hooks only accumulate (gradient accumulation's early micro-steps;
+  // DDP's no_sync()).
+  TorchNoSync no_sync();
 
   // Checkpoints under the torch names (zero/checkpoint.h): world size and stage may differ at Load. Collective.
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options = {});
@@ -131,6 +136,7 @@ class TorchOptimizer {
   int world_size() const;
 
  private:
+  friend class TorchNoSync;
   struct State;
   explicit TorchOptimizer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;

@@ -442,8 +442,9 @@ Status TorchOptimizer::reload() {
   return absl::OkStatus();
 }
 
-TorchOptimizer::NoSync::NoSync(TorchOptimizer* opt) : opt_(opt) { ++opt_->state_->no_sync; }
-TorchOptimizer::NoSync::~NoSync() { --opt_->state_->no_sync; }
+TorchNoSync::TorchNoSync(TorchOptimizer* opt) : opt_(opt) { ++opt_->state_->no_sync; }
+TorchNoSync::~TorchNoSync() { --opt_->state_->no_sync; }
+TorchNoSync TorchOptimizer::no_sync() { return TorchNoSync(this); }
 
 StatusOr<std::string> TorchOptimizer::Save(const std::string& dir, const SaveOptions& options) {
   ZERO_RETURN_IF_ERROR(state_->CheckViews());

@@ -1,6 +1,7 @@
 # Script-mode test: cmake --install into a temp prefix, check what was installed, then configure, build and run
 # the consumer: linking zero::zero with the CUDA toolkit out of reach (no CUDA library in its binary), under the
-# installed zero-run on two ranks when the tools were built; and, on a CUDA-enabled install, linking zero::cuda.
+# installed zero-run on two ranks when the tools were built; on a CUDA-enabled install, linking zero::cuda; on one
+# with libtorch, linking zero::torch (consumer_torch/).
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -189,6 +190,32 @@ if(ZERO_HAVE_CUDA)
   message("${out}")
   if(NOT rc EQUAL 0 OR NOT out MATCHES "CreateNccl says: CreateNccl: rank 5 is not in \\[0, world_size 1\\)")
     message(FATAL_ERROR "the consumer of zero::cuda (${rc}) did not reach the NCCL communicator")
+  endif()
+endif()
+
+# ---- the consumer of the libtorch component ----
+# zero::zero alone loads no libtorch; find_package(zero COMPONENTS torch) succeeds exactly when the install has
+# the component, and its consumer trains a Linear layer one step through zero::torch.
+if(cpu_libs MATCHES "libtorch[a-z_]*[.]so")
+  message(FATAL_ERROR "the consumer of zero::zero loads libtorch (${CMAKE_MATCH_0})")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${CONSUMER_SOURCE_DIR}_torch -B ${WORK_DIR}/build-torch
+                        -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(ZERO_HAVE_TORCH AND NOT rc EQUAL 0)
+  message(FATAL_ERROR "${out}\nfind_package(zero COMPONENTS torch) failed on an install with the component")
+elseif(NOT ZERO_HAVE_TORCH AND rc EQUAL 0)
+  message(FATAL_ERROR "find_package(zero COMPONENTS torch) succeeded on an install built without libtorch")
+endif()
+if(ZERO_HAVE_TORCH)
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build-torch RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the consumer of zero::torch failed to build: ${rc}")
+  endif()
+  execute_process(COMMAND ${WORK_DIR}/build-torch/app RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "zero torch consumer: step 1, weight moved 1")
+    message(FATAL_ERROR "the consumer of zero::torch (${rc}) did not train its step")
   endif()
 endif()
 
