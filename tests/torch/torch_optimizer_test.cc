@@ -474,5 +474,32 @@ TEST(TorchErrors, GroupsOptionsAndParametersAreNamed) {
   });
 }
 
+// bf16 in the config: the module's parameters and gradients become bf16 views over zero's fp32 master (as
+// DeepSpeed halves the module), the model trains, and the master holds what bf16 cannot.
+TEST(TorchMixedPrecision, Bf16ParametersOverAnFp32MasterTrain) {
+  torch::set_num_threads(1);
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    torch_lm::TransformerLM model = FrozenEmbeddingsModel();
+    Config cfg = TorchConfig(2);
+    cfg.bf16.enabled = true;
+    ASSERT_OK_AND_ASSIGN(auto opt, TorchOptimizer::Create(cfg, testing::Borrow(comm), *model,
+                                                          torch_lm::TwoGroups(*model, kPeakLr, kWd)));
+    for (const auto& p : model->named_parameters()) ASSERT_EQ(p.value().scalar_type(), torch::kBFloat16) << p.key();
+    std::vector<double> losses;
+    for (int t = 1; t <= 30; ++t) {
+      opt->zero_grad();
+      torch_lm::Batch b = torch_lm::MakeBatch(Shape(), t, rank * 4, rank * 4 + 4);
+      torch::Tensor loss = model->forward(b.idx, b.targets);
+      losses.push_back(loss.item<double>());
+      loss.backward();
+      ASSERT_OK(opt->step(kPeakLr).status());
+    }
+    EXPECT_LT(losses.back(), 0.8 * losses.front());
+    // The optimizer state and the master are fp32 of this rank's half of the trainable parameters.
+    const MemoryReport mem = opt->memory_report();
+    EXPECT_GT(mem.Get(MemTier::kDevice, MemTag::kMaster).current, 0);
+  });
+}
+
 }  // namespace
 }  // namespace zero
