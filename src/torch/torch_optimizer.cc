@@ -134,6 +134,16 @@ struct TorchOptimizer::State {
 
   // Makes every parameter (and trainable gradient) a view into the buckets, copying its current values in.
   Status Attach(bool copy_values) {
+    try {
+      return AttachOrThrow(copy_values);
+    } catch (const c10::Error& e) {  // libtorch reports through exceptions; zero's API through Status
+      return absl::InvalidArgumentError(
+          absl::StrCat("TorchOptimizer: libtorch refused to make the parameters views "
+                       "of zero's buffers: ",
+                       e.what_without_backtrace()));
+    }
+  }
+  Status AttachOrThrow(bool copy_values) {
     torch::NoGradGuard no_grad;
     for (Param& p : params) {
       torch::Tensor view = ParamView(p);
@@ -272,6 +282,11 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
           "; zero/torch.h takes dense float32 CPU parameters (fp16/bf16 in the config make them 16-bit views over an "
           "fp32 master; the CUDA engine under libtorch is not built yet)"));
     }
+    if (t.numel() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("TorchOptimizer::Create: parameter ", item.key(),
+                                                     " has no elements (shape ", ShapeText(t.sizes()),
+                                                     "); zero shards parameters of at least one element"));
+    }
     by_impl[t.unsafeGetTensorImpl()] = static_cast<int>(st->params.size());
     State::Param p;
     p.name = item.key();
@@ -307,7 +322,7 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
       p.trainable = p.tensor.requires_grad();
       if (p.trainable) names.push_back(p.name);
     }
-    if (names.empty()) continue;
+    if (names.empty() || !groups[g].has_options()) continue;  // no options: the config's optimizer as it is
     pg.match = absl::StrJoin(names, "|");
     zero_groups.push_back(std::move(pg));
   }
@@ -369,8 +384,13 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
     st->buckets.push_back(std::move(b));
     flat.push_back(std::move(fb));
   };
-  for (const auto& m : trainable_buckets) add_bucket(m, false);
-  for (const auto& m : frozen_buckets) add_bucket(m, true);
+  try {
+    for (const auto& m : trainable_buckets) add_bucket(m, false);
+    for (const auto& m : frozen_buckets) add_bucket(m, true);
+  } catch (const c10::Error& e) {  // the buckets' allocation (CPU allocator: out of memory)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("TorchOptimizer::Create: allocating the buckets: ", e.what_without_backtrace()));
+  }
   if (!frozen_names.empty()) zero_groups.push_back({.match = absl::StrJoin(frozen_names, "|"), .frozen = true});
   for (ParamGroup& g : options.engine.param_groups) zero_groups.push_back(std::move(g));
   options.engine.param_groups = std::move(zero_groups);
