@@ -194,6 +194,14 @@ class ConfigParser {
  public:
   explicit ConfigParser(Config* c) : c_(c) {}
 
+  static Config WithTrainerAccumulation(const Config& validated) {
+    Config c = validated;
+    c.gradient_accumulation_steps = 1;
+    c.train_batch_size.reset();
+    c.batch_derived_ = 0;  // micro and accumulation are given now, whichever keys the user wrote
+    return c;
+  }
+
   static StatusOr<Config> Parse(const std::string& text) {
     // No ZERO_ASSIGN_OR_RETURN: a file:line breadcrumb means nothing to someone fixing their JSON.
     StatusOr<Json> parsed = ParseJsonText(text);
@@ -1094,6 +1102,8 @@ std::string FirstConfigDifference(const std::string& json_a, const std::string& 
   }
   return "";
 }
+
+Config WithTrainerAccumulation(const Config& validated) { return ConfigParser::WithTrainerAccumulation(validated); }
 
 }  // namespace internal
 

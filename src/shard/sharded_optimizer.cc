@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/config_schema.h"
 #include "core/internal/status_util.h"
 #include "shard/internal/engine_impl.h"
 #include "shard/internal/layout.h"
@@ -220,8 +221,9 @@ StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const Confi
   ZERO_RETURN_IF_ERROR(CheckDisjoint(buffers, comm->world_size()));
   // The trainer accumulates its own micro-steps into its gradient buffer: the engine sees one per Step. The
   // config's batch keys were checked above as written.
-  cfg.gradient_accumulation_steps = 1;
-  cfg.train_batch_size.reset();
+  // (Its micro-batch as the keys give it, whichever of the three were written: a config of train_batch_size alone
+  // derived micro and accumulation, which a plain reset of the two would leave to be derived from nothing.)
+  cfg = internal::WithTrainerAccumulation(cfg);
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(cfg, std::move(comm), std::move(options)));
   for (size_t i = 0; i < buffers.size(); ++i) {
     ZERO_RETURN_IF_ERROR(engine->impl_->AddTrainerUnit(std::move(buffers[i]), static_cast<int>(i)).status());

@@ -469,5 +469,29 @@ TEST(ShardedOptimizerReload, ReloadParamsMakesTheTrainersValuesTheMaster) {
   });
 }
 
+// The trainer's batch keys as DeepSpeed users write them: any one or two of the three. The wrapper checks them as
+// written (the trainer accumulates its own micro-steps) and steps once per Step, whichever were given.
+TEST(ShardedOptimizerBatch, AnyOfTheBatchKeysAlone) {
+  const int64_t cap = ShardedOptimizer::Capacity(kNumel, 2);
+  for (const char* keys : {R"("train_batch_size": 8)", R"("train_micro_batch_size_per_gpu": 4)",
+                           R"("train_batch_size": 16, "gradient_accumulation_steps": 2)",
+                           R"("train_batch_size": 16, "train_micro_batch_size_per_gpu": 4)"}) {
+    SCOPED_TRACE(keys);
+    testing::RunRanks(2, [&](Communicator& comm, int rank) {
+      ASSERT_OK_AND_ASSIGN(Config cfg, Config::FromJsonString(absl::StrCat(
+                                           "{", keys, R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+                                           "zero_optimization": {"stage": 2}})")));
+      std::vector<float> params(cap), grads(cap);
+      InitParams(params.data());
+      ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm),
+                                                              {FlatBuffers{params.data(), grads.data(), DType::kF32,
+                                                                           cap, kTensors, "mlp"}}));
+      ForwardBackward(params.data(), grads.data(), 1, rank * 4, rank * 4 + 4);
+      ASSERT_OK_AND_ASSIGN(StepResult r, opt->Step());
+      EXPECT_EQ(r.step, 1);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace zero

@@ -159,6 +159,11 @@ std::string SupportText(const KeySpec& k);
 // The embedded default config (Config::Default()), also printed in the reference.
 const char* DefaultConfigJson();
 
+// A config validated at some world size, for a trainer that accumulates its own micro-steps (ShardedOptimizer):
+// its micro-batch as the batch keys gave it there, one accumulation step, train_batch_size left to derive (micro x
+// world), all three as given keys, so that the next Validate derives from these and not from the user's keys.
+Config WithTrainerAccumulation(const Config& validated);
+
 // Levenshtein distance, for "did you mean".
 size_t EditDistance(std::string_view a, std::string_view b);
 

@@ -7,7 +7,8 @@
 #include "zero/zero.h"
 
 int main() {
-  auto cfg = zero::Config::FromJsonString(R"({"train_micro_batch_size_per_gpu": 3, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})");
+  auto cfg = zero::Config::FromJsonString(
+      R"({"train_micro_batch_size_per_gpu": 3, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})");
   auto comm = zero::Communicator::FromEnv(zero::Backend::kGloo, *cfg);
   if (!cfg.ok() || !comm.ok()) return 1;
   torch::nn::Linear layer(4, 2);
