@@ -172,6 +172,30 @@ struct AioConfig {
   bool operator==(const AioConfig&) const = default;
 };
 
+// How the batch follows the world size when a job restarts with fewer or more ranks (zero's "elastic_batch").
+enum class ElasticBatchPolicy : uint8_t {
+  kKeepGlobal,  // DeepSpeed's derivation at every world size: the global batch stays (an error when it cannot)
+  kKeepMicro,   // micro-batch and accumulation stay as at reference_world_size; the global batch follows the world
+};
+// The learning rate's rule under kKeepMicro, by r = global batch now / global batch at the reference world
+// (= world size / reference_world_size, since micro-batch and accumulation stay).
+enum class LrScaling : uint8_t {
+  kNone,    // unchanged
+  kLinear,  // x r (Goyal et al.'s linear scaling rule, for SGD)
+  kSqrt,    // x sqrt(r) (the square-root rule for Adam-type optimizers, Malladi et al. 2022)
+};
+
+struct ElasticBatchConfig {
+  ElasticBatchPolicy policy = ElasticBatchPolicy::kKeepGlobal;
+  LrScaling lr_scaling = LrScaling::kNone;
+  // kKeepMicro: the world size the batch keys and the learning rate were written for (the first launch's).
+  std::optional<int64_t> reference_world_size;
+  // Set by Validate(world): what each Step multiplies its learning rate by (1 unless kKeepMicro scales it).
+  double lr_multiplier = 1.0;
+
+  bool operator==(const ElasticBatchConfig&) const = default;
+};
+
 enum class GradAccumulationMode : uint8_t {
   kLowMemory,         // reduce-scatter every micro-step into a sharded fp32 accumulator (default)
   kLowCommunication,  // accumulate unsharded, reduce on the last micro-step (FSDP no_sync)
@@ -197,6 +221,7 @@ class Config {
   ActivationCheckpointingConfig activation_checkpointing;
   ZeroOptimizationConfig zero;
   AioConfig aio;
+  ElasticBatchConfig elastic_batch;  // ours
 
   // Parses and validates everything that needs no world size. Errors: kInvalidArgument with the JSON path,
   // the value and the rule (malformed JSON: line and column); kUnimplemented when every problem is a DeepSpeed
@@ -265,8 +290,10 @@ class Config {
   // Canonical dotted path -> the spelling the user gave (alias or canonical) for every key and section set in
   // the JSON or through Resolve: dynamic defaults (overlap_comm) and alias conflicts need to know.
   std::map<std::string, std::string> given_;
-  // Batch keys Validate derived (bit 0 train_batch_size, 1 micro, 2 accumulation), cleared on the next call.
+  // Batch keys Validate derived (bit 0 train_batch_size, 1 micro, 2 accumulation; bit 3: a given
+  // train_batch_size, the reference world's, replaced under elastic_batch keep_micro), cleared on the next call.
   uint8_t batch_derived_ = 0;
+  std::optional<int64_t> batch_given_train_;  // the given train_batch_size that bit 3 replaced
 };
 
 // The JSON text of a command-line value for Config::Set (`--set key=value` of zero-config and zero-estimate):

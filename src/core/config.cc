@@ -199,6 +199,7 @@ class ConfigParser {
     c.gradient_accumulation_steps = 1;
     c.train_batch_size.reset();
     c.batch_derived_ = 0;  // micro and accumulation are given now, whichever keys the user wrote
+    c.batch_given_train_.reset();
     return c;
   }
 
@@ -354,7 +355,8 @@ class ConfigParser {
            a.communication_data_type == b.communication_data_type && a.fp16 == b.fp16 && a.bf16 == b.bf16 &&
            a.optimizer == b.optimizer && a.scheduler == b.scheduler &&
            a.activation_checkpointing == b.activation_checkpointing && a.zero == b.zero && a.aio == b.aio &&
-           sorted(a.unresolved_) == sorted(b.unresolved_) && a.extras_ == b.extras_;
+           a.elastic_batch == b.elastic_batch && sorted(a.unresolved_) == sorted(b.unresolved_) &&
+           a.extras_ == b.extras_;
   }
 
  private:
@@ -998,12 +1000,55 @@ class ConfigParser {
 
   // DeepSpeed's _set_batch_related_parameters + _batch_assertion, on the keys the user gave (keys an earlier
   // Validate derived are derived afresh for this world size).
+  // elastic_batch: keep_global derives at this world (DeepSpeed's rule); keep_micro derives at the reference world
+  // and keeps its micro-batch and accumulation here, the global batch and the learning rate following the world.
   void DeriveBatch(int world_size) {
     Config& c = *c_;
+    if (c.batch_derived_ & 8) c.train_batch_size = c.batch_given_train_;
     if (c.batch_derived_ & 1) c.train_batch_size.reset();
     if (c.batch_derived_ & 2) c.train_micro_batch_size_per_gpu.reset();
     if (c.batch_derived_ & 4) c.gradient_accumulation_steps.reset();
     c.batch_derived_ = 0;
+    c.batch_given_train_.reset();
+    ElasticBatchConfig& e = c.elastic_batch;
+    e.lr_multiplier = 1.0;
+    if (e.policy == ElasticBatchPolicy::kKeepGlobal) {
+      if (e.lr_scaling != LrScaling::kNone) {
+        Error(
+            "elastic_batch.lr_scaling: scales the learning rate with the global batch, which keep_global keeps; "
+            "set elastic_batch.policy to keep_micro, or lr_scaling to none");
+        return;
+      }
+      DeriveBatchAt(world_size);
+      return;
+    }
+    if (!e.reference_world_size) {
+      Error("elastic_batch.reference_world_size: keep_micro needs the world size the batch keys were written for");
+      return;
+    }
+    const size_t errors = errors_.size();
+    DeriveBatchAt(*e.reference_world_size);
+    if (errors_.size() != errors) return;
+    int64_t t = 0;
+    if (__builtin_mul_overflow(*c.train_micro_batch_size_per_gpu, *c.gradient_accumulation_steps, &t) ||
+        __builtin_mul_overflow(t, static_cast<int64_t>(world_size), &t)) {
+      Error("train_batch_size: micro x accumulation x world overflows int64 (elastic_batch keep_micro)");
+      return;
+    }
+    if (t != *c.train_batch_size) {
+      if (!(c.batch_derived_ & 1)) {  // given for the reference world: kept aside for the next derivation
+        c.batch_given_train_ = c.train_batch_size;
+        c.batch_derived_ |= 8;
+      }
+      c.train_batch_size = t;
+    }
+    const double r = static_cast<double>(world_size) / static_cast<double>(*e.reference_world_size);
+    e.lr_multiplier = e.lr_scaling == LrScaling::kLinear ? r : e.lr_scaling == LrScaling::kSqrt ? std::sqrt(r) : 1.0;
+  }
+
+  // DeepSpeed's derivation of the missing batch keys at `world_size`, and its check that they multiply out.
+  void DeriveBatchAt(int64_t world_size) {
+    Config& c = *c_;
     auto& t = c.train_batch_size;
     auto& m = c.train_micro_batch_size_per_gpu;
     auto& g = c.gradient_accumulation_steps;

@@ -119,6 +119,25 @@ const KeySpec kSchema[] = {
      .ref = FIELD(bf16.stochastic_rounding),
      .doc = "Round the fp32 -> bf16 parameter write-back stochastically (seeded by `seed`, reproducible)."},
 
+    // ---- elastic_batch (ours) ----
+    {.path = "elastic_batch", .type = T::kSection, .default_json = "{}", .flags = kOurs,
+     .doc = "How the batch follows the world size when a job restarts with fewer or more ranks "
+            "(docs/guide/elastic.md)."},
+    {.path = "elastic_batch.policy", .type = T::kEnum, .default_json = "\"keep_global\"", .flags = kOurs,
+     .choices = "keep_global,keep_micro", .ref = FIELD(elastic_batch.policy),
+     .doc = "keep_global: DeepSpeed's derivation at every world size, so the global batch stays (a world it does "
+            "not divide is an error naming the numbers); keep_micro: the micro-batch and accumulation steps stay as "
+            "the batch keys give them at reference_world_size, and the global batch follows the world."},
+    {.path = "elastic_batch.lr_scaling", .type = T::kEnum, .default_json = "\"none\"", .flags = kOurs,
+     .choices = "none,linear,sqrt", .ref = FIELD(elastic_batch.lr_scaling),
+     .doc = "keep_micro: every step's learning rate (the schedule's, or the trainer's own) times r (linear), "
+            "sqrt(r) (sqrt, for Adam) or 1 (none), where r = world size / reference_world_size, the ratio of the "
+            "global batches."},
+    {.path = "elastic_batch.reference_world_size", .type = T::kInt, .default_json = "null", .min = 1,
+     .flags = kOurs, .ref = FIELD(elastic_batch.reference_world_size),
+     .doc = "keep_micro: the world size the batch keys and the learning rate were written for (the first "
+            "launch's)."},
+
     // ---- optimizer ----
     {.path = "optimizer", .type = T::kSection, .default_json = "null",
      .doc = "The optimizer zero runs on each rank's shard. Absent: the trainer passes its own "

@@ -294,7 +294,9 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   result.loss_scale = scale;
   const double inv = 1.0 / (static_cast<double>(c.ga()) * scale);
   result.grad_norm = nonfinite ? std::numeric_limits<double>::infinity() : std::sqrt(static_cast<double>(red[0])) * inv;
-  result.lr = options.lr.value_or(scheduler_->LrAt(applied_steps_)) * options.lr_scale;
+  // elastic_batch: keep_micro at another world than the reference scales the rate by its rule (else 1).
+  result.lr =
+      options.lr.value_or(scheduler_->LrAt(applied_steps_)) * options.lr_scale * c.cfg.elastic_batch.lr_multiplier;
   // The decision: every rank saw the same all-reduced flag, so every rank's scaler decides alike.
   if (c.cfg.fp16.enabled) {
     ZERO_RETURN_IF_ERROR(scaler_.Update(nonfinite).status());

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -16,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "support/status_matchers.h"
 #include "zero/logging.h"
 
@@ -394,6 +397,51 @@ TEST_F(ConfigTest, ValidateDerivesBatchKeysLikeDeepSpeed) {
   EXPECT_EQ(c.train_batch_size, 12);
   ASSERT_OK(c.Validate(4));
   EXPECT_EQ(c.train_batch_size, 24);
+}
+
+// elastic_batch keep_micro: the batch keys as written for reference_world_size; at another world the micro-batch
+// and accumulation stay, the global batch follows, and the learning rate scales by the stated rule. keep_global
+// (the default) is DeepSpeed's derivation, with a world the batch does not divide an error naming the numbers.
+TEST_F(ConfigTest, ElasticBatchKeepMicroFollowsTheWorldAndScalesTheLearningRate) {
+  const std::string keys = R"("train_batch_size": 32, "train_micro_batch_size_per_gpu": 4)";
+  auto at = [&](const std::string& elastic, int world) {
+    Config c = MustParse(absl::StrCat("{", keys, R"(, "elastic_batch": {)", elastic, "}}"));
+    EXPECT_OK(c.Validate(world)) << elastic << " at world " << world;
+    return c;
+  };
+  // Written for 4 ranks: micro 4, accumulation 2, global 32.
+  Config three = at(R"("policy": "keep_micro", "reference_world_size": 4, "lr_scaling": "sqrt")", 3);
+  EXPECT_EQ(three.train_micro_batch_size_per_gpu, 4);
+  EXPECT_EQ(three.gradient_accumulation_steps, 2);
+  EXPECT_EQ(three.train_batch_size, 24);
+  EXPECT_DOUBLE_EQ(three.elastic_batch.lr_multiplier, std::sqrt(0.75));
+  Config linear = at(R"("policy": "keep_micro", "reference_world_size": 4, "lr_scaling": "linear")", 2);
+  EXPECT_EQ(linear.train_batch_size, 16);
+  EXPECT_DOUBLE_EQ(linear.elastic_batch.lr_multiplier, 0.5);
+  Config none = at(R"("policy": "keep_micro", "reference_world_size": 4)", 8);
+  EXPECT_EQ(none.train_batch_size, 64);
+  EXPECT_DOUBLE_EQ(none.elastic_batch.lr_multiplier, 1.0);
+  // At the reference world: the keys as written.
+  Config same = at(R"("policy": "keep_micro", "reference_world_size": 4, "lr_scaling": "linear")", 4);
+  EXPECT_EQ(same.train_batch_size, 32);
+  EXPECT_DOUBLE_EQ(same.elastic_batch.lr_multiplier, 1.0);
+  // Validated again at another world: from the keys as given, not from the last world's.
+  ASSERT_OK(three.Validate(4));
+  EXPECT_EQ(three.train_batch_size, 32);
+  EXPECT_DOUBLE_EQ(three.elastic_batch.lr_multiplier, 1.0);
+  ASSERT_OK(three.Validate(1));
+  EXPECT_EQ(three.train_batch_size, 8);
+  EXPECT_DOUBLE_EQ(three.elastic_batch.lr_multiplier, 0.5);
+  // keep_global at 3 ranks: 32 does not split.
+  Config global = MustParse(absl::StrCat("{", keys, "}"));
+  const Status s = global.Validate(3);
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("train_batch_size 32"), HasSubstr("world_size 3")));
+  // Rules between the keys.
+  Config no_ref = MustParse(absl::StrCat("{", keys, R"(, "elastic_batch": {"policy": "keep_micro"}})"));
+  EXPECT_THAT(std::string(no_ref.Validate(2).message()), HasSubstr("elastic_batch.reference_world_size"));
+  Config scaled_global = MustParse(absl::StrCat("{", keys, R"(, "elastic_batch": {"lr_scaling": "linear"}})"));
+  EXPECT_THAT(std::string(scaled_global.Validate(4).message()), HasSubstr("keep_global keeps"));
+  ExpectRejected(R"({"elastic_batch": {"policy": "keep_both"}})", {"elastic_batch.policy", "keep_micro"});
 }
 
 TEST_F(ConfigTest, ValidateRejectsBatchKeysThatDoNotMultiplyOut) {

@@ -283,6 +283,38 @@ TEST(ShardedOptimizerLr, StepTakesTheTrainersLearningRate) {
   EXPECT_EQ(a, b);
 }
 
+// elastic_batch keep_micro with linear scaling, written for 4 ranks and run at 2: every step's learning rate is
+// half the configured one, and the parameters are those of the same run configured at half the rate.
+TEST(ShardedOptimizerLr, KeepMicroScalesTheLearningRateWithTheWorld) {
+  std::vector<float> a(kNumel), b(kNumel);
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const int64_t cap = ShardedOptimizer::Capacity(kNumel, 2);
+      std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
+      InitParams(params.data());
+      Config cfg = WrapperConfig(1);
+      if (pass == 0) {
+        cfg.optimizer->lr = 6e-3;
+        ASSERT_OK(cfg.Set("elastic_batch.policy", R"("keep_micro")"));
+        ASSERT_OK(cfg.Set("elastic_batch.reference_world_size", "4"));
+        ASSERT_OK(cfg.Set("elastic_batch.lr_scaling", R"("linear")"));
+      } else {
+        cfg.optimizer->lr = 3e-3;
+      }
+      ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm),
+                                                              {FlatBuffers{params.data(), grads.data(), DType::kF32,
+                                                                           cap, kTensors, "mlp"}}));
+      for (int t = 1; t <= 5; ++t) {
+        ForwardBackward(params.data(), grads.data(), t, rank * 12, (rank + 1) * 12);
+        ASSERT_OK_AND_ASSIGN(StepResult r, opt->Step());
+        EXPECT_DOUBLE_EQ(r.lr, 3e-3);
+      }
+      if (rank == 0) std::copy(params.begin(), params.begin() + kNumel, (pass == 0 ? a : b).begin());
+    }
+  });
+  EXPECT_EQ(a, b);
+}
+
 TEST(ShardedOptimizerErrors, StageThreeCapacityAndDtypeAreNamed) {
   testing::RunRanks(2, [&](Communicator& comm, int) {
     std::vector<float> params(4096), grads(4096);
