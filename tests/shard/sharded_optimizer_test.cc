@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -313,6 +314,37 @@ TEST(ShardedOptimizerLr, KeepMicroScalesTheLearningRateWithTheWorld) {
     }
   });
   EXPECT_EQ(a, b);
+}
+
+// The header's contract: after Step the trainer's gradient buffer is all zeros, padding included, at every stage
+// and with 16-bit buffers (Step reduced in it and cleared it for the next backward; torch's step() would not).
+TEST(ShardedOptimizerContract, StepLeavesTheGradientBufferZero) {
+  for (int stage : {0, 1, 2}) {
+    for (bool bf16 : {false, true}) {
+      testing::RunRanks(3, [&](Communicator& comm, int rank) {
+        const int64_t cap = ShardedOptimizer::Capacity(kNumel, 3);
+        std::vector<float> p32(kNumel), g32(kNumel);
+        InitParams(p32.data());
+        Config cfg = WrapperConfig(stage);
+        cfg.bf16.enabled = bf16;
+        const DType dt = bf16 ? DType::kBF16 : DType::kF32;
+        std::vector<char> params(cap * DTypeSize(dt)), grads(cap * DTypeSize(dt));
+        ConvertBuffer(p32.data(), DType::kF32, params.data(), dt, kNumel);
+        ASSERT_OK_AND_ASSIGN(
+            auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm),
+                                               {FlatBuffers{params.data(), grads.data(), dt, cap, kTensors, "mlp"}}));
+        for (int t = 1; t <= 2; ++t) {
+          ForwardBackward(p32.data(), g32.data(), t, rank * 4, rank * 4 + 4);
+          ConvertBuffer(g32.data(), DType::kF32, grads.data(), dt, kNumel);
+          ASSERT_OK_AND_ASSIGN(StepResult r, opt->Step());
+          EXPECT_GT(r.grad_norm, 0.0);
+          EXPECT_EQ(std::count(grads.begin(), grads.end(), 0), static_cast<long>(grads.size()))
+              << "stage " << stage << (bf16 ? " bf16" : " fp32") << " step " << t;
+          ConvertBuffer(params.data(), dt, p32.data(), DType::kF32, kNumel);
+        }
+      });
+    }
+  }
 }
 
 TEST(ShardedOptimizerErrors, StageThreeCapacityAndDtypeAreNamed) {
