@@ -56,6 +56,9 @@ std::vector<Program> Programs() {
 #ifdef ZERO_CLI_FLAT_TRAINER
   p.push_back({"zero-flat-trainer", ZERO_CLI_FLAT_TRAINER, "--steps", {}});
 #endif
+#ifdef ZERO_CLI_TORCH_LM
+  p.push_back({"zero-torch-lm", ZERO_CLI_TORCH_LM, "--steps", {}});
+#endif
 #ifdef ZERO_CLI_MLP
   p.push_back({"zero-mlp", ZERO_CLI_MLP, "", {}});
 #endif
