@@ -104,9 +104,12 @@ class ShardedOptimizer {
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
 
   // Hands buffer pair `buffer`'s gradients over as soon as the trainer's backward has finished them (DDP's
-  // reducer buckets, at the granularity of the buffer pairs given to Create): its reduction starts at once and
-  // runs while the trainer computes the others' gradients; the trainer must not write that gradient buffer again
-  // before Step. Optional: Step reduces every pair not handed over. Collective (every rank, same order).
+  // reducer buckets, at the granularity of the buffer pairs given to Create): its reduction starts at once and,
+  // with zero_optimization.overlap_comm true, runs while the trainer computes the others' gradients (at most
+  // reduce_bucket_size elements in flight: a hand-over beyond that first waits for the oldest); with overlap_comm
+  // false (DeepSpeed's default at stages 0-2) it returns when the reduction is done. The trainer must not write that
+  // gradient buffer again before Step. Optional: Step reduces every pair not handed over. Collective (every rank,
+  // same order).
   Status GradientsReady(int buffer);
 
   // The trainer rewrote buffer pair `buffer`'s parameters itself (read its own checkpoint into it, say): they

@@ -27,7 +27,10 @@
 //
 // OVERLAP (TorchOptions::overlap, on by default). A post-hook on every trainable parameter's gradient accumulator
 // counts the bucket's gradients; when the last one is accumulated the bucket's reduction starts
-// (ShardedOptimizer::GradientsReady) while backward computes the earlier layers' gradients. The result is the same
+// (ShardedOptimizer::GradientsReady) while backward computes the earlier layers' gradients. Overlap turns the
+// config's zero_optimization.overlap_comm on (without it the engine would wait for each reduction as it is issued).
+// The engine keeps at most reduce_bucket_size gradient elements in flight, so a bucket's hook waits for the
+// previous bucket's reduction to finish: one bucket reduces while backward fills the next. The result is the same
 // bits as reducing everything at step(). Every rank must produce the same gradients in the same order (no
 // parameter unused on one rank only), as with DDP without find_unused_parameters; a bucket whose gradients never
 // all arrive is reduced at step(). Gradient accumulation: backward passes while no_sync()'s guard lives (DDP's
@@ -71,7 +74,8 @@ struct TorchOptions {
   // cpu_threads, initial_value_sync and the rest as for the Engine. Its param_groups are matched by the torch
   // names, after the groups Create makes from torch's OptimizerParamGroups.
   EngineOptions engine;
-  // Start each bucket's reduction from backward's hooks (see the file comment); false: all at step().
+  // Start each bucket's reduction from backward's hooks, with zero_optimization.overlap_comm on (see the file
+  // comment); false: all at step(), overlap_comm as the config says.
   bool overlap = true;
 };
 

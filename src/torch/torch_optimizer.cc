@@ -398,8 +398,13 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
   // The module's tensors become views of the buckets, holding their values: Create's agreement on rank 0's
   // values then writes through them.
   ZERO_RETURN_IF_ERROR(st->Attach(/*copy_values=*/true));
+  // Overlap needs the engine to leave a handed-over reduction in flight: with overlap_comm off (DeepSpeed's default
+  // at stages 0-2) it waits for each as it is issued, so every hook would block backward (measured: slower than
+  // reducing at step()). TorchOptions::overlap decides it here.
+  Config cfg = config;
+  if (options.overlap) cfg.zero.overlap_comm = true;
   StatusOr<std::unique_ptr<ShardedOptimizer>> opt =
-      ShardedOptimizer::Create(config, std::move(comm), std::move(flat), std::move(options.engine));
+      ShardedOptimizer::Create(cfg, std::move(comm), std::move(flat), std::move(options.engine));
   if (!opt.ok()) return opt.status();
   st->opt = std::move(*opt);
   st->ResetPending();

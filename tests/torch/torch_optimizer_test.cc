@@ -21,6 +21,7 @@
 #include "model.h"
 #include "support/engine_helpers.h"
 #include "support/files.h"
+#include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/tolerance.h"
@@ -194,6 +195,66 @@ TEST(TorchOverlap, OnAndOffAreBitwiseEqual) {
     const Trace off = ZeroRun(2, {.stage = stage, .overlap = false, .steps = 4});
     EXPECT_EQ(on.params, off.params) << "stage " << stage;
     EXPECT_EQ(on.loss, off.loss) << "stage " << stage;
+  }
+}
+
+// Counts the gradient reductions issued (reduce-scatters at stages 1-2, all-reduces of buckets at stage 0, not the
+// step's own small ones: the norm's 2 floats, the desync check's 32), to see whether they started inside backward
+// or only at step().
+class ReductionCounter : public testing::ForwardingComm {
+ public:
+  using ForwardingComm::ForwardingComm;
+  Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    ++issued;
+    return ForwardingComm::ReduceScatter(send, recv, count, dtype, op, s);
+  }
+  Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                                CUstream_st* s) override {
+    ++issued;
+    return ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s);
+  }
+  Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
+                            CUstream_st* s) override {
+    ++issued;
+    return ForwardingComm::ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
+  }
+  Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
+    if (count > 64) ++issued;
+    return ForwardingComm::AllReduce(buf, count, dtype, op, s);
+  }
+  int issued = 0;
+};
+
+// With overlap every bucket's reduction is issued inside backward (the last bucket's too, from its last
+// gradient's hook), so none is left for step(); without it, none is issued before step().
+TEST(TorchOverlap, EveryBucketIsIssuedInsideBackward) {
+  torch::set_num_threads(1);
+  for (int stage : {0, 2}) {
+    for (bool overlap : {true, false}) {
+      testing::RunRanks(2, [&](Communicator& comm, int rank) {
+        auto counter = std::make_shared<ReductionCounter>(comm);
+        torch_lm::TransformerLM model = FrozenEmbeddingsModel();
+        TorchOptions options;
+        options.overlap = overlap;
+        ASSERT_OK_AND_ASSIGN(auto opt, TorchOptimizer::Create(TorchConfig(stage), counter, *model, options));
+        for (int t = 1; t <= 2; ++t) {
+          opt->zero_grad();
+          torch_lm::Batch b = torch_lm::MakeBatch(Shape(), t, rank * 4, rank * 4 + 4);
+          const int before = counter->issued;
+          model->forward(b.idx, b.targets).backward();
+          const int in_backward = counter->issued - before;
+          ASSERT_OK(opt->step().status());
+          const int in_step = counter->issued - before - in_backward;
+          if (overlap) {
+            EXPECT_GE(in_backward, static_cast<int>(opt->buckets().size()) - 1) << "stage " << stage;
+            EXPECT_EQ(in_step, 0) << "stage " << stage;
+          } else {
+            EXPECT_EQ(in_backward, 0) << "stage " << stage;
+            EXPECT_GE(in_step, static_cast<int>(opt->buckets().size()) - 1) << "stage " << stage;
+          }
+        }
+      });
+    }
   }
 }
 
