@@ -49,29 +49,29 @@ StatusOr<ParamGroup> GroupFromTorch(const OptimizerConfig& opt, const torch::opt
     }
     return lr / opt.lr;
   };
+  // AdamWOptions and AdamOptions carry the same fields.
+  auto adam = [&](const auto& a) -> Status {
+    if (a.amsgrad()) return absl::InvalidArgumentError(absl::StrCat(where, ": amsgrad is not supported"));
+    out.weight_decay = a.weight_decay();
+    out.beta1 = std::get<0>(a.betas());
+    out.beta2 = std::get<1>(a.betas());
+    out.eps = a.eps();
+    ZERO_ASSIGN_OR_RETURN(out.lr_scale, lr_scale(a.lr()));
+    return absl::OkStatus();
+  };
   if (const auto* w = dynamic_cast<const torch::optim::AdamWOptions*>(&o)) {
     if (opt.type != "AdamW" && !(opt.type == "Adam" && opt.adam_w_mode)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": AdamWOptions, but the config's optimizer is ", opt.type,
                                                      opt.adam_w_mode ? "" : " with adam_w_mode false"));
     }
-    if (w->amsgrad()) return absl::InvalidArgumentError(absl::StrCat(where, ": amsgrad is not supported"));
-    out.weight_decay = w->weight_decay();
-    out.beta1 = std::get<0>(w->betas());
-    out.beta2 = std::get<1>(w->betas());
-    out.eps = w->eps();
-    ZERO_ASSIGN_OR_RETURN(out.lr_scale, lr_scale(w->lr()));
+    ZERO_RETURN_IF_ERROR(adam(*w));
   } else if (const auto* a = dynamic_cast<const torch::optim::AdamOptions*>(&o)) {
     if (opt.type != "Adam" || opt.adam_w_mode) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, ": AdamOptions (L2 weight decay), but the config's optimizer is ", opt.type,
           opt.type == "Adam" ? " with adam_w_mode true (DeepSpeed's default: decoupled decay, torch's AdamW)" : ""));
     }
-    if (a->amsgrad()) return absl::InvalidArgumentError(absl::StrCat(where, ": amsgrad is not supported"));
-    out.weight_decay = a->weight_decay();
-    out.beta1 = std::get<0>(a->betas());
-    out.beta2 = std::get<1>(a->betas());
-    out.eps = a->eps();
-    ZERO_ASSIGN_OR_RETURN(out.lr_scale, lr_scale(a->lr()));
+    ZERO_RETURN_IF_ERROR(adam(*a));
   } else if (const auto* s = dynamic_cast<const torch::optim::SGDOptions*>(&o)) {
     if (opt.type != "SGD") {
       return absl::InvalidArgumentError(absl::StrCat(where, ": SGDOptions, but the config's optimizer is ", opt.type));
@@ -125,6 +125,12 @@ struct TorchOptimizer::State {
   }
   torch::Tensor GradView(const Param& p) const {
     return buckets[p.bucket].grads.narrow(0, p.offset, std::max<int64_t>(1, Numel(p))).view(p.shape);
+  }
+  // Whether `t` is parameter p's view into `flat` (a bucket's params or grads): its place, shape and dtype,
+  // compared without making a view (the check runs every step and every backward).
+  bool IsView(const torch::Tensor& t, const torch::Tensor& flat, const Param& p) const {
+    return t.defined() && t.scalar_type() == dtype && t.sizes() == torch::IntArrayRef(p.shape) &&
+           t.data_ptr() == static_cast<char*>(flat.data_ptr()) + p.offset * static_cast<int64_t>(flat.element_size());
   }
   static int64_t Numel(const Param& p) {
     int64_t n = 1;
@@ -219,18 +225,12 @@ struct TorchOptimizer::State {
     if (Status s = opt->GradientsReady(bi); !s.ok()) hook_error = s;
   }
 
-  bool GradIsOurs(const Param& p) const {
-    const torch::Tensor& g = p.tensor.grad();
-    return g.defined() && g.data_ptr() == GradView(p).data_ptr() && g.sizes() == GradView(p).sizes() &&
-           g.scalar_type() == dtype;
-  }
+  bool GradIsOurs(const Param& p) const { return IsView(p.tensor.grad(), buckets[p.bucket].grads, p); }
 
   // The first parameter or gradient that no longer views zero's buffers, as an error that says what to do.
   Status CheckViews() const {
     for (const Param& p : params) {
-      const torch::Tensor view = ParamView(p);
-      if (!p.tensor.defined() || p.tensor.data_ptr() != view.data_ptr() || p.tensor.sizes() != view.sizes() ||
-          p.tensor.scalar_type() != dtype) {
+      if (!IsView(p.tensor, buckets[p.bucket].params, p)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "TorchOptimizer::step: parameter ", p.name,
             " no longer views zero's buffer (its storage was replaced: torch::load, .to(), set_data); zero would "
@@ -268,8 +268,8 @@ StatusOr<std::unique_ptr<TorchOptimizer>> TorchOptimizer::Create(const Config& c
   if (comm == nullptr) return absl::InvalidArgumentError("TorchOptimizer::Create: communicator is null");
   auto st = std::make_unique<State>();
   st->overlap = options.overlap;
-  st->dtype = TorchType(config.fp16.enabled ? DType::kF16 : config.bf16.enabled ? DType::kBF16 : DType::kF32);
   const DType dtype = config.fp16.enabled ? DType::kF16 : config.bf16.enabled ? DType::kBF16 : DType::kF32;
+  st->dtype = TorchType(dtype);
 
   // The module's parameters in registration order, each once (tied weights: the first name).
   std::map<const void*, int> by_impl;
