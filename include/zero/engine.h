@@ -310,6 +310,7 @@ class UnitScope {
 };
 
 class ShardedOptimizer;
+class ReplicaGroups;
 class Engine;
 
 namespace advanced {
@@ -426,6 +427,7 @@ class Engine {
   class Impl;
   friend class UnitScope;
   friend class ShardedOptimizer;  // an Engine over the trainer's buffers (zero/sharded_optimizer.h)
+  friend class ReplicaGroups;     // live recovery regroups the engine between steps (zero/elastic.h)
   friend advanced::EngineStats advanced::Stats(const Engine& engine);  // zero/advanced/engine_stats.h
   explicit Engine(std::unique_ptr<Impl> impl);
   Status CloseScope(UnitId unit, bool backward);

@@ -14,6 +14,7 @@
 #include "zero/communicator.h"
 #include "zero/config.h"
 #include "zero/dtype.h"
+#include "zero/elastic.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
 #include "zero/features.h"

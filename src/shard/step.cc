@@ -148,7 +148,7 @@ Status ShardedStep::Drain() {
   return absl::OkStatus();
 }
 
-Status ShardedStep::GradNorm(float red[2]) {
+Status ShardedStep::GradNorm(float red[3]) {
   EngineContext& c = *ctx_;
   double local = 0.0;
   uint64_t local_nonfinite = 0;
@@ -175,9 +175,10 @@ Status ShardedStep::GradNorm(float red[2]) {
   local_nonfinite += dev.nonfinite;
   red[0] = static_cast<float>(local);
   red[1] = local_nonfinite > 0 ? 1.0f : 0.0f;
+  // red[2] is the caller's: whether this rank's all-reduce across replica groups failed (live recovery).
   CommLabel label(c.comm.get(), "Step: gradient norm");
   MaybeInjectFault("step.norm", c.world_rank, applied_steps_);
-  return host_->AllReduceSum(red, 2);
+  return host_->AllReduceSum(red, 3);
 }
 
 void ShardedStep::StartCountingBytes() {
@@ -281,12 +282,36 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
   EngineContext& c = *ctx_;
   ZERO_RETURN_IF_ERROR(CheckReady());
   ZERO_RETURN_IF_ERROR(Drain());
-  ZERO_RETURN_IF_ERROR(ReduceAcrossReplicas());
+  // Under live recovery a failed all-reduce across replica groups (another group lost a rank) is this shard
+  // group's to agree on: the ranks whose all-reduce went through must not apply a step the others cannot. The
+  // failure is a third entry of the norm's all-reduce, within the shard group, which is intact.
+  const Status replicas = ReduceAcrossReplicas();
+  if (!replicas.ok() && !c.live_recovery) return replicas;
+  if (!replicas.ok()) {
+    // Only this rank's all-reduce may still be running (a timeout): the communicator goes, and with it its
+    // thread, before anything touches the gradients it was reducing.
+    ZERO_LOG(WARNING) << "step " << applied_steps_ << ": the gradient all-reduce across replica groups failed ("
+                      << replicas.message() << "); the shard group drops the step";
+    c.replica_comm.reset();
+  }
 
   const auto t_norm = Clock::now();
   ZERO_RETURN_IF_ERROR(CheckInSync(options));
-  float red[2];
+  float red[3];
+  red[2] = replicas.ok() ? 0.0f : 1.0f;
   ZERO_RETURN_IF_ERROR(GradNorm(red));
+  if (red[2] != 0.0f) {
+    // Nothing was applied on any rank of this group: the step is dropped, as a skipped step is but without
+    // counting it or touching the loss scale, and the trainer runs it again once the groups are re-formed.
+    reducer_->ZeroGrads();
+    c.times = StepTimes{};
+    Status lost = absl::AbortedError(absl::StrCat(
+        "step ", applied_steps_, ": the gradient all-reduce across replica groups failed on ",
+        replicas.ok() ? "another rank of this shard group" : absl::StrCat("this rank: ", replicas.message()),
+        "; the step was dropped on every rank of the group (zero/elastic.h: ReplicaGroups::Recover)"));
+    lost.SetPayload(kReplicaLostPayload, absl::Cord("1"));
+    return lost;
+  }
   const bool nonfinite = red[1] != 0.0f || !std::isfinite(red[0]);
   c.times.norm_ms += MsSince(t_norm);
   StepResult result;

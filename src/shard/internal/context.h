@@ -61,6 +61,22 @@ struct EngineContext {
     return v;
   }
   bool hybrid() const { return replica_comm != nullptr; }
+  // Live recovery (zero/elastic.h) puts another job-wide communicator and replica group in place between steps:
+  // the staging of the communicators that leave stops counting in `tracker`, that of those that come starts.
+  void ReplaceJobComms(std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> replica) {
+    for (Communicator* c : Comms()) {
+      if (c == comm.get()) continue;
+      if (MemoryTracker* staging = c->memory_tracker()) staging->StopCountingIn(&tracker);
+    }
+    world_comm = std::move(world);
+    replica_comm = std::move(replica);
+    for (Communicator* c : Comms()) {
+      if (c == comm.get()) continue;
+      if (MemoryTracker* staging = c->memory_tracker()) staging->CountAlsoIn(&tracker);
+    }
+    world_rank = world_comm->rank();
+    world_size = world_comm->world_size();
+  }
 
   Config cfg;
   // The communicator the engine shards over (gathers, reduce-scatters, the step's norm): the shard group's under
@@ -77,6 +93,9 @@ struct EngineContext {
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
   bool finalized = false;
+  // Live recovery (zero/elastic.h): a failed gradient all-reduce across replica groups does not end the step
+  // with an error on this rank alone; the shard group agrees to drop the step (ShardedStep::Run).
+  bool live_recovery = false;
   int64_t applied_steps = 0;       // kept by the step (ShardedStep) for the fault-injection hook's step filter
   Status deferred;                 // an error of a scope's close or a prefetch, reported by the next public call
   StepTimes times;                 // of the step in progress

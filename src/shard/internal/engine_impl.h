@@ -56,6 +56,17 @@ class Engine::Impl {
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options);
   StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options);
   Status LoadSafetensors(const std::string& path, const LoadOptions& options);
+  // Live recovery (shard/regroup.cc, zero/elastic.h), between steps only. Regroup: `world` (every rank of the
+  // groups now present, this group's ranks at the same places modulo the group size) becomes the job-wide
+  // communicator and the replica group is split from it (none when `world` is this group alone); the config is
+  // validated at the new world size, whose accumulation steps must stay. Collective on `world`.
+  Status Regroup(std::shared_ptr<Communicator> world);
+  // Forgets the job-wide communicators after a replica group was lost (this group alone until Regroup).
+  void DropJobComms();
+  // Every persistent buffer of every unit (parameters, master, optimizer state, in both tiers) and the step's
+  // counters and loss scale, from replica group `root` to the others: bitwise the root group's state.
+  // Collective on the replica group.
+  Status BroadcastState(int root);
   // A registered unit, or nullptr for an id no unit has.
   const internal::Unit* UnitOrNull(UnitId id) const;
 

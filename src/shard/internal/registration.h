@@ -31,6 +31,7 @@ class HostCollectives {
   // All-gather of arbitrary bytes through f32 slots (all-gather is a copy, so any bit pattern survives).
   StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine);
   Communicator* comm() const { return comm_; }
+  void set_comm(Communicator* comm) { comm_ = comm; }  // live recovery's new job-wide communicator
 
  private:
   Communicator* comm_;

@@ -27,6 +27,10 @@
 
 namespace zero::internal {
 
+// The payload (absl::Status::SetPayload type URL) of the kAborted error with which Step reports, under live
+// recovery, that the all-reduce across replica groups failed and the shard group dropped the step.
+inline constexpr char kReplicaLostPayload[] = "zero/replica-group-lost";
+
 class ShardedStep {
  public:
   ShardedStep(EngineContext* ctx, GatherScheduler* gathers, GradReducer* reducer, HostCollectives* host,
@@ -63,7 +67,7 @@ class ShardedStep {
   Status CheckReady() const;  // no scope open, every unit's micro-steps complete
   Status Drain();             // reductions, copies, stage-3 releases
   // The global norm's two all-reduced numbers over owned elements: {sum of squares, non-finite flag}.
-  Status GradNorm(float red[2]);
+  Status GradNorm(float red[3]);
   // Hybrid sharding: averages each unit's reduced gradient shard across the shard's replicas (one per group), so
   // every group steps with the gradient averaged over all ranks. Nothing without hybrid sharding.
   Status ReduceAcrossReplicas();
