@@ -224,10 +224,11 @@ StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(IoOptions options) {
                                                    ": must be a power of two and a multiple of the page size (", page,
                                                    ")"));
   }
-  if (options.block_size <= 0 || options.block_size % options.alignment != 0) {
+  // At most 1 GiB: an io_uring request's length is 32 bits, and a staging buffer per slot is allocated at once.
+  if (options.block_size <= 0 || options.block_size % options.alignment != 0 || options.block_size > (1 << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("IoOptions::block_size (aio.block_size) ", options.block_size,
-                                                   ": must be a positive multiple of the alignment (",
-                                                   options.alignment, " bytes)"));
+                                                   ": must be a multiple of the alignment (", options.alignment,
+                                                   " bytes) in [", options.alignment, ", 1 GiB]"));
   }
   if (options.queue_depth < 1 || options.queue_depth > 4096) {
     return absl::InvalidArgumentError(

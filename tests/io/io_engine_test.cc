@@ -381,6 +381,8 @@ TEST(IoOptionsTest, BadOptionsNameTheField) {
   IoOptions o;
   o.block_size = 1000;
   EXPECT_THAT(IoEngine::Create(o).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("block_size")));
+  o.block_size = int64_t{2} << 30;
+  EXPECT_THAT(IoEngine::Create(o).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1 GiB")));
   o = IoOptions();
   o.queue_depth = 0;
   EXPECT_THAT(IoEngine::Create(o).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("queue_depth")));
