@@ -392,6 +392,14 @@ TEST(IoOptionsTest, BadOptionsNameTheField) {
 }
 
 TEST(IoOptionsTest, TheEnvironmentChoosesTheBackend) {
+  // Put back as it was: the run may have been given ZERO_IO_BACKEND for the other tests.
+  const char* was = std::getenv("ZERO_IO_BACKEND");
+  const std::string saved = was != nullptr ? was : "";
+  struct Restore {
+    const char* was;
+    std::string saved;
+    ~Restore() { was != nullptr ? ::setenv("ZERO_IO_BACKEND", saved.c_str(), 1) : ::unsetenv("ZERO_IO_BACKEND"); }
+  } restore{was, saved};
   ASSERT_EQ(::setenv("ZERO_IO_BACKEND", "threads", 1), 0);
   auto e = IoEngine::Create(IoOptions{.backend = Choice::kIoUring});
   ASSERT_THAT(e.status(), IsOk());
@@ -400,7 +408,6 @@ TEST(IoOptionsTest, TheEnvironmentChoosesTheBackend) {
   ASSERT_EQ(::setenv("ZERO_IO_BACKEND", "libaio", 1), 0);
   EXPECT_THAT(IoEngine::Create(IoOptions()).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_IO_BACKEND=libaio")));
-  ::unsetenv("ZERO_IO_BACKEND");
 }
 
 TEST(IoOptionsTest, TheDefaultIsIoUringWhereTheKernelHasIt) {
