@@ -268,10 +268,10 @@ int main(int argc, char** argv) {
     std::cout << "{\"path\":\"" << path << "\",\"size\":" << size << ",\"block\":" << block
               << ",\"queue_depth\":" << queue_depth << ",\"backend\":\"" << zero::io::IoBackendName(info.backend)
               << "\",\"backend_reason\":\"" << reason << "\",\"direct\":" << (direct ? "true" : "false")
-              << ",\"iters\":" << iters << ",\"write\":{\"engine_gbps\":" << list(ew) << ",\"baseline_gbps\":"
-              << list(bw) << ",\"ratio\":" << absl::StrFormat("%.3f", mw / mbw) << "},\"read\":{\"engine_gbps\":"
-              << list(er) << ",\"baseline_gbps\":" << list(br) << ",\"ratio\":" << absl::StrFormat("%.3f", mr / mbr)
-              << "},\"wrong\":" << wrong << "}\n";
+              << ",\"iters\":" << iters << ",\"write\":{\"engine_gbps\":" << list(ew)
+              << ",\"baseline_gbps\":" << list(bw) << ",\"ratio\":" << absl::StrFormat("%.3f", mw / mbw)
+              << "},\"read\":{\"engine_gbps\":" << list(er) << ",\"baseline_gbps\":" << list(br)
+              << ",\"ratio\":" << absl::StrFormat("%.3f", mr / mbr) << "},\"wrong\":" << wrong << "}\n";
   } else {
     std::printf("# zero-io-bench %s: %lld bytes, blocks of %lld, queue depth %lld, %lld iterations\n", path.c_str(),
                 static_cast<long long>(size), static_cast<long long>(block), static_cast<long long>(queue_depth),
