@@ -16,6 +16,7 @@ pkgs=(
   libbenchmark-dev
   libhwy-dev           # portable SIMD with runtime dispatch for the CPU optimizer
   libopenblas-dev      # matrix products in the reference GPT trainer
+  liburing-dev         # the I/O engine's io_uring backend (src/io); without it CMake builds the thread-pool backend only
   python3-numpy        # tests/checkpoint: an independent safetensors reader checks zero-ckpt export
   gnuplot-nox          # zero-demo's picture (its pngcairo terminal needs no X server)
   libtorch-dev         # the optional zero::torch component (zero/torch.h), its tests and examples/torch_lm;

@@ -44,6 +44,9 @@ std::vector<Program> Programs() {
 #ifdef ZERO_CLI_CKPT
   p.push_back({"zero-ckpt", ZERO_CLI_CKPT, "--tag", {"inspect", "dir"}});
 #endif
+#ifdef ZERO_CLI_IO_BENCH
+  p.push_back({"zero-io-bench", ZERO_CLI_IO_BENCH, "--size", {"dir"}});
+#endif
 #ifdef ZERO_CLI_ESTIMATE
   p.push_back({"zero-estimate", ZERO_CLI_ESTIMATE, "--layers", {}});
 #endif
