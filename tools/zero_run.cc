@@ -25,10 +25,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "zero/store.h"
 
 namespace {
 
@@ -54,7 +57,8 @@ void OnSignal(int sig) {
 void Usage(FILE* out) {
   std::fprintf(
       out,
-      "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K [--min-nproc M]]\n"
+      "usage: zero-run -n N [--timeout SECONDS] [--grace SECONDS] [--max-restarts K [--min-nproc M | --live-groups "
+      "G]]\n"
       "                -- PROGRAM [ARGS...]\n"
       "  -n, --nproc N        number of ranks to start on this machine (>= 1)\n"
       "  --timeout SECONDS    kill the job after this long (exit code 124); default: none\n"
@@ -65,6 +69,10 @@ void Usage(FILE* out) {
       "  --min-nproc M        each restart runs one rank fewer than the attempt that failed, never\n"
       "                       fewer than M (default N: the same number): the failed rank's slot (its\n"
       "                       LOCAL_RANK, so its GPU) is left out, as a host that is not replaced\n"
+      "  --live-groups G      live recovery (zero/elastic.h): the ranks form groups of G consecutive ranks;\n"
+      "                       when a rank fails, only its group is stopped and started again (at most K\n"
+      "                       times in all), while the other groups train on; each rank of a restarted\n"
+      "                       group sees ZERO_GROUP_RESTART_COUNT, and the store folder stays the job's\n"
       "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
       "ZERO_STORE_DIR and ZERO_JOB_ID; output lines are prefixed with [rN]. SIGINT, SIGTERM, SIGHUP and SIGQUIT are\n"
       "forwarded to the ranks; the ranks never outlive zero-run.\n");
@@ -210,7 +218,8 @@ int main(int argc, char** argv) {
   double job_timeout_s = 0;
   double grace_s = 10;
   int max_restarts = 0;
-  int min_nproc = 0;  // 0: -n's value
+  int min_nproc = 0;   // 0: -n's value
+  int live_group = 0;  // --live-groups: the group size (0: whole-job restarts)
   int arg = 1;
   for (; arg < argc; ++arg) {
     const std::string a = argv[arg];
@@ -223,7 +232,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a == "-n" || a == "--nproc" || a == "--timeout" || a == "--grace" || a == "--max-restarts" ||
-        a == "--min-nproc") {
+        a == "--min-nproc" || a == "--live-groups") {
       if (arg + 1 >= argc) {
         std::fprintf(stderr, "zero-run: %s needs a value\n", a.c_str());
         Usage(stderr);
@@ -231,11 +240,11 @@ int main(int argc, char** argv) {
       }
       const char* v = argv[++arg];
       bool ok = true;
-      if (a == "-n" || a == "--nproc" || a == "--min-nproc") {
+      if (a == "-n" || a == "--nproc" || a == "--min-nproc" || a == "--live-groups") {
         char* end = nullptr;
         long n = std::strtol(v, &end, 10);
         ok = end != v && *end == '\0' && n >= 1 && n <= 4096;
-        (a == "--min-nproc" ? min_nproc : nproc) = static_cast<int>(n);
+        (a == "--min-nproc" ? min_nproc : a == "--live-groups" ? live_group : nproc) = static_cast<int>(n);
       } else if (a == "--max-restarts") {
         char* end = nullptr;
         long k = std::strtol(v, &end, 10);
@@ -247,9 +256,10 @@ int main(int argc, char** argv) {
         ok = ParseSeconds(v, &grace_s);
       }
       if (!ok) {
-        const char* range = (a == "-n" || a == "--nproc" || a == "--min-nproc") ? "an integer in [1, 4096]"
-                            : a == "--max-restarts"                             ? "an integer in [0, 1000]"
-                                                                                : "seconds in [0, 1e9]";
+        const char* range = (a == "-n" || a == "--nproc" || a == "--min-nproc" || a == "--live-groups")
+                                ? "an integer in [1, 4096]"
+                            : a == "--max-restarts" ? "an integer in [0, 1000]"
+                                                    : "seconds in [0, 1e9]";
         std::fprintf(stderr, "zero-run: invalid value '%s' for %s: must be %s\n", v, a.c_str(), range);
         return 2;
       }
@@ -268,6 +278,13 @@ int main(int argc, char** argv) {
   }
   if (min_nproc > nproc) {
     std::fprintf(stderr, "zero-run: --min-nproc %d is above -n %d\n", min_nproc, nproc);
+    return 2;
+  }
+  if (live_group > 0 && (min_nproc > 0 || nproc % live_group != 0 || live_group >= nproc)) {
+    std::fprintf(stderr,
+                 "zero-run: --live-groups %d needs at least two groups that divide -n %d, and no --min-nproc (a lost "
+                 "group is restarted whole, or given up while the others go on)\n",
+                 live_group, nproc);
     return 2;
   }
   if (min_nproc == 0) min_nproc = nproc;
@@ -349,6 +366,11 @@ int main(int argc, char** argv) {
   bool timed_out = false;
   int first_failed_rank = -1;
   std::vector<Rank> ranks;
+  // Live recovery (--live-groups): per group, its incarnation, whether it is being stopped to be started again,
+  // and whether it was given up (restarts spent) while the others went on.
+  const int groups = live_group > 0 ? nproc / live_group : 0;
+  std::vector<int> incarnation(static_cast<size_t>(groups), 0);
+  std::vector<bool> condemned(static_cast<size_t>(groups), false), given_up(static_cast<size_t>(groups), false);
   for (;;) {  // one attempt of the whole job per iteration: the first, then each restart
     ranks.assign(nproc, Rank{});
     first_failed_rank = -1;
@@ -358,14 +380,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "zero-run: cannot create %s: %s\n", attempt_dir.c_str(), std::strerror(errno));
       return 1;
     }
-    for (int r = 0; r < nproc; ++r) {
+    // Starts rank r (again, for a live group restart: `incarnation` > 0). False when it could not.
+    auto spawn = [&](int r, int incarnation) -> bool {
       int out[2], err[2];
       if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
         std::perror("zero-run: pipe");
         for (auto& rk : ranks) {
           if (rk.running) ::kill(-rk.pid, SIGKILL);
         }
-        return 1;
+        return false;
       }
       pid_t pid = ::fork();
       if (pid < 0) {
@@ -373,7 +396,7 @@ int main(int argc, char** argv) {
         for (auto& rk : ranks) {
           if (rk.running) ::kill(-rk.pid, SIGKILL);
         }
-        return 1;
+        return false;
       }
       if (pid == 0) {
         // Dies with zero-run, whatever kills it: the kernel sends SIGKILL when the parent exits. If zero-run died
@@ -396,21 +419,34 @@ int main(int argc, char** argv) {
         ::setenv("ZERO_STORE_DIR", attempt_dir.c_str(), 1);
         ::setenv("ZERO_JOB_ID", job_id.c_str(), 1);
         // As torchrun: which attempt this is, so a trainer resumes from its checkpoint on a restart.
-        ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restarts).c_str(), 1);
+        ::setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(live_group > 0 ? incarnation : restarts).c_str(), 1);
+        // Live recovery: which incarnation of its group this rank is (zero::ReplicaGroups::FromEnv).
+        if (live_group > 0) ::setenv("ZERO_GROUP_RESTART_COUNT", std::to_string(incarnation).c_str(), 1);
         ::setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts).c_str(), 1);
         ::execvp(child_argv[0], child_argv.data());
         std::fprintf(stderr, "zero-run: cannot execute %s: %s\n", child_argv[0], std::strerror(errno));
         ::_exit(127);
       }
       ::setpgid(pid, pid);
-      tell_watchdog("+" + std::to_string(pid));
+      // snprintf, not "+" + std::to_string: GCC 12 -O3 reports a false -Wrestrict on that inside the lambda.
+      char started[32];
+      std::snprintf(started, sizeof(started), "+%d", static_cast<int>(pid));
+      tell_watchdog(started);
       ::close(out[1]);
       ::close(err[1]);
+      ranks[r] = Rank{};
       ranks[r].pid = pid;
       ranks[r].running = true;
       ranks[r].streams[0] = {out[0], stdout, ""};
       ranks[r].streams[1] = {err[0], stderr, ""};
+      return true;
+    };
+    for (int r = 0; r < nproc; ++r) {
+      if (!spawn(r, 0)) return 1;
     }
+    // Live recovery keeps its decisions in the attempt's store folder; zero-run writes there which group
+    // incarnation it saw fail, so the groups left need not wait to find out (zero/elastic.h).
+    std::shared_ptr<zero::Store> live_store = live_group > 0 ? zero::Store::File(attempt_dir) : nullptr;
 
     // When still-running ranks get SIGTERM, then SIGKILL; max() = not scheduled. (Not std::optional: GCC 12 -O3
     // reports a maybe-uninitialized read of the empty optional's value, a false positive.)
@@ -463,6 +499,23 @@ int main(int argc, char** argv) {
           ranks[r].running = false;
           ranks[r].wait_status = status;
           tell_watchdog("-" + std::to_string(pid));
+          if (live_group > 0 && interrupted_by == 0 && !timed_out) {
+            // Only the failed rank's group goes: its shard is gone with the rank. The other groups train on.
+            const int g = r / live_group;
+            if (Failed(status) && !condemned[static_cast<size_t>(g)]) {
+              condemned[static_cast<size_t>(g)] = true;
+              std::fprintf(stderr, "zero-run: rank %d (group %d, incarnation %d) %s at %.3f s; stopping group %d\n", r,
+                           g, incarnation[static_cast<size_t>(g)], DescribeExit(status).c_str(),
+                           Seconds(Clock::now() - job_start), g);
+              std::fflush(stderr);
+              (void)live_store->Add(
+                  "zero-live.lost." + std::to_string(g) + "." + std::to_string(incarnation[static_cast<size_t>(g)]), 1);
+              for (int q = g * live_group; q < (g + 1) * live_group; ++q) {
+                if (ranks[q].running) ::kill(-ranks[q].pid, SIGKILL);
+              }
+            }
+            continue;
+          }
           if (Failed(status) && first_failed_rank < 0 && interrupted_by == 0 && !timed_out) {
             int culprit = -1;
             for (int q = 0; q < nproc; ++q) {
@@ -484,6 +537,45 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "\n");
             std::fflush(stderr);
           }
+        }
+      }
+      // Live recovery: a stopped group whose ranks are all gone starts again as its next incarnation, or is
+      // given up when the restarts are spent.
+      for (int g = 0; g < groups; ++g) {
+        if (!condemned[static_cast<size_t>(g)]) continue;
+        bool left = false;
+        for (int q = g * live_group; q < (g + 1) * live_group; ++q) left = left || ranks[q].running;
+        if (left) continue;
+        condemned[static_cast<size_t>(g)] = false;
+        if (restarts >= max_restarts || interrupted_by != 0 || timed_out) {
+          given_up[static_cast<size_t>(g)] = true;
+          if (first_failed_rank < 0) first_failed_rank = g * live_group;
+          std::fprintf(stderr, "zero-run: group %d is not restarted (%d of %d restarts spent); the others go on\n", g,
+                       restarts, max_restarts);
+          std::fflush(stderr);
+          continue;
+        }
+        ++restarts;
+        ++incarnation[static_cast<size_t>(g)];
+        std::fprintf(stderr,
+                     "zero-run: restarting group %d (ranks %d-%d) as incarnation %d at %.3f s (restart %d of %d)\n", g,
+                     g * live_group, (g + 1) * live_group - 1, incarnation[static_cast<size_t>(g)],
+                     Seconds(Clock::now() - job_start), restarts, max_restarts);
+        std::fflush(stderr);
+        for (int q = g * live_group; q < (g + 1) * live_group; ++q) {
+          for (auto& st : ranks[q].streams) {
+            // What the old incarnation wrote and zero-run has not read yet, then its pipe goes.
+            for (pollfd p{st.fd, POLLIN, 0}; st.fd >= 0 && ::poll(&p, 1, 0) > 0;) {
+              char buf[65536];
+              const ssize_t got = ::read(st.fd, buf, sizeof(buf));
+              if (got <= 0) break;
+              st.partial.append(buf, static_cast<size_t>(got));
+            }
+            EmitLines(q, st, /*flush_partial=*/true);
+            if (st.fd >= 0) ::close(st.fd);
+            st.fd = -1;
+          }
+          if (!spawn(q, incarnation[static_cast<size_t>(g)])) return 1;
         }
       }
       const Clock::time_point now = Clock::now();
@@ -580,6 +672,7 @@ int main(int argc, char** argv) {
         if (s.fd >= 0) ::close(s.fd);
       }
     }
+    if (live_group > 0) break;  // groups were restarted inside the attempt
     bool any_failed = false;
     for (const Rank& rk : ranks) any_failed = any_failed || Failed(rk.wait_status);
     // A failed attempt is restarted whole (every rank stopped above, as torchrun's agent does), unless the job was

@@ -48,6 +48,7 @@ struct Flags {
   std::string save_dir, resume_dir, init_from, init_map;
   int64_t save_every = 0;
   bool params_hash = false;
+  bool live = false;
 };
 
 void Usage() {
@@ -55,7 +56,7 @@ void Usage() {
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--resume DIR]\n"
-               "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash]\n"
+               "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
                "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
                "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
@@ -70,7 +71,62 @@ void Usage() {
                "               `latest` is an error naming the newest\n"
                "  --init-from FILE  initial weights from a safetensors file by \"unit.param\" name (zero-ckpt export\n"
                "               writes one); --init-map FILE: lines \"ours theirs\" renaming parameters\n"
-               "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n");
+               "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n"
+               "  --live       live recovery across replica groups (zero/elastic.h) under zero-run --live-groups G,\n"
+               "               G the config's mics_shard_size: a lost group's ranks restart and rejoin while the\n"
+               "               others train on; with --json every rank prints its own final line (its hash and\n"
+               "               the membership decisions it saw)\n");
+}
+
+// FNV-1a over fp32 parameters' bits: equal hashes, equal parameters.
+uint64_t ParamsHash(const std::vector<float>& params) {
+  uint64_t h = 1469598103934665603ull;
+  for (float v : params) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xFF)) * 1099511628211ull;
+  }
+  return h;
+}
+
+// --live: this process's rank in its replica group (zero/elastic.h). The progress comes from the first rank of
+// the current world; with --json every rank ends with a line of its own: its final parameters' hash (equal
+// across the groups) and the decisions it saw.
+int RunLive(const zero::Config& cfg, zero::gpt::TrainOptions opt, const Flags& flags,
+            const std::function<void(const zero::gpt::StepLog&)>& on_step) {
+  auto groups = zero::ReplicaGroups::FromEnv(cfg);
+  if (!groups.ok()) {
+    std::fprintf(stderr, "zero-gpt: %s\n", zero::ErrorText(groups.status()).c_str());
+    return 1;
+  }
+  opt.live = groups->get();
+  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+  opt.local_world_size = lws ? std::max(1, std::atoi(lws)) : 1;
+  auto res = zero::gpt::TrainRank(cfg, (*groups)->group_comm(), opt, on_step, /*collect_final_params=*/true);
+  if (!res.ok()) {
+    if (res.status().code() == absl::StatusCode::kCancelled) {
+      std::fprintf(stderr, "zero-gpt: %s\n", std::string(res.status().message()).c_str());
+      return 0;  // the job finished before this group was admitted: nothing left to do
+    }
+    std::fprintf(stderr, "zero-gpt: %s\n", zero::ErrorText(res.status()).c_str());
+    return 1;
+  }
+  if (flags.json) {
+    std::string decisions;
+    for (const zero::Membership& m : res->live_history) {
+      if (!decisions.empty()) decisions += ", ";
+      decisions += "{\"epoch\": " + std::to_string(m.epoch) + ", \"step\": " + std::to_string(m.step) +
+                   ", \"groups\": " + std::to_string(m.groups.size()) +
+                   ", \"after_failure\": " + (m.after_failure ? "true" : "false") + "}";
+    }
+    std::printf(
+        "{\"live\": {\"group\": %d, \"steps\": %lld, \"first_step\": %lld, \"redone_steps\": %lld, "
+        "\"params_hash\": \"%016llx\", \"decisions\": [%s]}}\n",
+        (*groups)->group(), static_cast<long long>(flags.steps), static_cast<long long>(res->first_step),
+        static_cast<long long>(res->live_redone_steps), static_cast<unsigned long long>(ParamsHash(res->final_params)),
+        decisions.c_str());
+  }
+  return 0;
 }
 
 // What ParseFlags found: run, print the usage to stdout (--help), or a usage error (already said on stderr).
@@ -85,6 +141,8 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
     bool takes_value = true;
     if (a == "--json") {
       f->json = true, takes_value = false;
+    } else if (a == "--live") {
+      f->live = true, takes_value = false;
     } else if (a == "--recompute") {
       f->recompute = true, takes_value = false;
     } else if (a == "--bf16") {
@@ -256,6 +314,15 @@ int main(int argc, char** argv) {
     }
   };
 
+  if (flags.live) {
+    if (!launched || cuda || !flags.save_dir.empty() || !flags.resume_dir.empty()) {
+      std::fprintf(stderr,
+                   "zero-gpt: --live runs one rank per process under a launcher (zero-run --live-groups G), on the "
+                   "CPU, without --save/--resume (checkpoints with live recovery are not built)\n");
+      return 2;
+    }
+    return RunLive(cfg, opt, flags, on_step);
+  }
   std::vector<zero::StatusOr<zero::gpt::TrainResult>> results;
   int world_size = 1;
   if (launched) {
@@ -328,13 +395,8 @@ int main(int argc, char** argv) {
         static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
         zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
     if (flags.params_hash) {
-      // FNV-1a over the final fp32 parameters' bits: equal hashes, equal parameters (a resumed run's check).
-      uint64_t h = 1469598103934665603ull;
-      for (float v : res.final_params) {
-        uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        for (int k = 0; k < 4; ++k) h = (h ^ ((bits >> (8 * k)) & 0xFF)) * 1099511628211ull;
-      }
+      // Equal hashes, equal parameters (a resumed run's check).
+      const uint64_t h = ParamsHash(res.final_params);
       std::printf("{\"params_hash\": \"%016llx\", \"first_step\": %lld, \"saved\": %zu}\n",
                   static_cast<unsigned long long>(h), static_cast<long long>(res.first_step), res.saved.size());
     }

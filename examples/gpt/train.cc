@@ -320,14 +320,27 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
 
   TrainResult result;
   result.params = engine->num_params();
+  ReplicaGroups* live = options.live;
+  if (live != nullptr) {
+    ZERO_RETURN_IF_ERROR(live->Join(*engine));
+    run.first_step = engine->steps();  // a group that rejoins continues where the others are
+  }
   result.first_step = run.first_step;
-  for (int64_t step = run.first_step; step < options.steps; ++step) {
+  for (int64_t step = run.first_step;; ++step) {
+    if (live != nullptr) {
+      ZERO_RETURN_IF_ERROR(live->AtStepBoundary(*engine));
+      step = engine->steps();
+    }
+    if (step >= options.steps) break;
+    // Under live recovery the world is the groups present, and this rank's place in it.
+    const int drank = live != nullptr ? live->world_rank() : rank,
+              dworld = live != nullptr ? live->world_size() : world;
     const internal::StepClock started;
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
       // Micro-step m of this step covers global sequences [(m*world + rank)*B, +B): the same sequences a
       // world-1 run with batch B*world*ga sees, whatever the split.
-      data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
+      data.Batch(step, m * dworld + drank, dworld * ga, B, T, tokens.data(), targets.data());
       ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
       const RootWeights rw = RootWeightsFromFlat(mc, root_work.Weights(rs));
       const RootGrads rg = RootGradsFromFlat(mc, root_work.Grads(rs));
@@ -362,14 +375,28 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
       root_work.Flush(rs, engine->loss_scale());
       ZERO_RETURN_IF_ERROR(rs.Close());
     }
-    ZERO_ASSIGN_OR_RETURN(StepResult r, engine->Step());
+    StatusOr<StepResult> stepped = engine->Step();
+    if (!stepped.ok() && live != nullptr) {
+      // Another group was lost: the step was dropped here and runs again in the groups left (any other error
+      // is this group's own, and ends this rank).
+      ZERO_RETURN_IF_ERROR(live->Recover(*engine, stepped.status()));
+      ++result.live_redone_steps;
+      continue;
+    }
+    ZERO_ASSIGN_OR_RETURN(StepResult r, std::move(stepped));
     float loss = static_cast<float>(loss_sum / ga);
     {
+      // The mean over this rank's communicator: under live recovery its group's ranks.
       CommLabel label(comm.get(), "zero-gpt: mean loss");
       ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
     }
-    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
-    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
+    const int reporter = live != nullptr ? live->world_rank() : rank;
+    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * dworld * ga, reporter, on_step, &result);
+    if (live == nullptr) ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
+  }
+  if (live != nullptr) {
+    result.live_history = live->history();
+    ZERO_RETURN_IF_ERROR(live->Leave());
   }
   // UnitWork's fp32 copies of 16-bit weights and gradients are the trainer's, in the host tier.
   const int64_t unit_work = dtype == DType::kF32 ? 0 : 8 * (UnitNumel(RootParams(mc)) + UnitNumel(BlockParams(mc)));

@@ -21,6 +21,7 @@
 
 #include "zero/communicator.h"
 #include "zero/config.h"
+#include "zero/elastic.h"
 #include "zero/engine.h"
 #include "zero/memory.h"
 #include "zero/recompute.h"
@@ -51,6 +52,10 @@ struct TrainOptions {
   std::map<std::string, std::string> init_map;  // this model's names to the file's (LoadOptions::name_map)
   // CUDA path (train_cuda.h): the device ordinal to run on; -1 = the calling thread's current device.
   int device = -1;
+  // Live recovery (zero/elastic.h): the rank's replica groups; TrainRank's communicator is then group_comm().
+  // The run joins them after Finalize, lets them admit groups at every step boundary, runs a step again after
+  // another group was lost, and reads its data as the rank of the current epoch's world.
+  ReplicaGroups* live = nullptr;
 };
 
 struct StepLog {
@@ -83,6 +88,10 @@ struct TrainResult {
   RecomputeStats recompute;
   // The placement plan's bound on this rank's true peak, per tier (MemTier index; Engine::TruePeakBound).
   std::array<PeakBound, 2> peak_bound{};
+  // Live recovery: the decisions this rank took part in (ReplicaGroups::history), and the steps it ran again
+  // after another group was lost.
+  std::vector<Membership> live_history;
+  int64_t live_redone_steps = 0;
 };
 
 // Trains one rank. `on_step` (rank 0 only, may be empty) is called after every step. Collective.

@@ -62,6 +62,10 @@ struct LiveOptions {
   // to say whether they are still there before deciding without them (Recover): 0 = 2 × comm timeout.
   absl::Duration join_timeout = absl::Minutes(10);
   absl::Duration decide_timeout = absl::ZeroDuration();
+  // The op timeout of the job-wide communicator (the all-reduce across groups): 0 = a third of comm.timeout.
+  // Shorter than the group's own, so that a rank whose all-reduce across groups failed reaches its group's vote
+  // on the step before the group-mates already waiting there time out.
+  absl::Duration replica_timeout = absl::ZeroDuration();
 };
 
 // One decision: from step `step`, the groups `groups` (their incarnations beside them) train together.
@@ -74,7 +78,7 @@ struct Membership {
   bool copy = false;           // the groups' state was copied from `source` (bitwise)
   int source = -1;
   int64_t joins_covered = 0;  // the join announcements (a counter in the store) this decision took in
-  std::string why;             // the log line: who is in, who left, who came, where the state came from
+  std::string why;            // the log line: who is in, who left, who came, where the state came from
 };
 
 class ReplicaGroups {
@@ -91,6 +95,8 @@ class ReplicaGroups {
   std::shared_ptr<Communicator> group_comm() const { return group_comm_; }
   // After Finalize: waits until this group is admitted (the first launch: until every group is there), then
   // regroups the engine and takes the state of a group already training. Collective over the groups admitted.
+  // kCancelled when the job finished before this group was admitted (Leave), kDeadlineExceeded after
+  // LiveOptions::join_timeout.
   Status Join(Engine& engine);
   // Before each step's first forward, on every rank: a rank of the lowest group admits the groups waiting to
   // join, from the next step; every rank applies such a decision at the step it names.
@@ -102,9 +108,13 @@ class ReplicaGroups {
   // and be restarted.
   Status Recover(Engine& engine, const Status& step_error);
 
+  // When this rank is done training (the last step): the first rank of the world says the job is over, so that
+  // a group still waiting in Join stops waiting (Join returns kCancelled). Not collective.
+  Status Leave();
+
   int group() const { return group_; }
-  int world_rank() const;    // in the job-wide communicator of the current epoch
-  int world_size() const;    // the ranks of the groups present
+  int world_rank() const;  // in the job-wide communicator of the current epoch
+  int world_size() const;  // the ranks of the groups present
   int64_t epoch() const { return epoch_.epoch; }
   const Membership& membership() const { return epoch_; }
   const std::vector<Membership>& history() const { return history_; }
@@ -127,8 +137,8 @@ class ReplicaGroups {
   LiveOptions opt_;
   int group_ = 0, shard_rank_ = 0;
   std::shared_ptr<Communicator> group_comm_, world_comm_;
-  Membership epoch_;             // the epoch this rank trains in (epoch 0: not admitted yet)
-  int64_t joins_covered_ = 0;    // join announcements the current epoch took in
+  Membership epoch_;           // the epoch this rank trains in (epoch 0: not admitted yet)
+  int64_t joins_covered_ = 0;  // join announcements the current epoch took in
   std::vector<Membership> history_;
 };
 

@@ -653,7 +653,7 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
   // an op failed (a peer may be gone); bounded by the op timeout, at most kClosingTimeout, for a peer that
   // never destroys its communicator.
   void MeetPeersBeforeClosing() {
-    if (!connected_ || !broken_.ok()) return;
+    if (!connected_ || !broken_.ok() || abandoned_) return;
     try {
       gloo::BarrierOptions o(fn_ctx_);
       // Gloo keys a barrier's messages by its tag on barrier-only slots. Op tags never set the high bit (check
@@ -674,7 +674,7 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
   void PostDeparture() {
     // Only after a clean run: after a failure the store may be gone with the peer (Store::Add has no deadline),
     // and the peers have their own error already.
-    if (!connected_ || world_ == 1 || !broken_.ok()) return;
+    if (!connected_ || world_ == 1 || !broken_.ok() || abandoned_) return;
     const std::vector<std::string> recent = history_.Recent();
     const std::string text =
         absl::StrCat("rank ", rank_, " closed its communicator at ",
@@ -801,6 +801,7 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
   MemoryReport memory_report() const override { return tracker_.Report(); }
   MemoryTracker* memory_tracker() override { return &tracker_; }
   uint64_t IssuedOpsHash() const override { return history_.hash(); }
+  void Abandon() override { abandoned_ = true; }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }
   int64_t bus_bytes() const override { return history_.bus_bytes(); }
   int64_t cache_bytes() const override { return options_.cache_bytes; }
@@ -1282,7 +1283,8 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
 
   // State of the thread running ops (the communication thread or a helping waiter; never two at once).
   Status broken_;
-  MemoryTracker tracker_;  // declared before the buffers it counts, so it outlives them
+  std::atomic<bool> abandoned_{false};  // Abandon(): close without meeting the peers
+  MemoryTracker tracker_;               // declared before the buffers it counts, so it outlives them
   FloatScratch stage_{&tracker_};
   std::deque<RsCacheEntry> rs_cache_;  // deque: entries stay put when others are added
   uint64_t rs_clock_ = 0;              // the cache's clock: one tick per use of an instance or the scratch

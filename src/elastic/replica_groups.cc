@@ -6,7 +6,9 @@
 //   claim.<e>          a counter: the rank whose Add returns 1 decides epoch e
 //   joins, join.<k>    the count of groups announced ready to join, and the k-th ("<group> <incarnation>")
 //   alive.<e>.<g>      after a failure: group g's applied steps + 1, said by its first rank for epoch e
-//   lost.<g>.<i>       incarnation i of group g failed on its own (its rank's communicator broke)
+//   lost.<g>.<i>       incarnation i of group g failed on its own (its rank's communicator broke, or zero-run saw
+//                      one of its ranks exit)
+//   done               the job finished (Leave): a group still waiting to join stops waiting
 // Counters are read without blocking (Add of 0), so a rank looks at the store once per step at most.
 #include "zero/elastic.h"
 
@@ -178,6 +180,7 @@ Status ReplicaGroups::Apply(Engine& engine, const Membership& m) {
   const auto t0 = absl::Now();
   CommOptions o = opt_.comm;
   o.prefix = Key(absl::StrCat("epoch.", m.epoch, ".comm"));
+  o.timeout = opt_.replica_timeout > absl::ZeroDuration() ? opt_.replica_timeout : opt_.comm.timeout / 3;
   ZERO_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> world,
                         Communicator::CreateGloo(opt_.store, index * G + shard_rank_, W, o));
   ZERO_RETURN_IF_ERROR(engine.impl_->Regroup(world));
@@ -217,6 +220,11 @@ Status ReplicaGroups::Join(Engine& engine) {
   const absl::Time deadline = absl::Now() + opt_.join_timeout;
   int64_t e = 1;
   while (absl::Now() < deadline) {
+    ZERO_ASSIGN_OR_RETURN(const int64_t done, store.Add(Key("done"), 0));
+    if (done > 0) {
+      return absl::CancelledError(absl::StrCat("ReplicaGroups::Join: the job finished before group ", group_,
+                                               " (incarnation ", opt_.incarnation, ") was admitted"));
+    }
     ZERO_ASSIGN_OR_RETURN(const int64_t published, store.Add(Key(absl::StrCat("published.", e)), 0));
     if (published == 0) {
       // Nothing decided at e. At e = 1 the job has not formed: a first rank of some group forms it once every
@@ -321,6 +329,11 @@ Status ReplicaGroups::AtStepBoundary(Engine& engine) {
   return Apply(engine, m);
 }
 
+Status ReplicaGroups::Leave() {
+  if (world_rank() != 0) return absl::OkStatus();
+  return opt_.store->Add(Key("done"), 1).status();
+}
+
 Status ReplicaGroups::DecideAfterFailure(int64_t e) {
   Store& store = *opt_.store;
   const absl::Time deadline = absl::Now() + DecideTimeout();
@@ -355,16 +368,16 @@ Status ReplicaGroups::DecideAfterFailure(int64_t e) {
         m.source = g;
       }
     } else {
-      left.push_back(absl::StrCat(g, lost[i] ? " (a rank's communicator failed)"
-                                             : absl::StrCat(" (no answer within ", absl::FormatDuration(DecideTimeout()),
-                                                            ")")));
+      left.push_back(
+          absl::StrCat(g, lost[i] ? " (a rank's communicator failed)"
+                                  : absl::StrCat(" (no answer within ", absl::FormatDuration(DecideTimeout()), ")")));
     }
   }
   for (size_t i = 0; i < n; ++i) behind += (alive[i] > 0 && !lost[i] && alive[i] - 1 < furthest) ? 1 : 0;
   m.step = furthest;
   m.copy = behind > 0;
-  m.why = absl::StrCat("group(s) ", absl::StrJoin(left, ", "), " lost; groups ", GroupList(m.groups),
-                       " go on at step ", m.step, m.copy ? absl::StrCat(", state from group ", m.source) : "");
+  m.why = absl::StrCat("group(s) ", absl::StrJoin(left, ", "), " lost; groups ", GroupList(m.groups), " go on at step ",
+                       m.step, m.copy ? absl::StrCat(", state from group ", m.source) : "");
   return Publish(m);
 }
 
@@ -395,8 +408,8 @@ Status ReplicaGroups::Recover(Engine& engine, const Status& step_error) {
       if (m->groups[i] == group_ && m->incarnations[i] == opt_.incarnation) return Apply(engine, *m);
     }
     (void)store.Add(Key(absl::StrCat("lost.", group_, ".", opt_.incarnation)), 1);
-    return absl::AbortedError(absl::StrCat("ReplicaGroups::Recover: group ", group_, " was left out of epoch ", e,
-                                           " (", m->why, "); its ranks must restart and rejoin"));
+    return absl::AbortedError(absl::StrCat("ReplicaGroups::Recover: group ", group_, " was left out of epoch ", e, " (",
+                                           m->why, "); its ranks must restart and rejoin"));
   }
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "shard/internal/agree.h"
 #include "shard/internal/engine_impl.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -15,9 +16,9 @@ Status Engine::Impl::Regroup(std::shared_ptr<Communicator> world) {
   ZERO_RETURN_IF_ERROR(CheckCheckpointable("ReplicaGroups: regroup"));
   const int G = ctx.world;
   if (world == nullptr || world->world_size() % G != 0 || world->rank() % G != ctx.rank) {
-    return absl::InternalError(absl::StrCat("Regroup: the job-wide communicator (rank ",
-                                            world ? world->rank() : -1, " of ", world ? world->world_size() : 0,
-                                            ") does not hold shard rank ", ctx.rank, " of a group of ", G));
+    return absl::InternalError(absl::StrCat("Regroup: the job-wide communicator (rank ", world ? world->rank() : -1,
+                                            " of ", world ? world->world_size() : 0, ") does not hold shard rank ",
+                                            ctx.rank, " of a group of ", G));
   }
   // The same config at the new world size: the batch keys and elastic_batch's learning-rate factor follow the
   // world; the accumulation steps are the trainer's loop and cannot change under it.
@@ -47,6 +48,11 @@ Status Engine::Impl::Regroup(std::shared_ptr<Communicator> world) {
 }
 
 void Engine::Impl::DropJobComms() {
+  // Their peers include the lost group's ranks: they close without waiting for them.
+  for (Communicator* c : ctx.Comms()) {
+    if (c == ctx.comm.get()) continue;
+    if (advanced::ExtendedCommunicator* x = advanced::Extended(*c)) x->Abandon();
+  }
   ctx.ReplaceJobComms(ctx.comm, nullptr);
   world_host.set_comm(ctx.world_comm.get());
   SetLogRank(ctx.world_rank);
@@ -77,7 +83,8 @@ Status Engine::Impl::BroadcastState(int root) {
   }
   // The step's counters (the schedule's position, Adam's bias correction) and the loss scaler.
   const LossScaler::State sc = step.scaler().state();
-  int64_t words[6] = {step.applied_steps(), step.skipped_steps(), 0, sc.hysteresis, sc.iteration, sc.last_overflow_iteration};
+  int64_t words[6] = {step.applied_steps(), step.skipped_steps(), 0,
+                      sc.hysteresis,        sc.iteration,         sc.last_overflow_iteration};
   std::memcpy(&words[2], &sc.scale, sizeof(double));
   ZERO_RETURN_IF_ERROR(rc.Broadcast(words, sizeof(words) / 2, DType::kF16, root).Wait());
   LossScaler::State got = sc;

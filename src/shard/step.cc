@@ -292,6 +292,7 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
     // thread, before anything touches the gradients it was reducing.
     ZERO_LOG(WARNING) << "step " << applied_steps_ << ": the gradient all-reduce across replica groups failed ("
                       << replicas.message() << "); the shard group drops the step";
+    if (advanced::ExtendedCommunicator* x = advanced::Extended(*c.replica_comm)) x->Abandon();
     c.replica_comm.reset();
   }
 

@@ -43,8 +43,7 @@ Status TrainOneStep(Engine& e) {
       ZERO_ASSIGN_OR_RETURN(float* p, b.Param<float>(spec.name));
       ZERO_ASSIGN_OR_RETURN(float* g, b.Grad<float>(spec.name));
       for (int64_t i = 0; i < spec.numel(); ++i) {
-        g[i] += 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) +
-                                 static_cast<float>(e.rank())) +
+        g[i] += 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + static_cast<float>(e.rank())) +
                 0.1f * p[i];
       }
     }

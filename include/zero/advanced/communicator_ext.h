@@ -59,6 +59,10 @@ class ExtendedCommunicator : public Communicator {
   // exactly when they issued the same sequence. The Engine compares it across ranks at every Step. 0 when the
   // implementation does not keep one.
   virtual uint64_t IssuedOpsHash() const { return 0; }
+
+  // The job this communicator served lost a rank for good (live recovery, zero/elastic.h): its destruction
+  // closes the connections at once instead of first meeting peers that will never come. Thread-safe.
+  virtual void Abandon() {}
 };
 
 // `comm` as an ExtendedCommunicator, or nullptr when it is a plain Communicator (a trainer's own).
