@@ -404,4 +404,71 @@ TEST(ZeroRunAbuse, FlagsOutOfRangeAreRefusedWithTheRange) {
   std::filesystem::remove_all(dir);
 }
 
+// --live-groups: a failed rank stops and restarts only its group of consecutive ranks (ZERO_GROUP_RESTART_COUNT
+// counts its incarnations, the store folder stays the job's), while the other groups run on untouched.
+TEST(ZeroRunLiveGroups, OnlyTheFailedGroupRestarts) {
+  const std::string dir = TempDir("zero-run-live");
+  const char* rank_program =
+      "echo \"rank $RANK incarnation $ZERO_GROUP_RESTART_COUNT store $ZERO_STORE_DIR\"; "
+      "if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 3 ] && exit 3; [ \"$RANK\" = 2 ] && sleep 1000; "
+      "fi; "
+      "sleep 2; echo \"rank $RANK done\"";
+  const pid_t launcher = StartZeroRun(
+      {"-n", "4", "--live-groups", "2", "--max-restarts", "2", "--", "/bin/sh", "-c", rank_program}, dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
+  EXPECT_NE(out.find("zero-run: rank 3 (group 1, incarnation 0) exited with code 3"), std::string::npos) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting group "), 1) << out;
+  EXPECT_NE(out.find("zero-run: restarting group 1 (ranks 2-3) as incarnation 1"), std::string::npos) << out;
+  for (int r = 0; r < 4; ++r) {
+    // Group 0 ran once; group 1 twice, the second time told so, in the same store folder.
+    EXPECT_EQ(CountOf(out, absl::StrCat("[r", r, "] rank ", r, " incarnation")), r < 2 ? 1 : 2) << out;
+    EXPECT_EQ(CountOf(out, absl::StrCat("[r", r, "] rank ", r, " done")), 1) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex(absl::StrCat(R"(\[r)", r, R"(\] rank )", r, R"( incarnation )",
+                                                               r < 2 ? 0 : 1, R"( store \S+/attempt-0)"))))
+        << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A group that keeps failing is given up once the restarts are spent; the others finish, and the job's exit code
+// is the failure's.
+TEST(ZeroRunLiveGroups, AGroupPastItsRestartsIsGivenUp) {
+  const std::string dir = TempDir("zero-run-live-spent");
+  const pid_t launcher = StartZeroRun({"-n", "4", "--live-groups", "2", "--max-restarts", "1", "--", "/bin/sh", "-c",
+                                       "[ \"$RANK\" = 2 ] && exit 3; sleep 2; echo \"rank $RANK done\""},
+                                      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3) << out;
+  EXPECT_EQ(CountOf(out, "zero-run: restarting group 1"), 1) << out;
+  EXPECT_NE(out.find("zero-run: group 1 is not restarted (1 of 1 restarts spent); the others go on"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[r0] rank 0 done"), std::string::npos) << out;
+  EXPECT_NE(out.find("[r1] rank 1 done"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Groups must divide the ranks into at least two, and --min-nproc (which shrinks the whole job) does not mix in.
+TEST(ZeroRunLiveGroups, BadGroupsAreUsageErrors) {
+  for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{
+           {"-n", "4", "--live-groups", "3"},
+           {"-n", "4", "--live-groups", "4"},
+           {"-n", "4", "--live-groups", "2", "--max-restarts", "1", "--min-nproc", "2"}}) {
+    const std::string dir = TempDir("zero-run-live-usage");
+    std::vector<std::string> args = flags;
+    for (const char* a : {"--", "/bin/true"}) args.push_back(a);
+    const pid_t launcher = StartZeroRun(args, dir + "/out");
+    auto status = WaitExit(launcher, absl::Seconds(30));
+    ASSERT_TRUE(status.has_value());
+    const std::string out = ReadFile(dir + "/out");
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << out;
+    EXPECT_NE(out.find("--live-groups"), std::string::npos) << out;
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
