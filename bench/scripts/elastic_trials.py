@@ -3,7 +3,8 @@
 `zero-run --max-restarts 3`, one rank SIGKILLed or SIGSTOPped at a random step; the job must finish its steps,
 and its final parameters (a hash of every fp32 bit) and last losses must equal an uninterrupted run's.
 
-    bench/scripts/elastic_trials.py [--build build] [--trials 10] [--steps 40] [--seed 1] [--shrink] [--out FILE]
+    bench/scripts/elastic_trials.py [--build build] [--trials 10] [--steps 40] [--seed 1] [--shrink [--keep-micro]]
+                                    [--out FILE]
 
 Per trial it records the step the fault hit, the checkpoint the restart resumed from, the steps lost (the last
 step trained before the fault minus that checkpoint's step), and the time from the fault to the first step
@@ -13,6 +14,10 @@ trained after the restart. The world size does not change (zero-run restarts eve
 12, micro-batch 1: accumulation 3 at 4 ranks, 4 at 3 ranks, as DeepSpeed derives it). The reference is then the
 run that changed world size at the same checkpoint: 4 ranks up to the checkpoint the trial resumed from, 3 ranks
 from it to the end; equality with it is bitwise too.
+
+--keep-micro (with --shrink): the config keeps the micro-batch instead (elastic_batch keep_micro, reference world 4,
+lr_scaling sqrt): micro-batch 2 and no accumulation at every world, so the global batch is 8 at 4 ranks and 6 at 3,
+and the learning rate is multiplied by sqrt(3/4) from the restart on. The reference is built the same way.
 """
 import argparse
 import json
@@ -39,6 +44,8 @@ STEP_RE = re.compile(r'^\[r0\] \{"step": (\d+), "loss": ([0-9.]+)')
 
 
 SHRINK_BATCH = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 1}
+KEEP_MICRO_BATCH = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                    "elastic_batch": {"policy": "keep_micro", "reference_world_size": 4, "lr_scaling": "sqrt"}}
 
 
 def command(build, cfg, ckpt, steps, nproc=4, min_nproc=None):
@@ -100,15 +107,18 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shrink", action="store_true")
+    ap.add_argument("--keep-micro", action="store_true")
     ap.add_argument("--out")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     tmp = tempfile.mkdtemp(prefix="zero-elastic-")
     cfg = os.path.join(tmp, "config.json")
     config = dict(CONFIG)
+    if args.keep_micro and not args.shrink:
+        sys.exit("elastic_trials: --keep-micro changes what a restart at fewer ranks does: give --shrink too")
     if args.shrink:
         del config["gradient_accumulation_steps"]
-        config.update(SHRINK_BATCH)
+        config.update(KEEP_MICRO_BATCH if args.keep_micro else SHRINK_BATCH)
     with open(cfg, "w") as f:
         json.dump(config, f)
     out = []

@@ -17,29 +17,14 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "support/files.h"
+#include "support/programs.h"
 
 namespace {
 
 #if defined(ZERO_GPT) && defined(ZERO_RUN_PATH)
 
-struct ProgramRun {
-  int code = -1;
-  std::string output;
-};
-
-ProgramRun Exec(const std::string& cmd) {
-  ProgramRun r;
-  FILE* p = ::popen(("timeout 180 " + cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p != nullptr) {
-    const size_t n = std::fread(buf, 1, sizeof(buf), p);
-    if (n == 0) break;
-    r.output.append(buf, n);
-  }
-  const int st = p == nullptr ? -1 : ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using zero::testing::ProgramRun;
+ProgramRun Exec(const std::string& cmd) { return zero::testing::RunProgram(cmd, 180); }
 
 int CountOf(const std::string& text, const std::string& what) {
   int n = 0;
@@ -54,14 +39,14 @@ ProgramRun RunLive(const std::string& fault, const std::string& dir) {
   std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
     "zero_optimization": {"stage": 2, "mics_shard_size": 2},
     "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "comm_timeout_s": 6})";
-  const std::string rank = absl::StrCat("if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then export ZERO_TEST_FAULT=",
-                                        fault, "; fi; exec ", ZERO_GPT,
-                                        " --model tiny --steps 24 --json --live --config ", config);
+  const std::string rank =
+      absl::StrCat("if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then export ZERO_TEST_FAULT=", fault, "; fi; exec ",
+                   ZERO_GPT, " --model tiny --steps 24 --json --live --config ", config);
   return Exec(absl::StrCat(ZERO_RUN_PATH, " -n 4 --live-groups 2 --max-restarts 2 -- /bin/sh -c '", rank, "'"));
 }
 
 void ExpectRecovered(const ProgramRun& run, int lost_group) {
-  ASSERT_EQ(run.code, 0) << run.output;
+  ASSERT_TRUE(run.exited && run.code == 0) << run.output;
   // Only the faulty group was restarted; the other trained on.
   EXPECT_EQ(CountOf(run.output, "zero-run: restarting group"), 1) << run.output;
   EXPECT_EQ(CountOf(run.output, absl::StrCat("zero-run: restarting group ", lost_group, " ")), 1) << run.output;
@@ -100,7 +85,8 @@ TEST(LiveRecovery, ARankKilledInTheAllReduceAcrossGroups) {
 }
 
 // A stopped rank (a hang) is found by its group-mate's timeout; the other group's all-reduce with it times out
-// sooner (a third of comm_timeout_s, 2 s here: room for a loaded machine under a sanitizer), so the survivors agree to drop the step before their own vote times out.
+// sooner (a third of comm_timeout_s, 2 s here: room for a loaded machine under a sanitizer), so the survivors agree to
+// drop the step before their own vote times out.
 TEST(LiveRecovery, ARankStoppedInTheAllReduceAcrossGroups) {
   const std::string dir = zero::testing::MakeTempDir("zero-live-stop");
   ExpectRecovered(RunLive("step.replicas:1:STOP:5", dir), /*lost_group=*/0);

@@ -16,29 +16,12 @@
 #include "checkpoint/internal/format.h"
 #include "gtest/gtest.h"
 #include "support/files.h"
+#include "support/programs.h"
 
 namespace {
 
-struct ProgramRun {
-  bool exited = false;  // false: killed by a signal (an abort)
-  int code = -1;
-  std::string output;
-};
-
-ProgramRun Exec(const std::string& cmd) {
-  ProgramRun r;
-  FILE* p = ::popen(("timeout 120 " + cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (p != nullptr) {
-    const size_t n = std::fread(buf, 1, sizeof(buf), p);
-    if (n == 0) break;
-    r.output.append(buf, n);
-  }
-  const int st = p == nullptr ? -1 : ::pclose(p);
-  r.exited = WIFEXITED(st);
-  r.code = r.exited ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using zero::testing::ProgramRun;
+ProgramRun Exec(const std::string& cmd) { return zero::testing::RunProgram(cmd, 120); }
 
 bool NoControlBytes(const std::string& s) {
   for (const char c : s) {
