@@ -163,6 +163,33 @@ TEST_P(LiveRecoveryTest, GroupLostTrainsOnAndRejoinsBitwise) {
   EXPECT_EQ(at(2, 1).history[0].epoch, 3);
 }
 
+// A config whose accumulation steps depend on the world (the global batch kept) cannot regroup under a running
+// trainer: Join fails on every rank, naming both numbers and the way out, before any state moves.
+TEST(LiveRecoveryConfig, AccumulationThatFollowsTheWorldIsRefusedAtJoin) {
+  Config cfg = testing::TrainConfig(/*stage=*/2, /*micro=*/1);
+  cfg.train_batch_size = 8;  // accumulation 4 over one group of 2, 2 over both groups
+  cfg.gradient_accumulation_steps.reset();
+  cfg.zero.mics_shard_size = kGroup;
+  cfg.comm_timeout_s = 6;
+  std::shared_ptr<Store> store = Store::Hash();
+  testing::RunThreads(kWorld, [&](int rank) {
+    LiveOptions lo;
+    lo.store = store;
+    lo.rank = rank;
+    lo.world_size = kWorld;
+    lo.group_size = kGroup;
+    lo.comm = testing::TestCommOptions();
+    lo.comm.timeout = absl::Seconds(cfg.comm_timeout_s);
+    ASSERT_OK_AND_ASSIGN(auto groups, ReplicaGroups::Create(lo));
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, groups->group_comm()));
+    const Status s = groups->Join(*e);
+    EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::AllOf(::testing::HasSubstr("gradient_accumulation_steps would be 2, not 4"),
+                                                      ::testing::HasSubstr("keep_micro"))))
+        << "rank " << rank;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Stages, LiveRecoveryTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat("Stage", info.param); });
 
