@@ -6,7 +6,8 @@ must train on without a restart, the restarted group must rejoin, and the job mu
 rank's final parameters bitwise equal (the params_hash each rank prints in its final "live" line).
 
     bench/scripts/live_trials.py [--build build] [--trials 10] [--steps 40] [--seed 1] [--timeout 120] [--out FILE]
-                                 [--logs DIR]
+                                 [--logs DIR] [--model tiny|small]
+                                 [--comm-timeout S]
 
 --trials N runs N trials with SIGKILL, then N with SIGSTOP. Per trial it records the step the fault hit, the fault
 rank and its group, the step the survivors went on from (their "lost; groups {..} go on at step S" decision), the
@@ -55,9 +56,12 @@ FINISHED_FIRST_RE = re.compile(r"ReplicaGroups::Join: the job finished before gr
 TAG = "ZERO_LIVE_TRIAL_TAG"
 
 
+MODEL = "tiny"  # --model
+
+
 def command(build, cfg, steps):
     return [f"{build}/bin/zero-run", "-n", str(NPROC), "--live-groups", str(GROUP), "--max-restarts", "3",
-            "--grace", "5", "--", f"{build}/bin/zero-gpt", "--model", "tiny", "--steps", str(steps),
+            "--grace", "5", "--", f"{build}/bin/zero-gpt", "--model", MODEL, "--steps", str(steps),
             "--config", cfg, "--json", "--live"]
 
 
@@ -205,7 +209,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=120, help="per trial, seconds")
     ap.add_argument("--out")
     ap.add_argument("--logs", help="keep every trial's output in this folder")
+    ap.add_argument("--model", default="tiny", choices=["tiny", "small"], help="zero-gpt's model")
+    ap.add_argument("--comm-timeout", type=float, default=3,
+                    help="comm_timeout_s (the all-reduce across groups times out in a third of it, so a model whose "
+                         "steps take seconds needs more than the tiny model's 3)")
     args = ap.parse_args()
+    global MODEL
+    MODEL = args.model
     build = os.path.abspath(args.build)
     rng = random.Random(args.seed)
     logs = args.logs or tempfile.mkdtemp(prefix="zero-live-logs-")
@@ -231,7 +241,7 @@ def main():
         workdir = tempfile.mkdtemp(prefix=f"zero-live-t{trial}-")
         cfg = os.path.join(workdir, "config.json")
         with open(cfg, "w") as f:
-            json.dump(CONFIG, f)
+            json.dump(dict(CONFIG, comm_timeout_s=args.comm_timeout), f)
         rc, lines, fired, timed_out, leftovers = run_trial(build, cfg, workdir, args.steps, mode, at, rank,
                                                            args.timeout)
         a = analyse(lines, fired, group)

@@ -183,9 +183,10 @@ TEST(LiveRecoveryConfig, AccumulationThatFollowsTheWorldIsRefusedAtJoin) {
     ASSERT_OK_AND_ASSIGN(auto groups, ReplicaGroups::Create(lo));
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, groups->group_comm()));
     const Status s = groups->Join(*e);
-    EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
-                                     ::testing::AllOf(::testing::HasSubstr("gradient_accumulation_steps would be 2, not 4"),
-                                                      ::testing::HasSubstr("keep_micro"))))
+    EXPECT_THAT(
+        s, testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                             ::testing::AllOf(::testing::HasSubstr("gradient_accumulation_steps would be 2, not 4"),
+                                              ::testing::HasSubstr("keep_micro"))))
         << "rank " << rank;
   });
 }

@@ -408,10 +408,11 @@ TEST(ZeroRunAbuse, FlagsOutOfRangeAreRefusedWithTheRange) {
 // counts its incarnations, the store folder stays the job's), while the other groups run on untouched.
 TEST(ZeroRunLiveGroups, OnlyTheFailedGroupRestarts) {
   const std::string dir = TempDir("zero-run-live");
+  // Rank 3 fails a second in, once its group-mate rank 2 (killed with it) has said that it started.
   const char* rank_program =
       "echo \"rank $RANK incarnation $ZERO_GROUP_RESTART_COUNT store $ZERO_STORE_DIR\"; "
-      "if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 3 ] && exit 3; [ \"$RANK\" = 2 ] && sleep 1000; "
-      "fi; "
+      "if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 3 ] && sleep 1 && exit 3; "
+      "[ \"$RANK\" = 2 ] && sleep 1000; fi; "
       "sleep 2; echo \"rank $RANK done\"";
   const pid_t launcher = StartZeroRun(
       {"-n", "4", "--live-groups", "2", "--max-restarts", "2", "--", "/bin/sh", "-c", rank_program}, dir + "/out");
