@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,6 +52,20 @@ Status TrainOneStep(Engine& e) {
   return e.Step().status();
 }
 
+// Rank `rank` of kWorld in groups of kGroup over `store`, loopback, with the config's timeout.
+LiveOptions Options(std::shared_ptr<Store> store, int rank, int incarnation, const Config& cfg) {
+  LiveOptions lo;
+  lo.store = std::move(store);
+  lo.rank = rank;
+  lo.world_size = kWorld;
+  lo.group_size = kGroup;
+  lo.incarnation = incarnation;
+  lo.comm = testing::TestCommOptions();
+  lo.comm.timeout = absl::Seconds(cfg.comm_timeout_s);
+  lo.comm.check_order = false;
+  return lo;
+}
+
 struct RankOutcome {
   Status status;
   std::map<std::string, std::vector<float>> params;
@@ -74,16 +89,7 @@ TEST_P(LiveRecoveryTest, GroupLostTrainsOnAndRejoinsBitwise) {
   auto rank_body = [&](int rank, int incarnation) {
     RankOutcome o;
     o.status = [&]() -> Status {
-      LiveOptions lo;
-      lo.store = store;
-      lo.rank = rank;
-      lo.world_size = kWorld;
-      lo.group_size = kGroup;
-      lo.incarnation = incarnation;
-      lo.comm = testing::TestCommOptions();
-      lo.comm.timeout = absl::Seconds(cfg.comm_timeout_s);
-      lo.comm.check_order = false;
-      ZERO_ASSIGN_OR_RETURN(auto groups, ReplicaGroups::Create(lo));
+      ZERO_ASSIGN_OR_RETURN(auto groups, ReplicaGroups::Create(Options(store, rank, incarnation, cfg)));
       ZERO_ASSIGN_OR_RETURN(auto e, testing::MakeSyntheticEngine(cfg, groups->group_comm()));
       ZERO_RETURN_IF_ERROR(groups->Join(*e));
       // Until kSteps and at least 4 steps after the last change of membership, and on while the job runs short
@@ -173,14 +179,7 @@ TEST(LiveRecoveryConfig, AccumulationThatFollowsTheWorldIsRefusedAtJoin) {
   cfg.comm_timeout_s = 6;
   std::shared_ptr<Store> store = Store::Hash();
   testing::RunThreads(kWorld, [&](int rank) {
-    LiveOptions lo;
-    lo.store = store;
-    lo.rank = rank;
-    lo.world_size = kWorld;
-    lo.group_size = kGroup;
-    lo.comm = testing::TestCommOptions();
-    lo.comm.timeout = absl::Seconds(cfg.comm_timeout_s);
-    ASSERT_OK_AND_ASSIGN(auto groups, ReplicaGroups::Create(lo));
+    ASSERT_OK_AND_ASSIGN(auto groups, ReplicaGroups::Create(Options(store, rank, /*incarnation=*/0, cfg)));
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, groups->group_comm()));
     const Status s = groups->Join(*e);
     EXPECT_THAT(
