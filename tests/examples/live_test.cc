@@ -3,13 +3,16 @@
 // a step's all-reduce across the groups (ZERO_TEST_FAULT, core/internal/fault.h); zero-run stops and restarts only
 // that rank's group, the other group drops the step, trains on alone, and admits the restarted group at a step
 // boundary with a copy of its state. The job must reach its last step with every rank's final parameters
-// bitwise equal (a hash of every bit, printed by each rank), and the decisions must be the three expected. The
+// bitwise equal (a hash of every bit, printed by each rank), and the decisions must be the three expected (or, on
+// a machine slow to restart the group, the survivors' end before its admission, as zero/elastic.h specifies; the
+// thread test tests/elastic/replica_groups_test.cc makes the rejoin happen every time). The
 // fault trials at random steps and their timings: bench/scripts/live_trials.py, bench/results/elastic.md.
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <set>
 #include <string>
@@ -41,7 +44,7 @@ ProgramRun RunLive(const std::string& fault, const std::string& dir) {
     "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "comm_timeout_s": 6})";
   const std::string rank =
       absl::StrCat("if [ \"$ZERO_GROUP_RESTART_COUNT\" = 0 ]; then export ZERO_TEST_FAULT=", fault, "; fi; exec ",
-                   ZERO_GPT, " --model tiny --steps 24 --json --live --config ", config);
+                   ZERO_GPT, " --model tiny --steps 80 --json --live --config ", config);
   return Exec(absl::StrCat(ZERO_RUN_PATH, " -n 4 --live-groups 2 --max-restarts 2 -- /bin/sh -c '", rank, "'"));
 }
 
@@ -51,7 +54,7 @@ void ExpectRecovered(const ProgramRun& run, int lost_group) {
   EXPECT_EQ(CountOf(run.output, "zero-run: restarting group"), 1) << run.output;
   EXPECT_EQ(CountOf(run.output, absl::StrCat("zero-run: restarting group ", lost_group, " ")), 1) << run.output;
   // Every rank's final line: the same parameters bit for bit, the last step reached.
-  const std::regex final_line(R"re(\[r(\d)\] \{"live": \{"group": (\d), "steps": 24, "first_step": (\d+), )re"
+  const std::regex final_line(R"re(\[r(\d)\] \{"live": \{"group": (\d), "steps": 80, "first_step": (\d+), )re"
                               R"re("redone_steps": (\d+), "params_hash": "([0-9a-f]{16})")re");
   std::set<std::string> hashes;
   std::set<int> ranks;
@@ -65,14 +68,22 @@ void ExpectRecovered(const ProgramRun& run, int lost_group) {
       EXPECT_EQ((*it)[4], "1") << "the survivors redo the step the failure dropped: " << (*it)[0];
     }
   }
-  EXPECT_EQ(ranks.size(), 4u) << run.output;
-  EXPECT_EQ(hashes.size(), 1u) << run.output;
-  // The decisions, in order: formed, the group lost, the group back.
+  // The decisions, in order: formed, the group lost, and (below) the group back.
   EXPECT_NE(run.output.find("epoch 1: groups {0, 1} form the job"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find(absl::StrCat("epoch 2: group(s) ", lost_group, " (a rank's communicator failed) lost; ",
                                          "groups {", 1 - lost_group, "} go on at step 5")),
             std::string::npos)
       << run.output;
+  EXPECT_EQ(hashes.size(), 1u) << run.output;
+  // The survivors train on by themselves, so on a slow machine they may reach the last step before the restarted
+  // group is admitted (its process start and Finalize against some 75 steps of the tiny model): then the restarted
+  // ranks stop as Join says, and only the survivors report. Otherwise all four report, after the rejoin.
+  if (run.output.find(absl::StrCat("the job finished before group ", lost_group)) != std::string::npos) {
+    std::cout << "(the survivors finished before the restarted group was admitted)\n";
+    EXPECT_EQ(ranks, (std::set<int>{2 * (1 - lost_group), 2 * (1 - lost_group) + 1})) << run.output;
+    return;
+  }
+  EXPECT_EQ(ranks.size(), 4u) << run.output;
   EXPECT_NE(run.output.find(absl::StrCat("epoch 3: group(s) {", lost_group, "} rejoin: groups {0, 1}")),
             std::string::npos)
       << run.output;
