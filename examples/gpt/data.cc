@@ -82,21 +82,19 @@ absl::StatusOr<ByteDataset> ByteDataset::Load(const ByteDatasetOptions& options)
   return d;
 }
 
-int64_t ByteDataset::SequenceStart(int64_t step, int64_t global_index, int T) const {
+int64_t ByteDataset::SampleStart(int64_t sample, int T) const {
   ZERO_CHECK(T >= 1 && T <= size() - 1) << "sequence length " << T << " needs a corpus of more than " << T
                                         << " bytes; it has " << size();
   const uint64_t span = static_cast<uint64_t>(size() - T);  // starts in [0, size - T - 1]
-  const uint64_t h = Mix64(Mix64(Mix64(seed_) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(global_index));
+  const uint64_t h = Mix64(Mix64(seed_) ^ static_cast<uint64_t>(sample));
   return static_cast<int64_t>(h % span);  // modulo bias < span / 2^64: negligible
 }
 
-void ByteDataset::Batch(int64_t step, int rank, int world, int B, int T, int32_t* tokens, int32_t* targets) const {
-  ZERO_CHECK_GE(step, 0);
-  ZERO_CHECK(world >= 1 && rank >= 0 && rank < world) << "rank " << rank << " of world " << world;
+void ByteDataset::Batch(int64_t first_sample, int B, int T, int32_t* tokens, int32_t* targets) const {
+  ZERO_CHECK_GE(first_sample, 0);
   ZERO_CHECK_GE(B, 1);
   for (int i = 0; i < B; ++i) {
-    const int64_t g = static_cast<int64_t>(rank) * B + i;
-    const int64_t start = SequenceStart(step, g, T);
+    const int64_t start = SampleStart(first_sample + i, T);
     const auto* src = reinterpret_cast<const unsigned char*>(bytes_.data()) + start;
     for (int t = 0; t < T; ++t) {
       tokens[static_cast<int64_t>(i) * T + t] = src[t];

@@ -2,18 +2,20 @@
 //
 //   ZERO_ASSIGN_OR_RETURN(zero::gpt::ByteDataset data, zero::gpt::ByteDataset::Load({.seed = 7}));
 //   std::vector<int32_t> tokens(B * T), targets(B * T);
-//   data.Batch(step, rank, world, B, T, tokens.data(), targets.data());
+//   data.Batch(first_sample, B, T, tokens.data(), targets.data());  // global samples [first_sample, +B)
 //
 // Tokens are the bytes of the text (vocab 256), so no tokenizer and no download is needed. By default the
 // corpus is the license texts every Debian system ships in /usr/share/common-licenses (package base-files,
 // which is essential; symlinks such as GPL -> GPL-3 are read once), about 240 KB; where that folder is absent
 // or empty, a small text shipped in examples/gpt/data/ is used instead.
 //
-// Batches: the sequence at GLOBAL index g of a step starts at a position hashed from (seed, step, g), and
-// rank r of a world of N ranks with per-rank batch B takes the global indices [r*B, (r+1)*B) of its step. So
-// the N ranks together see exactly the B*N sequences a world-1 run with batch B*N sees, in the same order —
-// which makes losses at different world sizes comparable (the mean over ranks of the per-rank mean losses is
-// the world-1 mean loss).
+// Batches: training reads one stream of samples. Global sample s — counted from the first step of the run, over
+// every rank and micro-step, whatever the world size — is the sequence starting at a position hashed from
+// (seed, s). A trainer keeps a cursor (the samples consumed so far, saved with its checkpoints) and step k takes the
+// next global batch from it: rank r's micro-step m reads samples cursor + (m*N + r)*B + [0, B). So N ranks see
+// exactly the samples a world-1 run with batch B*N sees, in the same order (the mean over ranks of the per-rank mean
+// losses is the world-1 mean loss), and a run that resumes at another world size or batch goes on from the first
+// sample not yet trained, as Megatron's consumed-samples counter does: no sample is skipped or read twice.
 #pragma once
 
 #include <cstdint>
@@ -48,15 +50,14 @@ class ByteDataset {
   // Path of the small text shipped in examples/gpt/data/ (fixed at build time).
   static std::string DefaultFallbackCorpus();
 
-  // Fills tokens[B, T] and targets[B, T] (row-major) for rank `rank` of `world` at training step `step`:
-  // row i is the global sequence g = rank*B + i of the step, tokens = corpus[s, s+T), targets =
-  // corpus[s+1, s+T+1) with s = SequenceStart(step, g, T). Preconditions (ZERO_CHECK): step >= 0,
-  // 0 <= rank < world, B >= 1, 1 <= T <= size() - 1.
-  void Batch(int64_t step, int rank, int world, int B, int T, int32_t* tokens, int32_t* targets) const;
+  // Fills tokens[B, T] and targets[B, T] (row-major) with the global samples [first_sample, first_sample + B):
+  // row i is sample s = first_sample + i, tokens = corpus[p, p+T), targets = corpus[p+1, p+T+1) with
+  // p = SampleStart(s, T). Preconditions (ZERO_CHECK): first_sample >= 0, B >= 1, 1 <= T <= size() - 1.
+  void Batch(int64_t first_sample, int B, int T, int32_t* tokens, int32_t* targets) const;
 
-  // Start offset in [0, size() - T - 1] of global sequence `global_index` at `step`: a hash of
-  // (seed, step, global_index), independent of world size and per-rank batch size.
-  int64_t SequenceStart(int64_t step, int64_t global_index, int T) const;
+  // Start offset in [0, size() - T - 1] of global sample `sample`: a hash of (seed, sample), independent of the
+  // step, the world size and the per-rank batch size.
+  int64_t SampleStart(int64_t sample, int T) const;
 
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
   const std::string& bytes() const { return bytes_; }

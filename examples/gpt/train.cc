@@ -77,6 +77,9 @@ namespace {
 // The largest next_step a resumed run accepts: far beyond any run, far below where step × batch × sequence
 // (the data position) could overflow.
 constexpr int64_t kMaxResumeStep = int64_t{1} << 40;
+// The largest data cursor (global samples trained) a resumed run accepts: 2^20 samples per step for kMaxResumeStep
+// steps, still far from overflowing when a step's samples are added.
+constexpr int64_t kMaxResumeSamples = int64_t{1} << 60;
 
 StatusOr<GptUnits> RegisterGpt(Engine& engine, const GptConfig& mc, uint64_t seed) {
   GptUnits u;
@@ -103,8 +106,8 @@ StatusOr<ByteDataset> LoadData(const TrainOptions& options) {
 
 }  // namespace
 
-void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
-                const std::function<void(const StepLog&)>& on_step, TrainResult* result) {
+void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int64_t samples,
+                int rank, const std::function<void(const StepLog&)>& on_step, TrainResult* result) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started.wall).count();
   StepLog log{step,
               loss,
@@ -114,7 +117,8 @@ void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& 
               tokens / (ms / 1000.0),
               r.skipped,
               r.shard_group_bus_bytes,
-              r.replica_bus_bytes};
+              r.replica_bus_bytes,
+              samples};
   result->steps.push_back(log);
   if (rank == 0 && on_step) on_step(log);
 }
@@ -175,7 +179,9 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
         if (absl::IsNotFound(next.status())) {
           return absl::InvalidArgumentError(absl::StrCat(next.status().message(), " (not saved by zero-gpt)"));
         }
-        return next.status();
+        ZERO_RETURN_IF_ERROR(next.status());
+        StatusOr<int64_t> samples = TrainerStateInt(ts, "samples", 0, kMaxResumeSamples);
+        return absl::IsNotFound(samples.status()) ? absl::OkStatus() : samples.status();
       };
       StatusOr<LoadResult> r = run.engine->Load(options.resume_dir, lo);
       if (!r.ok()) {
@@ -183,10 +189,23 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
                       absl::StrCat("--resume ", PrintableName(options.resume_dir), ": ", r.status().message()));
       }
       ZERO_ASSIGN_OR_RETURN(run.first_step, TrainerStateInt(r->trainer_state, "next_step", 0, kMaxResumeStep));
+      StatusOr<int64_t> samples = TrainerStateInt(r->trainer_state, "samples", 0, kMaxResumeSamples);
+      if (samples.ok()) {
+        run.first_sample = *samples;
+      } else {
+        // A checkpoint of a zero-gpt that had no cursor: its steps each took this run's global batch, unless the
+        // world or the batch changed since.
+        run.first_sample = run.first_step * B * run.engine->world_size() * ga;
+        if (run.engine->rank() == 0) {
+          ZERO_LOG(WARNING) << "--resume: " << r->tag << " has no data cursor (trainer state \"samples\"); assuming "
+                            << "each of its " << run.first_step << " steps trained this run's global batch of "
+                            << B * run.engine->world_size() * ga << " samples";
+        }
+      }
       if (run.engine->rank() == 0) {
         ZERO_LOG(INFO) << "resumed from " << options.resume_dir << "/" << r->tag << " (saved at world size "
                        << r->saved_world_size << ", stage " << r->saved_stage << "): continuing at step "
-                       << run.first_step;
+                       << run.first_step << ", sample " << run.first_sample;
       }
     } else if (absl::IsNotFound(tag.status())) {
       if (run.engine->rank() == 0) {
@@ -200,13 +219,14 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
   return run;
 }
 
-Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, TrainResult* result) {
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, TrainResult* result) {
   if (options.save_dir.empty()) return absl::OkStatus();
   const bool every = options.save_every > 0 && next_step % options.save_every == 0;
   if (!every && next_step != options.steps) return absl::OkStatus();
   SaveOptions so;
   so.tag = absl::StrFormat("step-%08d", next_step);
-  so.trainer_state["next_step"] = absl::StrCat(next_step);  // the data order follows the step index
+  so.trainer_state["next_step"] = absl::StrCat(next_step);
+  so.trainer_state["samples"] = absl::StrCat(samples);  // the data cursor: a resume reads on from here
   ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
   result->saved.push_back(tag);
   return absl::OkStatus();
@@ -326,10 +346,13 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     run.first_step = engine->steps();  // a group that rejoins continues where the others are
   }
   result.first_step = run.first_step;
+  int64_t samples = run.first_sample;  // the data cursor: global samples trained before `step`
   for (int64_t step = run.first_step;; ++step) {
     if (live != nullptr) {
       ZERO_RETURN_IF_ERROR(live->AtStepBoundary(*engine));
       step = engine->steps();
+      // The groups present changed the global batch step by step; the decisions in the store say how.
+      samples = live->SamplesBefore(step, static_cast<int64_t>(B) * ga);
     }
     if (step >= options.steps) break;
     // Under live recovery the world is the groups present, and this rank's place in it.
@@ -338,9 +361,9 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     const internal::StepClock started;
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
-      // Micro-step m of this step covers global sequences [(m*world + rank)*B, +B): the same sequences a
-      // world-1 run with batch B*world*ga sees, whatever the split.
-      data.Batch(step, m * dworld + drank, dworld * ga, B, T, tokens.data(), targets.data());
+      // Micro-step m of this step reads the samples [(m*world + rank)*B, +B) past the cursor: the same samples a
+      // world-1 run with batch B*world*ga reads, whatever the split.
+      data.Batch(samples + (static_cast<int64_t>(m) * dworld + drank) * B, B, T, tokens.data(), targets.data());
       ZERO_ASSIGN_OR_RETURN(UnitScope rs, engine->Backward(root));  // root: whole forward + backward
       const RootWeights rw = RootWeightsFromFlat(mc, root_work.Weights(rs));
       const RootGrads rg = RootGradsFromFlat(mc, root_work.Grads(rs));
@@ -391,8 +414,10 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
       ZERO_RETURN_IF_ERROR(comm->AllReduce(&loss, 1, DType::kF32, ReduceOp::kAvg).Wait());
     }
     const int reporter = live != nullptr ? live->world_rank() : rank;
-    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * dworld * ga, reporter, on_step, &result);
-    if (live == nullptr) ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
+    samples += static_cast<int64_t>(B) * dworld * ga;  // a skipped step (fp16 overflow) consumed its samples too
+    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * dworld * ga, samples, reporter, on_step,
+                         &result);
+    if (live == nullptr) ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, &result));
   }
   if (live != nullptr) {
     result.live_history = live->history();

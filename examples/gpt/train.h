@@ -68,6 +68,8 @@ struct StepLog {
   bool skipped = false;
   // Rank 0's bytes sent in the step (StepResult): within its shard group, and across replicas (hybrid sharding).
   int64_t group_bytes = 0, replica_bytes = 0;
+  // The data cursor after the step: global samples trained so far (ByteDataset), what a resume goes on from.
+  int64_t samples = 0;
 };
 
 struct TrainResult {

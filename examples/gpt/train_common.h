@@ -46,21 +46,25 @@ struct GptRun {
   GptUnits units;
   ByteDataset data;
   int64_t first_step = 0;  // the step to start at: 0, or the resumed checkpoint's next step
+  // The data cursor (ByteDataset): global samples trained before first_step — the resumed checkpoint's, which
+  // need not be first_step × this run's global batch when the world or the batch changed at the restart.
+  int64_t first_sample = 0;
 };
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options);
-// After step `next_step - 1`: saves a checkpoint tagged "step-<next_step>" to options.save_dir when save_every
-// divides next_step or it is the last step, and records the tag. Collective.
-Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, TrainResult* result);
+// After step `next_step - 1`, with `samples` global samples trained in all: saves a checkpoint tagged
+// "step-<next_step>" to options.save_dir when save_every divides next_step or it is the last step, and records the
+// tag. Collective.
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, TrainResult* result);
 // When a step started (wall clock and this process's CPU time), for its StepLog.
 struct StepClock {
   std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
   double cpu_ms = ProcessCpuMs();
 };
-// Appends step `step`'s log (loss already averaged over ranks; `tokens` = tokens of the step over all ranks) and
-// hands it to `on_step` on rank 0.
-void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int rank,
-                const std::function<void(const StepLog&)>& on_step, TrainResult* result);
+// Appends step `step`'s log (loss already averaged over ranks; `tokens` = tokens of the step over all ranks;
+// `samples` = global samples trained up to and including it) and hands it to `on_step` on rank 0.
+void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& started, double tokens, int64_t samples,
+                int rank, const std::function<void(const StepLog&)>& on_step, TrainResult* result);
 // The engine's end-of-run figures: memory report, gather counts, peak live parameter elements.
 // `trainer_bytes`: the trainer's own bytes in the engine's tracker beside its activations, per tier (MemTier index).
 void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult* result,

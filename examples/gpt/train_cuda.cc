@@ -156,10 +156,11 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   TrainResult result;
   result.params = engine->num_params();
   result.first_step = run.first_step;
+  int64_t samples = run.first_sample;  // the data cursor (ByteDataset): global samples trained before `step`
   for (int64_t step = run.first_step; step < options.steps; ++step) {
     const internal::StepClock started;
     for (int m = 0; m < ga; ++m) {
-      data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
+      data.Batch(samples + (static_cast<int64_t>(m) * world + rank) * B, B, T, tokens.data(), targets.data());
       // From pageable memory: the copy has read the host vectors when it returns, so they may be refilled.
       ZERO_RETURN_IF_ERROR(
           Cuda(cudaMemcpyAsync(d_tokens.data(), tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice, stream),
@@ -212,8 +213,10 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
       ZERO_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(&loss, d_loss.data(), 4, cudaMemcpyDeviceToHost, stream), "loss"));
       ZERO_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "loss"));
     }
-    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
-    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
+    samples += static_cast<int64_t>(B) * world * ga;
+    internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, samples, rank, on_step,
+                         &result);
+    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, &result));
   }
   internal::RecordEngineStats(*engine, run.units, &result);
   // Every rank's report through device copies (NCCL reads device memory).

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -118,6 +119,14 @@ class ReplicaGroups {
   int64_t epoch() const { return epoch_.epoch; }
   const Membership& membership() const { return epoch_; }
   const std::vector<Membership>& history() const { return history_; }
+  // The global samples the job trained in steps [0, step) when every rank of the groups present trains
+  // `samples_per_rank` per step (micro-batch × accumulation): the data cursor of a trainer whose global batch
+  // follows the groups present (the accumulation cannot change, so the global batch does). Step k counts with the
+  // groups of the last decision taken for a step at or before k — a later decision for an earlier step (a loss
+  // before an admission took effect) overrides the earlier one. Every rank computes the same number, a group that
+  // rejoined included: each rank knows every decision up to the one it trains in. Steps before the job formed
+  // count with the first decision's groups.
+  int64_t SamplesBefore(int64_t step, int64_t samples_per_rank) const;
 
  private:
   explicit ReplicaGroups(LiveOptions options);
@@ -132,6 +141,8 @@ class ReplicaGroups {
   // The join announcements after `covered`, as (group, incarnation).
   StatusOr<std::vector<std::pair<int, int>>> Joiners(int64_t covered, int64_t upto);
   Status Publish(const Membership& m);
+  // Reads every decision before epoch `e` this rank has not seen (SamplesBefore needs them all).
+  Status LearnDecisionsBefore(int64_t e);
   absl::Duration DecideTimeout() const;
 
   LiveOptions opt_;
@@ -140,6 +151,7 @@ class ReplicaGroups {
   Membership epoch_;           // the epoch this rank trains in (epoch 0: not admitted yet)
   int64_t joins_covered_ = 0;  // join announcements the current epoch took in
   std::vector<Membership> history_;
+  std::map<int64_t, Membership> decisions_;  // every decision this rank read or wrote, by epoch
 };
 
 }  // namespace zero

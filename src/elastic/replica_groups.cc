@@ -144,13 +144,42 @@ absl::Duration ReplicaGroups::DecideTimeout() const {
 
 Status ReplicaGroups::Publish(const Membership& m) {
   ZERO_RETURN_IF_ERROR(opt_.store->Set(Key(absl::StrCat("epoch.", m.epoch)), Bytes(Encode(m))));
+  decisions_[m.epoch] = m;
   return opt_.store->Add(Key(absl::StrCat("published.", m.epoch)), 1).status();
 }
 
 StatusOr<Membership> ReplicaGroups::WaitForEpoch(int64_t e, absl::Time deadline) {
   const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   ZERO_ASSIGN_OR_RETURN(std::vector<uint8_t> text, opt_.store->Get(Key(absl::StrCat("epoch.", e)), left));
-  return Decode(Text(text), e);
+  ZERO_ASSIGN_OR_RETURN(Membership m, Decode(Text(text), e));
+  decisions_[e] = m;
+  return m;
+}
+
+Status ReplicaGroups::LearnDecisionsBefore(int64_t e) {
+  for (int64_t k = 1; k < e; ++k) {
+    // Published before `e` was decided: already in the store, the wait is only the file system's.
+    if (!decisions_.contains(k)) ZERO_RETURN_IF_ERROR(WaitForEpoch(k, absl::Now() + opt_.comm.timeout).status());
+  }
+  return absl::OkStatus();
+}
+
+int64_t ReplicaGroups::SamplesBefore(int64_t step, int64_t samples_per_rank) const {
+  // (first step, ranks) from each decision in epoch order; a decision for step s ends every span that a decision
+  // before it opened at s or later.
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const auto& [e, m] : decisions_) {
+    while (!spans.empty() && spans.back().first >= m.step) spans.pop_back();
+    spans.emplace_back(m.step, static_cast<int64_t>(m.groups.size()) * opt_.group_size);
+  }
+  if (spans.empty()) return 0;
+  int64_t samples = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const int64_t from = i == 0 ? 0 : spans[i].first;
+    const int64_t to = std::min(step, i + 1 < spans.size() ? spans[i + 1].first : step);
+    if (to > from) samples += (to - from) * spans[i].second * samples_per_rank;
+  }
+  return samples;
 }
 
 StatusOr<std::vector<std::pair<int, int>>> ReplicaGroups::Joiners(int64_t covered, int64_t upto) {
@@ -174,6 +203,8 @@ StatusOr<std::vector<std::pair<int, int>>> ReplicaGroups::Joiners(int64_t covere
 }
 
 Status ReplicaGroups::Apply(Engine& engine, const Membership& m) {
+  ZERO_RETURN_IF_ERROR(LearnDecisionsBefore(m.epoch));
+  decisions_[m.epoch] = m;
   const auto at = std::find(m.groups.begin(), m.groups.end(), group_);
   const int index = static_cast<int>(at - m.groups.begin());
   const int G = opt_.group_size, W = static_cast<int>(m.groups.size()) * G;

@@ -71,6 +71,10 @@ struct RankOutcome {
   std::map<std::string, std::vector<float>> params;
   std::vector<Membership> history;
   int64_t steps_alone = 0;  // steps this rank applied while its group was the only one
+  int64_t steps = 0;
+  // The data cursor two ways: counted here step by step (the ranks of the world each applied step ran in; only
+  // meaningful on a rank that trained from the start), and as SamplesBefore(steps, 1) says from the decisions.
+  int64_t counted_samples = 0, samples_before = -1;
 };
 
 class LiveRecoveryTest : public ::testing::TestWithParam<int> {};
@@ -105,6 +109,7 @@ TEST_P(LiveRecoveryTest, GroupLostTrainsOnAndRejoinsBitwise) {
           continue;
         }
         if (groups->world_size() == kGroup) ++o.steps_alone;
+        o.counted_samples += groups->world_size();
         if (rank == 0) group0_step = e->steps();
       }
       for (const auto& [name, specs] : testing::SyntheticUnits()) {
@@ -114,6 +119,8 @@ TEST_P(LiveRecoveryTest, GroupLostTrainsOnAndRejoinsBitwise) {
         }
       }
       o.history = groups->history();
+      o.steps = e->steps();
+      o.samples_before = groups->SamplesBefore(e->steps(), 1);
       return absl::OkStatus();
     }();
     absl::MutexLock lock(&mu);
@@ -167,6 +174,16 @@ TEST_P(LiveRecoveryTest, GroupLostTrainsOnAndRejoinsBitwise) {
   // The new incarnation saw only its admission.
   ASSERT_EQ(at(2, 1).history.size(), 1u);
   EXPECT_EQ(at(2, 1).history[0].epoch, 3);
+  // The data cursor: 4 ranks until the loss, 2 until the rejoin, 4 after; the same on every rank, the rejoined
+  // group's included (it read the decisions before its own), and what group 0 counted step by step.
+  const int64_t final_step = at(0, 0).steps;
+  const int64_t want = kDie * kWorld + (h[2].step - kDie) * kGroup + (final_step - h[2].step) * kWorld;
+  EXPECT_EQ(at(0, 0).counted_samples, want);
+  for (const auto& [key, o] : out) {
+    if (!o.status.ok()) continue;
+    EXPECT_EQ(o.steps, final_step) << "rank " << key.first;
+    EXPECT_EQ(o.samples_before, want) << "rank " << key.first << " incarnation " << key.second;
+  }
 }
 
 // A config whose accumulation steps depend on the world (the global batch kept) cannot regroup under a running

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ struct ProgramRun {
   std::string output;
   std::vector<std::string> steps;  // the {"step": ...} lines up to "step_ms" (loss and norm, printed exactly)
   std::string hash;                // zero-gpt --params-hash
+  std::vector<long long> samples;  // zero-gpt's data cursor after each step ("samples")
 };
 
 ProgramRun Exec(const std::string& cmd) {
@@ -30,6 +32,9 @@ ProgramRun Exec(const std::string& cmd) {
     if (line.rfind("{\"step\": ", 0) == 0) {
       const size_t cut = line.find(", \"step_ms\"");
       r.steps.push_back(line.substr(0, cut == std::string::npos ? line.find('}') : cut));
+      if (const size_t at = line.find("\"samples\": "); at != std::string::npos) {
+        r.samples.push_back(std::atoll(line.c_str() + at + 11));
+      }
     }
     if (const size_t h = line.find("\"params_hash\": \""); h != std::string::npos) r.hash = line.substr(h + 16, 16);
   }
@@ -81,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(Stages, GptResumeTest,
                                                    "--stage 2 --bf16 --config " ZERO_CONFIGS "/ga2_offload.json"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// Saved at world 2 and stage 3, resumed at world 3 and stage 1: it goes on from step 3.
+// Saved at world 2 and stage 3, resumed at world 3 and stage 1: it goes on from step 3, and from the first sample
+// the world-2 steps did not train (the data cursor in the checkpoint), with a global batch of 3 micro-batches.
 TEST(GptResumeTest, ResumesAtAnotherWorldSizeAndStage) {
   const std::string dir = TempDir();
   const std::string base = absl::StrCat(ZERO_GPT, " --model tiny --seq 32 --json --bf16");
@@ -91,6 +97,13 @@ TEST(GptResumeTest, ResumesAtAnotherWorldSizeAndStage) {
   ASSERT_EQ(second.status, 0) << second.output;
   ASSERT_EQ(second.steps.size(), 2u) << second.output;
   EXPECT_EQ(second.steps[0].rfind("{\"step\": 3,", 0), 0u) << second.steps[0];
+  ASSERT_EQ(first.samples.size(), 2u) << first.output;
+  ASSERT_EQ(second.samples.size(), 2u) << second.output;
+  const long long micro = first.samples[0] / 2;  // world 2, no accumulation: a step trains 2 micro-batches
+  ASSERT_GT(micro, 0);
+  EXPECT_EQ(first.samples[1], 4 * micro);
+  EXPECT_EQ(second.samples[0], 4 * micro + 3 * micro) << "step 3 reads on from the saved cursor";
+  EXPECT_EQ(second.samples[1], 4 * micro + 6 * micro);
 }
 #endif
 

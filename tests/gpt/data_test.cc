@@ -74,9 +74,9 @@ TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
   ASSERT_OK(data);
   const int B = 4, T = 24;
   std::vector<int32_t> tok(B * T), tgt(B * T), tok2(B * T), tgt2(B * T);
-  data->Batch(5, 0, 1, B, T, tok.data(), tgt.data());
+  data->Batch(20, B, T, tok.data(), tgt.data());
   for (int i = 0; i < B; ++i) {
-    const int64_t s = data->SequenceStart(5, i, T);
+    const int64_t s = data->SampleStart(20 + i, T);
     ASSERT_GE(s, 0);
     ASSERT_LE(s + T, data->size() - 1);
     for (int t = 0; t < T; ++t) {
@@ -87,35 +87,42 @@ TEST(ByteDatasetTest, TargetsAreTokensShiftedByOneAndBatchesAreSeeded) {
       }
     }
   }
-  data->Batch(5, 0, 1, B, T, tok2.data(), tgt2.data());
-  EXPECT_EQ(tok, tok2) << "same (seed, step) must give the same batch";
-  data->Batch(6, 0, 1, B, T, tok2.data(), tgt2.data());
-  EXPECT_NE(tok, tok2) << "another step must give another batch";
+  data->Batch(20, B, T, tok2.data(), tgt2.data());
+  EXPECT_EQ(tok, tok2) << "same (seed, sample) must give the same batch";
+  data->Batch(20 + B, B, T, tok2.data(), tgt2.data());
+  EXPECT_NE(tok, tok2) << "the next samples must give another batch";
   auto other = ByteDataset::Load({.seed = 4});
-  other->Batch(5, 0, 1, B, T, tok2.data(), tgt2.data());
+  other->Batch(20, B, T, tok2.data(), tgt2.data());
   EXPECT_NE(tok, tok2) << "another seed must give another batch";
 }
 
-// Rank r of world N with per-rank batch B sees exactly rows [r*B, (r+1)*B) of the world-1 batch of B*N.
-TEST(ByteDatasetTest, WorldOneBatchIsTheConcatenationOfRankBatches) {
+// The stream does not depend on how it is cut: batches of any size laid end to end read the same samples as one
+// batch over the same range, so rank r of world N (samples [r*B, (r+1)*B) of the step) sees rows of the world-1
+// batch of B*N, and a run that resumes with another global batch reads on from its cursor.
+TEST(ByteDatasetTest, TheSampleStreamIsTheSameHoweverItIsCut) {
   auto data = ByteDataset::Load({.seed = 9});
   ASSERT_OK(data);
-  const int B = 3, T = 16;
-  for (int world = 1; world <= 4; ++world) {
-    for (int64_t step : {0, 1, 7, 1000}) {
-      std::vector<int32_t> tok1(B * world * T), tgt1(B * world * T);
-      data->Batch(step, 0, 1, B * world, T, tok1.data(), tgt1.data());
+  const int T = 16;
+  for (int64_t first : {0, 1, 7, 1000}) {
+    const int total = 12;
+    std::vector<int32_t> tok1(total * T), tgt1(total * T);
+    data->Batch(first, total, T, tok1.data(), tgt1.data());
+    for (int B : {1, 2, 3, 4, 6}) {
       std::vector<int32_t> tok_cat, tgt_cat;
-      for (int rank = 0; rank < world; ++rank) {
+      for (int k = 0; k < total / B; ++k) {
         std::vector<int32_t> tok(B * T), tgt(B * T);
-        data->Batch(step, rank, world, B, T, tok.data(), tgt.data());
+        data->Batch(first + static_cast<int64_t>(k) * B, B, T, tok.data(), tgt.data());
         tok_cat.insert(tok_cat.end(), tok.begin(), tok.end());
         tgt_cat.insert(tgt_cat.end(), tgt.begin(), tgt.end());
       }
-      EXPECT_EQ(tok_cat, tok1) << "world " << world << " step " << step;
-      EXPECT_EQ(tgt_cat, tgt1) << "world " << world << " step " << step;
+      EXPECT_EQ(tok_cat, tok1) << "first " << first << " batch " << B;
+      EXPECT_EQ(tgt_cat, tgt1) << "first " << first << " batch " << B;
     }
   }
+  // Distinct samples start at (almost always) distinct places: the stream is not a few positions repeated.
+  std::set<int64_t> starts;
+  for (int64_t s = 0; s < 256; ++s) starts.insert(data->SampleStart(s, T));
+  EXPECT_GT(starts.size(), 250u);
 }
 
 }  // namespace

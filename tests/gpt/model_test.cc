@@ -508,7 +508,7 @@ RunResult TrainSgd(const ByteDataset& data, int steps, float lr) {
   std::vector<int32_t> tokens(B * T), targets(B * T);
   RunResult r;
   for (int step = 0; step < steps; ++step) {
-    data.Batch(step, 0, 1, B, T, tokens.data(), targets.data());
+    data.Batch(static_cast<int64_t>(step) * B, B, T, tokens.data(), targets.data());
     model->ZeroGrads();
     r.losses.push_back(*model->ForwardBackward(tokens.data(), targets.data(), B, T));
     float* p = model->all_params();
