@@ -472,4 +472,109 @@ TEST(ZeroRunLiveGroups, BadGroupsAreUsageErrors) {
   }
 }
 
+// --nnodes: one zero-run per machine (two here, on one machine), agreeing through the shared --rdzv-dir. A rank of
+// node 1 fails in the first attempt: node 0's agent sees it through the folder and stops its own ranks, both start
+// attempt 1 together, the ranks are numbered node by node over the whole job, and the last agent out removes the
+// folder.
+struct NodeRun {
+  std::optional<int> status;
+  std::string out;
+};
+std::vector<NodeRun> RunNodes(const std::string& dir, const std::vector<std::string>& flags, const char* program,
+                              int nodes = 2) {
+  std::vector<pid_t> launchers;
+  for (int n = 0; n < nodes; ++n) {
+    std::vector<std::string> args = {
+        "-n",          "2",       "--nnodes", std::to_string(nodes), "--node-rank", std::to_string(n), "--rdzv-dir",
+        dir + "/rdzv", "--grace", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "/bin/sh", "-c", program});
+    launchers.push_back(StartZeroRun(args, absl::StrCat(dir, "/out", n)));
+  }
+  std::vector<NodeRun> out(launchers.size());
+  for (size_t n = 0; n < launchers.size(); ++n) {
+    out[n].status = WaitExit(launchers[n], absl::Seconds(90));
+    if (!out[n].status) ::kill(launchers[n], SIGKILL);
+    out[n].out = ReadFile(absl::StrCat(dir, "/out", n));
+  }
+  return out;
+}
+
+TEST(ZeroRunNodes, AFailureOnOneNodeRestartsEveryNode) {
+  const std::string dir = TempDir("zero-run-nodes");
+  const char* rank_program =
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then [ \"$RANK\" = 3 ] && exit 3; sleep 1000; fi; "
+      "echo \"attempt $TORCHELASTIC_RESTART_COUNT rank $RANK of $WORLD_SIZE local $LOCAL_RANK of $LOCAL_WORLD_SIZE "
+      "node $GROUP_RANK of $GROUP_WORLD_SIZE store $ZERO_STORE_DIR job $ZERO_JOB_ID\"";
+  const std::vector<NodeRun> runs = RunNodes(dir, {"--max-restarts", "2"}, rank_program);
+  for (int n = 0; n < 2; ++n) {
+    const std::string& out = runs[n].out;
+    ASSERT_TRUE(runs[n].status.has_value()) << "node " << n << ": " << out;
+    EXPECT_TRUE(WIFEXITED(*runs[n].status) && WEXITSTATUS(*runs[n].status) == 0) << out;
+    EXPECT_NE(out.find(absl::StrCat("zero-run: node ", n, " of 2 runs ranks ", 2 * n, "-", 2 * n + 1, " of 4")),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(CountOf(out, absl::StrCat("zero-run: node ", n, ": restarting all 2 rank(s) of 2 nodes")), 1) << out;
+    for (int local = 0; local < 2; ++local) {
+      const int r = 2 * n + local;
+      EXPECT_TRUE(std::regex_search(
+          out, std::regex(absl::StrCat(R"(\[r)", r, R"(\] attempt 1 rank )", r, " of 4 local ", local, R"( of 2 node )",
+                                       n, R"( of 2 store \S+/rdzv/attempt-1 job rdzv)"))))
+          << out;
+    }
+  }
+  EXPECT_NE(runs[0].out.find("zero-run: node 0: a rank of another node failed"), std::string::npos) << runs[0].out;
+  EXPECT_NE(runs[1].out.find("zero-run: rank 3 exited with code 3"), std::string::npos) << runs[1].out;
+  EXPECT_NE(runs[0].out.find("attempt 0 ended: [node 0 failed "), std::string::npos) << runs[0].out;
+  EXPECT_NE(runs[0].out.find("[node 1 failed 3]"), std::string::npos) << runs[0].out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/rdzv")) << "the last agent out removes the folder";
+  std::filesystem::remove_all(dir);
+}
+
+// The restarts are bounded on every node alike, and a node whose ranks were only stopped because another node's
+// rank failed exits with that rank's code.
+TEST(ZeroRunNodes, RestartsAreBoundedOnEveryNode) {
+  const std::string dir = TempDir("zero-run-nodes-spent");
+  const std::vector<NodeRun> runs =
+      RunNodes(dir, {"--max-restarts", "1"},
+               "echo \"try $TORCHELASTIC_RESTART_COUNT\"; [ \"$RANK\" = 2 ] && exit 3; sleep 1000");
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_TRUE(runs[n].status.has_value()) << runs[n].out;
+    EXPECT_TRUE(WIFEXITED(*runs[n].status) && WEXITSTATUS(*runs[n].status) == 3) << runs[n].out;
+    EXPECT_EQ(CountOf(runs[n].out, "restarting all 2 rank(s) of 2 nodes"), 1) << runs[n].out;
+  }
+  EXPECT_EQ(CountOf(runs[1].out, "[r2] try "), 2) << runs[1].out;
+  std::filesystem::remove_all(dir);
+}
+
+// A node whose agent never comes is named after --rdzv-timeout, instead of a job that waits forever; and the flags
+// that go together are checked.
+TEST(ZeroRunNodes, AMissingNodeIsNamedAndFlagsAreChecked) {
+  const std::string dir = TempDir("zero-run-nodes-missing");
+  const pid_t launcher = StartZeroRun({"-n", "1", "--nnodes", "2", "--node-rank", "0", "--rdzv-dir", dir + "/rdzv",
+                                       "--rdzv-timeout", "1", "--", "/bin/true"},
+                                      dir + "/out");
+  auto status = WaitExit(launcher, absl::Seconds(60));
+  ASSERT_TRUE(status.has_value());
+  std::string out = ReadFile(dir + "/out");
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << out;
+  EXPECT_NE(out.find("no zero-run.node.0.1 from the other agents within 1 s (--rdzv-timeout)"), std::string::npos)
+      << out;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--nnodes", "2", "--node-rank", "0"},
+        {"--nnodes", "2", "--node-rank", "2", "--rdzv-dir", dir},
+        {"--node-rank", "1", "--rdzv-dir", dir},
+        {"--nnodes", "2", "--node-rank", "0", "--rdzv-dir", dir, "--max-restarts", "1", "--min-nproc", "1"}}) {
+    std::vector<std::string> args = {"-n", "2"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    args.insert(args.end(), {"--", "/bin/true"});
+    const pid_t p = StartZeroRun(args, dir + "/out");
+    status = WaitExit(p, absl::Seconds(30));
+    ASSERT_TRUE(status.has_value());
+    out = ReadFile(dir + "/out");
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << bad[0] << ": " << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
