@@ -6,6 +6,7 @@
 #   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --hybrid-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun [--steps K] [--out FILE] [BUILD_DIR]
+#   scripts/two-hosts.sh --exec "COMMAND" [--rate R] [BUILD_DIR]
 #
 # 1. parity: the 2 x 2 run's losses and final-parameter hash against the same job as 4 local ranks (zero-run);
 # 2. link cut: a longer 2 x 2 run, the veth taken down mid-training; every rank must exit non-zero within the
@@ -18,20 +19,23 @@
 #    docs/guide/launching.md), nothing else from the environment but PATH and HOME, against the same job as 4 local
 #    ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
 #    zero's rank 0 serves its store on MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
+# --exec instead: sets up the two hosts and runs COMMAND (bash -c) with NS0 NS1 IF0 IF1 A0 A1 BUILD exported, then
+#    removes them; its exit code is the script's (bench/scripts/two_host_trials.py runs this way).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
 # Everything it creates (namespaces, the veth pair, processes, temporary files) is removed on exit, also on
 # failure or interruption.
 set -euo pipefail
 
-RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0 LAUNCHER=""
+RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0 LAUNCHER="" EXEC=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
     --hybrid-bench) HYBRID_BENCH=1; shift ;;
     --launcher) LAUNCHER="$2"; shift 2 ;;
+    --exec) EXEC="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -75,6 +79,13 @@ if [[ -n "$RATE" ]]; then
     set -- $pair
     ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$RATE" burst 512kb latency 100ms
   done
+fi
+
+if [[ -n "$EXEC" ]]; then
+  export NS0 NS1 IF0 IF1 A0 A1 BUILD
+  rc=0
+  bash -c "$EXEC" || rc=$?
+  exit $rc
 fi
 
 CONFIG="$TMP/config.json"
