@@ -9,6 +9,8 @@
 //   Cast/<from>_<to>/n      n * (size(from) + size(to))              (read + write)
 //   Memcpy/bytes            2 * bytes (read + write)                 the copy bound for the casts
 //   ReadSum/bytes           bytes read (uint64 sum, auto-vectorized) the read bound for GradStats
+//   Quantize/<type>/n       n * size(type) read, n int8 + n/4096 scales written (ZeRO++'s wire format, blocks of 4096)
+//   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
 // Two sizes: 256 Ki elements (1 MiB of f32, cache-resident on most x86 L2s) and 128 Mi elements (512 MiB of f32,
 // beyond the last-level cache: a memory-bandwidth measurement). Single thread.
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "core/internal/convert_simd.h"
+#include "core/internal/quantize.h"
 #include "zero/dtype.h"
 #include "zero/mixed_precision.h"
 
@@ -80,6 +83,37 @@ void BM_Cast(benchmark::State& state, DType from, DType to) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * (zero::DTypeSize(from) + zero::DTypeSize(to))));
+  state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+constexpr size_t kQuantBlock = 4096;
+
+void BM_Quantize(benchmark::State& state, DType t) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const void* x = Source(t, n);
+  auto* q = reinterpret_cast<int8_t*>(Buffer(30, n));
+  auto* scales = reinterpret_cast<float*>(Buffer(31, zero::internal::QuantBlocks(n, kQuantBlock) * 4));
+  for (auto _ : state) {
+    zero::internal::QuantizeInt8(x, t, n, kQuantBlock, q, scales);
+    benchmark::ClobberMemory();
+  }
+  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, kQuantBlock) * 4;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+void BM_Dequantize(benchmark::State& state, DType t) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  auto* q = reinterpret_cast<int8_t*>(Buffer(30, n));
+  auto* scales = reinterpret_cast<float*>(Buffer(31, zero::internal::QuantBlocks(n, kQuantBlock) * 4));
+  zero::internal::QuantizeInt8(Source(t, n), t, n, kQuantBlock, q, scales);  // real codes and scales
+  void* out = Buffer(10 + static_cast<int>(t), n * zero::DTypeSize(t));
+  for (auto _ : state) {
+    zero::internal::DequantizeInt8(q, scales, n, kQuantBlock, out, t);
+    benchmark::ClobberMemory();
+  }
+  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, kQuantBlock) * 4;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(zero::internal::ActiveSimdTarget());
 }
 
@@ -178,13 +212,17 @@ void Register() {
       benchmark::RegisterBenchmark((std::string("GradStatsScalar/") + t.name).c_str(), BM_GradStatsScalar, t.t)
           ->Arg(count);
     }
+    for (const auto& t : kTypes) {
+      benchmark::RegisterBenchmark((std::string("Quantize/") + t.name).c_str(), BM_Quantize, t.t)->Arg(count);
+      benchmark::RegisterBenchmark((std::string("Dequantize/") + t.name).c_str(), BM_Dequantize, t.t)->Arg(count);
+    }
     for (const auto& c : kCasts) {
       benchmark::RegisterBenchmark((std::string("Cast/") + c.name).c_str(), BM_Cast, c.from, c.to)->Arg(count);
       benchmark::RegisterBenchmark((std::string("CastScalar/") + c.name).c_str(), BM_CastScalar, c.from, c.to)
           ->Arg(count);
     }
-    // The same byte counts as the kernels' inputs: 4n (f32 source) and 2n (16-bit source).
-    for (int64_t bytes : {4 * count, 2 * count}) {
+    // The same byte counts as the kernels' inputs: 4n (f32 source), 2n (16-bit source) and n (int8 codes).
+    for (int64_t bytes : {4 * count, 2 * count, count}) {
       benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(bytes);
       benchmark::RegisterBenchmark("ReadSum", BM_ReadSum)->Arg(bytes);
     }

@@ -1,0 +1,44 @@
+// core/internal/quantize.h — blockwise symmetric int8 quantization, the wire format of ZeRO++'s quantized weight
+// gather (qwZ) and gradient reduction (qgZ).
+//
+//   std::vector<int8_t> q(n);
+//   std::vector<float> scales(QuantBlocks(n, block));
+//   QuantizeInt8(x, DType::kBF16, n, block, q.data(), scales.data());
+//   ... send q and scales ...
+//   DequantizeInt8(q.data(), scales.data(), n, block, out, DType::kBF16);
+//
+// Elements [b·block, min((b+1)·block, n)) form block b. Its scale is max|x| / 127 (in f32), and element x becomes
+// q = round-to-nearest-even(x · (127 / max|x|)), in [-127, 127] (-128 unused, as DeepSpeed's symmetric int8); the
+// value read back is q · scale, rounded to the output type. So the error of each element is at most half a step,
+// max|x| / 254, plus the output type's rounding. Special blocks:
+//   * every |x| below the smallest normal f32 (zeros, subnormals): scale 0, q 0 — read back as 0 (an error below
+//     1.2e-38, and no division by a subnormal that would overflow);
+//   * a NaN or an infinity in the block: scale NaN, q 0 — the whole block reads back as NaN, so a diverged
+//     parameter stays visible instead of being quantized into a finite one.
+//
+// Every SIMD target gives the scalar reference's bytes (QuantizeInt8Scalar / DequantizeInt8Scalar): the block
+// maximum is an integer maximum of |x|'s bits (exact, order-free), the reciprocal and the scale are scalar f32
+// divisions, and a product is rounded once (no FMA contraction in this file). Tested on every target this CPU
+// runs (tests/core/quantize_test.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "zero/dtype.h"
+
+namespace zero::internal {
+
+// The scales QuantizeInt8 writes for n elements in blocks of `block` (>= 1).
+constexpr size_t QuantBlocks(size_t n, size_t block) { return (n + block - 1) / block; }
+
+// Quantizes x[0, n) (type t) into q[0, n) and scales[0, QuantBlocks(n, block)). block >= 1.
+void QuantizeInt8(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales);
+// out[i] = q[i] · scales[i / block], rounded to t.
+void DequantizeInt8(const int8_t* q, const float* scales, size_t n, size_t block, void* out, DType t);
+
+// The scalar definitions every target matches bit for bit.
+void QuantizeInt8Scalar(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales);
+void DequantizeInt8Scalar(const int8_t* q, const float* scales, size_t n, size_t block, void* out, DType t);
+
+}  // namespace zero::internal
