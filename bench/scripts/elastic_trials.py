@@ -100,6 +100,14 @@ def summary(lines):
     return steps, hashes[-1] if hashes else None
 
 
+def finish(out, path, failed):
+    """Writes the report's lines to `path` (when given) and exits 1 when any trial failed."""
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(out) + "\n")
+    sys.exit(1 if failed else 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -198,10 +206,7 @@ def main():
         failed = sum(not ok for rs in results.values() for ok, _, _ in rs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(out) + "\n")
-    sys.exit(1 if failed else 0)
+    finish(out, args.out, failed)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elastic_trials import CONFIG, rank_pids, summary  # noqa: E402  (the single-host trials' config and parsing)
+from elastic_trials import CONFIG, finish, rank_pids, summary  # noqa: E402  (the single-host trials' parts)
 
 import json  # noqa: E402
 
@@ -203,10 +203,7 @@ def main():
                 if stop and again and lost else f"{name}: no timing (see the table)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(out) + "\n")
-    sys.exit(1 if failed else 0)
+    finish(out, args.out, failed)
 
 
 if __name__ == "__main__":
