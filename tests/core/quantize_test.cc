@@ -69,11 +69,11 @@ TEST(QuantizeInt8, ErrorIsAtMostHalfAStepOfItsBlock) {
 TEST(QuantizeInt8, ZeroSubnormalAndNonFiniteBlocks) {
   const size_t block = 4;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> x = {0, 0, -0.0f, 0,                      // zeros
-                                1e-40f, -2e-39f, 0, 1e-45f,          // subnormals only
-                                1, nan, 2, 3,                        // a NaN
-                                -inf, 1, 0, 0,                       // an infinity
-                                0.5f, -0.25f, 0, 1e-40f};            // normal, with a subnormal beside
+  const std::vector<float> x = {0,      0,       -0.0f, 0,        // zeros
+                                1e-40f, -2e-39f, 0,     1e-45f,   // subnormals only
+                                1,      nan,     2,     3,        // a NaN
+                                -inf,   1,       0,     0,        // an infinity
+                                0.5f,   -0.25f,  0,     1e-40f};  // normal, with a subnormal beside
   std::vector<int8_t> q(x.size());
   std::vector<float> scales(QuantBlocks(x.size(), block)), back(x.size());
   QuantizeInt8Scalar(x.data(), DType::kF32, x.size(), block, q.data(), scales.data());
