@@ -83,6 +83,7 @@ struct ZeroOptimizationConfig {
   // groups (stages 1-3). <= 0 or the world size: shard across all ranks (docs/internals/design.md, "Hybrid sharding").
   int64_t mics_shard_size = -1;
   bool zero_quantized_weights = false;
+  int64_t zero_quantized_weights_block_size = 4096;  // ours: elements per int8 block (one fp32 scale each)
   bool zero_quantized_gradients = false;
   bool ignore_unused_parameters = true;
   bool elastic_checkpoint = false;

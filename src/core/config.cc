@@ -953,6 +953,11 @@ class ConfigParser {
       Error("zero_optimization.offload_optimizer.device: " + std::string(device_name(c.zero.offload_optimizer.device)) +
             " with zero_optimization.stage 0; " + FindRule("offload_optimizer_stage").text);
     }
+    if (known({"zero_optimization.stage", "zero_optimization.zero_quantized_weights"}) &&
+        c.zero.zero_quantized_weights && stage != 3) {
+      Error("zero_optimization.zero_quantized_weights: true with zero_optimization.stage " + std::to_string(stage) +
+            "; " + FindRule("qwz_stage").text);
+    }
     if (known({"zero_optimization.stage"}) && c.zero.mics_shard_size > 0 && stage == 0) {
       Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
             " with zero_optimization.stage 0; " + FindRule("mics_stage").text);

@@ -388,8 +388,15 @@ const KeySpec kSchema[] = {
      .support = S::kOffOnly, .off_max = 1, .ref = FIELD(zero.zero_hpz_partition_size),
      .doc = "ZeRO++ hpZ: secondary parameter partition inside a node."},
     {.path = "zero_optimization.zero_quantized_weights", .type = T::kBool, .default_json = "false",
-     .support = S::kOffOnly, .ref = FIELD(zero.zero_quantized_weights),
-     .doc = "ZeRO++ qwZ: int8 parameter all-gather."},
+     .ref = FIELD(zero.zero_quantized_weights),
+     .doc = "ZeRO++ qwZ: stage 3's forward parameter gathers move int8 blocks with one fp32 scale each (about a "
+            "quarter of fp32's bytes, half of bf16's), dequantized into the gathered parameters; the shards, the "
+            "master and backward's gathers stay exact. Stage 3, host (Gloo) engine; a unit gathered in chunks "
+            "(larger than allgather_bucket_size) is gathered exact, and the log says which."},
+    {.path = "zero_optimization.zero_quantized_weights_block_size", .type = T::kInt, .default_json = "4096",
+     .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_weights_block_size),
+     .doc = "zero_quantized_weights: elements per quantization block (one fp32 scale each: 4 bytes per block on "
+            "the wire beside the block's int8 codes)."},
     {.path = "zero_optimization.zero_quantized_nontrainable_weights", .type = T::kBool, .default_json = "false",
      .support = S::kOffOnly, .doc = "Store frozen weights quantized."},
     {.path = "zero_optimization.zero_quantized_gradients", .type = T::kBool, .default_json = "false",
@@ -593,6 +600,9 @@ const CrossRule kCrossRules[] = {
     {"mics_divides", "zero_optimization.mics_shard_size, world size",
      "mics_shard_size must divide the world size (the groups are equal: world / mics_shard_size replicas)", true,
      false},
+    {"qwz_stage", "zero_optimization.zero_quantized_weights, zero_optimization.stage",
+     "zero_quantized_weights quantizes stage 3's parameter gathers: it needs stage 3 (stages 0-2 gather nothing)",
+     false, false},
     {"offload_param_stage", "zero_optimization.offload_param.device, zero_optimization.stage",
      "zero_optimization.offload_param.device other than \"none\" requires zero_optimization.stage 3 (only stage 3 "
      "partitions parameters)",

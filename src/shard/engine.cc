@@ -45,6 +45,11 @@ Status Engine::Impl::Init() {
                            "copy stream's copies are memcpys; the tiers are kept and reported apart";
   }
   if (ctx.comm->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
+  if (ctx.compute->device() && ctx.policy.qwz_block > 0) {
+    return absl::UnimplementedError(
+        "zero_optimization.zero_quantized_weights with an NCCL communicator: the quantized gather runs on the host "
+        "(Gloo) engine; the CUDA engine's quantize kernels are not built");
+  }
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
@@ -300,7 +305,7 @@ StatusOr<UnitScope> Engine::Impl::Open(Engine* engine, UnitId id, bool backward)
                                                       "gradient_accumulation_steps is ",
                                                       ctx.ga(), "; call Step()"));
   }
-  if (u.sharded_params()) ZERO_RETURN_IF_ERROR(gathers.Acquire(id, step.applied_steps()));
+  if (u.sharded_params()) ZERO_RETURN_IF_ERROR(gathers.Acquire(id, step.applied_steps(), backward));
   u.scope_open = true;
   u.scope_backward = backward;
   if (backward) ZERO_RETURN_IF_ERROR(reducer.BeginBackward(id));

@@ -5,11 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/internal/fault.h"
+#include "core/internal/quantize.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
 
-Status GatherScheduler::Issue(Unit& u) {
+Status GatherScheduler::Issue(Unit& u, bool backward) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
   EngineContext& c = *ctx_;
   CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
@@ -36,7 +37,32 @@ Status GatherScheduler::Issue(Unit& u) {
     c.compute->CopyFromHost(u.stage_in.data(), send, u.params.size());
     send = u.stage_in.data();
   }
-  if (chunk == 0) {
+  const int64_t block = c.policy.qwz_block;
+  if (block > 0 && !backward && chunk > 0 && !u.qwz_logged) {
+    u.qwz_logged = true;
+    ZERO_LOG(INFO) << "zero_quantized_weights: unit " << u.name() << " (" << u.layout.padded
+                   << " elements, above allgather_bucket_size " << c.cfg.zero.allgather_bucket_size
+                   << ") is gathered in chunks, exact, not quantized";
+  }
+  if (block > 0 && !backward && chunk == 0) {
+    // qwZ: this rank's shard as int8 blocks with their scales, one message per rank, moved as 16-bit words.
+    const int64_t S = u.layout.shard, blocks = static_cast<int64_t>(QuantBlocks(S, block));
+    const int64_t P = QwzMessageBytes(S, block);
+    u.qwz_send = qwz_pool_.Take(P, /*zero=*/false);
+    u.qwz_recv = qwz_pool_.Take(P * c.world, /*zero=*/false);
+    Status s = c.AllocStatus(u.qwz_send, P, "qwZ send buffer", u);
+    if (s.ok()) s = c.AllocStatus(u.qwz_recv, P * c.world, "qwZ receive buffer", u);
+    if (!s.ok()) {
+      ReleaseQwz(u, /*quarantine=*/false);
+      gather_pool_.Give(std::move(u.gather));
+      return s;
+    }
+    auto* msg = static_cast<uint8_t*>(u.qwz_send.data());
+    QuantizeInt8(send, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks), reinterpret_cast<float*>(msg));
+    std::fill(msg + 4 * blocks + S, msg + P, uint8_t{0});  // the padding, so every message's bytes are defined
+    u.gather_op = UnitCollective(ctx_, c.comm->AllGather(msg, u.qwz_recv.data(), P / 2, DType::kF16, c.stream()));
+    u.gather_quantized = true;
+  } else if (chunk == 0) {
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream()));
   } else {
     u.gather_op = UnitCollective::AllGather(ctx_, &chunk_pool_, send, u.gather.data(), u.layout.shard, chunk, c.cd());
@@ -55,8 +81,30 @@ Status GatherScheduler::Wait(Unit& u) {
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", u.name(), ": ", s.message()));
   u.gather_op.ReleaseStaging();
   stage_pool_.Give(std::move(u.stage_in));  // the gather is joined into the compute stream
+  if (!u.qwz_recv.empty()) {
+    // Every rank's message into its slice of the full buffer: the same bytes on every rank, so the same values.
+    EngineContext& c = *ctx_;
+    const int64_t S = u.layout.shard, block = c.policy.qwz_block;
+    const int64_t blocks = static_cast<int64_t>(QuantBlocks(S, block)), P = QwzMessageBytes(S, block);
+    const size_t cds = DTypeSize(c.cd());
+    for (int r = 0; r < c.world; ++r) {
+      const auto* msg = static_cast<const uint8_t*>(u.qwz_recv.data()) + r * P;
+      DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks), reinterpret_cast<const float*>(msg), S, block,
+                     static_cast<uint8_t*>(u.gather.data()) + r * S * cds, c.cd());
+    }
+    ReleaseQwz(u, /*quarantine=*/false);
+  }
   u.status = UnitStatus::kAvailable;
   return absl::OkStatus();
+}
+
+void GatherScheduler::ReleaseQwz(Unit& u, bool quarantine) {
+  if (quarantine) {
+    ctx_->Quarantine(std::move(u.qwz_send));
+    ctx_->Quarantine(std::move(u.qwz_recv));
+  }
+  qwz_pool_.Give(std::move(u.qwz_send));
+  qwz_pool_.Give(std::move(u.qwz_recv));
 }
 
 void GatherScheduler::Release(Unit& u) {
@@ -68,10 +116,13 @@ void GatherScheduler::Release(Unit& u) {
     if (failed) ctx_->Defer(s);
   }
   u.gather_op.ReleaseStaging();  // (quarantined if an op did not complete)
-  if (failed && u.gather_op.Unfinished()) {
+  const bool unfinished = failed && u.gather_op.Unfinished();
+  if (unfinished) {
     ctx_->Quarantine(std::move(u.gather));  // the wait failed: the all-gather may still write into it
     ctx_->Quarantine(std::move(u.stage_in));
   }
+  ReleaseQwz(u, unfinished);
+  u.gather_quantized = false;
   stage_pool_.Give(std::move(u.stage_in));
   gather_pool_.Give(std::move(u.gather));
   u.status = UnitStatus::kNotAvailable;
@@ -106,7 +157,7 @@ void GatherScheduler::Prefetch() {
     if (u.status == UnitStatus::kInflight) inflight += u.layout.padded;
   }
   for (size_t j = order_pos_; j < order_.size(); ++j) {
-    Unit& v = ctx_->units[order_[j]];
+    Unit& v = ctx_->units[order_[j].first];
     if (v.status != UnitStatus::kNotAvailable) continue;
     if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
     if (live_elems_ + v.layout.padded > ctx_->policy.LiveWindow()) break;
@@ -116,7 +167,7 @@ void GatherScheduler::Prefetch() {
         ctx_->units[chunked_].status == UnitStatus::kInflight) {
       break;
     }
-    if (Status s = Issue(v); !s.ok()) {  // reported by the next call; prefetch stops here
+    if (Status s = Issue(v, order_[j].second); !s.ok()) {  // reported by the next call; prefetch stops here
       ctx_->Defer(s);
       break;
     }
@@ -125,20 +176,23 @@ void GatherScheduler::Prefetch() {
   }
 }
 
-Status GatherScheduler::Acquire(UnitId id, int64_t step) {
+Status GatherScheduler::Acquire(UnitId id, int64_t step, bool backward) {
   Unit& u = ctx_->units[id];
   // Recorded order: this step's sequence; prefetch only while the step follows the recorded one.
   if (order_valid_ && !order_broken_) {
-    if (order_pos_ < order_.size() && order_[order_pos_] == id) {
+    if (order_pos_ < order_.size() && order_[order_pos_] == std::make_pair(id, backward)) {
       ++order_pos_;
     } else {
       order_broken_ = true;
       ZERO_LOG_ONCE(WARNING) << "unit gather order changed at step " << step << " (expected "
-                             << (order_pos_ < order_.size() ? ctx_->units[order_[order_pos_]].name() : "<end>")
+                             << (order_pos_ < order_.size() ? ctx_->units[order_[order_pos_].first].name() : "<end>")
                              << ", got " << u.name() << "); prefetch pauses and the order is re-recorded this step";
     }
   }
-  this_step_order_.push_back(id);
+  this_step_order_.emplace_back(id, backward);
+  // A backward scope computes with the exact parameters: a quantized gather prefetched for a forward (the order
+  // changed) is dropped and the unit gathered again, the same on every rank.
+  if (backward && u.gather_quantized && u.status != UnitStatus::kNotAvailable) Release(u);
   if (u.status == UnitStatus::kNotAvailable) {
     // stage3_max_live_parameters holds on demand gathers too: units prefetched but not opened make room first
     // (only off the recorded order; on it, prefetch fills a prefix of what comes next, which this unit heads).
@@ -146,7 +200,7 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step) {
       if (live_elems_ + u.layout.padded <= ctx_->policy.LiveWindow()) break;
       if (&v != &u && v.sharded_params() && v.status != UnitStatus::kNotAvailable && !v.scope_open) Release(v);
     }
-    ZERO_RETURN_IF_ERROR(Issue(u));
+    ZERO_RETURN_IF_ERROR(Issue(u, backward));
     ++demand_gathers_;
   }
   ZERO_RETURN_IF_ERROR(Wait(u));

@@ -56,6 +56,7 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.max_live = cfg.zero.stage3_max_live_parameters;
   p.default_max_live = p.max_live == Config::Default().zero.stage3_max_live_parameters;
   p.overlap_comm = cfg.zero.overlap_comm;
+  p.qwz_block = cfg.zero.zero_quantized_weights && p.stage == 3 ? cfg.zero.zero_quantized_weights_block_size : 0;
   return p;
 }
 
@@ -326,6 +327,17 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   const int64_t ag_chunk =
       std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
   dev.staging = in.ag_strided ? 0 : (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
+  // qwZ: each forward gather in flight holds its message and every rank's, (N + 1) messages of QwzMessageBytes, in
+  // a pool like the gathers' (one unit gathered in chunks is never quantized); within the same live window.
+  if (p.qwz_block > 0) {
+    std::vector<std::pair<int64_t, int64_t>> messages;
+    for (const UnitPlan& u : plan.units) {
+      if (u.sharded_params && ChunkPerRank(u.padded, N, p.allgather_bucket) == 0) {
+        messages.emplace_back(u.padded, (N + 1) * QwzMessageBytes(u.shard, p.qwz_block));
+      }
+    }
+    dev.staging += PoolBound(messages, window);
+  }
 
   // Reductions. Each is issued once the ones in flight and it fit reduce_bucket_size (or it goes alone), so at
   // most q = max(reduce_bucket_size, its unit) gradient elements are in flight, the new one included, beside

@@ -11,7 +11,9 @@
 // order; on it they are a prefix of what comes next, headed by the demanded unit), so the live elements stay
 // within max(stage3_max_live_parameters, the units open at once) and within the units open plus
 // stage3_prefetch_bucket_size. A unit larger than allgather_bucket_size is gathered in chunks
-// (shard/internal/collective.h), one such unit at a time.
+// (shard/internal/collective.h), one such unit at a time. With zero_quantized_weights (ZeRO++'s qwZ) a forward
+// gather moves int8 blocks and their scales (core/internal/quantize.h) and dequantizes them into the gathered
+// buffer; a backward gather moves the parameters as they are (the recorded order says which a prefetch is for).
 #pragma once
 
 #include <cstddef>
@@ -29,11 +31,12 @@ class GatherScheduler {
       : ctx_(ctx),
         gather_pool_(ctx->compute, MemTag::kGather),
         stage_pool_(ctx->compute, MemTag::kStaging),
-        chunk_pool_(ctx->compute, MemTag::kStaging) {}
+        chunk_pool_(ctx->compute, MemTag::kStaging),
+        qwz_pool_(ctx->compute, MemTag::kStaging) {}
 
   // Opening a scope on sharded unit `id`: records it in this step's order, gathers it (or waits for its
   // prefetch) and prefetches ahead while the step follows the recorded order. Collective.
-  Status Acquire(UnitId id, int64_t step);
+  Status Acquire(UnitId id, int64_t step, bool backward);
   // Closing its scope: the unit goes back to NOT_AVAILABLE (FSDP's reshard-after-forward).
   void Release(Unit& u);
   // At Step: releases prefetched units nobody opened and adopts this step's order for the next one.
@@ -46,8 +49,11 @@ class GatherScheduler {
   int64_t peak_live_elements() const { return peak_live_; }
 
  private:
-  // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT).
-  Status Issue(Unit& u);
+  // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT); quantized
+  // (qwZ) for a forward scope when the config asks and the unit goes in one collective.
+  Status Issue(Unit& u, bool backward);
+  // The bytes of a qwZ gather's buffers back to their pool (or quarantined when its op may still write).
+  void ReleaseQwz(Unit& u, bool quarantine);
   Status Wait(Unit& u);  // INFLIGHT -> AVAILABLE
   void Prefetch();
   Status FinishChunked();  // joins the chunked gather in flight, if any
@@ -60,8 +66,10 @@ class GatherScheduler {
   BufferPool gather_pool_;
   BufferPool stage_pool_;  // CUDA engine with offload_param: see Issue
   BufferPool chunk_pool_;  // the staging of chunked gathers (shard/internal/collective.h)
+  BufferPool qwz_pool_;    // qwZ's int8 messages, sent and received
   UnitId chunked_ = -1;    // the unit whose chunked gather may be in flight
-  std::vector<UnitId> order_, this_step_order_;
+  // The gathers of a step in order: (unit, for a backward scope).
+  std::vector<std::pair<UnitId, bool>> order_, this_step_order_;
   bool order_valid_ = false, order_broken_ = false;
   size_t order_pos_ = 0;
   int64_t live_elems_ = 0, peak_live_ = 0;

@@ -58,6 +58,8 @@ struct PlanPolicy {
   // The transient buffers' bounds (elements): reduce_bucket_size, allgather_bucket_size,
   // stage3_prefetch_bucket_size, stage3_max_live_parameters.
   int64_t reduce_bucket = 0, allgather_bucket = 0, prefetch_bucket = 0, max_live = 0;
+  // ZeRO++ qwZ (zero_quantized_weights, stage 3): elements per int8 block of the forward gathers; 0 when off.
+  int64_t qwz_block = 0;
   // zero_optimization.overlap_comm: reductions stay in flight while backward goes on. Without it each is retired
   // as it is issued, so no reduction's buffers outlive the scope that issued it (TruePeakBound).
   bool overlap_comm = true;
@@ -183,6 +185,13 @@ void ApplySavingCaps(PlanPolicy* policy, const std::vector<int64_t>& padded, con
 // Units flagged in `frozen` hold their parameters only.
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
                    const std::vector<bool>& trainer_owned = {}, const std::vector<bool>& frozen = {});
+
+// qwZ's message per rank for a shard of S elements in blocks of `block`: the blocks' fp32 scales, then the S int8
+// codes, padded to 4 bytes (the all-gather moves it as 16-bit words).
+inline int64_t QwzMessageBytes(int64_t S, int64_t block) {
+  const int64_t blocks = (S + block - 1) / block;
+  return (4 * blocks + S + 3) / 4 * 4;
+}
 
 // Chunking: a unit's all-gather or reduce-scatter of more than `bucket` elements (allgather_bucket_size,
 // reduce_bucket_size) runs as collectives of ChunkPerRank elements per rank: the largest multiple of 32 (the

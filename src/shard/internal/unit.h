@@ -58,6 +58,11 @@ struct Unit {
   Buffer gather;             // stage 3: the full parameters while INFLIGHT/AVAILABLE
   Buffer stage_in;           // CUDA engine with offload_param: the host shard copied to the device for its gather
   UnitCollective gather_op;  // its all-gather (shard/internal/collective.h)
+  // qwZ (zero_quantized_weights): a forward gather moves this rank's shard as int8 blocks (qwz_send) into every
+  // rank's (qwz_recv), dequantized into `gather` when it is waited for; gather_quantized until it is released.
+  bool gather_quantized = false;
+  bool qwz_logged = false;  // the log said once why this unit's forward gathers are not quantized
+  Buffer qwz_send, qwz_recv;
   bool scope_open = false;
   bool scope_backward = false;
   Buffer bucket;  // the full gradient buffer of an open backward scope (stages 2-3, low-memory mode)

@@ -1,0 +1,185 @@
+// ZeRO++'s quantized weight gather (qwZ, zero_quantized_weights) in the host engine at stage 3:
+// - a forward scope sees exactly the blockwise-quantized shards (each rank's shard quantized on its own, in its
+//   blocks, and dequantized into the gathered buffer: core/internal/quantize.h), the same on every rank, and a
+//   backward scope the exact parameters; the forward gather's bytes on the wire are the quantized message's;
+// - units of constants and with an outlier of 1e4 gather finite values within half a step of their block;
+// - the tiny GPT trains to the unquantized run's losses within 1 % (every 10 steps) at 4 thread-ranks;
+// - a config that asks for it below stage 3 is an error naming the key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/internal/quantize.h"
+#include "gpt/train.h"
+#include "shard/internal/plan.h"
+#include "support/engine_helpers.h"
+#include "support/gpt_run.h"
+#include "support/multi_rank.h"
+#include "support/status_matchers.h"
+#include "zero/advanced/engine_stats.h"
+#include "zero/config.h"
+#include "zero/engine.h"
+
+namespace zero {
+namespace {
+
+constexpr int64_t kBlock = 64;
+constexpr int64_t kN = 1000;  // one parameter; padded to world x 32, so the shards cut blocks unevenly
+
+std::vector<float> Values() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> v(kN);
+  for (auto& x : v) x = dist(rng);
+  v[5] = 1e4f;                                              // an outlier: only its block's step grows
+  for (int64_t i = 100; i < 300; ++i) v[i] = 0.5f;          // constants
+  for (int64_t i = 400; i < 470; ++i) v[i] = 0.0f;          // a block of zeros
+  return v;
+}
+
+Config QwzConfig(int stage, bool bf16) {
+  Config c = testing::TrainConfig(stage, 1);
+  c.zero.zero_quantized_weights = true;
+  c.zero.zero_quantized_weights_block_size = kBlock;
+  c.bf16.enabled = bf16;
+  return c;
+}
+
+struct QwzCase {
+  int world;
+  bool bf16;
+};
+class QwzGatherTest : public ::testing::TestWithParam<QwzCase> {};
+
+TEST_P(QwzGatherTest, ForwardSeesTheQuantizedShardsAndBackwardTheExactParameters) {
+  const auto [world, bf16] = GetParam();
+  const DType cd = bf16 ? DType::kBF16 : DType::kF32;
+  const size_t cds = DTypeSize(cd);
+  const std::vector<float> w0 = Values();
+  // What every rank must see in a forward scope: the parameters in the compute dtype, padded as the engine pads
+  // them, each rank's shard quantized in blocks of kBlock and read back.
+  const int64_t padded = (kN + world * 32 - 1) / (world * 32) * (world * 32), S = padded / world;
+  std::vector<uint8_t> exact(padded * cds, 0), quantized(padded * cds);
+  for (int64_t i = 0; i < kN; ++i) StoreFromF32(exact.data(), cd, i, w0[i]);
+  for (int r = 0; r < world; ++r) {
+    std::vector<int8_t> q(S);
+    std::vector<float> scales(internal::QuantBlocks(S, kBlock));
+    internal::QuantizeInt8Scalar(exact.data() + r * S * cds, cd, S, kBlock, q.data(), scales.data());
+    internal::DequantizeInt8Scalar(q.data(), scales.data(), S, kBlock, quantized.data() + r * S * cds, cd);
+  }
+  testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
+    auto comm = testing::Borrow(comm_ref);
+    // SGD without gradients leaves the parameters as they are, so every step expects the same values. Two units,
+    // so that from the second step on the gathers are prefetched by the recorded order: b's forward (quantized)
+    // while a's forward scope is open, a's backward (exact) while b's backward scope is.
+    Config cfg = QwzConfig(3, bf16);
+    OptimizerConfig sgd;
+    sgd.type = "SGD";
+    sgd.lr = 0.1;
+    cfg.optimizer = sgd;
+    cfg.zero.stage3_max_live_parameters = 1'000'000;  // set (not DeepSpeed's default): the plan keeps it, so both
+    cfg.zero.stage3_prefetch_bucket_size = 1'000'000;  // units fit in the window and the prefetch runs
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, comm));
+    ASSERT_OK_AND_ASSIGN(UnitId a, engine->AddUnit("a", {{"w", {kN}}}));
+    ASSERT_OK_AND_ASSIGN(UnitId b, engine->AddUnit("b", {{"w", {kN}}}));
+    ASSERT_OK(engine->Finalize([&](const std::string&, const ParamSpec&, float* out) {
+      std::memcpy(out, w0.data(), kN * sizeof(float));
+    }));
+    auto expect = [&](const UnitScope& s, const std::vector<uint8_t>& want, const std::string& what) {
+      ASSERT_OK_AND_ASSIGN(TensorView w, s.Param("w"));
+      ASSERT_EQ(0, std::memcmp(w.data, want.data(), kN * cds)) << what << " on rank " << rank;
+    };
+    for (int step = 0; step < 3; ++step) {
+      const std::string at = absl::StrCat(" at step ", step);
+      const int64_t before = comm->bus_bytes();
+      {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(a));
+        expect(s, quantized, "a forward" + at);
+      }
+      const int64_t forward_bytes = comm->bus_bytes() - before;
+      {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(b));
+        expect(s, quantized, "b forward" + at);
+      }
+      const int64_t mid = comm->bus_bytes();
+      int64_t backward_bytes = 0;
+      {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(b));
+        backward_bytes = comm->bus_bytes() - mid;  // the gather only: the scope's reduction runs at its close
+        expect(s, exact, "b backward" + at);
+      }
+      {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(a));
+        expect(s, exact, "a backward" + at);
+      }
+      if (step == 0 && world > 1) {
+        // The same all-gather over messages of QwzMessageBytes instead of S elements of the compute dtype (the
+        // first step gathers on demand, one unit at a time).
+        EXPECT_EQ(forward_bytes * S * static_cast<int64_t>(cds), backward_bytes * internal::QwzMessageBytes(S, kBlock))
+            << forward_bytes << " vs " << backward_bytes;
+      }
+      ASSERT_OK(engine->Step().status());
+    }
+    EXPECT_GT(advanced::Stats(*engine).prefetch_gathers, 0) << "the later steps' gathers were prefetched";
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, QwzGatherTest,
+                         ::testing::Values(QwzCase{1, false}, QwzCase{2, false}, QwzCase{3, true}, QwzCase{4, false},
+                                           QwzCase{4, true}),
+                         [](const auto& info) {
+                           return absl::StrCat("world", info.param.world, info.param.bf16 ? "_bf16" : "_f32");
+                         });
+
+TEST(QwzConfig, BelowStage3IsAnErrorNamingTheKey) {
+  for (int stage : {0, 1, 2}) {
+    Config c = QwzConfig(stage, false);
+    EXPECT_THAT(c.Validate(4), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                ::testing::HasSubstr("zero_optimization.zero_quantized_weights")))
+        << "stage " << stage;
+  }
+  Config ok = QwzConfig(3, false);
+  EXPECT_OK(ok.Validate(4));
+}
+
+// The tiny GPT with qwZ trains to the unquantized run's losses at 4 thread-ranks (fp32 and bf16), over 100 steps:
+// the mean loss of each 10 steps within 6 % of the unquantized run's, the last 10 steps' within 1 %. (A single
+// step's loss is one batch's, and the runs' weights drift apart: per step the gap reached 7 %; the 10-step means
+// were within 0.7 % but for 4.7 % (f32) and 4.0 % (bf16) at steps 21-30, where both runs' loss spikes at lr 3e-3
+// and the spike came later with qwZ; the last 10 steps: 0.27 % and 0.46 %.)
+TEST(QwzGpt, TrainsToTheUnquantizedLosses) {
+  constexpr int kSteps = 100, kWindow = 10;
+  for (bool bf16 : {false, true}) {
+    Config exact = testing::TrainConfig(3, 2);
+    exact.bf16.enabled = bf16;
+    Config qwz = exact;
+    qwz.zero.zero_quantized_weights = true;
+    const gpt::TrainResult a = testing::TrainTinyGpt(4, exact, kSteps);
+    const gpt::TrainResult b = testing::TrainTinyGpt(4, qwz, kSteps);
+    ASSERT_EQ(a.steps.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(b.steps.size(), static_cast<size_t>(kSteps));
+    for (int w = 0; w < kSteps / kWindow; ++w) {
+      double ma = 0, mb = 0;
+      for (int s = w * kWindow; s < (w + 1) * kWindow; ++s) {
+        ASSERT_TRUE(std::isfinite(b.steps[s].loss)) << "step " << s + 1;
+        ma += a.steps[s].loss / kWindow;
+        mb += b.steps[s].loss / kWindow;
+      }
+      const double gap = std::fabs(mb - ma) / ma, bound = w + 1 == kSteps / kWindow ? 0.01 : 0.06;
+      std::printf("qwz %s steps %d-%d: mean loss %.4f vs %.4f unquantized (gap %.2f %%)\n", bf16 ? "bf16" : "f32",
+                  w * kWindow + 1, (w + 1) * kWindow, mb, ma, 100 * gap);
+      EXPECT_LE(gap, bound) << (bf16 ? "bf16" : "f32") << " steps " << w * kWindow + 1 << "-" << (w + 1) * kWindow;
+    }
+    EXPECT_LT(b.steps.back().loss, b.steps.front().loss) << "it trains";
+    EXPECT_LT(b.steps.back().group_bytes, a.steps.back().group_bytes) << "fewer bytes on the wire";
+  }
+}
+
+}  // namespace
+}  // namespace zero
