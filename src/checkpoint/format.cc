@@ -456,6 +456,23 @@ std::string DefaultTag(int64_t step) { return absl::StrFormat("step-%08d", step)
 
 // ---- RankFileWriter ----
 
+void RankFileHeader(int rank, int world, char out[kRankHeaderBytes]) {
+  std::memset(out, 0, kRankHeaderBytes);
+  std::memcpy(out, kRankMagic, 8);
+  const uint32_t fields[3] = {static_cast<uint32_t>(kFormatVersion), static_cast<uint32_t>(rank),
+                              static_cast<uint32_t>(world)};
+  std::memcpy(out + 8, fields, sizeof(fields));
+}
+
+std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes) {
+  std::vector<uint32_t> crc;
+  const char* p = static_cast<const char*>(data);
+  for (int64_t b = 0; b < bytes; b += kBlockBytes) {
+    crc.push_back(Crc32c(0, p + b, static_cast<size_t>(std::min(kBlockBytes, bytes - b))));
+  }
+  return crc;
+}
+
 struct RankFileWriter::Impl {
   AtomicFile file;
   RankFileMeta meta;
@@ -472,11 +489,8 @@ Status RankFileWriter::Open(const std::string& path, int rank, int world) {
   ZERO_RETURN_IF_ERROR(impl_->file.Open(path));
   const size_t slash = path.find_last_of('/');
   impl_->meta.file = slash == std::string::npos ? path : path.substr(slash + 1);
-  char header[kRankHeaderBytes] = {};
-  std::memcpy(header, kRankMagic, 8);
-  const uint32_t fields[3] = {static_cast<uint32_t>(kFormatVersion), static_cast<uint32_t>(rank),
-                              static_cast<uint32_t>(world)};
-  std::memcpy(header + 8, fields, sizeof(fields));
+  char header[kRankHeaderBytes];
+  RankFileHeader(rank, world, header);
   return impl_->file.Write(header, sizeof(header));
 }
 
