@@ -157,7 +157,8 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   result.params = engine->num_params();
   result.first_step = run.first_step;
   for (int64_t step = run.first_step; step < options.steps; ++step) {
-    const internal::StepClock started;
+    internal::StepClock started;
+    started.save_in_flight = engine->save_in_flight();
     for (int m = 0; m < ga; ++m) {
       data.Batch(step, m * world + rank, world * ga, B, T, tokens.data(), targets.data());
       // From pageable memory: the copy has read the host vectors when it returns, so they may be refilled.
@@ -215,6 +216,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, rank, on_step, &result);
     ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, &result));
   }
+  ZERO_RETURN_IF_ERROR(internal::WaitForLastSave(*engine, &result));
   internal::RecordEngineStats(*engine, run.units, &result);
   // Every rank's report through device copies (NCCL reads device memory).
   ZERO_ASSIGN_OR_RETURN(
