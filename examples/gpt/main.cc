@@ -402,9 +402,9 @@ int main(int argc, char** argv) {
         zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
         static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
         zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T),
-        flags.save_async ? "true" : "false", absl::StrJoin(res.save_ms, ", ", [](std::string* out, double ms) {
-          absl::StrAppendFormat(out, "%.3f", ms);
-        }).c_str(),
+        flags.save_async ? "true" : "false",
+        absl::StrJoin(res.save_ms, ", ", [](std::string* out, double ms) { absl::StrAppendFormat(out, "%.3f", ms); })
+            .c_str(),
         res.save_wait_ms);
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).

@@ -211,8 +211,7 @@ Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step,
   so.async = options.save_async;
   const auto t0 = std::chrono::steady_clock::now();
   ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
-  result->save_ms.push_back(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  result->save_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   result->saved.push_back(tag);
   return absl::OkStatus();
 }

@@ -484,6 +484,17 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
+    // The rank files are read through the I/O engine: the asynchronous saves' (kept), or one for this Load, its
+    // staging counted in this engine's tracker while it lives.
+    std::unique_ptr<io::IoEngine> own_io;
+    io::IoEngine* io = async_save.io.get();
+    if (io == nullptr) {
+      io::IoOptions o = io::IoOptionsFromConfig(ctx.cfg);
+      o.tracker = &ctx.tracker;
+      ZERO_ASSIGN_OR_RETURN(own_io, io::IoEngine::Create(o));
+      io = own_io.get();
+    }
+    reader->UseIoEngine(io);
     const ckpt::Meta& m = reader->meta();
     const std::string from = reader->folder();
     if (options.check_trainer_state) {  // before any value is read; its error fails every rank (AgreeOnStatus)

@@ -51,11 +51,11 @@ struct AsyncSave {
   // collective); `done` and `result` are this rank's worker's.
   bool in_flight = false;
   std::string dir, tag;
-  ckpt::Meta meta;           // the run's description when Save was called (rank 0 writes it)
+  ckpt::Meta meta;  // the run's description when Save was called (rank 0 writes it)
   TrainerState trainer_state;
   std::thread worker;
   std::atomic<bool> done{false};
-  Status result;             // the worker's, read after `done`
+  Status result;               // the worker's, read after `done`
   ckpt::RankFileMeta written;  // the worker's, read after `done`
   // A failure a Step's look found (every rank alike): returned by the next Save, WaitForSave or Load.
   Status failed;
