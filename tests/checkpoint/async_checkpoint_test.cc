@@ -22,6 +22,7 @@
 #include "support/files.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/estimate.h"
 #include "zero/sharded_optimizer.h"
 
 namespace zero {
@@ -281,6 +282,48 @@ TEST(AsyncSaveBehaviourTest, AFileSizeLimitFailsTheSaveOnEveryRank) {
   EXPECT_NE(std::string(v.message()).find("incomplete"), std::string::npos) << v;
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin"));
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin.tmp." + std::to_string(::getpid())));
+}
+
+// The estimator counts the asynchronous save's staging (EstimateOptions::async_save): what the engine's host
+// kStaging and host peak_total grow by when its first asynchronous save allocates the staging, to the byte, at
+// stage 2 in bf16 with stochastic rounding (the 16-bit parameters saved too) and at stage 3 with offload.
+TEST(AsyncSaveBehaviourTest, TheEstimateCountsTheStaging) {
+  for (const Case& c :
+       {Case{"s2_bf16_sr", 2, 2, DType::kBF16, 1, false, true}, Case{"s3_f32_offload", 3, 3, DType::kF32, 1, true}}) {
+    SCOPED_TRACE(c.name);
+    const Config cfg = CaseConfig(c);
+    const std::string dir = MakeTempDir();
+    std::vector<EstimateUnit> units;
+    for (const auto& [name, specs] : testing::SyntheticUnits()) {
+      int64_t n = 0;
+      for (const ParamSpec& s : specs) n += s.numel();
+      units.push_back({name, n});
+    }
+    testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+      SyntheticTrace t;
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 2, 1, testing::HostViewIo(), &t));
+      const MemoryReport before = e->memory_report();
+      ASSERT_OK(e->Save(dir, {.async = true}).status());
+      ASSERT_OK(e->WaitForSave());
+      const MemoryReport after = e->memory_report();
+      EstimateOptions eo;
+      eo.world = c.world;
+      eo.rank = rank;
+      ASSERT_OK_AND_ASSIGN(RankEstimate without, Estimate(cfg, units, eo));
+      eo.async_save = true;
+      ASSERT_OK_AND_ASSIGN(RankEstimate with, Estimate(cfg, units, eo));
+      const int64_t predicted = with.memory.Get(MemTier::kHost, MemTag::kStaging).current -
+                                without.memory.Get(MemTier::kHost, MemTag::kStaging).current;
+      EXPECT_GT(predicted, 0);
+      EXPECT_EQ(after.Get(MemTier::kHost, MemTag::kStaging).current -
+                    before.Get(MemTier::kHost, MemTag::kStaging).current,
+                predicted);
+      EXPECT_EQ(with.memory.peak_total[static_cast<size_t>(MemTier::kHost)] -
+                    without.memory.peak_total[static_cast<size_t>(MemTier::kHost)],
+                predicted);
+    });
+  }
 }
 
 // ShardedOptimizer saves asynchronously too: the same files as its synchronous save.
