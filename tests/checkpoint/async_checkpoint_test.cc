@@ -119,6 +119,33 @@ INSTANTIATE_TEST_SUITE_P(Matrix, AsyncSaveTest,
                                            Case{"s3_f32_offload_ga2", 3, 3, DType::kF32, 2, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Hybrid sharding (4 ranks, groups of 2): the first group writes, the second only agrees; the same files as a
+// synchronous save (a checkpoint of a world of 2), and the estimate counts staging on the writers only.
+TEST(AsyncSaveBehaviourTest, HybridShardingWritesFromTheFirstGroup) {
+  Config cfg = TrainConfig(2, 1);
+  cfg.zero.mics_shard_size = 2;
+  const std::string sync_dir = MakeTempDir(), async_dir = MakeTempDir();
+  testing::RunRanks(4, [&](Communicator& comm, int) {
+    for (const bool async : {false, true}) {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm)));
+      SyntheticTrace t;
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 2, 1, testing::HostViewIo(), &t));
+      const int64_t staging_before = e->memory_report().Get(MemTier::kHost, MemTag::kStaging).current;
+      ASSERT_OK(e->Save(async ? async_dir : sync_dir, {.async = async}).status());
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 1, 1, testing::HostViewIo(), &t, 2));
+      ASSERT_OK(e->WaitForSave());
+      if (async && e->rank() >= 2) {  // the second group holds no staging
+        EXPECT_EQ(e->memory_report().Get(MemTier::kHost, MemTag::kStaging).current, staging_before);
+      }
+    }
+  });
+  for (const char* f : {"meta.json", "rank-00000-of-00002.bin", "rank-00001-of-00002.bin"}) {
+    const std::string p = std::string("/step-00000002/") + f;
+    EXPECT_TRUE(ReadWholeFile(sync_dir + p) == ReadWholeFile(async_dir + p)) << f;
+    EXPECT_FALSE(ReadWholeFile(async_dir + p).empty()) << f;
+  }
+}
+
 // Holds rank `rank`'s background writes at their start (internal::AsyncSaveTestHook) while armed, until
 // Release(); the writes themselves are real.
 class HeldWrite {
