@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model.h"
 #include "progress.h"
 #include "train.h"
@@ -47,6 +48,7 @@ struct Flags {
   std::string device = "cpu";
   std::string save_dir, resume_dir, init_from, init_map;
   int64_t save_every = 0;
+  bool save_async = false;
   bool params_hash = false;
   bool live = false;
 };
@@ -55,7 +57,8 @@ void Usage() {
   std::fprintf(stdout,
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
-               "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--resume DIR]\n"
+               "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--save-async]\n"
+               "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
                "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
@@ -65,6 +68,8 @@ void Usage() {
                "               cpu_checkpointing); without it nothing is recomputed\n"
                "  --blas-threads N  OpenBLAS threads per process (default: cores / ranks on this host)\n"
                "  --save DIR   save a checkpoint (zero/checkpoint.h) every --save-every steps and after the last\n"
+               "  --save-async each save returns once this rank's state is staged; the files are written in the\n"
+               "               background while training goes on (zero/checkpoint.h, SaveOptions::async)\n"
                "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
                "               step to stop at, so a resumed run stops where the uninterrupted one does; a DIR\n"
                "               with no checkpoint starts at step 0, one with complete checkpoints but no usable\n"
@@ -145,6 +150,8 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
       f->live = true, takes_value = false;
     } else if (a == "--recompute") {
       f->recompute = true, takes_value = false;
+    } else if (a == "--save-async") {
+      f->save_async = true, takes_value = false;
     } else if (a == "--bf16") {
       f->bf16 = true, takes_value = false;
     } else if (a == "--params-hash") {
@@ -284,6 +291,7 @@ int main(int argc, char** argv) {
   opt.blas_threads = flags.blas_threads;
   opt.save_dir = flags.save_dir;
   opt.save_every = flags.save_every;
+  opt.save_async = flags.save_async;
   opt.resume_dir = flags.resume_dir;
   opt.init_from = flags.init_from;
   if (!flags.init_map.empty()) {
@@ -304,10 +312,11 @@ int main(int argc, char** argv) {
     if (flags.json) {
       std::printf(
           "{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
-          "\"tokens_per_s\": %.1f, \"bus_bytes\": {\"shard_group\": %lld, \"replicas\": %lld}, \"samples\": %lld%s}\n",
+          "\"tokens_per_s\": %.1f, \"bus_bytes\": {\"shard_group\": %lld, \"replicas\": %lld}, \"samples\": %lld%s%s}\n",
           static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
           static_cast<long long>(s.group_bytes), static_cast<long long>(s.replica_bytes),
-          static_cast<long long>(s.samples), s.skipped ? ", \"skipped\": true" : "");
+          static_cast<long long>(s.samples), s.skipped ? ", \"skipped\": true" : "",
+          s.save_in_flight ? ", \"save_in_flight\": true" : "");
       std::fflush(stdout);
     } else {
       progress.Step("", s.step + 1, flags.steps, s);
@@ -387,13 +396,17 @@ int main(int argc, char** argv) {
         "\"forwards\": %lld, \"recomputes\": %lld, \"peak_arena_bytes\": %zu, \"peak_checkpoint_bytes\": %zu, "
         "\"checkpoint_tier\": \"%s\", \"forward_s\": %.6f, \"recompute_s\": %.6f, \"backward_s\": %.6f}, "
         "\"activation_sizes\": {\"layers\": %d, \"stream\": %zu, \"block\": %zu, \"head\": %zu, "
-        "\"scratch\": %zu}}\n",
+        "\"scratch\": %zu}, \"saves\": {\"async\": %s, \"ms\": [%s], \"final_wait_ms\": %.3f}}\n",
         static_cast<long long>(res.params), world_size, cfg.zero.stage, MemoryJson(res.all_ranks).c_str(),
         PeakBoundJson(res.peak_bound).c_str(), flags.recompute ? "true" : "false", static_cast<long long>(rc.forwards),
         static_cast<long long>(rc.recomputes), rc.peak_arena_bytes, rc.peak_checkpoint_bytes,
         zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
         static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
-        zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
+        zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T),
+        flags.save_async ? "true" : "false",
+        absl::StrJoin(res.save_ms, ", ", [](std::string* out, double ms) { absl::StrAppendFormat(out, "%.3f", ms); })
+            .c_str(),
+        res.save_wait_ms);
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).
       const uint64_t h = ParamsHash(res.final_params);

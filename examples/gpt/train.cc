@@ -116,6 +116,7 @@ void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& 
               ProcessCpuMs() - started.cpu_ms,
               tokens / (ms / 1000.0),
               r.skipped,
+              started.save_in_flight,
               r.shard_group_bus_bytes,
               r.replica_bus_bytes,
               samples};
@@ -227,8 +228,18 @@ Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step,
   so.tag = absl::StrFormat("step-%08d", next_step);
   so.trainer_state["next_step"] = absl::StrCat(next_step);
   so.trainer_state["samples"] = absl::StrCat(samples);  // the data cursor: a resume reads on from here
+  so.async = options.save_async;
+  const auto t0 = std::chrono::steady_clock::now();
   ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
+  result->save_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   result->saved.push_back(tag);
+  return absl::OkStatus();
+}
+
+Status WaitForLastSave(Engine& engine, TrainResult* result) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ZERO_RETURN_IF_ERROR(engine.WaitForSave());
+  result->save_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return absl::OkStatus();
 }
 
@@ -358,7 +369,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     // Under live recovery the world is the groups present, and this rank's place in it.
     const int drank = live != nullptr ? live->world_rank() : rank,
               dworld = live != nullptr ? live->world_size() : world;
-    const internal::StepClock started;
+    internal::StepClock started;
+    started.save_in_flight = engine->save_in_flight();
     double loss_sum = 0;
     for (int m = 0; m < ga; ++m) {
       // Micro-step m of this step reads the samples [(m*world + rank)*B, +B) past the cursor: the same samples a
@@ -423,6 +435,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     result.live_history = live->history();
     ZERO_RETURN_IF_ERROR(live->Leave());
   }
+  ZERO_RETURN_IF_ERROR(internal::WaitForLastSave(*engine, &result));
   // UnitWork's fp32 copies of 16-bit weights and gradients are the trainer's, in the host tier.
   const int64_t unit_work = dtype == DType::kF32 ? 0 : 8 * (UnitNumel(RootParams(mc)) + UnitNumel(BlockParams(mc)));
   internal::RecordEngineStats(*engine, units, &result, {unit_work, 0});

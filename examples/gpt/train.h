@@ -45,6 +45,9 @@ struct TrainOptions {
   // uninterrupted one does.
   std::string save_dir;    // save here every `save_every` steps and after the last step (empty: never)
   int64_t save_every = 0;  // 0: only after the last step
+  // Asynchronous saves (SaveOptions::async): each Save returns once staged; the run waits for the last one at
+  // its end (Engine::WaitForSave).
+  bool save_async = false;
   // Load its latest checkpoint after Finalize and continue from it; a folder with no checkpoint at all: start
   // (ResumeCheckpointTag: complete checkpoints without a usable `latest` are an error naming the newest).
   std::string resume_dir;
@@ -66,6 +69,7 @@ struct StepLog {
   double cpu_ms = 0;  // CPU time of the whole process during the step (every thread-rank, BLAS and Gloo threads)
   double tokens_per_s = 0;
   bool skipped = false;
+  bool save_in_flight = false;  // an asynchronous save was being written in the background when the step began
   // Rank 0's bytes sent in the step (StepResult): within its shard group, and across replicas (hybrid sharding).
   int64_t group_bytes = 0, replica_bytes = 0;
   // The data cursor after the step: global samples trained so far (ByteDataset), what a resume goes on from.
@@ -76,6 +80,8 @@ struct TrainResult {
   std::vector<StepLog> steps;
   int64_t first_step = 0;          // where this run began (a resumed run: the checkpoint's next step)
   std::vector<std::string> saved;  // checkpoint tags written, in order
+  std::vector<double> save_ms;     // how long each Save call held the trainer, in the same order
+  double save_wait_ms = 0;         // the final WaitForSave (save_async)
   int64_t params = 0;
   MemoryReport memory;                  // this rank's
   std::vector<MemoryReport> all_ranks;  // every rank's (gathered), in rank order

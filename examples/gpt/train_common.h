@@ -54,12 +54,15 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
                          const GptConfig& mc, const TrainOptions& options);
 // After step `next_step - 1`, with `samples` global samples trained in all: saves a checkpoint tagged
 // "step-<next_step>" to options.save_dir when save_every divides next_step or it is the last step, and records the
-// tag. Collective.
+// tag and the time the call took (asynchronously with options.save_async). Collective.
 Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, TrainResult* result);
+// The asynchronous save still in flight at the end of a run, waited for (its time in save_wait_ms). Collective.
+Status WaitForLastSave(Engine& engine, TrainResult* result);
 // When a step started (wall clock and this process's CPU time), for its StepLog.
 struct StepClock {
   std::chrono::steady_clock::time_point wall = std::chrono::steady_clock::now();
   double cpu_ms = ProcessCpuMs();
+  bool save_in_flight = false;  // an asynchronous save was being written when the step began
 };
 // Appends step `step`'s log (loss already averaged over ranks; `tokens` = tokens of the step over all ranks;
 // `samples` = global samples trained up to and including it) and hands it to `on_step` on rank 0.

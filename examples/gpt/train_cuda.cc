@@ -158,7 +158,8 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
   result.first_step = run.first_step;
   int64_t samples = run.first_sample;  // the data cursor (ByteDataset): global samples trained before `step`
   for (int64_t step = run.first_step; step < options.steps; ++step) {
-    const internal::StepClock started;
+    internal::StepClock started;
+    started.save_in_flight = engine->save_in_flight();
     for (int m = 0; m < ga; ++m) {
       data.Batch(samples + (static_cast<int64_t>(m) * world + rank) * B, B, T, tokens.data(), targets.data());
       // From pageable memory: the copy has read the host vectors when it returns, so they may be refilled.
@@ -218,6 +219,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
                          &result);
     ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, &result));
   }
+  ZERO_RETURN_IF_ERROR(internal::WaitForLastSave(*engine, &result));
   internal::RecordEngineStats(*engine, run.units, &result);
   // Every rank's report through device copies (NCCL reads device memory).
   ZERO_ASSIGN_OR_RETURN(

@@ -47,6 +47,18 @@ struct SaveOptions {
   std::string tag;
   // This rank's state; Load returns it to the rank of the same number.
   TrainerState trainer_state;
+  // Asynchronous: Save returns once this rank's state is copied into host staging (allocated at the first
+  // asynchronous save and reused: pinned on a CUDA engine, counted under MemTag::kStaging), and a background
+  // thread writes the rank file through the I/O engine (temporary name, fsync, rename). The ranks agree that
+  // every file is durable at the next Save, WaitForSave, Load or Step (a small collective; Step only looks,
+  // never waits), and then rank 0 writes meta.json and moves `latest`: a background write that failed, on any
+  // rank, never becomes `latest`, and its error is returned by the next Save, WaitForSave or Load on every rank.
+  // The checkpoint on disk is byte for byte the one a synchronous save of the same state writes.
+  bool async = false;
+  // What a Save does while an earlier asynchronous save is still being written: wait for it (and make it
+  // `latest`) first, or fail with kFailedPrecondition on every rank (the earlier one goes on).
+  enum class InFlight : uint8_t { kWait, kRefuse };
+  InFlight if_in_flight = InFlight::kWait;
 };
 
 struct LoadOptions {

@@ -377,6 +377,12 @@ class Engine {
   // DIR/<tag> already holds a checkpoint. A failure on any rank fails Save on every rank and leaves the
   // previous checkpoint current. Collective.
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options = {});
+  // Waits for the asynchronous save in flight (SaveOptions::async), if any, and makes it DIR's latest once every
+  // rank's file is durable; returns its error, or that of one a Step found failed, on every rank. Call it
+  // before the engine is destroyed: a save still in flight then is written but never made `latest`. Collective.
+  Status WaitForSave();
+  // Whether an asynchronous save is in flight (started, not yet agreed complete). The same on every rank.
+  bool save_in_flight() const;
   // Replaces the parameters, master weights, optimizer state, step count and loss scaler with a checkpoint's,
   // saved at any world size and stage, by the Engine or the ShardedOptimizer (parameters matched by full name
   // "unit.param", LoadOptions::name_map). After Finalize, between Steps. The run then continues exactly as the

@@ -83,6 +83,12 @@ struct EstimateOptions {
   // fp32 state buffers per element of the optimizer (Adam 2, SGD with momentum 1); negative: the config's
   // "optimizer" section decides, as in the engine.
   int optimizer_states = -1;
+  // Asynchronous checkpoints (SaveOptions::async, zero-gpt --save-async): the staging the engine keeps from the
+  // first asynchronous save on, counted in the host tier under kStaging and in peak_total: this rank's whole rank
+  // file (its part of every saved stream, the 64-byte header) plus 4 KiB of alignment, and the I/O engine's
+  // aio.queue_depth buffers of aio.block_size. Ranks outside the first shard group (hybrid sharding) write
+  // nothing and hold none.
+  bool async_save = false;
 };
 
 enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce };

@@ -124,6 +124,8 @@ class ShardedOptimizer {
   // Checkpoints, as Engine::Save/Load/LoadSafetensors (zero/checkpoint.h): the parameters are read from and
   // written into the trainer's buffers; tensor full names are "<FlatBuffers::name>.<tensor>". Collective.
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options = {});
+  Status WaitForSave();  // as Engine::WaitForSave (SaveOptions::async)
+  bool save_in_flight() const;
   StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options = {});
   Status LoadSafetensors(const std::string& path, const LoadOptions& options = {});
 

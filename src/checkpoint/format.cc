@@ -17,6 +17,7 @@
 #include "checkpoint/internal/crc32c.h"
 #include "checkpoint/internal/file.h"
 #include "core/internal/json_depth.h"
+#include "io/internal/io_engine.h"
 #include "nlohmann/json.hpp"
 
 namespace zero::ckpt {
@@ -456,6 +457,23 @@ std::string DefaultTag(int64_t step) { return absl::StrFormat("step-%08d", step)
 
 // ---- RankFileWriter ----
 
+void RankFileHeader(int rank, int world, char out[kRankHeaderBytes]) {
+  std::memset(out, 0, kRankHeaderBytes);
+  std::memcpy(out, kRankMagic, 8);
+  const uint32_t fields[3] = {static_cast<uint32_t>(kFormatVersion), static_cast<uint32_t>(rank),
+                              static_cast<uint32_t>(world)};
+  std::memcpy(out + 8, fields, sizeof(fields));
+}
+
+std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes) {
+  std::vector<uint32_t> crc;
+  const char* p = static_cast<const char*>(data);
+  for (int64_t b = 0; b < bytes; b += kBlockBytes) {
+    crc.push_back(Crc32c(0, p + b, static_cast<size_t>(std::min(kBlockBytes, bytes - b))));
+  }
+  return crc;
+}
+
 struct RankFileWriter::Impl {
   AtomicFile file;
   RankFileMeta meta;
@@ -472,11 +490,8 @@ Status RankFileWriter::Open(const std::string& path, int rank, int world) {
   ZERO_RETURN_IF_ERROR(impl_->file.Open(path));
   const size_t slash = path.find_last_of('/');
   impl_->meta.file = slash == std::string::npos ? path : path.substr(slash + 1);
-  char header[kRankHeaderBytes] = {};
-  std::memcpy(header, kRankMagic, 8);
-  const uint32_t fields[3] = {static_cast<uint32_t>(kFormatVersion), static_cast<uint32_t>(rank),
-                              static_cast<uint32_t>(world)};
-  std::memcpy(header + 8, fields, sizeof(fields));
+  char header[kRankHeaderBytes];
+  RankFileHeader(rank, world, header);
   return impl_->file.Write(header, sizeof(header));
 }
 
@@ -607,9 +622,20 @@ Status CheckpointReader::OpenRank(int rank) {
     return absl::DataLossError(absl::StrCat(path, ": the header is not that of rank ", rank, " of ", meta_.world_size,
                                             " in format version ", kFormatVersion));
   }
+  if (io_ != nullptr) {
+    files_.resize(fds_.size());
+    ZERO_ASSIGN_OR_RETURN(files_[rank], io::IoFile::Open(path, io::IoFile::Mode::kRead));
+  }
   fds_[rank] = fd;
   closer.fd = -1;
   return absl::OkStatus();
+}
+
+Status CheckpointReader::ReadBytes(int rank, const std::string& where, int64_t offset, void* dst, size_t n) {
+  if (io_ != nullptr && rank < static_cast<int>(files_.size()) && files_[rank].is_open()) {
+    return io_->Read(files_[rank], offset, dst, static_cast<int64_t>(n));
+  }
+  return ReadAt(fds_[rank], where, offset, dst, n);
 }
 
 Status CheckpointReader::ReadBlock(int rank, const Section& s, int64_t block, const std::string& where) {
@@ -620,7 +646,7 @@ Status CheckpointReader::ReadBlock(int rank, const Section& s, int64_t block, co
   const int64_t b0 = block * kBlockBytes, n = std::min(kBlockBytes, bytes - b0);
   cache_rank_ = -1;
   cache_.resize(static_cast<size_t>(n));
-  ZERO_RETURN_IF_ERROR(ReadAt(fds_[rank], where, s.offset + b0, cache_.data(), cache_.size()));
+  ZERO_RETURN_IF_ERROR(ReadBytes(rank, where, s.offset + b0, cache_.data(), cache_.size()));
   const uint32_t crc = Crc32c(0, cache_.data(), cache_.size());
   if (crc != s.crc[block]) {
     return absl::DataLossError(absl::StrCat(where, ": checksum mismatch in block ", block, " (bytes ", s.offset + b0,
@@ -656,7 +682,7 @@ Status CheckpointReader::Read(int unit, int stream, int64_t begin, int64_t end, 
         ZERO_RETURN_IF_ERROR(OpenRank(rank));
         const int64_t n = std::min(kBlockBytes, section_bytes - byte);
         char* to = out + (x - begin) * des;
-        ZERO_RETURN_IF_ERROR(ReadAt(fds_[rank], where, s.offset + byte, to, static_cast<size_t>(n)));
+        ZERO_RETURN_IF_ERROR(ReadBytes(rank, where, s.offset + byte, to, static_cast<size_t>(n)));
         if (Crc32c(0, to, static_cast<size_t>(n)) != s.crc[block]) {
           return absl::DataLossError(absl::StrCat(where, ": checksum mismatch in block ", block, " (bytes ",
                                                   s.offset + byte, "-", s.offset + byte + n, "): the file is damaged"));

@@ -10,10 +10,15 @@
 //           [base + host_n, base + range); in fp32 the parameters themselves (and, written, the host master)
 //   state.k fp32: host part and device part of state k, like the master
 // where base = r·S and range = S at stages 1-3, base = 0 and range = padded at stage 0.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +26,7 @@
 #include "checkpoint/internal/file.h"
 #include "checkpoint/internal/format.h"
 #include "core/internal/fault.h"
+#include "io/internal/io_engine.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -45,6 +51,11 @@ std::string TheirName(const LoadOptions& options, const std::string& mine) {
 }
 
 }  // namespace
+
+std::function<void(int world_rank)>& internal::AsyncSaveTestHook() {
+  static std::function<void(int)> hook;
+  return hook;
+}
 
 size_t Engine::Impl::PieceElems() const {
   int64_t largest = 0;
@@ -160,7 +171,61 @@ StatusOr<std::string> Engine::Impl::AgreeOnStatus(const Status& mine, const char
   return std::string();
 }
 
+Status Engine::Impl::SettleSave(const char* what, SaveOptions::InFlight policy) {
+  internal::AsyncSave& a = async_save;
+  if (a.in_flight) {
+    if (policy == SaveOptions::InFlight::kRefuse) {
+      // A look, not a wait: the ranks agree whether it is done (and commit it if so) before refusing.
+      ZERO_ASSIGN_OR_RETURN(const bool finished, FinishSave(/*wait=*/false, what));
+      if (!finished) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": the asynchronous save of ", a.dir, "/", a.tag,
+                         " is still being written (SaveOptions::if_in_flight = kRefuse); WaitForSave waits for it"));
+      }
+    } else {
+      ZERO_RETURN_IF_ERROR(FinishSave(/*wait=*/true, what).status());
+    }
+  }
+  if (!a.failed.ok()) {  // found by a Step; reported once, on every rank (they all found it in one collective)
+    Status f = std::move(a.failed);
+    a.failed = absl::OkStatus();
+    return f;
+  }
+  return absl::OkStatus();
+}
+
+Status Engine::Impl::WaitForSave() { return SettleSave("WaitForSave", SaveOptions::InFlight::kWait); }
+
+void Engine::Impl::PollSave() {
+  if (!async_save.in_flight) return;
+  StatusOr<bool> r = FinishSave(/*wait=*/false, "Step");
+  if (!r.ok()) async_save.failed = r.status();
+}
+
+Status Engine::Impl::CommitSave(const std::string& dir, ckpt::Meta meta, ckpt::RankFileMeta mine, const char* what) {
+  const bool writer = ctx.world_rank < ctx.world;
+  Status committed = absl::OkStatus();
+  std::vector<std::string> all;
+  if (writer) {  // a collective of the first group only
+    CommLabel label(ctx.comm.get(), absl::StrCat(what, ": the rank files' sections"));
+    ZERO_ASSIGN_OR_RETURN(all, host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
+  }
+  if (ctx.world_rank == 0) {
+    committed = [&]() -> Status {
+      meta.ranks.push_back(std::move(mine));
+      for (int r = 1; r < ctx.world; ++r) {
+        ZERO_ASSIGN_OR_RETURN(ckpt::RankFileMeta theirs, ckpt::RankFileMetaFromJson(all[r], meta, r));
+        meta.ranks.push_back(std::move(theirs));
+      }
+      return ckpt::CommitCheckpoint(dir, meta);
+    }();
+  }
+  return AgreeOnStatus(committed, what).status();
+}
+
 StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptions& options) {
+  // An earlier asynchronous save first: its failure is this call's (on every rank), before anything new starts.
+  ZERO_RETURN_IF_ERROR(SettleSave("Save", options.if_in_flight));
   const std::string tag = options.tag.empty() ? ckpt::DefaultTag(step.applied_steps()) : options.tag;
   const std::string folder = absl::StrCat(dir, "/", tag);
   ckpt::RankFileMeta mine;
@@ -182,6 +247,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     }
     if (!writer) return absl::OkStatus();
     ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(folder));
+    if (options.async) return StartAsyncSave(dir, tag);
     ckpt::RankFileWriter w;
     ZERO_RETURN_IF_ERROR(
         w.Open(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)), ctx.rank, ctx.world));
@@ -220,27 +286,153 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     mine.trainer_state = options.trainer_state;
     return absl::OkStatus();
   }();
+  if (options.async) {
+    // The staging is this rank's (the worker may already be writing): a failure elsewhere stops nothing here, so
+    // the worker is joined and its file removed before the ranks' shared error is returned.
+    const StatusOr<std::string> agreed = AgreeOnStatus(local, "Save");
+    internal::AsyncSave& a = async_save;
+    if (!agreed.ok()) {
+      if (a.worker.joinable()) a.worker.join();
+      if (writer && local.ok() && a.result.ok()) {
+        ::unlink(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)).c_str());
+      }
+      return agreed.status();
+    }
+    a.in_flight = true;
+    a.dir = dir;
+    a.tag = tag;
+    a.meta = DescribeForCheckpoint(tag);  // now: Steps run on while the files are written
+    a.trainer_state = options.trainer_state;
+    if (!writer) a.done = true;  // nothing to write: only the agreement
+    return tag;
+  }
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Save").status());
   // Every rank's file is durable. Rank 0 needs their sections and checksums for meta.json.
-  ckpt::Meta meta = DescribeForCheckpoint(tag);
-  Status committed = absl::OkStatus();
-  std::vector<std::string> all;
-  if (writer) {  // a collective of the first group only
-    CommLabel label(ctx.comm.get(), "Save: the rank files' sections");
-    ZERO_ASSIGN_OR_RETURN(all, host.AllGatherStrings(ctx.rank == 0 ? std::string() : ckpt::RankFileMetaToJson(mine)));
-  }
-  if (ctx.world_rank == 0) {
-    committed = [&]() -> Status {
-      meta.ranks.push_back(std::move(mine));
-      for (int r = 1; r < ctx.world; ++r) {
-        ZERO_ASSIGN_OR_RETURN(ckpt::RankFileMeta theirs, ckpt::RankFileMetaFromJson(all[r], meta, r));
-        meta.ranks.push_back(std::move(theirs));
-      }
-      return ckpt::CommitCheckpoint(dir, meta);
-    }();
-  }
-  ZERO_RETURN_IF_ERROR(AgreeOnStatus(committed, "Save").status());
+  ZERO_RETURN_IF_ERROR(CommitSave(dir, DescribeForCheckpoint(tag), std::move(mine), "Save"));
   return tag;
+}
+
+Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& tag) {
+  internal::AsyncSave& a = async_save;
+  if (a.plan_rank != ctx.rank || a.plan_world != ctx.world) {
+    // The write plan: the sections in the order the synchronous writer appends them, so the file is the same.
+    a.plan.clear();
+    int64_t offset = ckpt::kRankHeaderBytes;
+    for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+      const Unit& u = ctx.units[ui];
+      const int64_t begin = std::min(u.layout.numel, static_cast<int64_t>(ctx.rank) * u.layout.shard);
+      const int64_t end = begin + u.layout.OwnedElems(ctx.rank);
+      const std::vector<StreamDesc> streams = SavedStreams(u);
+      for (size_t si = 0; si < streams.size(); ++si) {
+        a.plan.push_back({static_cast<int>(ui), static_cast<int>(si), begin, end, offset, streams[si].dtype});
+        offset += (end - begin) * static_cast<int64_t>(DTypeSize(streams[si].dtype));
+      }
+    }
+    a.file_bytes = offset;
+    a.plan_rank = ctx.rank;
+    a.plan_world = ctx.world;
+    a.staging.Reset();
+  }
+  if (a.io == nullptr) {
+    io::IoOptions o = io::IoOptionsFromConfig(ctx.cfg);
+    o.tracker = &ctx.tracker;  // its staging buffers are this engine's bytes
+    ZERO_ASSIGN_OR_RETURN(a.io, io::IoEngine::Create(o));
+  }
+  const int64_t align = a.io->options().alignment;
+  if (a.staging.empty()) {
+    Status error;
+    a.staging = Buffer::Pinned(&ctx.tracker, MemTag::kStaging, static_cast<size_t>(a.file_bytes + align), &error);
+    if (a.staging.empty()) {
+      return Status(error.code(), absl::StrCat("Save (async): the staging for rank ", ctx.world_rank, "'s file (",
+                                               a.file_bytes, " bytes): ", error.message()));
+    }
+    const auto p = reinterpret_cast<uintptr_t>(a.staging.data());
+    a.image = reinterpret_cast<char*>((p + static_cast<uintptr_t>(align) - 1) & ~static_cast<uintptr_t>(align - 1));
+  }
+  ckpt::RankFileHeader(ctx.rank, ctx.world, a.image);
+  for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
+    Unit& u = ctx.units[sec.unit];
+    const StreamDesc s = SavedStreams(u)[sec.stream];
+    const size_t es = DTypeSize(s.dtype);
+    int64_t covered = 0;
+    for (const Segment& g : Segments(u, s, /*for_write=*/false)) {
+      const int64_t lo = std::max(sec.begin, g.begin), hi = std::min(sec.end, g.begin + g.n);
+      if (lo >= hi) continue;
+      ReadBuffer(*g.buffer, lo - g.begin, es, a.image + sec.offset + (lo - sec.begin) * static_cast<int64_t>(es),
+                 hi - lo);
+      covered += hi - lo;
+    }
+    ZERO_CHECK(covered == sec.end - sec.begin)
+        << "Save: unit " << u.name() << " stream " << s.name << " is not all held by rank " << ctx.rank;
+    ZERO_RETURN_IF_ERROR(ctx.compute->status());
+  }
+  if (a.worker.joinable()) a.worker.join();  // the previous save's, finished (FinishSave saw it done)
+  a.done = false;
+  a.result = absl::OkStatus();
+  a.written = {};
+  const std::string path = absl::StrCat(dir, "/", tag, "/", ckpt::RankFileName(ctx.rank, ctx.world));
+  const int world_rank = ctx.world_rank;
+  const int64_t step_now = step.applied_steps();
+  a.worker = std::thread([&a, path, world_rank, step_now] {
+    ckpt::RankFileMeta meta;
+    const size_t slash = path.find_last_of('/');
+    meta.file = path.substr(slash + 1);
+    meta.bytes = a.file_bytes;
+    for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
+      const int64_t bytes = (sec.end - sec.begin) * static_cast<int64_t>(DTypeSize(sec.dtype));
+      meta.sections.push_back(
+          {sec.unit, sec.stream, sec.begin, sec.end, sec.offset, ckpt::SectionCrcs(a.image + sec.offset, bytes)});
+    }
+    const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+    if (internal::AsyncSaveTestHook()) internal::AsyncSaveTestHook()(world_rank);
+    Status st = [&]() -> Status {
+      ZERO_ASSIGN_OR_RETURN(io::IoFile f, io::IoFile::Open(tmp, io::IoFile::Mode::kTruncate));
+      // Half the file, then the fault point (tests kill a process here), then the rest.
+      const int64_t half = a.file_bytes / 2 / 4096 * 4096;
+      if (half > 0) ZERO_RETURN_IF_ERROR(a.io->Write(f, 0, a.image, half));
+      internal::MaybeInjectFault("save_async", world_rank, step_now);
+      ZERO_RETURN_IF_ERROR(a.io->Write(f, half, a.image + half, a.file_bytes - half));
+      ZERO_RETURN_IF_ERROR(f.Sync());
+      f.Close();
+      if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+      }
+      return ckpt::FsyncDir(path.substr(0, slash));
+    }();
+    if (!st.ok()) ::unlink(tmp.c_str());
+    a.result = std::move(st);
+    a.written = std::move(meta);
+    a.done.store(true, std::memory_order_release);
+  });
+  return absl::OkStatus();
+}
+
+StatusOr<bool> Engine::Impl::FinishSave(bool wait, const char* what) {
+  internal::AsyncSave& a = async_save;
+  if (!a.in_flight) return true;
+  if (wait && a.worker.joinable()) a.worker.join();
+  const bool done = a.done.load(std::memory_order_acquire);
+  std::string mine = !done ? "R" : a.result.ok() ? "" : absl::StrCat("E", a.result.message());
+  std::vector<std::string> all;
+  {
+    CommLabel label(ctx.world_comm.get(), absl::StrCat(what, ": the asynchronous save's outcome"));
+    ZERO_ASSIGN_OR_RETURN(all, world_host.AllGatherStrings(mine));
+  }
+  for (const std::string& s : all) {
+    if (s == "R") return false;  // not yet everywhere (never when waiting)
+  }
+  if (a.worker.joinable()) a.worker.join();
+  a.in_flight = false;
+  const std::string where = absl::StrCat(a.dir, "/", a.tag);
+  for (int r = 0; r < ctx.world_size; ++r) {
+    if (all[r].empty()) continue;
+    const std::string msg = absl::StrCat(what, ": the asynchronous save of ", where, " failed on rank ", r, ": ",
+                                         all[r].substr(1), " (`latest` still names the checkpoint before it)");
+    return r == ctx.world_rank ? Status(a.result.code(), msg) : absl::AbortedError(msg);
+  }
+  a.written.trainer_state = std::move(a.trainer_state);
+  ZERO_RETURN_IF_ERROR(CommitSave(a.dir, std::move(a.meta), std::move(a.written), what));
+  return true;
 }
 
 ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
@@ -284,12 +476,25 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
 }
 
 StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOptions& options) {
+  // A save in flight is finished first: it may be the very checkpoint asked for, and a failure is reported.
+  ZERO_RETURN_IF_ERROR(SettleSave("Load", SaveOptions::InFlight::kWait));
   LoadResult result;
   ckpt::Meta saved;
   std::vector<bool> gather_after;
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
+    // The rank files are read through the I/O engine: the asynchronous saves' (kept), or one for this Load, its
+    // staging counted in this engine's tracker while it lives.
+    std::unique_ptr<io::IoEngine> own_io;
+    io::IoEngine* io = async_save.io.get();
+    if (io == nullptr) {
+      io::IoOptions o = io::IoOptionsFromConfig(ctx.cfg);
+      o.tracker = &ctx.tracker;
+      ZERO_ASSIGN_OR_RETURN(own_io, io::IoEngine::Create(o));
+      io = own_io.get();
+    }
+    reader->UseIoEngine(io);
     const ckpt::Meta& m = reader->meta();
     const std::string from = reader->folder();
     if (options.check_trainer_state) {  // before any value is read; its error fails every rank (AgreeOnStatus)

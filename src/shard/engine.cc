@@ -329,7 +329,9 @@ Status Engine::Impl::Close(UnitId id, bool backward) {
 StatusOr<StepResult> Engine::Impl::Step(const StepOptions& options) {
   if (!ctx.finalized) return absl::FailedPreconditionError("Step: call Finalize first");
   ZERO_RETURN_IF_ERROR(ctx.TakeDeferredError());
-  return step.Run(options);
+  ZERO_ASSIGN_OR_RETURN(StepResult r, step.Run(options));
+  PollSave();
+  return r;
 }
 
 StatusOr<TensorView> Engine::Impl::ParamView(UnitId id, const std::string& name) const {
@@ -537,6 +539,8 @@ double Engine::loss_scale() const { return impl_->step.loss_scale(); }
 StatusOr<std::string> Engine::Save(const std::string& dir, const SaveOptions& options) {
   return impl_->Save(dir, options);
 }
+Status Engine::WaitForSave() { return impl_->WaitForSave(); }
+bool Engine::save_in_flight() const { return impl_->async_save.in_flight; }
 StatusOr<LoadResult> Engine::Load(const std::string& dir, const LoadOptions& options) {
   return impl_->Load(dir, options);
 }

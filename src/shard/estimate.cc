@@ -11,7 +11,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/internal/format.h"
 #include "comm/internal/gloo_staging.h"
+#include "io/internal/io_engine.h"
 #include "shard/internal/plan.h"
 #include "zero/optimizer.h"
 
@@ -139,6 +141,25 @@ MemoryReport ByTag(const internal::StagePlan& plan, const std::array<internal::P
   return r;
 }
 
+// What Engine::Impl::StartAsyncSave keeps (shard/checkpoint.cc): the rank file's image (the header, then every
+// saved stream of every unit over the elements this rank owns) in one buffer with an alignment's slack, and the I/O
+// engine's staging buffers.
+int64_t AsyncSaveStaging(const internal::StagePlan& plan, const Config& cfg) {
+  const internal::PlanPolicy& p = plan.policy;
+  const bool stochastic = p.compute == DType::kBF16 && cfg.bf16.stochastic_rounding;
+  int64_t file = ckpt::kRankHeaderBytes;
+  for (const internal::UnitPlan& u : plan.units) {
+    const int64_t begin = static_cast<int64_t>(p.rank) * u.shard;
+    const int64_t owned = std::clamp<int64_t>(u.numel - begin, 0, u.shard);
+    int64_t per_elem = 0;
+    if (!u.frozen) per_elem += 4 * (1 + p.optimizer_states);                             // master and each state, fp32
+    if (u.frozen || stochastic) per_elem += static_cast<int64_t>(DTypeSize(p.compute));  // the 16-bit parameters
+    file += owned * per_elem;
+  }
+  const io::IoOptions io = io::IoOptionsFromConfig(cfg);
+  return file + io.alignment + static_cast<int64_t>(io.queue_depth) * io.block_size;
+}
+
 }  // namespace
 
 StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<EstimateUnit>& units,
@@ -215,7 +236,9 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
       };
     }
   }
-  const std::array<internal::PeakTerms, 2> terms = internal::TruePeakBound(plan, in);
+  std::array<internal::PeakTerms, 2> terms = internal::TruePeakBound(plan, in);
+  const int64_t async_staging = options.async_save && options.rank < group ? AsyncSaveStaging(plan, cfg) : 0;
+  terms[static_cast<size_t>(MemTier::kHost)].staging += async_staging;
 
   RankEstimate e;
   e.memory = ByTag(plan, terms, options.trainer);
@@ -228,7 +251,9 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   // when they are slow is the difference.
   internal::StagePlan serial = plan;
   serial.policy.overlap_comm = false;
-  e.floor = ByTag(serial, internal::TruePeakBound(serial, in), options.trainer);
+  std::array<internal::PeakTerms, 2> serial_terms = internal::TruePeakBound(serial, in);
+  serial_terms[static_cast<size_t>(MemTier::kHost)].staging += async_staging;
+  e.floor = ByTag(serial, serial_terms, options.trainer);
   for (const internal::UnitPlan& u : plan.units) {
     e.params += u.numel;
     e.padded += u.padded;

@@ -158,7 +158,9 @@ StatusOr<StepResult> Engine::Impl::StepTrainerOwned(const StepOptions& options) 
   for (UnitId id = 0; id < static_cast<UnitId>(ctx.units.size()); ++id) {
     if (ctx.units[id].backward_count == 0) ZERO_RETURN_IF_ERROR(ReduceTrainerUnit(id));  // not handed over
   }
-  return step.Run(options);
+  ZERO_ASSIGN_OR_RETURN(StepResult r, step.Run(options));
+  PollSave();
+  return r;
 }
 
 namespace {
@@ -250,6 +252,8 @@ StatusOr<StepResult> ShardedOptimizer::Step(const StepOptions& options) {
 StatusOr<std::string> ShardedOptimizer::Save(const std::string& dir, const SaveOptions& options) {
   return engine_->Save(dir, options);
 }
+Status ShardedOptimizer::WaitForSave() { return engine_->WaitForSave(); }
+bool ShardedOptimizer::save_in_flight() const { return engine_->save_in_flight(); }
 StatusOr<LoadResult> ShardedOptimizer::Load(const std::string& dir, const LoadOptions& options) {
   return engine_->Load(dir, options);
 }

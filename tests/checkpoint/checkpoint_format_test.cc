@@ -354,7 +354,11 @@ TEST(ZeroCkptToolTest, InspectVerifyExportReshard) {
 #ifdef ZERO_CKPT_KILL_WORKER
 // A trainer saving after every step is killed with SIGKILL at a random moment, many times: the latest
 // checkpoint always verifies and loads, and a save that was cut short is named incomplete by verify --all.
-TEST(CheckpointCrashTest, SigkillWhileSavingLeavesThePreviousCheckpointLoadable) {
+class CheckpointCrashTest : public ::testing::TestWithParam<bool> {};
+
+// GetParam(): asynchronous saves (the kill lands mostly inside a background write, while the next step runs).
+TEST_P(CheckpointCrashTest, SigkillWhileSavingLeavesThePreviousCheckpointLoadable) {
+  const bool async = GetParam();
   constexpr int kTrials = 16;
   std::mt19937 rng(20261201);
   int incomplete_seen = 0;
@@ -367,14 +371,21 @@ TEST(CheckpointCrashTest, SigkillWhileSavingLeavesThePreviousCheckpointLoadable)
     if (pid == 0) {
       ::dup2(out[1], 1);
       ::close(out[0]);
-      ::execl(ZERO_CKPT_KILL_WORKER, ZERO_CKPT_KILL_WORKER, dir.c_str(), static_cast<char*>(nullptr));
+      ::execl(ZERO_CKPT_KILL_WORKER, ZERO_CKPT_KILL_WORKER, dir.c_str(), async ? "async" : static_cast<char*>(nullptr),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(out[1]);
-    // Wait for the first complete save, then kill at a random moment of the following ones.
+    // Wait for the first complete save, then kill at a random moment of the following ones. An asynchronous save
+    // is complete (`latest`) once the next Save has returned: that one waited for it.
     char buf[256];
     std::string got;
-    while (got.find("saved") == std::string::npos) {
+    auto saves = [&got] {
+      int n = 0;
+      for (size_t at = got.find("saved"); at != std::string::npos; at = got.find("saved", at + 1)) ++n;
+      return n;
+    };
+    while (saves() < (async ? 2 : 1)) {
       const ssize_t n = ::read(out[0], buf, sizeof(buf));
       ASSERT_GT(n, 0) << "the worker exited before its first save";
       got.append(buf, static_cast<size_t>(n));
@@ -406,11 +417,16 @@ TEST(CheckpointCrashTest, SigkillWhileSavingLeavesThePreviousCheckpointLoadable)
       ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir));
       EXPECT_EQ(r.tag, latest);
     });
+    // A trial leaves hundreds of MB (a 24 MiB checkpoint per step saved): removed, or 32 trials fill a small disk.
+    std::filesystem::remove_all(dir);
   }
   // Saves dominate the worker's loop, so some kills land inside one (the test would otherwise prove nothing).
   EXPECT_GT(incomplete_seen, 0);
-  std::printf("%d trials, %d killed inside a save\n", kTrials, incomplete_seen);
+  std::printf("%d trials, %d killed inside a%s save\n", kTrials, incomplete_seen, async ? "n asynchronous" : "");
 }
+
+INSTANTIATE_TEST_SUITE_P(SyncAndAsync, CheckpointCrashTest, ::testing::Bool(),
+                         [](const auto& info) { return std::string(info.param ? "async" : "sync"); });
 #endif
 
 }  // namespace

@@ -1,7 +1,9 @@
 // A trainer that saves a checkpoint after every step until it is killed (checkpoint_format_test's crash
 // trials): one unit of 2 Mi fp32 parameters, AdamW, so each save writes 24 MiB (master and two states) and
-// takes long enough for a random SIGKILL to land inside it. Prints "saved <tag>" after each save.
-//   zero_ckpt_kill_worker DIR
+// takes long enough for a random SIGKILL to land inside it. Prints "saved <tag>" after each save. With "async",
+// each save is asynchronous (SaveOptions::async): it returns once staged, the file is written while the next step
+// runs, and the next save waits for it and makes it `latest`, so most kills land inside a background write.
+//   zero_ckpt_kill_worker DIR [async]
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -10,11 +12,12 @@
 #include "zero/zero.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: zero_ckpt_kill_worker DIR\n");
+  if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "async")) {
+    std::fprintf(stderr, "usage: zero_ckpt_kill_worker DIR [async]\n");
     return 2;
   }
   const std::string dir = argv[1];
+  const bool async = argc == 3;
   zero::Config cfg = zero::Config::Default();
   cfg.train_micro_batch_size_per_gpu = 1;
   cfg.train_batch_size.reset();
@@ -44,7 +47,7 @@ int main(int argc, char** argv) {
     }
     auto r = engine.Step();
     if (!r.ok()) return std::fprintf(stderr, "%s\n", r.status().ToString().c_str()), 1;
-    auto tag = engine.Save(dir);
+    auto tag = engine.Save(dir, {.async = async});
     if (!tag.ok()) return std::fprintf(stderr, "%s\n", tag.status().ToString().c_str()), 1;
     std::printf("saved %s\n", tag->c_str());
     std::fflush(stdout);

@@ -1,6 +1,7 @@
 // zero-gpt and zero-flat-trainer run as a user runs them: --save at step k and --resume give the losses of an
 // uninterrupted run (and zero-gpt's final parameters, by hash), bit for bit, at every stage, fp32 and bf16, with
-// gradient accumulation and offload; and a checkpoint resumes at another world size and stage.
+// gradient accumulation and offload, with synchronous and asynchronous (--save-async) saves; and a checkpoint resumes
+// at another world size and stage.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -79,12 +80,17 @@ TEST_P(GptResumeTest, ResumedRunEqualsUninterruptedRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, GptResumeTest,
-                         ::testing::Values(GptCase{"s0_f32", "--stage 0"}, GptCase{"s1_bf16", "--stage 1 --bf16"},
-                                           GptCase{"s2_f32", "--stage 2"}, GptCase{"s3_bf16", "--stage 3 --bf16"},
-                                           GptCase{"s2_bf16_ga2_offload",
-                                                   "--stage 2 --bf16 --config " ZERO_CONFIGS "/ga2_offload.json"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Stages, GptResumeTest,
+    ::testing::Values(GptCase{"s0_f32", "--stage 0"}, GptCase{"s1_bf16", "--stage 1 --bf16"},
+                      GptCase{"s2_f32", "--stage 2"}, GptCase{"s3_bf16", "--stage 3 --bf16"},
+                      GptCase{"s2_bf16_ga2_offload", "--stage 2 --bf16 --config " ZERO_CONFIGS "/ga2_offload.json"},
+                      // Asynchronous saves: the same resume, the files written in the
+                      // background (the last one waited for at the end of the run).
+                      GptCase{"s1_f32_async", "--stage 1 --save-async"},
+                      GptCase{"s2_bf16_ga2_offload_async",
+                              "--stage 2 --bf16 --save-async --config " ZERO_CONFIGS "/ga2_offload.json"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // Saved at world 2 and stage 3, resumed at world 3 and stage 1: it goes on from step 3, and from the first sample
 // the world-2 steps did not train (the data cursor in the checkpoint), with a global batch of 3 micro-batches.

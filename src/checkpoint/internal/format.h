@@ -17,9 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "io/internal/io_file.h"
 #include "zero/checkpoint.h"
 #include "zero/dtype.h"
 #include "zero/status.h"
+
+namespace zero::io {
+class IoEngine;
+}  // namespace zero::io
 
 namespace zero::ckpt {
 
@@ -111,6 +116,12 @@ bool SafeTag(const std::string& tag);
 std::string RankFileName(int rank, int world);  // "rank-00003-of-00004.bin"
 std::string DefaultTag(int64_t step);           // "step-00000100"
 
+// The 64-byte header of a rank file: magic, format version, rank, world, zeros.
+void RankFileHeader(int rank, int world, char out[kRankHeaderBytes]);
+// The block checksums of one section's bytes (one CRC-32C per kBlockBytes, the last block possibly shorter):
+// what RankFileWriter computes while appending, for a section staged whole (asynchronous saves).
+std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes);
+
 // Writes one rank's file: sections appended in order, each with its block checksums.
 class RankFileWriter {
  public:
@@ -137,6 +148,9 @@ class CheckpointReader {
   ~CheckpointReader();
   const Meta& meta() const { return meta_; }
   const std::string& folder() const { return folder_; }
+  // Reads the rank files through `io` (the caller's, outliving this reader; O_DIRECT where the file system takes
+  // it) instead of pread. Call before the first Read.
+  void UseIoEngine(io::IoEngine* io) { io_ = io; }
   // Elements [begin, end) of stream `stream` of unit `unit`, converted to `dtype` (fp32 to 16-bit rounds to
   // nearest even), into dst.
   Status Read(int unit, int stream, int64_t begin, int64_t end, DType dtype, void* dst);
@@ -148,9 +162,13 @@ class CheckpointReader {
   Status OpenRank(int rank);
   Status ReadBlock(int rank, const Section& s, int64_t block, const std::string& where);
   std::string SectionName(int rank, const Section& s) const;
+  // n bytes of rank `rank`'s file at `offset` (opened), through the I/O engine when one is set.
+  Status ReadBytes(int rank, const std::string& where, int64_t offset, void* dst, size_t n);
   Meta meta_;
   std::string folder_;
   std::vector<int> fds_;
+  io::IoEngine* io_ = nullptr;
+  std::vector<io::IoFile> files_;  // with io_: each rank file opened for the engine
   // By (unit, stream): the sections that hold it, sorted by begin, as (rank, section index).
   std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> index_;
   // One block kept: sequential reads of small pieces do not re-read and re-check it.

@@ -8,6 +8,7 @@
 
 #include "checkpoint/internal/format.h"
 #include "offload/copy_stream.h"
+#include "shard/internal/async_save.h"
 #include "shard/internal/context.h"
 #include "shard/internal/gather.h"
 #include "shard/internal/grad_reducer.h"
@@ -54,6 +55,11 @@ class Engine::Impl {
   StatusOr<std::vector<float>> GatherParam(UnitId id, const std::string& name);
   // Checkpoints (shard/checkpoint.cc).
   StatusOr<std::string> Save(const std::string& dir, const SaveOptions& options);
+  Status WaitForSave();
+  // At the end of a successful Step, when an asynchronous save is in flight: the ranks look whether every
+  // background write is done, without waiting for one; if so it is committed (or its failure kept for the next
+  // Save, WaitForSave or Load). Collective (the same on every rank: in_flight is).
+  void PollSave();
   StatusOr<LoadResult> Load(const std::string& dir, const LoadOptions& options);
   Status LoadSafetensors(const std::string& path, const LoadOptions& options);
   // Live recovery (shard/regroup.cc, zero/elastic.h), between steps only. Regroup: `world` (every rank of the
@@ -80,6 +86,8 @@ class Engine::Impl {
   internal::ShardedStep step;
   int64_t num_params_ = 0;
   internal::CopyStream copies;
+  // Last: destroyed first, joining a background write while the tracker its staging is counted in still exists.
+  internal::AsyncSave async_save;
 
  private:
   Status InitDevice();
@@ -116,6 +124,19 @@ class Engine::Impl {
   // failed, so a failure anywhere fails everywhere.
   StatusOr<std::string> AgreeOnStatus(const Status& mine, const char* what);
   ckpt::Meta DescribeForCheckpoint(const std::string& tag) const;
+  // Asynchronous saves (shard/checkpoint.cc). StartAsyncSave: this rank's part into the staging, the worker
+  // started (local). FinishSave: the ranks' agreement on the save in flight (collective): `wait` joins this
+  // rank's worker first; without it, returns false (nothing changed) while any rank's worker still writes.
+  // Once all are done: a failure anywhere is returned on every rank (latest unchanged); else rank 0 writes
+  // meta.json and latest, and true.
+  Status StartAsyncSave(const std::string& dir, const std::string& tag);
+  StatusOr<bool> FinishSave(bool wait, const char* what);
+  // Save's and Load's first step while a save is in flight: wait for it (or refuse, for a Save that asks),
+  // returning its failure or one a Step found.
+  Status SettleSave(const char* what, SaveOptions::InFlight policy);
+  // Save's last step: every writer's RankFileMeta to rank 0, which writes meta.json and `latest`; the ranks
+  // agree on the outcome. Collective.
+  Status CommitSave(const std::string& dir, ckpt::Meta meta, ckpt::RankFileMeta mine, const char* what);
   // Finalize: every rank evaluates each parameter in full and keeps its part.
   Status InitialValues(const ParamInit& init);
   // One parameter's full values on their way in (Finalize, CopyIn), before the ranks agree on them.

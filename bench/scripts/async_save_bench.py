@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Asynchronous checkpoints against synchronous ones on the small GPT (issue 36): zero-gpt --model small saving
+every 10 steps, run without saving, with synchronous saves and with --save-async, the three modes alternating
+(--rounds times each) in one invocation, each save into a fresh folder on the same disk.
+
+    bench/scripts/async_save_bench.py [--build build] [--steps 60] [--every 10] [--rounds 2] [--dir /tmp]
+                                      [--extra "--world 2 --stage 2"]
+
+Figures (zero-gpt --json: each step's step_ms and whether an asynchronous save was in flight when it began; the
+summary's "saves": the time each Save call held the trainer, and the final WaitForSave):
+  blocked      median time a Save call held the trainer, async / sync (the goal: <= 0.1)
+  slowdown     mean step time of the async run's steps that began with a save in flight, over the mean of the same
+               steps in the runs without saves (the goal: <= 1.10)
+  total        wall time of all steps plus all Save calls (and the final wait), each mode over the no-save run
+Steps 1-2 (warm-up) are left out of the step means.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+
+
+def run(args, mode):
+    cmd = [os.path.join(args.build, "bin", "zero-gpt"), "--model", "small", "--steps", str(args.steps), "--json"]
+    cmd += args.extra.split()
+    folder = None
+    if mode != "none":
+        folder = tempfile.mkdtemp(prefix="zero_async_bench_", dir=args.dir)
+        cmd += ["--save", folder, "--save-every", str(args.every)]
+        if mode == "async":
+            cmd.append("--save-async")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    if folder:
+        shutil.rmtree(folder)
+    steps, summary = {}, None
+    for line in out.splitlines():
+        line = line[line.find("{"):] if "{" in line else ""
+        if line.startswith('{"step"'):
+            j = json.loads(line)
+            steps[j["step"]] = j
+        elif line.startswith('{"params"'):
+            summary = json.loads(line)
+    return {"cmd": " ".join(cmd), "steps": steps, "saves": summary["saves"]}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default="build")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--every", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--dir", default="/tmp")
+    p.add_argument("--extra", default="")
+    args = p.parse_args()
+    runs = {"none": [], "sync": [], "async": []}
+    for _ in range(args.rounds):
+        for mode in ("none", "sync", "async"):
+            runs[mode].append(run(args, mode))
+    for mode, rs in runs.items():
+        print(f"{mode}: {rs[0]['cmd']}")
+    def step_ms(mode, pick=lambda s: True):
+        return [s["step_ms"] for r in runs[mode] for k, s in r["steps"].items() if k > 2 and pick(s)]
+    base_by_step = {}
+    for r in runs["none"]:
+        for k, s in r["steps"].items():
+            base_by_step.setdefault(k, []).append(s["step_ms"])
+    inflight = [(k, s["step_ms"]) for r in runs["async"] for k, s in r["steps"].items()
+                if k > 2 and s.get("save_in_flight")]
+    sync_saves = [ms for r in runs["sync"] for ms in r["saves"]["ms"]]
+    async_saves = [ms for r in runs["async"] for ms in r["saves"]["ms"]]
+    res = {
+        "step_ms_none": statistics.mean(step_ms("none")),
+        "step_ms_sync": statistics.mean(step_ms("sync")),
+        "step_ms_async": statistics.mean(step_ms("async")),
+        "save_ms_sync_median": statistics.median(sync_saves),
+        "save_ms_async_median": statistics.median(async_saves),
+        "save_ms_sync": sync_saves,
+        "save_ms_async": async_saves,
+        "final_wait_ms_async": [r["saves"]["final_wait_ms"] for r in runs["async"]],
+        "inflight_steps": len(inflight),
+        "inflight_step_ms": statistics.mean(ms for _, ms in inflight) if inflight else None,
+        "same_steps_no_save_ms": statistics.mean(statistics.mean(base_by_step[k]) for k, _ in inflight)
+        if inflight else None,
+    }
+    total = {m: statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"]) +
+                                r["saves"]["final_wait_ms"] for r in runs[m]) for m in runs}
+    res["total_ms"] = total
+    res["blocked_ratio"] = res["save_ms_async_median"] / res["save_ms_sync_median"]
+    if inflight:
+        res["slowdown_inflight"] = res["inflight_step_ms"] / res["same_steps_no_save_ms"]
+    res["total_ratio_sync"] = total["sync"] / total["none"]
+    res["total_ratio_async"] = total["async"] / total["none"]
+    print(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
