@@ -148,6 +148,7 @@ void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult*
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, std::move(comm), engine_options));
+  if (options.host_limit > 0) engine->memory_tracker().SetLimit(MemTier::kHost, options.host_limit);
   const Config& cfg = engine->config();
   const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
   ZERO_ASSIGN_OR_RETURN(GptUnits units, RegisterGpt(*engine, mc, options.seed));

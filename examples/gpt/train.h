@@ -37,6 +37,10 @@ struct TrainOptions {
   int local_world_size = 1;  // ranks sharing this host's cores (BLAS and optimizer threads are divided)
   int blas_threads = 0;      // OpenBLAS threads; 0 = hardware threads / local_world_size
   std::string data_file;     // optional corpus file instead of the system texts
+  // A budget for the engine's host tier in bytes (MemoryTracker::SetLimit before Finalize; 0: none): to run as on a
+  // machine with less host memory, e.g. to see a model whose optimizer state does not fit under CPU offload train
+  // with the NVMe tier (offload_optimizer.device "nvme").
+  int64_t host_limit = 0;
   // Recompute every block's activations in backward (zero::Checkpointer; every k-th block when the config's
   // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
   // cpu_checkpointing). false: nothing is recomputed.
