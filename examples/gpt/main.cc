@@ -401,6 +401,13 @@ int main(int argc, char** argv) {
         zero::MemTierName(rc.checkpoint_tier), rc.forward_s, rc.recompute_s, rc.backward_s, mc.layers,
         static_cast<size_t>(B) * T * mc.channels * sizeof(float), zero::gpt::BlockActs::Bytes(mc, B, T),
         zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
+    if (res.nvme_step_bytes_read + res.nvme_step_bytes_written > 0) {
+      // The NVMe tier of rank 0 over the run's steps (zero/advanced/engine_stats.h).
+      std::printf("{\"nvme\": {\"step_bytes_read\": %lld, \"step_bytes_written\": %lld, \"io_busy_ms\": %.3f, "
+                  "\"wait_ms\": %.3f}}\n",
+                  static_cast<long long>(res.nvme_step_bytes_read), static_cast<long long>(res.nvme_step_bytes_written),
+                  res.nvme_io_busy_ms, res.nvme_wait_ms);
+    }
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).
       const uint64_t h = ParamsHash(res.final_params);

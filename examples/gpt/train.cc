@@ -126,6 +126,10 @@ void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult*
   result->prefetch_gathers = stats.prefetch_gathers;
   result->demand_gathers = stats.demand_gathers;
   result->peak_live_elements = stats.peak_live_elements;
+  result->nvme_step_bytes_read = stats.nvme_step_bytes_read;
+  result->nvme_step_bytes_written = stats.nvme_step_bytes_written;
+  result->nvme_io_busy_ms = stats.nvme_io_busy_ms;
+  result->nvme_wait_ms = stats.nvme_wait_ms;
   // The bound on the true peak: the trainer keeps the root unit open for the whole pass beside one block, and its
   // activations (the Checkpointer's arena) and its own buffers are in the engine's tracker.
   auto padded = [&](UnitId u) {

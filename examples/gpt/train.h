@@ -87,6 +87,9 @@ struct TrainResult {
   int64_t prefetch_gathers = 0;
   int64_t demand_gathers = 0;
   int64_t peak_live_elements = 0;
+  // The NVMe tier's counters of this rank (zero/advanced/engine_stats.h; zeros without the tier).
+  int64_t nvme_step_bytes_read = 0, nvme_step_bytes_written = 0;
+  double nvme_io_busy_ms = 0, nvme_wait_ms = 0;
   // This rank's activation figures (zero::Checkpointer::stats): peaks of the arena and of the checkpoints,
   // forwards and recomputes run.
   RecomputeStats recompute;

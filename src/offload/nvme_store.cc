@@ -134,6 +134,7 @@ void NvmeStore::QueueRead(size_t i) {
   float* slot = slot_data_[i % slot_data_.size()];
   std::vector<io::IoOp> ops = ChunkOps(c, slot);
   bytes_read_ += c.n * opts_.fields * 4;
+  pass_bytes_read_ += c.n * opts_.fields * 4;
   read_ticket_[i] = worker_.Enqueue([this, ops = std::move(ops), c] {
     Status s = engine_->ReadBatch(ops);
     if (s.ok()) return;
@@ -171,6 +172,7 @@ Status NvmeStore::Release() {
   const PassChunk c = pass_[i];
   std::vector<io::IoOp> ops = ChunkOps(c, slot_data_[i % slot_data_.size()]);
   bytes_written_ += c.n * opts_.fields * 4;
+  pass_bytes_written_ += c.n * opts_.fields * 4;
   const CopyStream::Ticket t = worker_.Enqueue([this, ops = std::move(ops), c] {
     Status s = engine_->WriteBatch(ops);
     if (s.ok()) return;

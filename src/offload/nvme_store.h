@@ -78,8 +78,13 @@ class NvmeStore {
   [[nodiscard]] Status EndPass();
 
   const std::string& path() const { return path_; }
+  // Bytes moved in all (bytes_*) and by the steps' passes alone (pass_bytes_*).
   int64_t bytes_read() const { return bytes_read_; }
   int64_t bytes_written() const { return bytes_written_; }
+  int64_t pass_bytes_read() const { return pass_bytes_read_; }
+  int64_t pass_bytes_written() const { return pass_bytes_written_; }
+  // Milliseconds the disk worker spent on the passes' reads and writes, since creation.
+  double io_busy_ms() const { return worker_.busy_ms(); }
   int64_t chunk_elems() const { return opts_.chunk_elems; }
   int fields() const { return opts_.fields; }
   const io::IoEngine& io() const { return *engine_; }
@@ -113,6 +118,7 @@ class NvmeStore {
   size_t next_ = 0, queued_reads_ = 0;
   bool acquired_ = false;
   int64_t bytes_read_ = 0, bytes_written_ = 0;  // producer side: counted when queued (the ops all complete or fail)
+  int64_t pass_bytes_read_ = 0, pass_bytes_written_ = 0;
 };
 
 }  // namespace zero::internal

@@ -621,9 +621,16 @@ const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
 }
 advanced::EngineStats advanced::Stats(const Engine& engine) {
   const auto& gathers = engine.impl_->gathers;
-  return {.prefetch_gathers = gathers.prefetch_gathers(),
-          .demand_gathers = gathers.demand_gathers(),
-          .peak_live_elements = gathers.peak_live_elements()};
+  EngineStats s{.prefetch_gathers = gathers.prefetch_gathers(),
+                .demand_gathers = gathers.demand_gathers(),
+                .peak_live_elements = gathers.peak_live_elements()};
+  if (const internal::NvmeStore* nvme = engine.impl_->ctx.nvme.get()) {
+    s.nvme_step_bytes_read = nvme->pass_bytes_read();
+    s.nvme_step_bytes_written = nvme->pass_bytes_written();
+    s.nvme_io_busy_ms = nvme->io_busy_ms();
+    s.nvme_wait_ms = nvme->wait_ms();
+  }
+  return s;
 }
 PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) const {
   internal::PeakInputs in;

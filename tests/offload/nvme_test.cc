@@ -50,6 +50,7 @@ struct GptRun {
   std::vector<double> losses;
   std::vector<float> params;
   MemoryReport memory;
+  int64_t nvme_read = 0, nvme_written = 0;  // rank 0's NVMe-tier bytes moved by the steps
   Status status;
 };
 
@@ -81,6 +82,8 @@ GptRun Train(int world, const Config& cfg, int64_t steps = kSteps, const std::st
   for (const auto& s : results[0].steps) run.losses.push_back(s.loss);
   run.params = results[0].final_params;
   run.memory = results[0].memory;
+  run.nvme_read = results[0].nvme_step_bytes_read;
+  run.nvme_written = results[0].nvme_step_bytes_written;
   return run;
 }
 
@@ -163,6 +166,10 @@ TEST_P(NvmeParityTest, BitwiseEqualToCpuOffload) {
   EXPECT_EQ(g.Current(MemTier::kDevice) - g.Get(MemTier::kDevice, MemTag::kActivations).current,
             w.Current(MemTier::kDevice) - w.Get(MemTier::kDevice, MemTag::kActivations).current);
   EXPECT_THAT(g.ToJson(), HasSubstr("\"tier\": \"nvme\""));
+  // Every step read the tier's bytes once and wrote them back once: the formula, to the byte.
+  const int64_t tier = g.Current(MemTier::kNvme);
+  EXPECT_EQ(got.nvme_read, kSteps * tier);
+  EXPECT_EQ(got.nvme_written, kSteps * tier);
 }
 
 std::vector<Case> Cases() {
