@@ -403,10 +403,11 @@ int main(int argc, char** argv) {
         zero::gpt::HeadActs::Bytes(mc, B, T), zero::gpt::BlockScratch::Bytes(mc, B, T));
     if (res.nvme_step_bytes_read + res.nvme_step_bytes_written > 0) {
       // The NVMe tier of rank 0 over the run's steps (zero/advanced/engine_stats.h).
-      std::printf("{\"nvme\": {\"step_bytes_read\": %lld, \"step_bytes_written\": %lld, \"io_busy_ms\": %.3f, "
-                  "\"wait_ms\": %.3f}}\n",
-                  static_cast<long long>(res.nvme_step_bytes_read), static_cast<long long>(res.nvme_step_bytes_written),
-                  res.nvme_io_busy_ms, res.nvme_wait_ms);
+      std::printf(
+          "{\"nvme\": {\"step_bytes_read\": %lld, \"step_bytes_written\": %lld, \"io_busy_ms\": %.3f, "
+          "\"wait_ms\": %.3f}}\n",
+          static_cast<long long>(res.nvme_step_bytes_read), static_cast<long long>(res.nvme_step_bytes_written),
+          res.nvme_io_busy_ms, res.nvme_wait_ms);
     }
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).

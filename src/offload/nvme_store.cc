@@ -57,9 +57,9 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeOptions& option
   const int64_t slot = SlotBytes(options.chunk_elems, options.fields);
   for (int b = 0; b < options.buffer_count; ++b) {
     Status err;
-    Buffer buf = options.pinned ? Buffer::Pinned(options.tracker, MemTag::kStaging, static_cast<size_t>(slot), &err)
-                                : Buffer::Host(options.tracker, MemTag::kStaging, static_cast<size_t>(slot),
-                                               MemTier::kHost, &err);
+    Buffer buf = options.pinned
+                     ? Buffer::Pinned(options.tracker, MemTag::kStaging, static_cast<size_t>(slot), &err)
+                     : Buffer::Host(options.tracker, MemTag::kStaging, static_cast<size_t>(slot), MemTier::kHost, &err);
     if (!err.ok()) {
       return Status(err.code(),
                     absl::StrCat("NVMe tier of rank ", options.rank, ": staging buffer ", b, ": ", err.message()));

@@ -34,16 +34,16 @@
 namespace zero::internal {
 
 struct NvmeOptions {
-  std::string dir;                     // offload_optimizer.nvme_path (an existing folder)
-  int rank = 0;                        // for the file's name and errors
-  int fields = 1;                      // fp32 values per element: the master (when kept) and each optimizer state
-  int64_t chunk_elems = 1024;          // elements per chunk, a multiple of 1024
-  int buffer_count = 4;                // staging buffers (offload_optimizer.buffer_count)
-  bool pipeline_read = true;           // read ahead (offload_optimizer.pipeline_read)
-  bool pipeline_write = true;          // write behind (offload_optimizer.pipeline_write)
-  bool pinned = false;                 // page-locked staging (offload_optimizer.pin_memory)
-  io::IoOptions io;                    // the aio section; io.tracker counts the engine's staging
-  MemoryTracker* tracker = nullptr;    // the staging buffers, the host tier
+  std::string dir;                   // offload_optimizer.nvme_path (an existing folder)
+  int rank = 0;                      // for the file's name and errors
+  int fields = 1;                    // fp32 values per element: the master (when kept) and each optimizer state
+  int64_t chunk_elems = 1024;        // elements per chunk, a multiple of 1024
+  int buffer_count = 4;              // staging buffers (offload_optimizer.buffer_count)
+  bool pipeline_read = true;         // read ahead (offload_optimizer.pipeline_read)
+  bool pipeline_write = true;        // write behind (offload_optimizer.pipeline_write)
+  bool pinned = false;               // page-locked staging (offload_optimizer.pin_memory)
+  io::IoOptions io;                  // the aio section; io.tracker counts the engine's staging
+  MemoryTracker* tracker = nullptr;  // the staging buffers, the host tier
 };
 
 class NvmeStore {
@@ -66,7 +66,7 @@ class NvmeStore {
   // The step's stream over the host parts of `units` (in this order, each whole).
   struct Chunk {
     int unit = -1;
-    int64_t begin = 0, n = 0;  // elements [begin, begin + n) of the unit's host part
+    int64_t begin = 0, n = 0;   // elements [begin, begin + n) of the unit's host part
     std::vector<float*> field;  // each n floats, in a staging buffer until Release
   };
   [[nodiscard]] Status BeginPass(const std::vector<int>& units);

@@ -55,7 +55,7 @@ struct GptRun {
 };
 
 GptRun Train(int world, const Config& cfg, int64_t steps = kSteps, const std::string& save = "",
-          const std::string& resume = "", int64_t host_limit = 0) {
+             const std::string& resume = "", int64_t host_limit = 0) {
   std::vector<gpt::TrainResult> results(world);
   std::vector<Status> statuses(world);
   gpt::TrainOptions opt;
@@ -237,7 +237,7 @@ TEST(NvmeBudgetTest, TrainsWhereCpuOffloadRunsOutOfHostMemory) {
   Config cpu = Cpu(2, Precision::kBF16);
   Config nvme = Nvme(cpu, TierDir("budget"), /*buffers=*/2);
   nvme.zero.sub_group_size = 1024;  // staging: 2 chunks of 1024 elements
-  nvme.aio.block_size = 4096;  // the I/O engine's staging: 2 × 4 KiB
+  nvme.aio.block_size = 4096;       // the I/O engine's staging: 2 × 4 KiB
   nvme.aio.queue_depth = 2;
   const GptRun want = Train(world, cpu);
   const GptRun free_nvme = Train(world, nvme);
