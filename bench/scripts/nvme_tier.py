@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 def config(args, device):
     with open(os.path.join(ROOT, "examples/gpt/configs/zero3_offload.json")) as f:
         c = json.load(f)
-    c["steps_per_print"] = 0
+    c.pop("steps_per_print", None)
     c["wall_clock_breakdown"] = False
     z = c["zero_optimization"]
     z["stage"] = args.stage
@@ -94,7 +94,7 @@ def main():
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--stage", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--sub-group", type=int, default=1 << 20)
+    ap.add_argument("--sub-group", type=int, default=1 << 18)
     ap.add_argument("--buffers", type=int, default=4)
     ap.add_argument("--block", type=int, default=1 << 20)
     ap.add_argument("--queue-depth", type=int, default=8)
@@ -124,13 +124,15 @@ def main():
     busy_s = nv["io_busy_ms"] / 1e3
     same = all(a["loss"] == b["loss"] for a, b in zip(runs["cpu"][-1]["steps"], n["steps"]))
 
-    # The budget: half-way between the NVMe tier's host peak and CPU offload's.
+    # The budget: a quarter of the way from the NVMe tier's host peak to CPU offload's. CPU offload's master and
+    # state are allocated at Finalize, before the communicator's staging (counted in the host tier but never
+    # refused) has grown to its peak, so the budget must lie well below CPU offload's peak to refuse them.
     cpu_sum, nvme_sum = runs["cpu"][-1]["summary"], n["summary"]
     cpu_peak, nvme_peak = cpu_sum["memory"]["peak_total"]["host"], nvme_sum["memory"]["peak_total"]["host"]
-    budget = nvme_peak + (cpu_peak - nvme_peak) // 2
+    budget = nvme_peak + (cpu_peak - nvme_peak) // 4
     refused = zero_gpt(args, config(args, "cpu"), host_limit=budget, check=False)
     fits = zero_gpt(args, config(args, "nvme"), host_limit=budget, check=False)
-    err = next((l for l in refused["stderr"].splitlines() if "budget" in l), refused["stderr"][-400:])
+    err = next((l for l in refused["stderr"].splitlines() if "budget" in l), "(no error naming the budget)")
     fit_same = fits["rc"] == 0 and all(a["loss"] == b["loss"]
                                       for a, b in zip(runs["cpu"][-1]["steps"], fits["steps"]))
 
@@ -149,6 +151,8 @@ def main():
     print(f"| NVMe tier held per rank (memory report, \"nvme\") | {tier:,} |")
     print(f"| disk busy while training: {busy_s * 1e3:.0f} ms for {nv['step_bytes_read'] + nv['step_bytes_written']:,} "
           f"bytes; zero-io-bench's rates would take {ideal_s * 1e3:.0f} ms | fraction {ideal_s / busy_s:.2f} |")
+    print(f"| the same for all {args.world} ranks (their workers share the disk at once; ranks alike) | fraction "
+          f"{args.world * ideal_s / busy_s:.2f} |")
     print(f"| steps waiting for the disk (rank 0) | {nv['wait_ms']:.0f} ms over {args.steps} steps |")
     print(f"| step time, median: CPU offload {cpu_ms:.1f} ms, NVMe tier {nvme_ms:.1f} ms | NVMe / CPU "
           f"{nvme_ms / cpu_ms:.2f} |")
