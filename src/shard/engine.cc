@@ -659,6 +659,10 @@ PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) c
       };
     }
   }
+  if (tier == MemTier::kNvme) {
+    // The NVMe tier holds the plan's file regions and nothing transient: its bound is its model state.
+    return PeakBound{impl_->Plan().Report().Current(MemTier::kNvme), 0, 0, 0, 0};
+  }
   const internal::PeakTerms t = internal::TruePeakBound(impl_->Plan(), in)[static_cast<size_t>(tier)];
   return PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};
 }

@@ -28,6 +28,7 @@
 #include "support/gpt_run.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "support/synthetic_trainer.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 
@@ -168,6 +169,7 @@ TEST_P(NvmeParityTest, BitwiseEqualToCpuOffload) {
   EXPECT_THAT(g.ToJson(), HasSubstr("\"tier\": \"nvme\""));
   // Every step read the tier's bytes once and wrote them back once: the formula, to the byte.
   const int64_t tier = g.Current(MemTier::kNvme);
+  EXPECT_EQ(g.PeakTotal(MemTier::kNvme), tier);  // file regions, made once at Finalize
   EXPECT_EQ(got.nvme_read, kSteps * tier);
   EXPECT_EQ(got.nvme_written, kSteps * tier);
 }
@@ -284,6 +286,18 @@ TEST(NvmePlanTest, HostBytesFollowTheBuffersNotTheModel) {
   EXPECT_EQ(large.Report().Get(MemTier::kNvme, MemTag::kMaster).current, l * 4);
   EXPECT_EQ(small.Report().Get(MemTier::kHost, MemTag::kStaging).current,
             large.Report().Get(MemTier::kHost, MemTag::kStaging).current);
+}
+
+// The placement plan's bound on the NVMe tier is its regions: nothing transient lives there.
+TEST(NvmeEngineTest, PeakBoundOfTheNvmeTierIsItsRegions) {
+  const Config cfg = Nvme(Cpu(3, Precision::kBF16), TierDir("bound"));
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, testing::Borrow(comm)));
+    const MemoryReport r = e->memory_report();
+    EXPECT_GT(r.Current(MemTier::kNvme), 0) << "rank " << rank;
+    EXPECT_EQ(e->TruePeakBound(MemTier::kNvme).total(), r.Current(MemTier::kNvme)) << "rank " << rank;
+    EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kOptimizer).current, 0) << "rank " << rank;
+  });
 }
 
 TEST(NvmeConfigTest, MistakesNameTheirKeys) {
