@@ -47,6 +47,12 @@ std::string TierDir(const std::string& name) {
   return d;
 }
 
+// After the engines are gone: their files were unlinked at once, so the folder is empty; then it goes.
+void ExpectEmptyAndRemove(const std::string& dir) {
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << dir << " holds files the NVMe tier left behind";
+  std::filesystem::remove_all(dir);
+}
+
 struct GptRun {
   std::vector<double> losses;
   std::vector<float> params;
@@ -152,7 +158,9 @@ TEST_P(NvmeParityTest, BitwiseEqualToCpuOffload) {
   cpu.zero.offload_optimizer.ratio = c.ratio;
   if (c.offload_params) cpu.zero.offload_param.device = OffloadDevice::kCpu;
   const GptRun want = Train(c.world, cpu);
-  const GptRun got = Train(c.world, Nvme(cpu, TierDir(Name(c)), c.buffers, c.pipelined));
+  const std::string dir = TierDir(Name(c));
+  const GptRun got = Train(c.world, Nvme(cpu, dir, c.buffers, c.pipelined));
+  ExpectEmptyAndRemove(dir);
   ExpectBitwise(got, want, Name(c));
   // The master and optimizer state moved from the host tier to the NVMe tier, byte for byte.
   const MemoryReport& g = got.memory;
@@ -199,7 +207,8 @@ TEST(NvmeCheckpointTest, ResumesAcrossCpuOffloadAndNvme) {
   for (int stage : {1, 3}) {
     SCOPED_TRACE(absl::StrCat("stage ", stage));
     const Config cpu = Cpu(stage, Precision::kBF16);
-    const Config nvme = Nvme(cpu, TierDir(absl::StrCat("ckpt", stage)));
+    const std::string tier_dir = TierDir(absl::StrCat("ckpt", stage));
+    const Config nvme = Nvme(cpu, tier_dir);
     const GptRun whole = Train(world, nvme);
     ASSERT_TRUE(whole.status.ok()) << whole.status;
     const std::string from_nvme = TierDir(absl::StrCat("saved-nvme-", stage));
@@ -227,6 +236,7 @@ TEST(NvmeCheckpointTest, ResumesAcrossCpuOffloadAndNvme) {
     }
     std::filesystem::remove_all(from_nvme);
     std::filesystem::remove_all(from_cpu);
+    ExpectEmptyAndRemove(tier_dir);
   }
 }
 
@@ -237,7 +247,8 @@ TEST(NvmeBudgetTest, TrainsWhereCpuOffloadRunsOutOfHostMemory) {
   // than the tiny GPT's optimizer state; zero-gpt --host-limit shows the same with the small GPT, bench/results).
   const int world = 1;
   Config cpu = Cpu(2, Precision::kBF16);
-  Config nvme = Nvme(cpu, TierDir("budget"), /*buffers=*/2);
+  const std::string dir = TierDir("budget");
+  Config nvme = Nvme(cpu, dir, /*buffers=*/2);
   nvme.zero.sub_group_size = 1024;  // staging: 2 chunks of 1024 elements
   nvme.aio.block_size = 4096;       // the I/O engine's staging: 2 × 4 KiB
   nvme.aio.queue_depth = 2;
@@ -260,6 +271,7 @@ TEST(NvmeBudgetTest, TrainsWhereCpuOffloadRunsOutOfHostMemory) {
   const GptRun fits = Train(world, nvme, kSteps, "", "", budget);
   ExpectBitwise(fits, want, "under the budget");
   EXPECT_LE(fits.memory.PeakTotal(MemTier::kHost), budget);
+  ExpectEmptyAndRemove(dir);
 }
 
 // The host bytes the tier needs are the buffer settings', whatever the model: the plan of a unit 16 times larger
@@ -290,7 +302,8 @@ TEST(NvmePlanTest, HostBytesFollowTheBuffersNotTheModel) {
 
 // The placement plan's bound on the NVMe tier is its regions: nothing transient lives there.
 TEST(NvmeEngineTest, PeakBoundOfTheNvmeTierIsItsRegions) {
-  const Config cfg = Nvme(Cpu(3, Precision::kBF16), TierDir("bound"));
+  const std::string dir = TierDir("bound");
+  const Config cfg = Nvme(Cpu(3, Precision::kBF16), dir);
   testing::RunRanks(2, [&](Communicator& comm, int rank) {
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, testing::Borrow(comm)));
     const MemoryReport r = e->memory_report();
@@ -298,6 +311,7 @@ TEST(NvmeEngineTest, PeakBoundOfTheNvmeTierIsItsRegions) {
     EXPECT_EQ(e->TruePeakBound(MemTier::kNvme).total(), r.Current(MemTier::kNvme)) << "rank " << rank;
     EXPECT_EQ(r.Get(MemTier::kHost, MemTag::kOptimizer).current, 0) << "rank " << rank;
   });
+  ExpectEmptyAndRemove(dir);
 }
 
 TEST(NvmeConfigTest, MistakesNameTheirKeys) {
