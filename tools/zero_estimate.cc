@@ -232,8 +232,10 @@ std::string TermsJson(const zero::PeakBound& t) {
 }
 
 const char* OffloadName(const zero::Config& cfg) {
-  const bool opt = cfg.zero.offload_optimizer.device == zero::OffloadDevice::kCpu && cfg.zero.stage >= 1;
+  const bool opt = cfg.zero.offload_optimizer.device != zero::OffloadDevice::kNone && cfg.zero.stage >= 1;
+  const bool nvme = opt && cfg.zero.offload_optimizer.device == zero::OffloadDevice::kNvme;
   const bool par = cfg.zero.offload_param.device == zero::OffloadDevice::kCpu && cfg.zero.stage == 3;
+  if (nvme) return par ? "optimizer (nvme)+parameters" : "optimizer (nvme)";
   return opt && par ? "optimizer+parameters" : opt ? "optimizer" : par ? "parameters" : "none";
 }
 
@@ -480,7 +482,7 @@ int main(int argc, char** argv) {
       backend == zero::Backend::kNccl ? "CUDA (NCCL)" : "host (Gloo)");
   std::printf("%-12s %-7s %16s %12s\n", "tag", "tier", "bytes", "MiB");
   for (size_t g = 0; g < static_cast<size_t>(zero::MemTag::kCount); ++g) {
-    for (zero::MemTier t : {zero::MemTier::kDevice, zero::MemTier::kHost}) {
+    for (zero::MemTier t : {zero::MemTier::kDevice, zero::MemTier::kHost, zero::MemTier::kNvme}) {
       const int64_t b = e.memory.usage[static_cast<size_t>(t)][g].peak;
       if (b == 0) continue;
       std::printf("%-12s %-7s %16lld %12s\n", zero::MemTagName(static_cast<zero::MemTag>(g)), zero::MemTierName(t),
@@ -492,6 +494,9 @@ int main(int argc, char** argv) {
   std::printf("true peak, all tags alive at once (the plan's bound): device %s, host %s\n",
               HumanBytes(static_cast<double>(dev.total())).c_str(),
               HumanBytes(static_cast<double>(host.total())).c_str());
+  if (const int64_t nvme = e.planned.Current(zero::MemTier::kNvme); nvme > 0) {
+    std::printf("nvme tier (offload_optimizer.nvme_path, files): %s\n", HumanBytes(static_cast<double>(nvme)).c_str());
+  }
   std::printf(
       "  device = model state %s + gathers %s + reductions %s + staging %s + trainer %s\n",
       HumanBytes(static_cast<double>(dev.model_state)).c_str(), HumanBytes(static_cast<double>(dev.gathers)).c_str(),

@@ -49,6 +49,7 @@ struct Flags {
   std::string save_dir, resume_dir, init_from, init_map;
   int64_t save_every = 0;
   bool save_async = false;
+  int64_t host_limit = 0;
   bool params_hash = false;
   bool live = false;
 };
@@ -60,6 +61,7 @@ void Usage() {
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--save-async]\n"
                "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
+               "                [--host-limit BYTES]\n"
                "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
                "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
@@ -77,6 +79,8 @@ void Usage() {
                "  --init-from FILE  initial weights from a safetensors file by \"unit.param\" name (zero-ckpt export\n"
                "               writes one); --init-map FILE: lines \"ours theirs\" renaming parameters\n"
                "  --params-hash  with --json: a 64-bit hash of every final fp32 parameter\n"
+               "  --host-limit BYTES  a budget for each rank's host tier (MemoryTracker::SetLimit): an allocation\n"
+               "               past it fails naming the budget, as on a machine with that much host memory\n"
                "  --live       live recovery across replica groups (zero/elastic.h) under zero-run --live-groups G,\n"
                "               G the config's mics_shard_size: a lost group's ranks restart and rejoin while the\n"
                "               others train on; with --json every rank prints its own final line (its hash and\n"
@@ -188,6 +192,8 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
       f->init_from = v;
     } else if (a == "--init-map") {
       f->init_map = v;
+    } else if (a == "--host-limit") {
+      f->host_limit = std::atoll(v);
     } else {
       std::fprintf(stderr, "zero-gpt: unknown flag %s (zero-gpt --help for usage)\n", a.c_str());
       return Parsed::kUsageError;
@@ -292,6 +298,7 @@ int main(int argc, char** argv) {
   opt.save_dir = flags.save_dir;
   opt.save_every = flags.save_every;
   opt.save_async = flags.save_async;
+  opt.host_limit = flags.host_limit;
   opt.resume_dir = flags.resume_dir;
   opt.init_from = flags.init_from;
   if (!flags.init_map.empty()) {
@@ -407,6 +414,14 @@ int main(int argc, char** argv) {
         absl::StrJoin(res.save_ms, ", ", [](std::string* out, double ms) { absl::StrAppendFormat(out, "%.3f", ms); })
             .c_str(),
         res.save_wait_ms);
+    if (res.nvme_step_bytes_read + res.nvme_step_bytes_written > 0) {
+      // The NVMe tier of rank 0 over the run's steps (zero/advanced/engine_stats.h).
+      std::printf(
+          "{\"nvme\": {\"step_bytes_read\": %lld, \"step_bytes_written\": %lld, \"io_busy_ms\": %.3f, "
+          "\"wait_ms\": %.3f}}\n",
+          static_cast<long long>(res.nvme_step_bytes_read), static_cast<long long>(res.nvme_step_bytes_written),
+          res.nvme_io_busy_ms, res.nvme_wait_ms);
+    }
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).
       const uint64_t h = ParamsHash(res.final_params);

@@ -131,6 +131,10 @@ void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult*
   result->prefetch_gathers = stats.prefetch_gathers;
   result->demand_gathers = stats.demand_gathers;
   result->peak_live_elements = stats.peak_live_elements;
+  result->nvme_step_bytes_read = stats.nvme_step_bytes_read;
+  result->nvme_step_bytes_written = stats.nvme_step_bytes_written;
+  result->nvme_io_busy_ms = stats.nvme_io_busy_ms;
+  result->nvme_wait_ms = stats.nvme_wait_ms;
   // The bound on the true peak: the trainer keeps the root unit open for the whole pass beside one block, and its
   // activations (the Checkpointer's arena) and its own buffers are in the engine's tracker.
   auto padded = [&](UnitId u) {
@@ -153,6 +157,7 @@ void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult*
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options) {
   ZERO_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(config, std::move(comm), engine_options));
+  if (options.host_limit > 0) engine->memory_tracker().SetLimit(MemTier::kHost, options.host_limit);
   const Config& cfg = engine->config();
   const DType dtype = cfg.fp16.enabled ? DType::kF16 : cfg.bf16.enabled ? DType::kBF16 : DType::kF32;
   ZERO_ASSIGN_OR_RETURN(GptUnits units, RegisterGpt(*engine, mc, options.seed));

@@ -37,6 +37,10 @@ struct TrainOptions {
   int local_world_size = 1;  // ranks sharing this host's cores (BLAS and optimizer threads are divided)
   int blas_threads = 0;      // OpenBLAS threads; 0 = hardware threads / local_world_size
   std::string data_file;     // optional corpus file instead of the system texts
+  // A budget for the engine's host tier in bytes (MemoryTracker::SetLimit before Finalize; 0: none): to run as on a
+  // machine with less host memory, e.g. to see a model whose optimizer state does not fit under CPU offload train
+  // with the NVMe tier (offload_optimizer.device "nvme").
+  int64_t host_limit = 0;
   // Recompute every block's activations in backward (zero::Checkpointer; every k-th block when the config's
   // activation_checkpointing.number_checkpoints is below the layer count, checkpoints in the host tier with
   // cpu_checkpointing). false: nothing is recomputed.
@@ -91,6 +95,9 @@ struct TrainResult {
   int64_t prefetch_gathers = 0;
   int64_t demand_gathers = 0;
   int64_t peak_live_elements = 0;
+  // The NVMe tier's counters of this rank (zero/advanced/engine_stats.h; zeros without the tier).
+  int64_t nvme_step_bytes_read = 0, nvme_step_bytes_written = 0;
+  double nvme_io_busy_ms = 0, nvme_wait_ms = 0;
   // This rank's activation figures (zero::Checkpointer::stats): peaks of the arena and of the checkpoints,
   // forwards and recomputes run.
   RecomputeStats recompute;

@@ -38,9 +38,9 @@ enum class OffloadDevice : uint8_t { kNone, kCpu, kNvme };
 
 struct OffloadOptimizerConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;   // NVMe offload only; zero lacks it, so always empty
-  bool pin_memory = true;  // page-locked host buffers where the build and the machine allow it
-  int64_t buffer_count = 4;
+  std::string nvme_path;     // device kNvme: the folder of the rank files (shard's NVMe tier, offload/nvme_store.h)
+  bool pin_memory = true;    // page-locked host buffers where the build and the machine allow it
+  int64_t buffer_count = 4;  // device kNvme: staging buffers of sub_group_size elements each
   bool fast_init = false;
   double ratio = 1.0;  // fraction of each shard updated on the host (Twin-Flow, stage 3 only when < 1)
   bool pipeline_read = false;
@@ -160,8 +160,8 @@ struct ActivationCheckpointingConfig {
   bool operator==(const ActivationCheckpointingConfig&) const = default;
 };
 
-// Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py). zero has no NVMe
-// tier yet, so only DeepSpeed's defaults are accepted (others are kUnimplemented) and nothing reads them.
+// Top-level "aio": DeepSpeed's async-I/O settings for NVMe offload (swap_tensor/aio_config.py), read by the I/O
+// engine of the NVMe tier (io/internal/io_engine.h IoOptionsFromConfig); use_gds is accepted only off.
 struct AioConfig {
   int64_t block_size = 1'048'576;  // bytes, a power of 2
   int64_t queue_depth = 8;

@@ -426,7 +426,7 @@ class Engine {
   // A unit's parameters in registration order; empty for an id no unit has (FindUnit's -1 included).
   const std::vector<ParamSpec>& UnitParams(UnitId unit) const;
   // The bound on `tier` of memory_report().peak_total, from the placement plan, the config's bucket sizes and the
-  // communicator's staging (see PeakBound). After Finalize.
+  // communicator's staging (see PeakBound). After Finalize. MemTier::kNvme: the NVMe tier's regions (model state).
   PeakBound TruePeakBound(MemTier tier, const PeakBoundOptions& options = {}) const;
 
  private:

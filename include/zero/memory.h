@@ -40,10 +40,12 @@ enum class MemTag : uint8_t {
   kStaging,      // staging between tiers (offload copy-back tiles) and the communicator's own copies
   kCount,
 };
-enum class MemTier : uint8_t { kHost = 0, kDevice = 1, kCount };
+// kNvme: bytes in files on a disk (offload_optimizer.device "nvme": the fp32 master and optimizer state of the
+// host-updated range), counted where they live though no memory holds them; Buffer never allocates there.
+enum class MemTier : uint8_t { kHost = 0, kDevice = 1, kNvme = 2, kCount };
 
 // Lower-case names used in reports and JSON: "params", "grads", "optimizer", "master", "gather", "buckets",
-// "activations", "staging"; tiers "host", "device".
+// "activations", "staging"; tiers "host", "device", "nvme".
 const char* MemTagName(MemTag tag);
 const char* MemTierName(MemTier tier);
 

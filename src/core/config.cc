@@ -958,6 +958,11 @@ class ConfigParser {
       Error("zero_optimization.zero_quantized_weights: true with zero_optimization.stage " + std::to_string(stage) +
             "; " + FindRule("qwz_stage").text);
     }
+    if (known({"zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.nvme_path"}) &&
+        c.zero.offload_optimizer.device == OffloadDevice::kNvme && c.zero.offload_optimizer.nvme_path.empty()) {
+      Error("zero_optimization.offload_optimizer.nvme_path: empty with device \"nvme\"; " +
+            std::string(FindRule("nvme_path").text));
+    }
     if (known({"zero_optimization.stage"}) && c.zero.mics_shard_size > 0 && stage == 0) {
       Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
             " with zero_optimization.stage 0; " + FindRule("mics_stage").text);

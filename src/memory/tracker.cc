@@ -25,7 +25,15 @@ const char* MemTagName(MemTag tag) {
   }
   return "?";
 }
-const char* MemTierName(MemTier tier) { return tier == MemTier::kHost ? "host" : "device"; }
+const char* MemTierName(MemTier tier) {
+  switch (tier) {
+    case MemTier::kHost: return "host";
+    case MemTier::kDevice: return "device";
+    case MemTier::kNvme: return "nvme";
+    case MemTier::kCount: break;
+  }
+  return "?";
+}
 
 int64_t MemoryReport::Current(MemTier tier) const {
   int64_t sum = 0;
@@ -59,6 +67,7 @@ std::string MemoryReport::ToString() const {
   }
   os << "peak total (all tags alive at once):";
   for (size_t t = 0; t < peak_total.size(); ++t) {
+    if (t == static_cast<size_t>(MemTier::kNvme) && peak_total[t] == 0) continue;  // only where used
     os << " " << MemTierName(static_cast<MemTier>(t)) << " " << peak_total[t];
   }
   os << "\n";
@@ -76,6 +85,7 @@ std::string MemoryReport::ToJson() const {
       if (u.peak == 0) continue;
       std::string name = MemTagName(static_cast<MemTag>(g));
       if (t == 1 && usage[0][g].peak != 0) name += "@device";
+      if (t == 2 && (usage[0][g].peak != 0 || usage[1][g].peak != 0)) name += "@nvme";
       if (!first) os << ", ";
       first = false;
       os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t))
@@ -83,8 +93,10 @@ std::string MemoryReport::ToJson() const {
     }
   }
   if (!first) os << ", ";
-  os << "\"peak_total\": {\"host\": " << PeakTotal(MemTier::kHost) << ", \"device\": " << PeakTotal(MemTier::kDevice)
-     << "}}";
+  os << "\"peak_total\": {\"host\": " << PeakTotal(MemTier::kHost) << ", \"device\": " << PeakTotal(MemTier::kDevice);
+  // The NVMe tier only where it was used, so reports without it read as before.
+  if (PeakTotal(MemTier::kNvme) != 0) os << ", \"nvme\": " << PeakTotal(MemTier::kNvme);
+  os << "}}";
   return os.str();
 }
 

@@ -32,6 +32,66 @@
 
 namespace zero {
 
+namespace {
+
+// The NVMe tier (offload_optimizer.device "nvme") keeps a unit's host-part master and optimizer state in its file,
+// not in host buffers. For a checkpoint they are staged, one unit at a time, into temporary host buffers
+// (u.host_master, u.host_state, tagged staging) that the streams below read and write as CPU offload's own; the
+// destructor drops them, so the host holds at most the largest unit's host part beside the tier's staging.
+class NvmeUnitStage {
+ public:
+  NvmeUnitStage(internal::EngineContext& ctx, internal::Unit& u, int ui) : ctx_(ctx), u_(u), ui_(ui) {}
+  ~NvmeUnitStage() {
+    if (!active_) return;
+    u_.host_master.Reset();
+    u_.host_state.clear();
+  }
+  NvmeUnitStage(const NvmeUnitStage&) = delete;
+  NvmeUnitStage& operator=(const NvmeUnitStage&) = delete;
+
+  // Allocates the buffers, filled from the file when `read` (saving), zeros otherwise (loading).
+  Status Begin(bool read) {
+    if (!ctx_.nvme || u_.frozen || u_.host_n() <= 0) return absl::OkStatus();
+    active_ = true;
+    int field = 0;
+    auto take = [&](Buffer* b) -> Status {
+      Status err;
+      *b = Buffer::Host(&ctx_.tracker, MemTag::kStaging, static_cast<size_t>(u_.host_n()) * 4, MemTier::kHost, &err);
+      if (!err.ok()) {
+        return Status(err.code(), absl::StrCat("unit ", u_.name(), ": staging its NVMe-tier state on rank ",
+                                               ctx_.world_rank, ": ", err.message()));
+      }
+      if (read) ZERO_RETURN_IF_ERROR(ctx_.nvme->ReadField(ui_, field, 0, u_.host_n(), b->as<float>()));
+      ++field;
+      return absl::OkStatus();
+    };
+    if (!ctx_.policy.MasterIsHostParams()) ZERO_RETURN_IF_ERROR(take(&u_.host_master));
+    u_.host_state.resize(static_cast<size_t>(ctx_.policy.optimizer_states));
+    for (Buffer& b : u_.host_state) ZERO_RETURN_IF_ERROR(take(&b));
+    return absl::OkStatus();
+  }
+  // Writes the buffers (as loaded) to the file.
+  Status WriteBack() {
+    if (!active_) return absl::OkStatus();
+    int field = 0;
+    if (!u_.host_master.empty()) {
+      ZERO_RETURN_IF_ERROR(ctx_.nvme->WriteField(ui_, field++, 0, u_.host_n(), u_.host_master.as<float>()));
+    }
+    for (const Buffer& b : u_.host_state) {
+      ZERO_RETURN_IF_ERROR(ctx_.nvme->WriteField(ui_, field++, 0, u_.host_n(), b.as<float>()));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  internal::EngineContext& ctx_;
+  internal::Unit& u_;
+  const int ui_;
+  bool active_ = false;
+};
+
+}  // namespace
+
 using internal::Unit;
 
 namespace {
@@ -255,6 +315,8 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     const int64_t piece_elems = static_cast<int64_t>(PieceElems());
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       Unit& u = ctx.units[ui];
+      NvmeUnitStage nvme(ctx, u, static_cast<int>(ui));
+      ZERO_RETURN_IF_ERROR(nvme.Begin(/*read=*/true));
       const int64_t begin = std::min(u.layout.numel, static_cast<int64_t>(ctx.rank) * u.layout.shard);
       const int64_t end = begin + u.layout.OwnedElems(ctx.rank);
       const std::vector<StreamDesc> streams = SavedStreams(u);
@@ -590,6 +652,8 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     gather_after.assign(ctx.units.size(), false);
     for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
       Unit& u = ctx.units[ui];
+      NvmeUnitStage nvme(ctx, u, static_cast<int>(ui));
+      ZERO_RETURN_IF_ERROR(nvme.Begin(/*read=*/false));
       for (const StreamDesc& s : Streams(u)) {
         const size_t es = DTypeSize(s.dtype);
         std::map<int, int> src;  // checkpoint unit -> stream
@@ -646,6 +710,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
         }
         internal::MaybeInjectFault("load", ctx.world_rank, step.applied_steps());  // the engine half loaded
       }
+      ZERO_RETURN_IF_ERROR(nvme.WriteBack());
     }
     saved = m;
     return absl::OkStatus();

@@ -137,6 +137,12 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
       u.state.resize(ctx.policy.optimizer_states);
       for (const internal::PlannedBuffer& b : u.plan.buffers) {
         Buffer buf;
+        if (b.tier == MemTier::kNvme) {
+          // A region of the NVMe tier's file (the store, created below), counted where it lives.
+          ctx.tracker.Add(MemTier::kNvme, b.tag, b.bytes());
+          ctx.tracker.AddPadding(b.padding_elems * static_cast<int64_t>(DTypeSize(b.dtype)));
+          continue;
+        }
         if (b.trainer_owned) {
           void* mine = b.role == internal::BufferRole::kParams ? u.trainer_params : u.trainer_grads;
           buf = Buffer::Borrow(mine, static_cast<size_t>(b.bytes()), b.tag, b.tier);
@@ -165,6 +171,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
       }
       u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
     }
+    if (plan.nvme_chunk > 0) ZERO_RETURN_IF_ERROR(CreateNvmeStore(plan));
     if (Status s = step.Allocate(plan); !s.ok()) {
       return Status(s.code(), absl::StrCat("Finalize on rank ", ctx.world_rank, ": ", s.message()));
     }
@@ -175,6 +182,40 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   ctx.finalized = true;
   ZERO_RETURN_IF_ERROR(InitialValues(init));
   step.StartCountingBytes();
+  return absl::OkStatus();
+}
+
+// offload_optimizer.device "nvme": the store holding each unit's host-part master and optimizer state (its file
+// under nvme_path, its staging buffers and I/O engine counted in the host tier as the plan lists them).
+Status Engine::Impl::CreateNvmeStore(const internal::StagePlan& plan) {
+  const Config& cfg = ctx.cfg;
+  if (ctx.compute->device()) {
+    return absl::UnimplementedError(
+        "zero_optimization.offload_optimizer.device \"nvme\": not implemented on the CUDA engine (the host engine "
+        "has it); use \"cpu\"");
+  }
+  internal::NvmeOptions o;
+  o.dir = cfg.zero.offload_optimizer.nvme_path;
+  o.rank = ctx.world_rank;
+  o.fields = plan.nvme_fields;
+  o.chunk_elems = plan.nvme_chunk;
+  o.buffer_count = ctx.policy.nvme_buffers;
+  o.pipeline_read = cfg.zero.offload_optimizer.pipeline_read;
+  o.pipeline_write = cfg.zero.offload_optimizer.pipeline_write;
+  o.pinned = ctx.policy.pin_optimizer;
+  o.io = io::IoOptionsFromConfig(cfg);
+  o.tracker = &ctx.tracker;
+  std::vector<int64_t> host_n;
+  for (const Unit& u : ctx.units) host_n.push_back(u.host_n());
+  auto store = internal::NvmeStore::Create(o, host_n);
+  if (!store.ok()) {
+    return Status(store.status().code(), absl::StrCat("zero_optimization.offload_optimizer.nvme_path \"", o.dir,
+                                                      "\" (rank ", ctx.world_rank, "): ", store.status().message()));
+  }
+  ctx.nvme = std::move(*store);
+  ZERO_LOG(DEBUG) << "rank " << ctx.world_rank << ": NVMe tier in " << ctx.nvme->path() << " ("
+                  << io::IoBackendName(ctx.nvme->io().backend().backend) << ": " << ctx.nvme->io().backend().reason
+                  << "), chunks of " << plan.nvme_chunk << " elements";
   return absl::OkStatus();
 }
 
@@ -589,9 +630,16 @@ const std::vector<ParamSpec>& Engine::UnitParams(UnitId unit) const {
 }
 advanced::EngineStats advanced::Stats(const Engine& engine) {
   const auto& gathers = engine.impl_->gathers;
-  return {.prefetch_gathers = gathers.prefetch_gathers(),
-          .demand_gathers = gathers.demand_gathers(),
-          .peak_live_elements = gathers.peak_live_elements()};
+  EngineStats s{.prefetch_gathers = gathers.prefetch_gathers(),
+                .demand_gathers = gathers.demand_gathers(),
+                .peak_live_elements = gathers.peak_live_elements()};
+  if (const internal::NvmeStore* nvme = engine.impl_->ctx.nvme.get()) {
+    s.nvme_step_bytes_read = nvme->pass_bytes_read();
+    s.nvme_step_bytes_written = nvme->pass_bytes_written();
+    s.nvme_io_busy_ms = nvme->io_busy_ms();
+    s.nvme_wait_ms = nvme->wait_ms();
+  }
+  return s;
 }
 PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) const {
   internal::PeakInputs in;
@@ -619,6 +667,10 @@ PeakBound Engine::TruePeakBound(MemTier tier, const PeakBoundOptions& options) c
         return replicas->AllReduceStagingBytes(static_cast<size_t>(count), dtype);
       };
     }
+  }
+  if (tier == MemTier::kNvme) {
+    // The NVMe tier holds the plan's file regions and nothing transient: its bound is its model state.
+    return PeakBound{impl_->Plan().Report().Current(MemTier::kNvme), 0, 0, 0, 0};
   }
   const internal::PeakTerms t = internal::TruePeakBound(impl_->Plan(), in)[static_cast<size_t>(tier)];
   return PeakBound{t.model_state, t.gathers, t.reductions, t.staging, t.trainer};

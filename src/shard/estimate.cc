@@ -44,13 +44,18 @@ std::string RankEstimate::MemoryJson() const {
       if (bytes == 0) continue;
       std::string name = MemTagName(static_cast<MemTag>(g));
       if (t == static_cast<size_t>(MemTier::kDevice) && memory.usage[0][g].peak != 0) name += "@device";
+      if (t == static_cast<size_t>(MemTier::kNvme) && (memory.usage[0][g].peak != 0 || memory.usage[1][g].peak != 0)) {
+        name += "@nvme";
+      }
       os << "\"" << name << "\": {\"tier\": \"" << MemTierName(static_cast<MemTier>(t)) << "\", \"bytes\": " << bytes;
       if (floor.usage[t][g].peak != bytes) os << ", \"min_bytes\": " << floor.usage[t][g].peak;
       os << "}, ";
     }
   }
   os << "\"peak_total\": {\"host\": " << memory.PeakTotal(MemTier::kHost)
-     << ", \"device\": " << memory.PeakTotal(MemTier::kDevice) << "}}";
+     << ", \"device\": " << memory.PeakTotal(MemTier::kDevice);
+  if (memory.PeakTotal(MemTier::kNvme) != 0) os << ", \"nvme\": " << memory.PeakTotal(MemTier::kNvme);
+  os << "}}";
   return os.str();
 }
 
@@ -137,6 +142,8 @@ MemoryReport ByTag(const internal::StagePlan& plan, const std::array<internal::P
     add(tier, MemTag::kStaging, t.staging);
     r.peak_total[static_cast<size_t>(tier)] = t.total();
   }
+  // The NVMe tier holds model state only (file regions, allocated once at Finalize).
+  r.peak_total[static_cast<size_t>(MemTier::kNvme)] = r.Current(MemTier::kNvme);
   for (const TrainerBytes& t : trainer) add(t.tier, t.tag, t.bytes);
   return r;
 }

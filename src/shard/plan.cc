@@ -30,11 +30,27 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
                                                      std::string(DTypeName(p.compute)), ")"));
     }
   }
-  if (cfg.zero.offload_optimizer.device == OffloadDevice::kNvme ||
-      cfg.zero.offload_param.device == OffloadDevice::kNvme) {
-    return absl::UnimplementedError("zero_optimization.offload_*.device \"nvme\": not implemented in zero");
+  if (cfg.zero.offload_param.device == OffloadDevice::kNvme) {
+    return absl::UnimplementedError(
+        "zero_optimization.offload_param.device \"nvme\": not implemented in zero (offload_optimizer.device "
+        "\"nvme\" is; the parameter shards can be offloaded to \"cpu\")");
   }
-  p.offload_optimizer = cfg.zero.offload_optimizer.device == OffloadDevice::kCpu && p.stage >= 1;
+  p.offload_optimizer = cfg.zero.offload_optimizer.device != OffloadDevice::kNone && p.stage >= 1;
+  p.nvme = p.offload_optimizer && cfg.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  if (p.nvme) {
+    if (cfg.zero.offload_optimizer.buffer_count < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zero_optimization.offload_optimizer.buffer_count: ", cfg.zero.offload_optimizer.buffer_count,
+                       " with device \"nvme\"; at least 1 staging buffer is needed"));
+    }
+    if (cfg.aio.block_size < 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("aio.block_size: ", cfg.aio.block_size,
+                                                     " with offload_optimizer.device \"nvme\"; at least 4096 (the "
+                                                     "O_DIRECT granule)"));
+    }
+    p.nvme_buffers = static_cast<int>(std::min<int64_t>(cfg.zero.offload_optimizer.buffer_count, 1 << 16));
+    p.io_staging_bytes = std::min<int64_t>(cfg.aio.queue_depth, 1 << 16) * cfg.aio.block_size;
+  }
   p.offload_param = cfg.zero.offload_param.device == OffloadDevice::kCpu && p.stage == 3;
   p.offload_ratio = cfg.zero.offload_optimizer.ratio;
   if (p.offload_param && p.offload_optimizer && p.offload_ratio < 1.0) {
@@ -144,7 +160,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   if (u.host_n > 0) {
     add(BufferRole::kHostGrad, u.host_n, u.grad_shard_dtype, kHost, MemTag::kGrads, p.pin_optimizer, pad_host);
     if (!p.MasterIsHostParams()) {
-      add(BufferRole::kHostMaster, u.host_n, DType::kF32, kHost, MemTag::kMaster, p.pin_optimizer, pad_host);
+      add(BufferRole::kHostMaster, u.host_n, DType::kF32, p.nvme ? MemTier::kNvme : kHost, MemTag::kMaster,
+          p.pin_optimizer && !p.nvme, pad_host);
     }
   }
   if (p.mixed() && n_dev > 0) add(BufferRole::kMaster, n_dev, DType::kF32, kDev, MemTag::kMaster, false, pad_dev);
@@ -152,7 +169,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   for (int s = 0; s < p.optimizer_states; ++s) {
     if (n_dev > 0) add(BufferRole::kState, n_dev, DType::kF32, kDev, MemTag::kOptimizer, false, pad_dev, s);
     if (u.host_n > 0) {
-      add(BufferRole::kHostState, u.host_n, DType::kF32, kHost, MemTag::kOptimizer, p.pin_optimizer, pad_host, s);
+      add(BufferRole::kHostState, u.host_n, DType::kF32, p.nvme ? MemTier::kNvme : kHost, MemTag::kOptimizer,
+          p.pin_optimizer && !p.nvme, pad_host, s);
     }
   }
   return u;
@@ -216,6 +234,22 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
                                            policy.compute, MemTier::kHost, MemTag::kStaging, policy.pin_optimizer, 0});
     }
   }
+  // The NVMe tier's staging: buffer_count chunks, each aligned for O_DIRECT (NvmeStore::SlotBytes, in f32
+  // elements), and the I/O engine's blocks.
+  const int fields = (policy.MasterIsHostParams() ? 0 : 1) + policy.optimizer_states;
+  if (policy.nvme && max_host > 0 && fields > 0) {
+    constexpr int64_t kChunkAlign = 1024;  // 4 KiB of fp32: every full chunk's fields start on a block
+    const int64_t chunk = std::min(std::max<int64_t>(policy.sub_group_size, 1), max_host);
+    plan.nvme_chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+    plan.nvme_fields = fields;
+    const int64_t slot_elems = plan.nvme_chunk * fields + 1024;  // NvmeStore::SlotBytes / 4
+    for (int i = 0; i < policy.nvme_buffers; ++i) {
+      plan.nvme_staging.push_back(PlannedBuffer{BufferRole::kHostState, -1, slot_elems, DType::kF32, MemTier::kHost,
+                                                MemTag::kStaging, policy.pin_optimizer, 0});
+    }
+    plan.nvme_staging.push_back(PlannedBuffer{BufferRole::kHostState, -1, policy.io_staging_bytes / 4, DType::kF32,
+                                              MemTier::kHost, MemTag::kStaging, false, 0});
+  }
   return plan;
 }
 
@@ -232,6 +266,7 @@ MemoryReport StagePlan::Report() const {
     for (const auto& b : u.buffers) count(b);
   }
   for (const auto& b : staging) count(b);
+  for (const auto& b : nvme_staging) count(b);
   return r;
 }
 

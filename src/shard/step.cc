@@ -396,6 +396,17 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   // waited for at once (units keep their order, so every rank issues the same sequence).
   int deferred_unit = -1;
   CopyStream::Ticket deferred_copy = 0;
+  // The NVMe tier: one pass over the host parts of every unit with one, in unit order, so the disk reads the next
+  // unit's first chunks while this unit's last ones are updated (offload/nvme_store.h). A failed read or write ends
+  // the host steps (the step's all-gathers still run, every rank issuing the same ones) and fails the step.
+  Status nvme_failed;
+  if (c.nvme) {
+    std::vector<int> on_disk;
+    for (size_t ui = 0; ui < c.units.size(); ++ui) {
+      if (!c.units[ui].frozen && c.units[ui].host_n() > 0) on_disk.push_back(static_cast<int>(ui));
+    }
+    nvme_failed = c.nvme->BeginPass(on_disk);
+  }
   auto issue_deferred_gather = [&] {
     if (deferred_unit < 0) return;
     Unit& d = c.units[deferred_unit];
@@ -470,7 +481,9 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     // The host part [0, host_n): the optimizer over host-tier buffers, the updated parameters streamed back to
     // the compute tier tile by tile (offload/host_step.h).
     CopyStream::Ticket copied = 0;
-    if (hn > 0) {
+    if (hn > 0 && c.nvme) {
+      copied = NvmeHostStep(u, static_cast<int>(ui), base, segments, param_here, first_global, key, &nvme_failed);
+    } else if (hn > 0) {
       HostStep hs;
       hs.u = base;
       std::vector<float*> states;
@@ -522,6 +535,10 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     }
   }
   issue_deferred_gather();
+  if (c.nvme) {
+    const Status ended = c.nvme->EndPass();
+    if (nvme_failed.ok()) nvme_failed = ended;
+  }
   copies_->Sync();  // stage 3: the next forward's gathers read the copied-back shards
   opt_copy_wait_ms_ += copies_->wait_ms() - wait_before;
   c.times.optimizer_ms += MsSince(t_opt);
@@ -534,8 +551,82 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
   if (!failed.ok()) {
     return absl::Status(failed.code(), absl::StrCat("all-gather of updated parameters: ", failed.message()));
   }
+  if (!nvme_failed.ok()) {
+    return absl::Status(nvme_failed.code(), absl::StrCat("step ", applied_steps_ + 1,
+                                                         ": the NVMe tier (zero_optimization.offload_optimizer."
+                                                         "nvme_path): ",
+                                                         nvme_failed.message()));
+  }
   c.times.allgather_ms += MsSince(t_ag);
   return absl::OkStatus();
+}
+
+// The host part of unit `ui` under the NVMe tier: chunk by chunk as the store's pass hands them over (their master
+// and state read into a staging buffer), the same host step as with CPU offload on each (so the same bits: the
+// update is element-wise and keyed by global element), then the chunk written back.
+CopyStream::Ticket ShardedStep::NvmeHostStep(Unit& u, int ui, const ShardUpdate& base,
+                                             const std::vector<Segment>& segments, char* param_here,
+                                             int64_t first_global, uint64_t key, Status* failed) {
+  EngineContext& c = *ctx_;
+  const DType cd = c.cd();
+  const size_t cds = DTypeSize(cd), gsz = DTypeSize(u.grad_shard_dtype());
+  const size_t nst = static_cast<size_t>(c.policy.optimizer_states);
+  const bool own_master = !c.policy.MasterIsHostParams();
+  const int64_t hn = u.host_n();
+  CopyStream::Ticket copied = 0;
+  for (int64_t cb = 0; cb < hn && failed->ok(); cb += c.nvme->chunk_elems()) {
+    StatusOr<NvmeStore::Chunk> chunk = c.nvme->Acquire();
+    if (!chunk.ok()) {
+      *failed = chunk.status();
+      break;
+    }
+    ZERO_CHECK(chunk->unit == ui && chunk->begin == cb) << "NVMe pass out of order at unit " << u.name();
+    const int64_t ce = cb + chunk->n;
+    // The update of [cb, ce), its master and state in the chunk's staging buffer.
+    HostStep hs;
+    hs.u = base;
+    std::vector<float*> states(nst);
+    for (size_t k = 0; k < nst; ++k) states[k] = chunk->field[(own_master ? 1 : 0) + k];
+    hs.u.state = states.data();
+    hs.u.grad = static_cast<const char*>(u.host_grad.data()) + cb * gsz;
+    hs.u.grad_dtype = u.grad_shard_dtype();
+    hs.u.n = static_cast<size_t>(chunk->n);
+    hs.u.first_element = first_global + cb;
+    if (!own_master) {
+      hs.u.master = reinterpret_cast<float*>(param_here) + cb;  // fp32 host shard: the parameters are the master
+    } else {
+      hs.u.master = chunk->field[0];
+      hs.u.param_out_dtype = cd;
+      if (c.policy.offload_param) {
+        hs.param_host = param_here + cb * cds;
+      } else {
+        hs.u.param_out = param_here + cb * cds;
+      }
+    }
+    if (c.compute->device()) {
+      hs.copy_to_compute = [t = c.compute.get()](void* d, const void* src, size_t b) {
+        t->CopyInOnCopyStream(d, src, b);
+      };
+    }
+    hs.threads = c.threads;
+    hs.optimizer_tile = static_cast<size_t>(std::max<int64_t>(c.cfg.zero.sub_group_size, 1));
+    hs.pipeline_tile = pipeline_tile_;
+    hs.stochastic = cd == DType::kBF16 && c.cfg.bf16.stochastic_rounding;
+    hs.stochastic_key = key;
+    for (const Segment& seg : segments) {
+      const int64_t b = std::max(seg.begin, cb), e = std::min({seg.end, hn, ce});
+      if (b >= e) continue;
+      HostStep part = hs;
+      std::vector<float*> part_states(nst);
+      part.u = hs.u.Slice(static_cast<size_t>(b - cb), static_cast<size_t>(e - b), nst, part_states.data());
+      if (hs.param_host != nullptr) part.param_host = static_cast<char*>(hs.param_host) + (b - cb) * cds;
+      part.u.lr = base.lr * LrScaleOf(seg.group);
+      part.u.group = seg.group;
+      copied = RunHostStep(OptimizerOf(seg.group), part, *copies_, opt_staging_);
+    }
+    if (Status s = c.nvme->Release(); !s.ok()) *failed = s;
+  }
+  return copied;
 }
 
 // steps_per_print: a progress line from rank 0; with wall_clock_breakdown, where the time went.

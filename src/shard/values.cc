@@ -153,7 +153,11 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
               hi - lo);
   }
   // The master keeps the exact fp32 values, not the rounded 16-bit copy.
-  if (u.master.empty() && u.host_master.empty()) return ctx.compute->status();  // frozen, or fp32: no master
+  // The NVMe tier keeps the host part's master in its file (field 0 of the unit's region).
+  const bool nvme_master = ctx.nvme && !u.frozen && u.host_n() > 0 && !ctx.policy.MasterIsHostParams();
+  if (u.master.empty() && u.host_master.empty() && !nvme_master) {
+    return ctx.compute->status();  // frozen, or fp32: no master
+  }
   if (ctx.stage() == 0) {
     if (ctx.mixed()) ToCompute(values, u.master, u.master.as<float>() + slot.offset, DType::kF32, slot.numel);
   } else if (lo < hi) {
@@ -161,6 +165,8 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
     const int64_t i0 = lo - s_begin, i1 = hi - s_begin;  // range within this rank's shard
     const int64_t h_end = std::min(i1, u.host_n());      // host part [0, host_n)
     if (!u.host_master.empty() && i0 < h_end) std::memcpy(u.host_master.as<float>() + i0, v, (h_end - i0) * 4);
+    if (nvme_master && i0 < h_end)
+      ZERO_RETURN_IF_ERROR(ctx.nvme->WriteField(static_cast<int>(id), 0, i0, h_end - i0, v));
     const int64_t d_begin = std::max(i0, u.host_n());  // device part [host_n, shard)
     if (ctx.mixed() && d_begin < i1) {
       ToCompute(v + (d_begin - i0), u.master, u.master.as<float>() + (d_begin - u.host_n()), DType::kF32, i1 - d_begin);
@@ -203,7 +209,11 @@ StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::str
     if (full_here) {
       fetch(mine.data(), u.master, u.layout.padded);
     } else {
-      fetch(mine.data(), u.host_master, u.host_n());
+      if (ctx.nvme && u.host_master.empty() && u.host_n() > 0) {
+        ZERO_RETURN_IF_ERROR(ctx.nvme->ReadField(static_cast<int>(id), 0, 0, u.host_n(), mine.data()));
+      } else {
+        fetch(mine.data(), u.host_master, u.host_n());
+      }
       fetch(mine.data() + u.host_n(), u.master, S - u.host_n());
     }
   } else {

@@ -498,10 +498,9 @@ TEST_F(ConfigTest, OffloadRatioRules) {
 }
 
 TEST_F(ConfigTest, PowerOfTwoAndEvenRules) {
-  // The rule is checked before support: an invalid block size is invalid, a valid one other than the default
-  // is not implemented (no NVMe tier).
+  // An invalid block size is invalid; a valid one other than the default is the NVMe tier's I/O engine's.
   ExpectRejected(R"({"aio": {"block_size": 1000000}})", {"aio.block_size", "1000000", "a power of 2"});
-  ExpectNotImplemented(R"({"aio": {"block_size": 262144}})", "aio.block_size");
+  EXPECT_EQ(MustParse(R"({"aio": {"block_size": 262144}})").aio.block_size, 262'144);
   EXPECT_EQ(MustParse(R"({"aio": {"block_size": 1048576}})").aio.block_size, 1'048'576);
   ExpectRejected(R"({"zero_optimization": {"allgather_bucket_size": 5}})",
                  {"zero_optimization.allgather_bucket_size", "got 5", "a multiple of 2"});
@@ -579,8 +578,8 @@ TEST_F(ConfigTest, UnimplementedKeysAreErrorsWhenTurnedOn) {
       {R"({"activation_checkpointing": {"partition_activations": true}})",
        "activation_checkpointing.partition_activations"},
       {R"({"data_types": {"grad_accum_dtype": "bf16"}})", "data_types.grad_accum_dtype"},
-      {R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})",
-       "zero_optimization.offload_optimizer.device"},
+      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}})",
+       "zero_optimization.offload_param.device"},
   };
   for (const auto& [json, path] : cases) ExpectNotImplemented(json, path);
 }
@@ -689,6 +688,7 @@ TEST_F(ConfigTest, KeysThatChangeTheMathAreNotImplementedAtNonDefaultValues) {
   EXPECT_TRUE(c.warnings().empty()) << c.warnings().front();
 }
 
+// offload_param's NVMe keys are not built (offload_optimizer's are: tests/offload/nvme_test.cc); use_gds neither.
 TEST_F(ConfigTest, NvmeKeysAreNotImplementedAtNonDefaultValues) {
   const std::pair<const char*, const char*> cases[] = {
       {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "nvme_path": "/nvme"}}})",
@@ -699,25 +699,26 @@ TEST_F(ConfigTest, NvmeKeysAreNotImplementedAtNonDefaultValues) {
        "zero_optimization.offload_param.buffer_size"},
       {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "max_in_cpu": 1e8}}})",
        "zero_optimization.offload_param.max_in_cpu"},
-      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "nvme_path": "/nvme"}}})",
-       "zero_optimization.offload_optimizer.nvme_path"},
-      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "buffer_count": 5}}})",
-       "zero_optimization.offload_optimizer.buffer_count"},
-      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pipeline_read": true}}})",
-       "zero_optimization.offload_optimizer.pipeline_read"},
-      {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pipeline_write": true}}})",
-       "zero_optimization.offload_optimizer.pipeline_write"},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true}}})",
        "zero_optimization.offload_optimizer.fast_init"},
-      {R"({"aio": {"block_size": 2097152}})", "aio.block_size"},
-      {R"({"aio": {"queue_depth": 32}})", "aio.queue_depth"},
-      {R"({"aio": {"intra_op_parallelism": 4}})", "aio.intra_op_parallelism"},
-      {R"({"aio": {"thread_count": 4}})", "aio.thread_count"},
-      {R"({"aio": {"single_submit": true}})", "aio.single_submit"},
-      {R"({"aio": {"overlap_events": false}})", "aio.overlap_events"},
       {R"({"aio": {"use_gds": true}})", "aio.use_gds"},
   };
   for (const auto& [json, path] : cases) ExpectNotImplemented(json, path);
+  // The NVMe tier's keys take their values.
+  const Config nvme = MustParse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme",
+      "nvme_path": "/nvme", "buffer_count": 5, "pipeline_read": true, "pipeline_write": true}},
+      "aio": {"block_size": 2097152, "queue_depth": 32, "single_submit": true, "overlap_events": false}})");
+  EXPECT_EQ(nvme.zero.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme.zero.offload_optimizer.nvme_path, "/nvme");
+  EXPECT_EQ(nvme.zero.offload_optimizer.buffer_count, 5);
+  EXPECT_TRUE(nvme.zero.offload_optimizer.pipeline_read && nvme.zero.offload_optimizer.pipeline_write);
+  EXPECT_EQ(nvme.aio.block_size, 2'097'152);
+  EXPECT_EQ(nvme.aio.queue_depth, 32);
+  EXPECT_TRUE(nvme.aio.single_submit);
+  EXPECT_FALSE(nvme.aio.overlap_events);
+  // intra_op_parallelism (thread_count) is accepted with a warning: a request already runs queue_depth wide.
+  const Config threads = MustParse(R"({"aio": {"thread_count": 4}})");
+  EXPECT_FALSE(threads.warnings().empty());
   // DeepSpeed's defaults, spelled out as its docs print them, are accepted without a word.
   Config c = MustParse(R"({"zero_optimization": {"stage": 3,
       "offload_param": {"device": "cpu", "nvme_path": null, "buffer_count": 5, "buffer_size": 1e8,
@@ -956,10 +957,7 @@ TEST_F(ConfigTest, ResolveTakesEveryValueKind) {
   ASSERT_OK(c.ResolveJson("optimizer.params.lr", "1e-4"));
   ASSERT_OK(c.Resolve("scheduler.params.warmup_max_lr", 1e-4));
   ASSERT_OK(c.Resolve("zero_optimization.offload_optimizer.device", "cpu"));
-  // Without an NVMe tier a path is not implemented; null (DeepSpeed's None) is accepted.
-  EXPECT_THAT(c.Resolve("zero_optimization.offload_optimizer.nvme_path", std::string("/local_nvme")),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("zero_optimization.offload_optimizer.nvme_path: not implemented")));
+  // null (DeepSpeed's None) is accepted: the folder matters only with device "nvme".
   ASSERT_OK(c.ResolveJson("zero_optimization.offload_optimizer.nvme_path", "null"));
   EXPECT_DOUBLE_EQ(c.optimizer->beta1, 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer->lr, 1e-4);

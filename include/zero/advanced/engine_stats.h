@@ -20,6 +20,13 @@ struct EngineStats {
   int64_t demand_gathers = 0;    // all-gathers issued when a scope opened on a unit not in flight
   // Largest number of non-persistent parameter elements gathered (AVAILABLE or INFLIGHT) at once.
   int64_t peak_live_elements = 0;
+  // The NVMe tier (offload_optimizer.device "nvme"; zeros without it): bytes the steps' passes read and wrote
+  // (initial values and checkpoints not included), the milliseconds its disk worker spent moving them, and those
+  // the steps spent waiting for it (a read not there yet, a write without pipeline_write).
+  int64_t nvme_step_bytes_read = 0;
+  int64_t nvme_step_bytes_written = 0;
+  double nvme_io_busy_ms = 0;
+  double nvme_wait_ms = 0;
 };
 
 EngineStats Stats(const Engine& engine);

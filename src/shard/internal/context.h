@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "offload/nvme_store.h"
 #include "shard/internal/compute.h"
 #include "shard/internal/plan.h"
 #include "shard/internal/unit.h"
@@ -92,6 +93,9 @@ struct EngineContext {
   MemoryTracker tracker;
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
+  // offload_optimizer.device "nvme": the host parts' master and optimizer state (Finalize creates it; null
+  // otherwise). Unit i's region is the store's unit i.
+  std::unique_ptr<NvmeStore> nvme;
   bool finalized = false;
   // Live recovery (zero/elastic.h): a failed gradient all-reduce across replica groups does not end the step
   // with an error on this rank alone; the shard group agrees to drop the step (ShardedStep::Run).

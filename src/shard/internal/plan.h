@@ -49,7 +49,13 @@ struct PlanPolicy {
   GradAccumulationMode accumulation_mode = GradAccumulationMode::kLowMemory;
   bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device "cpu", stages 1-3
   bool offload_param = false;      // zero_optimization.offload_param.device "cpu", stage 3
-  double offload_ratio = 1.0;      // Twin-Flow: the share of each shard updated on the host
+  // offload_optimizer.device "nvme": the host part's fp32 master and optimizer state live in the NVMe tier (files,
+  // offload/nvme_store.h), streamed through nvme_buffers staging buffers of one chunk each; the gradient's host part
+  // stays in the host tier. io_staging_bytes: the I/O engine's own staging (aio.queue_depth × aio.block_size).
+  bool nvme = false;
+  int nvme_buffers = 0;
+  int64_t io_staging_bytes = 0;
+  double offload_ratio = 1.0;  // Twin-Flow: the share of each shard updated on the host
   bool pin_optimizer = false, pin_param = false;
   int64_t persistence_threshold = 0;        // stage3_param_persistence_threshold (elements, per unit)
   int64_t model_persistence_threshold = 0;  // stage3_model_persistence_threshold (elements, in total)
@@ -110,6 +116,7 @@ struct PlanPolicy {
   DType GradShardDType() const { return (compute == DType::kF32 || accumulation_steps > 1) ? DType::kF32 : compute; }
 };
 
+// kHostMaster and kHostState sit in MemTier::kNvme under offload_optimizer.device "nvme" (file regions, not memory).
 enum class BufferRole : uint8_t {
   kParams,      // compute dtype: full (stages 0-2, persistent units) or the stage-3 shard (host tier: offload_param)
   kFullGrads,   // compute dtype, full, persistent: stages 0-1
@@ -158,6 +165,13 @@ struct StagePlan {
   // of the compute dtype, when some unit has a host part and the parameters live in the compute tier.
   size_t pipeline_tile = 0;
   std::vector<PlannedBuffer> staging;
+  // The NVMe tier (policy.nvme, some unit with a host part): chunks of nvme_chunk elements (min(sub_group_size,
+  // the largest host part) rounded up to 1024) of nvme_fields fp32 values each (the master where the tier keeps it,
+  // and each optimizer state); its host staging, allocated by the store (offload/nvme_store.h): nvme_buffers
+  // buffers of NvmeStore::SlotBytes, and the I/O engine's staging. None of it grows with the model.
+  int64_t nvme_chunk = 0;
+  int nvme_fields = 0;
+  std::vector<PlannedBuffer> nvme_staging;
 
   // The bytes the plan places, by tier and tag (current == peak), and the padding among them: what the
   // engine's own tracker reports right after Finalize. Trainer-owned buffers are not the engine's: not counted.

@@ -84,6 +84,10 @@ class ShardedStep {
     int group;  // -1: the config's optimizer, no lr scale
   };
   std::vector<Segment> Segments(const Unit& u, int64_t first_global, int64_t range) const;
+  // The host step of unit `ui`'s host part under the NVMe tier (ctx->nvme), chunk by chunk through the store's
+  // pass; the first failure lands in *failed. Returns the copy-back ticket of its last tile.
+  CopyStream::Ticket NvmeHostStep(Unit& u, int ui, const ShardUpdate& base, const std::vector<Segment>& segments,
+                                  char* param_here, int64_t first_global, uint64_t key, Status* failed);
   const ElementwiseOptimizer& OptimizerOf(int group) const {
     return group < 0 ? *optimizer_ : *group_optimizers_[group];
   }

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The NVMe tier (offload_optimizer.device "nvme") on the host engine, side by side with CPU offload in one run:
+
+  - the disk, measured first with zero-io-bench on the same folder (engine reads and writes, the aio settings of
+    the runs);
+  - zero-gpt with CPU offload and with the NVMe tier, alternating (cpu, nvme, cpu, nvme): step time (median of the
+    steps after the first), the NVMe tier's bytes moved per step against the formula 2 × (4 + 4k) × S (S = the
+    host-updated elements per rank, Ψ/N with full offload; k = 2 Adam states; read once and written once per step),
+    and the fraction of the disk's bandwidth the tier's worker reached while it moved them: the time zero-io-bench's
+    rates give for those reads and writes over the time the worker was busy;
+  - a budget for the host tier (zero-gpt --host-limit) between what the NVMe tier needs and what CPU offload
+    needs: CPU offload fails naming it, the NVMe tier trains, and its losses are compared with CPU offload's
+    without the budget.
+
+  bench/scripts/nvme_tier.py [--build build] [--dir FOLDER] [--model small] [--world 2] [--stage 2] [--steps 8]
+
+FOLDER defaults to the system's temporary folder. Prints a markdown report.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def config(args, device):
+    with open(os.path.join(ROOT, "examples/gpt/configs/zero3_offload.json")) as f:
+        c = json.load(f)
+    c.pop("steps_per_print", None)
+    c["wall_clock_breakdown"] = False
+    z = c["zero_optimization"]
+    z["stage"] = args.stage
+    z["sub_group_size"] = args.sub_group
+    z.pop("offload_param", None)
+    z["offload_optimizer"] = {"device": device, "pin_memory": True}
+    if device == "nvme":
+        z["offload_optimizer"].update({"nvme_path": args.dir, "buffer_count": args.buffers, "pipeline_read": True,
+                                       "pipeline_write": True})
+    c["aio"] = {"block_size": args.block, "queue_depth": args.queue_depth}
+    return c
+
+
+def zero_gpt(args, cfg, host_limit=0, check=True):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cfg, f)
+        path = f.name
+    cmd = [os.path.join(args.build, "bin/zero-gpt"), "--model", args.model, "--world", str(args.world), "--steps",
+           str(args.steps), "--config", path, "--json"]
+    if host_limit:
+        cmd += ["--host-limit", str(host_limit)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if check and p.returncode != 0:
+        sys.exit("zero-gpt failed:\n" + p.stderr[-3000:])
+    out = {"rc": p.returncode, "stderr": p.stderr, "steps": [], "summary": None, "nvme": None}
+    for line in p.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        o = json.loads(line)
+        if "step" in o and "loss" in o:
+            out["steps"].append(o)
+        elif "memory" in o:
+            out["summary"] = o
+        elif "nvme" in o:
+            out["nvme"] = o["nvme"]
+    return out
+
+
+def io_bench(args):
+    p = subprocess.run([os.path.join(args.build, "bin/zero-io-bench"), args.dir, "--size", args.io_size, "--block",
+                        str(args.block), "--queue-depth", str(args.queue_depth), "--iters", "3", "--json"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def tier_bytes(summary, tier):
+    return sum(v["current"] for k, v in summary["memory"].items()
+               if isinstance(v, dict) and v.get("tier") == tier and k != "peak_total")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--stage", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--sub-group", type=int, default=1 << 18)
+    ap.add_argument("--buffers", type=int, default=4)
+    ap.add_argument("--block", type=int, default=1 << 20)
+    ap.add_argument("--queue-depth", type=int, default=8)
+    ap.add_argument("--io-size", default="512M")
+    args = ap.parse_args()
+
+    disk = io_bench(args)
+    rbw = statistics.median(disk["read"]["engine_gbps"]) * 1e9
+    wbw = statistics.median(disk["write"]["engine_gbps"]) * 1e9
+    runs = {"cpu": [], "nvme": []}
+    for _ in range(2):
+        for dev in ("cpu", "nvme"):
+            runs[dev].append(zero_gpt(args, config(args, dev)))
+
+    def step_ms(rs):
+        return statistics.median([s["step_ms"] for r in rs for s in r["steps"][1:]])
+
+    cpu_ms, nvme_ms = step_ms(runs["cpu"]), step_ms(runs["nvme"])
+    n = runs["nvme"][-1]
+    nv = n["nvme"]
+    params = n["summary"]["params"]
+    per_rank = params / args.world
+    formula = 2 * (4 + 4 * 2) * per_rank
+    moved = (nv["step_bytes_read"] + nv["step_bytes_written"]) / args.steps
+    tier = tier_bytes(n["summary"], "nvme")
+    ideal_s = nv["step_bytes_read"] / rbw + nv["step_bytes_written"] / wbw
+    busy_s = nv["io_busy_ms"] / 1e3
+    same = all(a["loss"] == b["loss"] for a, b in zip(runs["cpu"][-1]["steps"], n["steps"]))
+
+    # The budget: a quarter of the way from the NVMe tier's host peak to CPU offload's. CPU offload's master and
+    # state are allocated at Finalize, before the communicator's staging (counted in the host tier but never
+    # refused) has grown to its peak, so the budget must lie well below CPU offload's peak to refuse them.
+    cpu_sum, nvme_sum = runs["cpu"][-1]["summary"], n["summary"]
+    cpu_peak, nvme_peak = cpu_sum["memory"]["peak_total"]["host"], nvme_sum["memory"]["peak_total"]["host"]
+    budget = nvme_peak + (cpu_peak - nvme_peak) // 4
+    refused = zero_gpt(args, config(args, "cpu"), host_limit=budget, check=False)
+    fits = zero_gpt(args, config(args, "nvme"), host_limit=budget, check=False)
+    err = next((l for l in refused["stderr"].splitlines() if "budget" in l), "(no error naming the budget)")
+    fit_same = fits["rc"] == 0 and all(a["loss"] == b["loss"]
+                                      for a, b in zip(runs["cpu"][-1]["steps"], fits["steps"]))
+
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; folder {args.dir}")
+    print(f"model {args.model} ({params} parameters), world {args.world} (thread-ranks of one zero-gpt), "
+          f"stage {args.stage}, bf16, sub_group_size {args.sub_group}, buffer_count {args.buffers}, "
+          f"aio block {args.block} depth {args.queue_depth}, {args.steps} steps")
+    print(f"disk (zero-io-bench, engine, median of 3): read {rbw / 1e9:.3f} GB/s, write {wbw / 1e9:.3f} GB/s "
+          f"({disk['backend']}, direct {disk['direct']})")
+    print()
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| NVMe tier bytes per step per rank, measured (rank 0) | {moved:,.0f} |")
+    print(f"| formula 2 × 12 × Ψ/N (Ψ = {params:,}) | {formula:,.0f} |")
+    print(f"| measured / formula | {moved / formula:.4f} |")
+    print(f"| NVMe tier held per rank (memory report, \"nvme\") | {tier:,} |")
+    print(f"| disk busy while training: {busy_s * 1e3:.0f} ms for {nv['step_bytes_read'] + nv['step_bytes_written']:,} "
+          f"bytes; zero-io-bench's rates would take {ideal_s * 1e3:.0f} ms | fraction {ideal_s / busy_s:.2f} |")
+    print(f"| the same for all {args.world} ranks (their workers share the disk at once; ranks alike) | fraction "
+          f"{args.world * ideal_s / busy_s:.2f} |")
+    print(f"| steps waiting for the disk (rank 0) | {nv['wait_ms']:.0f} ms over {args.steps} steps |")
+    print(f"| step time, median: CPU offload {cpu_ms:.1f} ms, NVMe tier {nvme_ms:.1f} ms | NVMe / CPU "
+          f"{nvme_ms / cpu_ms:.2f} |")
+    print(f"| losses NVMe == CPU offload (every step, bitwise as printed) | {same} |")
+    print()
+    print(f"host budget {budget:,} bytes per rank (CPU offload's host peak {cpu_peak:,}, the NVMe tier's {nvme_peak:,})")
+    print(f"- CPU offload under it: exit {refused['rc']}: {err.strip()}")
+    print(f"- NVMe tier under it: exit {fits['rc']}, host peak "
+          f"{fits['summary']['memory']['peak_total']['host'] if fits['summary'] else 'n/a':,}, "
+          f"nvme {tier_bytes(fits['summary'], 'nvme') if fits['summary'] else 0:,} bytes; losses equal to CPU "
+          f"offload without the budget: {fit_same}")
+    if fits["steps"]:
+        print("- losses: " + ", ".join(f"{s['loss']:.6f}" for s in fits["steps"]))
+    for name, r in (("cpu", runs["cpu"][-1]), ("nvme", n)):
+        mem = {k: (v["tier"], v["current"]) for k, v in r["summary"]["memory"].items() if isinstance(v, dict)
+               and "tier" in v}
+        print(f"- memory of {name} (rank-max, current bytes): {mem}")
+
+
+if __name__ == "__main__":
+    main()
