@@ -1206,8 +1206,9 @@ TEST_F(ConfigTest, ValidateRejectsAFieldSetInCodeWithTheJsonMessage) {
   // A field DeepSpeed has but zero implements only when off: kUnimplemented, as in JSON.
   Config f = MustParse(R"({"train_batch_size": 8})");
   f.zero.zero_quantized_gradients = true;
-  EXPECT_THAT(f.Validate(1), StatusIs(absl::StatusCode::kUnimplemented,
-                                      HasSubstr("zero_optimization.zero_quantized_gradients: not implemented in zero")));
+  EXPECT_THAT(f.Validate(1),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("zero_optimization.zero_quantized_gradients: not implemented in zero")));
   EXPECT_OK(MustParse(R"({"train_batch_size": 8})").Validate(1));
   EXPECT_OK(Config::Default().Validate(4));
 }

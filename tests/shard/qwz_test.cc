@@ -37,9 +37,9 @@ std::vector<float> Values() {
   std::normal_distribution<float> dist(0.0f, 0.02f);
   std::vector<float> v(kN);
   for (auto& x : v) x = dist(rng);
-  v[5] = 1e4f;                                              // an outlier: only its block's step grows
-  for (int64_t i = 100; i < 300; ++i) v[i] = 0.5f;          // constants
-  for (int64_t i = 400; i < 470; ++i) v[i] = 0.0f;          // a block of zeros
+  v[5] = 1e4f;                                      // an outlier: only its block's step grows
+  for (int64_t i = 100; i < 300; ++i) v[i] = 0.5f;  // constants
+  for (int64_t i = 400; i < 470; ++i) v[i] = 0.0f;  // a block of zeros
   return v;
 }
 
@@ -83,14 +83,13 @@ TEST_P(QwzGatherTest, ForwardSeesTheQuantizedShardsAndBackwardTheExactParameters
     sgd.type = "SGD";
     sgd.lr = 0.1;
     cfg.optimizer = sgd;
-    cfg.zero.stage3_max_live_parameters = 1'000'000;  // set (not DeepSpeed's default): the plan keeps it, so both
+    cfg.zero.stage3_max_live_parameters = 1'000'000;   // set (not DeepSpeed's default): the plan keeps it, so both
     cfg.zero.stage3_prefetch_bucket_size = 1'000'000;  // units fit in the window and the prefetch runs
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, comm));
     ASSERT_OK_AND_ASSIGN(UnitId a, engine->AddUnit("a", {{"w", {kN}}}));
     ASSERT_OK_AND_ASSIGN(UnitId b, engine->AddUnit("b", {{"w", {kN}}}));
-    ASSERT_OK(engine->Finalize([&](const std::string&, const ParamSpec&, float* out) {
-      std::memcpy(out, w0.data(), kN * sizeof(float));
-    }));
+    ASSERT_OK(engine->Finalize(
+        [&](const std::string&, const ParamSpec&, float* out) { std::memcpy(out, w0.data(), kN * sizeof(float)); }));
     auto expect = [&](const UnitScope& s, const std::vector<uint8_t>& want, const std::string& what) {
       ASSERT_OK_AND_ASSIGN(TensorView w, s.Param("w"));
       ASSERT_EQ(0, std::memcmp(w.data, want.data(), kN * cds)) << what << " on rank " << rank;
@@ -141,7 +140,7 @@ TEST(QwzConfig, BelowStage3IsAnErrorNamingTheKey) {
   for (int stage : {0, 1, 2}) {
     Config c = QwzConfig(stage, false);
     EXPECT_THAT(c.Validate(4), testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                                ::testing::HasSubstr("zero_optimization.zero_quantized_weights")))
+                                                 ::testing::HasSubstr("zero_optimization.zero_quantized_weights")))
         << "stage " << stage;
   }
   Config ok = QwzConfig(3, false);
