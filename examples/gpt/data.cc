@@ -86,7 +86,8 @@ int64_t ByteDataset::SampleStart(int64_t sample, int T) const {
   ZERO_CHECK(T >= 1 && T <= size() - 1) << "sequence length " << T << " needs a corpus of more than " << T
                                         << " bytes; it has " << size();
   const uint64_t span = static_cast<uint64_t>(size() - T);  // starts in [0, size - T - 1]
-  const uint64_t h = Mix64(Mix64(seed_) ^ static_cast<uint64_t>(sample));
+  const uint64_t key = static_cast<uint64_t>(sample / stride_), index = static_cast<uint64_t>(sample % stride_);
+  const uint64_t h = Mix64(Mix64(Mix64(seed_) ^ key) ^ index);
   return static_cast<int64_t>(h % span);  // modulo bias < span / 2^64: negligible
 }
 

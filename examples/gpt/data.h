@@ -11,11 +11,13 @@
 //
 // Batches: training reads one stream of samples. Global sample s — counted from the first step of the run, over
 // every rank and micro-step, whatever the world size — is the sequence starting at a position hashed from
-// (seed, s). A trainer keeps a cursor (the samples consumed so far, saved with its checkpoints) and step k takes the
-// next global batch from it: rank r's micro-step m reads samples cursor + (m*N + r)*B + [0, B). So N ranks see
-// exactly the samples a world-1 run with batch B*N sees, in the same order (the mean over ranks of the per-rank mean
-// losses is the world-1 mean loss), and a run that resumes at another world size or batch goes on from the first
-// sample not yet trained, as Megatron's consumed-samples counter does: no sample is skipped or read twice.
+// (seed, s / stride, s % stride), the stride being the run's first global batch (set_stride; kept in checkpoints):
+// so a run whose global batch never changes reads, at step k, the samples keyed (seed, k, index in the step). A trainer
+// keeps a cursor (the samples consumed so far, saved with its checkpoints) and step k takes the next global batch from
+// it: rank r's micro-step m reads samples cursor + (m*N + r)*B + [0, B). So N ranks see exactly the samples a world-1
+// run with batch B*N sees, in the same order (the mean over ranks of the per-rank mean losses is the world-1 mean
+// loss), and a run that resumes at another world size or batch goes on from the first sample not yet trained, as
+// Megatron's consumed-samples counter does: no sample is skipped or read twice.
 #pragma once
 
 #include <cstdint>
@@ -55,9 +57,12 @@ class ByteDataset {
   // p = SampleStart(s, T). Preconditions (ZERO_CHECK): first_sample >= 0, B >= 1, 1 <= T <= size() - 1.
   void Batch(int64_t first_sample, int B, int T, int32_t* tokens, int32_t* targets) const;
 
-  // Start offset in [0, size() - T - 1] of global sample `sample`: a hash of (seed, sample), independent of the
-  // step, the world size and the per-rank batch size.
+  // Start offset in [0, size() - T - 1] of global sample `sample`: a hash of (seed, sample / stride,
+  // sample % stride), independent of the step, the world size and the per-rank batch size.
   int64_t SampleStart(int64_t sample, int T) const;
+  // The samples per hash key's first part (>= 1; default 1). Not thread-safe against Batch: set it before.
+  void set_stride(int64_t stride) { stride_ = stride < 1 ? 1 : stride; }
+  int64_t stride() const { return stride_; }
 
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
   const std::string& bytes() const { return bytes_; }
@@ -69,6 +74,7 @@ class ByteDataset {
   std::string bytes_;
   std::vector<std::string> sources_;
   uint64_t seed_ = 0;
+  int64_t stride_ = 1;
 };
 
 }  // namespace zero::gpt

@@ -165,6 +165,8 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
   const int B = static_cast<int>(cfg.micro_batch());
   const int ga = static_cast<int>(cfg.accumulation_steps());
   GptRun run{std::move(engine), B, ga, dtype, std::move(units), std::move(data)};
+  // The data's key stride: this run's global batch, unless a resumed checkpoint says the first run's (below).
+  run.data.set_stride(static_cast<int64_t>(B) * run.engine->world_size() * ga);
   if (!options.init_from.empty()) {
     LoadOptions lo;
     lo.name_map = options.init_map;
@@ -195,6 +197,8 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
                       absl::StrCat("--resume ", PrintableName(options.resume_dir), ": ", r.status().message()));
       }
       ZERO_ASSIGN_OR_RETURN(run.first_step, TrainerStateInt(r->trainer_state, "next_step", 0, kMaxResumeStep));
+      StatusOr<int64_t> stride = TrainerStateInt(r->trainer_state, "sample_stride", 1, kMaxResumeSamples);
+      if (stride.ok()) run.data.set_stride(*stride);
       StatusOr<int64_t> samples = TrainerStateInt(r->trainer_state, "samples", 0, kMaxResumeSamples);
       if (samples.ok()) {
         run.first_sample = *samples;
@@ -225,14 +229,16 @@ StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> com
   return run;
 }
 
-Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, TrainResult* result) {
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, int64_t stride,
+                 TrainResult* result) {
   if (options.save_dir.empty()) return absl::OkStatus();
   const bool every = options.save_every > 0 && next_step % options.save_every == 0;
   if (!every && next_step != options.steps) return absl::OkStatus();
   SaveOptions so;
   so.tag = absl::StrFormat("step-%08d", next_step);
   so.trainer_state["next_step"] = absl::StrCat(next_step);
-  so.trainer_state["samples"] = absl::StrCat(samples);  // the data cursor: a resume reads on from here
+  so.trainer_state["samples"] = absl::StrCat(samples);       // the data cursor: a resume reads on from here
+  so.trainer_state["sample_stride"] = absl::StrCat(stride);  // how the data's keys cut the stream
   so.async = options.save_async;
   const auto t0 = std::chrono::steady_clock::now();
   ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
@@ -359,6 +365,7 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
   ReplicaGroups* live = options.live;
   if (live != nullptr) {
     ZERO_RETURN_IF_ERROR(live->Join(*engine));
+    data.set_stride(static_cast<int64_t>(B) * live->launched_world_size() * ga);  // every group alike
     run.first_step = engine->steps();  // a group that rejoins continues where the others are
   }
   result.first_step = run.first_step;
@@ -434,7 +441,8 @@ StatusOr<TrainResult> TrainRank(const Config& config, std::shared_ptr<Communicat
     samples += static_cast<int64_t>(B) * dworld * ga;  // a skipped step (fp16 overflow) consumed its samples too
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * dworld * ga, samples, reporter, on_step,
                          &result);
-    if (live == nullptr) ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, &result));
+    if (live == nullptr)
+      ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, data.stride(), &result));
   }
   if (live != nullptr) {
     result.live_history = live->history();

@@ -52,10 +52,11 @@ struct GptRun {
 };
 StatusOr<GptRun> OpenRun(const Config& config, std::shared_ptr<Communicator> comm, const EngineOptions& engine_options,
                          const GptConfig& mc, const TrainOptions& options);
-// After step `next_step - 1`, with `samples` global samples trained in all: saves a checkpoint tagged
-// "step-<next_step>" to options.save_dir when save_every divides next_step or it is the last step, and records the
-// tag and the time the call took (asynchronously with options.save_async). Collective.
-Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, TrainResult* result);
+// After step `next_step - 1`, with `samples` global samples trained in all (and the data's key stride): saves a
+// checkpoint tagged "step-<next_step>" to options.save_dir when save_every divides next_step or it is the last step,
+// and records the tag and the time the call took (asynchronously with options.save_async). Collective.
+Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step, int64_t samples, int64_t stride,
+                 TrainResult* result);
 // The asynchronous save still in flight at the end of a run, waited for (its time in save_wait_ms). Collective.
 Status WaitForLastSave(Engine& engine, TrainResult* result);
 // When a step started (wall clock and this process's CPU time), for its StepLog.

@@ -217,7 +217,7 @@ StatusOr<TrainResult> TrainRankCuda(const Config& config, std::shared_ptr<Commun
     samples += static_cast<int64_t>(B) * world * ga;
     internal::RecordStep(step, loss, r, started, static_cast<double>(B) * T * world * ga, samples, rank, on_step,
                          &result);
-    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, &result));
+    ZERO_RETURN_IF_ERROR(internal::MaybeSave(*engine, options, step + 1, samples, data.stride(), &result));
   }
   ZERO_RETURN_IF_ERROR(internal::WaitForLastSave(*engine, &result));
   internal::RecordEngineStats(*engine, run.units, &result);

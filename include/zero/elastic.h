@@ -114,8 +114,9 @@ class ReplicaGroups {
   Status Leave();
 
   int group() const { return group_; }
-  int world_rank() const;  // in the job-wide communicator of the current epoch
-  int world_size() const;  // the ranks of the groups present
+  int world_rank() const;                                      // in the job-wide communicator of the current epoch
+  int world_size() const;                                      // the ranks of the groups present
+  int launched_world_size() const { return opt_.world_size; }  // every group's ranks (WORLD_SIZE)
   int64_t epoch() const { return epoch_.epoch; }
   const Membership& membership() const { return epoch_; }
   const std::vector<Membership>& history() const { return history_; }
