@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "support/files.h"
 
 extern char** environ;
 
@@ -30,11 +31,7 @@ namespace {
 
 constexpr double kTimeoutS = 2;  // the communicators' op timeout in these tests
 
-std::string TempDir(const std::string& name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  return tmpl;
-}
+std::string TempDir(const std::string& name) { return zero::testing::MakeTempDir(name); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

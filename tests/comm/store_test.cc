@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/internal/store_protocol.h"
+#include "support/files.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
@@ -26,12 +27,7 @@ using ::zero::testing::StatusIs;
 
 std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
-std::string TempDir(const std::string& name) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
-  char* dir = ::mkdtemp(tmpl.data());
-  EXPECT_NE(dir, nullptr);
-  return tmpl;
-}
+std::string TempDir(const std::string& name) { return zero::testing::MakeTempDir(name); }
 
 void ExerciseStore(Store& store) {
   ASSERT_OK(store.Set("a", Bytes("hello")));

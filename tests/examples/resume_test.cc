@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "support/files.h"
 
 namespace {
 
@@ -43,11 +44,7 @@ ProgramRun Exec(const std::string& cmd) {
   return r;
 }
 
-std::string TempDir() {
-  std::string t = ::testing::TempDir() + "/zero_resume_XXXXXX";
-  EXPECT_NE(::mkdtemp(t.data()), nullptr);
-  return t;
-}
+std::string TempDir() { return zero::testing::MakeTempDir("zero_resume"); }
 
 #ifdef ZERO_GPT
 struct GptCase {

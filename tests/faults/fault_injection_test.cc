@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "support/files.h"
 #include "support/status_matchers.h"
 #include "zero/checkpoint.h"
 
@@ -112,11 +113,7 @@ std::string Hash(const ProcRun& r) {
   return "";
 }
 
-std::string TempDir() {
-  std::string t = ::testing::TempDir() + "/zero_fault_XXXXXX";
-  EXPECT_NE(::mkdtemp(t.data()), nullptr);
-  return t;
-}
+std::string TempDir() { return zero::testing::MakeTempDir("zero_fault"); }
 
 // Per (stage, offload): the uninterrupted run's final-parameter hash, and a folder holding its step-2
 // checkpoint (what the load phase resumes from).

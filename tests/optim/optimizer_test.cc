@@ -3,6 +3,7 @@
 // against torch.optim itself.
 
 #include "zero/optimizer.h"
+#include "support/files.h"
 
 #include <gmock/gmock.h>
 #include <cmath>
@@ -257,9 +258,7 @@ TEST(TorchCrossCheck, AdamWAdamSgdAgreeWithTorchOptim) {
   if (!TorchAvailable()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
   const size_t n = 4096;
   const int steps = 10;
-  char tmpl[] = "/tmp/zero_optim_torch_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  const std::string dir = zero::testing::MakeTempDir("zero_optim_torch");
   std::vector<float> p0 = RandomF32(n, 21, false, -2, 0);
   std::vector<float> grads;
   for (int s = 1; s <= steps; ++s) {
