@@ -5,18 +5,24 @@
 // call on every rank and never becomes `latest`.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "checkpoint/reshard_check.h"
 #include "shard/internal/async_save.h"
 #include "support/files.h"
@@ -309,6 +315,78 @@ TEST(AsyncSaveBehaviourTest, AFileSizeLimitFailsTheSaveOnEveryRank) {
   EXPECT_NE(std::string(v.message()).find("incomplete"), std::string::npos) << v;
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin"));
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin.tmp." + std::to_string(::getpid())));
+}
+
+// The file system full: a tmpfs sized to hold the first checkpoint and less than either rank's next file. Both
+// ranks' background writes fail with ENOSPC; WaitForSave fails on both naming a rank and the error, `latest` keeps
+// the first checkpoint, which still verifies, and no temporary file is left to fill the disk further. Mounting
+// needs CAP_SYS_ADMIN (CI runs as root); without it the test is skipped, and the RLIMIT_FSIZE test above still
+// checks a real write error.
+TEST(AsyncSaveBehaviourTest, AFullFileSystemFailsTheSaveOnEveryRank) {
+  constexpr int64_t kN = (int64_t{1} << 16) + 3000;
+  auto make = [&](Communicator& comm) -> StatusOr<std::unique_ptr<Engine>> {
+    ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+    ZERO_RETURN_IF_ERROR(e->AddUnit("w", {{"v", {kN}}}).status());
+    ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
+      for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.001f * static_cast<float>(i % 977);
+    }));
+    return e;
+  };
+  // The sizes of one checkpoint's files, from a save to an ordinary folder.
+  const std::string probe = MakeTempDir();
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK(e->Save(probe, {.tag = "first"}).status());
+  });
+  int64_t pages = 0, smallest = INT64_MAX;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(probe)) {
+    if (!f.is_regular_file()) continue;
+    pages += (static_cast<int64_t>(f.file_size()) + 4095) / 4096;
+    if (f.path().filename().string().rfind("rank-", 0) == 0) {
+      smallest = std::min<int64_t>(smallest, static_cast<int64_t>(f.file_size()));
+    }
+  }
+  constexpr int64_t kSlack = 128 << 10;
+  ASSERT_GT(smallest, 2 * kSlack) << "the test needs each rank file to be larger than the free space left";
+
+  const std::string dir = MakeTempDir();
+  const std::string options = absl::StrCat("size=", pages * 4096 + kSlack, ",mode=0700");
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, options.c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs on " << dir << " (" << std::strerror(errno) << "; needs CAP_SYS_ADMIN)";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir};
+
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK(e->Save(dir, {.tag = "first", .async = true}).status());
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK(e->Save(dir, {.tag = "second", .async = true}).status());
+    const Status s = e->WaitForSave();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(std::string(s.message()).find("failed on rank "), std::string::npos) << s;
+    EXPECT_NE(std::string(s.message()).find("No space left on device"), std::string::npos) << s;
+    EXPECT_NE(std::string(s.message()).find(dir + "/second"), std::string::npos) << s;
+  });
+  ASSERT_OK_AND_ASSIGN(std::string latest, LatestCheckpointTag(dir));
+  EXPECT_EQ(latest, "first");
+  ASSERT_OK(VerifyCheckpoint(dir));
+  ASSERT_OK_AND_ASSIGN(auto unlisted, UnlistedCheckpointFiles(dir, "first"));
+  EXPECT_TRUE(unlisted.empty());
+  EXPECT_FALSE(VerifyCheckpoint(dir, "second").ok());
+  // Nothing of the failed save holds space: neither rank file nor a temporary one.
+  if (std::filesystem::exists(dir + "/second")) {
+    for (const auto& f : std::filesystem::directory_iterator(dir + "/second")) {
+      EXPECT_EQ(f.path().filename().string().rfind("rank-", 0), std::string::npos) << "left behind: " << f.path();
+    }
+  }
+  // And the checkpoint `latest` names loads on both ranks.
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK(e->Load(dir).status());
+  });
 }
 
 // The estimator counts the asynchronous save's staging (EstimateOptions::async_save): what the engine's host
