@@ -49,6 +49,7 @@ struct Flags {
   std::string save_dir, resume_dir, init_from, init_map;
   int64_t save_every = 0;
   bool save_async = false;
+  std::string save_priority = "idle";
   int64_t host_limit = 0;
   bool params_hash = false;
   bool live = false;
@@ -59,6 +60,7 @@ void Usage() {
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--save-async]\n"
+               "                [--save-priority idle|normal]\n"
                "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
                "                [--host-limit BYTES]\n"
@@ -72,6 +74,8 @@ void Usage() {
                "  --save DIR   save a checkpoint (zero/checkpoint.h) every --save-every steps and after the last\n"
                "  --save-async each save returns once this rank's state is staged; the files are written in the\n"
                "               background while training goes on (zero/checkpoint.h, SaveOptions::async)\n"
+               "  --save-priority idle|normal  the background writer's CPU priority (SaveOptions::writer_priority;\n"
+               "               default idle: it runs on cores training leaves idle)\n"
                "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
                "               step to stop at, so a resumed run stops where the uninterrupted one does; a DIR\n"
                "               with no checkpoint starts at step 0, one with complete checkpoints but no usable\n"
@@ -184,6 +188,12 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
       f->device = v;
     } else if (a == "--save") {
       f->save_dir = v;
+    } else if (a == "--save-priority") {
+      f->save_priority = v;
+      if (has_value && f->save_priority != "idle" && f->save_priority != "normal") {
+        std::fprintf(stderr, "zero-gpt: --save-priority \"%s\": one of idle, normal\n", v);
+        return Parsed::kUsageError;
+      }
     } else if (a == "--save-every") {
       f->save_every = std::atoll(v);
     } else if (a == "--resume") {
@@ -298,6 +308,8 @@ int main(int argc, char** argv) {
   opt.save_dir = flags.save_dir;
   opt.save_every = flags.save_every;
   opt.save_async = flags.save_async;
+  opt.save_priority = flags.save_priority == "normal" ? zero::SaveOptions::WriterPriority::kNormal
+                                                      : zero::SaveOptions::WriterPriority::kIdle;
   opt.host_limit = flags.host_limit;
   opt.resume_dir = flags.resume_dir;
   opt.init_from = flags.init_from;

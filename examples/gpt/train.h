@@ -52,6 +52,7 @@ struct TrainOptions {
   // Asynchronous saves (SaveOptions::async): each Save returns once staged; the run waits for the last one at
   // its end (Engine::WaitForSave).
   bool save_async = false;
+  SaveOptions::WriterPriority save_priority = SaveOptions::WriterPriority::kIdle;  // the background writer's
   // Load its latest checkpoint after Finalize and continue from it; a folder with no checkpoint at all: start
   // (ResumeCheckpointTag: complete checkpoints without a usable `latest` are an error naming the newest).
   std::string resume_dir;

@@ -59,6 +59,13 @@ struct SaveOptions {
   // `latest`) first, or fail with kFailedPrecondition on every rank (the earlier one goes on).
   enum class InFlight : uint8_t { kWait, kRefuse };
   InFlight if_in_flight = InFlight::kWait;
+  // The CPU priority of an asynchronous save's background thread (its checksums, and the kernel work of its
+  // writes that io_uring runs on threads it clones from it). kIdle (SCHED_IDLE): it runs on what training leaves
+  // idle, so a trainer that keeps every core busy (a CPU trainer whose BLAS uses them all) is barely slowed, and
+  // the write takes longer. kNormal: the thread competes with training as any other, and finishes sooner. A
+  // save still waits for (or refuses, by if_in_flight) the one before it, whatever the priority.
+  enum class WriterPriority : uint8_t { kIdle, kNormal };
+  WriterPriority writer_priority = WriterPriority::kIdle;
 };
 
 struct LoadOptions {

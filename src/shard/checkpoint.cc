@@ -10,6 +10,7 @@
 //           [base + host_n, base + range); in fp32 the parameters themselves (and, written, the host master)
 //   state.k fp32: host part and device part of state k, like the master
 // where base = r·S and range = S at stages 1-3, base = 0 and range = padded at stage 0.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -307,7 +308,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     }
     if (!writer) return absl::OkStatus();
     ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(folder));
-    if (options.async) return StartAsyncSave(dir, tag);
+    if (options.async) return StartAsyncSave(dir, tag, options.writer_priority);
     ckpt::RankFileWriter w;
     ZERO_RETURN_IF_ERROR(
         w.Open(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)), ctx.rank, ctx.world));
@@ -374,7 +375,8 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   return tag;
 }
 
-Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& tag) {
+Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& tag,
+                                    SaveOptions::WriterPriority priority) {
   internal::AsyncSave& a = async_save;
   if (a.plan_rank != ctx.rank || a.plan_world != ctx.world) {
     // The write plan: the sections in the order the synchronous writer appends them, so the file is the same.
@@ -435,7 +437,15 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   const std::string path = absl::StrCat(dir, "/", tag, "/", ckpt::RankFileName(ctx.rank, ctx.world));
   const int world_rank = ctx.world_rank;
   const int64_t step_now = step.applied_steps();
-  a.worker = std::thread([&a, path, world_rank, step_now] {
+  a.worker = std::thread([&a, path, world_rank, step_now, priority] {
+    if (priority == SaveOptions::WriterPriority::kIdle) {
+      // This thread only (pid 0 is the caller): SCHED_IDLE, and the io_uring workers it starts inherit it. A
+      // refusal (a seccomp policy) leaves it at normal priority: slower steps, never a failed save.
+      struct sched_param none {};
+      if (::sched_setscheduler(0, SCHED_IDLE, &none) != 0) {
+        ZERO_LOG(DEBUG) << "Save (async): SCHED_IDLE refused (" << std::strerror(errno) << "); normal priority";
+      }
+    }
     ckpt::RankFileMeta meta;
     const size_t slash = path.find_last_of('/');
     meta.file = path.substr(slash + 1);

@@ -4,6 +4,7 @@
 // a background write that fails on one rank (a real error: the file system refuses it) is reported by the next
 // call on every rank and never becomes `latest`.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -315,6 +316,32 @@ TEST(AsyncSaveBehaviourTest, AFileSizeLimitFailsTheSaveOnEveryRank) {
   EXPECT_NE(std::string(v.message()).find("incomplete"), std::string::npos) << v;
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin"));
   EXPECT_FALSE(FileExists(dir + "/second/rank-00000-of-00002.bin.tmp." + std::to_string(::getpid())));
+}
+
+// SaveOptions::writer_priority: the background thread runs at SCHED_IDLE by default and at the normal policy when
+// asked (the hook runs on that thread). Both saves are complete checkpoints.
+TEST(AsyncSaveBehaviourTest, TheWriterRunsAtTheAskedPriority) {
+  const std::string dir = MakeTempDir();
+  std::mutex mu;
+  std::vector<int> policies;
+  internal::AsyncSaveTestHook() = [&](int) {
+    std::lock_guard<std::mutex> lock(mu);
+    policies.push_back(::sched_getscheduler(0));
+  };
+  testing::RunRanks(1, [&](Communicator& comm, int) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(1, 1), Borrow(comm)));
+    ASSERT_OK(e->Save(dir, {.tag = "idle", .async = true}).status());
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK(e->Save(dir, {.tag = "normal", .async = true, .writer_priority = SaveOptions::WriterPriority::kNormal})
+                  .status());
+    ASSERT_OK(e->WaitForSave());
+  });
+  internal::AsyncSaveTestHook() = nullptr;
+  ASSERT_EQ(policies.size(), 2u);
+  EXPECT_EQ(policies[0], SCHED_IDLE);
+  EXPECT_EQ(policies[1], SCHED_OTHER);
+  ASSERT_OK(VerifyCheckpoint(dir, "idle"));
+  ASSERT_OK(VerifyCheckpoint(dir, "normal"));
 }
 
 // The file system full: a tmpfs sized to hold the first checkpoint and less than either rank's next file. Both
