@@ -7,7 +7,8 @@
     steps after the first), the NVMe tier's bytes moved per step against the formula 2 × (4 + 4k) × S (S = the
     host-updated elements per rank, Ψ/N with full offload; k = 2 Adam states; read once and written once per step),
     and the fraction of the disk's bandwidth the tier's worker reached while it moved them: the time zero-io-bench's
-    rates give for those reads and writes over the time the worker was busy;
+    rates give for those reads and writes over the time the worker was busy; for all W ranks at once, against
+    zero-io-bench --jobs W (W streams at once, each its own file and engine, as the W ranks' tiers share the disk);
   - a budget for the host tier (zero-gpt --host-limit) between what the NVMe tier needs and what CPU offload
     needs: CPU offload fails naming it, the NVMe tier trains, and its losses are compared with CPU offload's
     without the budget.
@@ -74,9 +75,10 @@ def zero_gpt(args, cfg, host_limit=0, check=True):
     return out
 
 
-def io_bench(args):
+def io_bench(args, jobs=1):
     p = subprocess.run([os.path.join(args.build, "bin/zero-io-bench"), args.dir, "--size", args.io_size, "--block",
-                        str(args.block), "--queue-depth", str(args.queue_depth), "--iters", "3", "--json"],
+                        str(args.block), "--queue-depth", str(args.queue_depth), "--iters", "3", "--json",
+                        "--jobs", str(jobs)],
                        capture_output=True, text=True, check=True)
     return json.loads(p.stdout)
 
@@ -104,6 +106,9 @@ def main():
     disk = io_bench(args)
     rbw = statistics.median(disk["read"]["engine_gbps"]) * 1e9
     wbw = statistics.median(disk["write"]["engine_gbps"]) * 1e9
+    disk_all = io_bench(args, args.world) if args.world > 1 else disk
+    rbw_all = statistics.median(disk_all["read"]["engine_gbps"]) * 1e9
+    wbw_all = statistics.median(disk_all["write"]["engine_gbps"]) * 1e9
     runs = {"cpu": [], "nvme": []}
     for _ in range(2):
         for dev in ("cpu", "nvme"):
@@ -121,6 +126,7 @@ def main():
     moved = (nv["step_bytes_read"] + nv["step_bytes_written"]) / args.steps
     tier = tier_bytes(n["summary"], "nvme")
     ideal_s = nv["step_bytes_read"] / rbw + nv["step_bytes_written"] / wbw
+    ideal_all_s = args.world * (nv["step_bytes_read"] / rbw_all + nv["step_bytes_written"] / wbw_all)
     busy_s = nv["io_busy_ms"] / 1e3
     same = all(a["loss"] == b["loss"] for a, b in zip(runs["cpu"][-1]["steps"], n["steps"]))
 
@@ -142,6 +148,9 @@ def main():
           f"aio block {args.block} depth {args.queue_depth}, {args.steps} steps")
     print(f"disk (zero-io-bench, engine, median of 3): read {rbw / 1e9:.3f} GB/s, write {wbw / 1e9:.3f} GB/s "
           f"({disk['backend']}, direct {disk['direct']})")
+    if args.world > 1:
+        print(f"disk, {args.world} streams at once (zero-io-bench --jobs {args.world}, all streams, median of 3): "
+              f"read {rbw_all / 1e9:.3f} GB/s, write {wbw_all / 1e9:.3f} GB/s")
     print()
     print("| measure | value |")
     print("|---|---|")
@@ -151,8 +160,9 @@ def main():
     print(f"| NVMe tier held per rank (memory report, \"nvme\") | {tier:,} |")
     print(f"| disk busy while training: {busy_s * 1e3:.0f} ms for {nv['step_bytes_read'] + nv['step_bytes_written']:,} "
           f"bytes; zero-io-bench's rates would take {ideal_s * 1e3:.0f} ms | fraction {ideal_s / busy_s:.2f} |")
-    print(f"| the same for all {args.world} ranks (their workers share the disk at once; ranks alike) | fraction "
-          f"{args.world * ideal_s / busy_s:.2f} |")
+    print(f"| all {args.world} ranks (their workers share the disk at once; ranks alike), against zero-io-bench "
+          f"--jobs {args.world}: its rates would take {ideal_all_s * 1e3:.0f} ms | fraction "
+          f"{ideal_all_s / busy_s:.2f} |")
     print(f"| steps waiting for the disk (rank 0) | {nv['wait_ms']:.0f} ms over {args.steps} steps |")
     print(f"| step time, median: CPU offload {cpu_ms:.1f} ms, NVMe tier {nvme_ms:.1f} ms | NVMe / CPU "
           f"{nvme_ms / cpu_ms:.2f} |")
