@@ -4,6 +4,7 @@
 
 #include <sched.h>
 #include <unistd.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cerrno>
@@ -287,8 +288,16 @@ StatusOr<std::unique_ptr<IoEngine>> IoEngine::Create(IoOptions options) {
     info.backend = IoBackend::kThreads;
     engine->impl_ = std::make_unique<ThreadsBackend>(std::move(ctx));
   }
-  ZERO_LOG(INFO) << "io: backend " << IoBackendName(info.backend) << " (" << info.reason << "), " << options.queue_depth
-                 << " in flight, blocks of " << options.block_size << " bytes";
+  // Said once per process and backend at INFO (every Load and every asynchronous save's first use makes an engine:
+  // a line each would bury the trainer's own output), at DEBUG after that.
+  static std::atomic<int> said[2] = {0, 0};
+  const bool first = said[static_cast<int>(info.backend) & 1].exchange(1) == 0;
+  const LogLevel level = first ? LogLevel::kInfo : LogLevel::kDebug;
+  if (LogEnabled(level)) {
+    ::zero::internal::LogMessage(level, __FILE__, __LINE__).stream()
+        << "io: backend " << IoBackendName(info.backend) << " (" << info.reason << "), " << options.queue_depth
+        << " in flight, blocks of " << options.block_size << " bytes";
+  }
   return engine;
 }
 
