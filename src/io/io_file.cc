@@ -32,6 +32,27 @@ int OpenRetrying(const char* path, int flags) {
   return fd;
 }
 
+// The engine reads and writes at offsets, in blocks, from several requests at once: only a regular file (or a block
+// device) takes that. A FIFO would block the open (or the first read) forever waiting for a writer, and a character
+// device or a socket would fail at the first pread with an errno that does not name the real cause. So the first
+// open is non-blocking (a FIFO opens at once), the kind is checked, and the flag is cleared.
+Status CheckKind(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return IoErrno(errno, "fstat", 0, 0, path);
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", kind, ": the I/O engine reads and writes regular files (or block devices) only"));
+  }
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) return IoErrno(errno, "fcntl(F_SETFL)", 0, 0, path);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Status IoErrno(int err, const char* what, int64_t bytes, int64_t offset, const std::string& path) {
@@ -67,8 +88,9 @@ StatusOr<IoFile> IoFile::Open(const std::string& path, Mode mode, bool direct) {
   f.path_ = path;
   const int flags = OpenFlags(mode);
   if (direct) {
-    f.fd_ = OpenRetrying(path.c_str(), flags | O_DIRECT);
+    f.fd_ = OpenRetrying(path.c_str(), flags | O_DIRECT | O_NONBLOCK);
     if (f.fd_ >= 0) {
+      ZERO_RETURN_IF_ERROR(CheckKind(f.fd_, path));
       // The twin opens after the first open created (or emptied) the file, so it must neither create nor truncate.
       f.twin_fd_ = OpenRetrying(path.c_str(), flags & ~(O_CREAT | O_TRUNC));
       if (f.twin_fd_ < 0) return IoErrno(errno, "open (buffered twin)", 0, 0, path);
@@ -81,8 +103,9 @@ StatusOr<IoFile> IoFile::Open(const std::string& path, Mode mode, bool direct) {
   } else {
     f.why_buffered_ = "O_DIRECT not asked for";
   }
-  f.fd_ = OpenRetrying(path.c_str(), flags);
+  f.fd_ = OpenRetrying(path.c_str(), flags | O_NONBLOCK);
   if (f.fd_ < 0) return IoErrno(errno, "open", 0, 0, path);
+  ZERO_RETURN_IF_ERROR(CheckKind(f.fd_, path));
   return f;
 }
 

@@ -326,6 +326,28 @@ TEST_P(IoEngineTest, WritingToAReadOnlyFileNamesThePathAndOffset) {
                        ::testing::AllOf(HasSubstr(dir_ + "/ro"), HasSubstr("offset 4096"), HasSubstr("errno 9"))));
 }
 
+// A path that is not a file: a FIFO would block the open (or the first read) for ever waiting for a writer; a
+// directory cannot take blocks at offsets. Both are refused at Open, at once, naming the path and what it is, with
+// and without O_DIRECT.
+TEST(IoFileTest, AFifoOrADirectoryIsRefusedAtOpen) {
+  const std::string dir = zero::testing::MakeTempDir("zero_io_kind");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  for (bool direct : {true, false}) {
+    for (IoFile::Mode mode : {IoFile::Mode::kRead, IoFile::Mode::kReadWrite}) {
+      EXPECT_THAT(IoFile::Open(fifo, mode, direct).status(),
+                  StatusIs(absl::StatusCode::kFailedPrecondition,
+                           ::testing::AllOf(HasSubstr(fifo), HasSubstr("is a FIFO"), HasSubstr("regular files"))));
+    }
+    EXPECT_THAT(
+        IoFile::Open(dir, IoFile::Mode::kRead, direct).status(),
+        StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::AllOf(HasSubstr(dir), HasSubstr("is a directory"))));
+  }
+  // A regular file still opens, and blocks (the flag the check opened it with is cleared).
+  ASSERT_OK_AND_ASSIGN(IoFile f, IoFile::Open(dir + "/file", IoFile::Mode::kTruncate));
+  EXPECT_EQ(::fcntl(f.fd(), F_GETFL) & O_NONBLOCK, 0);
+}
+
 TEST_P(IoEngineTest, AdoptedDirectDescriptor) {
   auto engine = Make();
   ASSERT_NE(engine, nullptr);
