@@ -285,7 +285,8 @@ const KeySpec kSchema[] = {
     {.path = "zero_optimization.load_from_fp32_weights", .type = T::kBool, .default_json = "true",
      .support = S::kOffOnly,
      .doc = "DeepSpeed: initialize the fp32 master from a checkpoint's fp32 copy rather than its 16-bit weights. "
-            "zero has no checkpoint API yet."},
+            "zero's checkpoints (zero/checkpoint.h) always hold the fp32 master and Load restores it; starting it "
+            "from the 16-bit weights instead is not implemented."},
     {.path = "zero_optimization.elastic_checkpoint", .type = T::kBool, .default_json = "false",
      .support = S::kOffOnly, .ref = FIELD(zero.elastic_checkpoint),
      .doc = "DeepSpeed's legacy elastic checkpoints (\"no longer supported\" there too)."},
@@ -454,24 +455,28 @@ const KeySpec kSchema[] = {
     // ---- checkpoint ----
     // A section rather than an ignored one: load_universal changes what a load means, so it must be refused.
     {.path = "checkpoint", .type = T::kSection, .default_json = "{}",
-     .doc = "DeepSpeed's checkpoint options. zero has no checkpoint API yet: options that only tune how "
-            "checkpoints are written or checked are accepted without effect; those that change what is loaded "
-            "are not implemented."},
+     .doc = "DeepSpeed's checkpoint options. zero saves and loads with Engine::Save and Load (zero/checkpoint.h: "
+            "one file per rank, resharded at load to any world and stage): options that only tune how DeepSpeed "
+            "writes or checks its checkpoints are accepted without effect; those that change what is loaded are "
+            "not implemented."},
     {.path = "checkpoint.tag_validation", .type = T::kEnum, .default_json = "\"Warn\"", .flags = kCaseInsensitive,
      .choices = "Warn,Ignore,Fail", .support = S::kNoEffect,
      .doc = "DeepSpeed: check that all ranks save under the same checkpoint tag.",
-     .note = "zero has no checkpoint API yet"},
+     .note = "zero always checks, as \"Fail\": ranks asking Save for different tags fail on every rank before "
+             "anything is written"},
     {.path = "checkpoint.load_universal", .type = T::kBool, .default_json = "false", .support = S::kOffOnly,
      .doc = "DeepSpeed: load a universal checkpoint, resharded for another parallel layout."},
     {.path = "checkpoint.use_node_local_storage", .type = T::kBool, .default_json = "false", .support = S::kNoEffect,
-     .doc = "DeepSpeed: each node saves to its own local storage.", .note = "zero has no checkpoint API yet"},
+     .doc = "DeepSpeed: each node saves to its own local storage.",
+     .note = "zero's ranks write their files into the one folder Save is given"},
     {.path = "checkpoint.parallel_write", .type = T::kSection, .default_json = "{}",
      .doc = "DeepSpeed: parallel checkpoint writing."},
     {.path = "checkpoint.parallel_write.pipeline_stage", .type = T::kBool, .default_json = "false",
      .support = S::kNoEffect, .doc = "DeepSpeed: pipeline stages write their checkpoint parts in parallel.",
-     .note = "zero has no checkpoint API yet"},
+     .note = "zero has no pipeline stages; every rank writes its own file in parallel anyway"},
     {.path = "checkpoint.writer", .type = T::kAny, .default_json = "null", .support = S::kNoEffect,
-     .doc = "DeepSpeed: the checkpoint writer (its type and buffers).", .note = "zero has no checkpoint API yet"},
+     .doc = "DeepSpeed: the checkpoint writer (its type and buffers).",
+     .note = "zero writes through its I/O engine (the aio section); asynchronous saves: SaveOptions::async"},
 
     // ---- DeepSpeed subsystems zero ignores (accepted with a one-line warning) ----
     {.path = "tensorboard", .type = T::kAny, .default_json = "null", .support = S::kIgnored,

@@ -232,6 +232,23 @@ StatusOr<std::string> Engine::Impl::AgreeOnStatus(const Status& mine, const char
   return std::string();
 }
 
+// DeepSpeed's checkpoint.tag_validation, always "Fail" here: ranks saving under different tags would write their
+// files into different folders, and rank 0 would commit a meta.json (and move `latest`) listing files its folder
+// does not have. One all-gather of the tags, before anything is written; every rank fails alike, naming them.
+Status Engine::Impl::CheckTagAgrees(const std::string& tag) {
+  if (ctx.world_size == 1) return absl::OkStatus();
+  CommLabel label(ctx.world_comm.get(), "Save: the ranks' tags");
+  ZERO_ASSIGN_OR_RETURN(std::vector<std::string> all, world_host.AllGatherStrings(tag));
+  for (int r = 1; r < ctx.world_size; ++r) {
+    if (all[r] != all[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Save: the ranks asked for different tags: rank 0 \"", all[0], "\", rank ", r, " \"", all[r],
+                       "\" (every rank must save under the same tag; an empty tag is step-%08d of the applied steps)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 Status Engine::Impl::SettleSave(const char* what, SaveOptions::InFlight policy) {
   internal::AsyncSave& a = async_save;
   if (a.in_flight) {
@@ -288,6 +305,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   // An earlier asynchronous save first: its failure is this call's (on every rank), before anything new starts.
   ZERO_RETURN_IF_ERROR(SettleSave("Save", options.if_in_flight));
   const std::string tag = options.tag.empty() ? ckpt::DefaultTag(step.applied_steps()) : options.tag;
+  ZERO_RETURN_IF_ERROR(CheckTagAgrees(tag));
   const std::string folder = absl::StrCat(dir, "/", tag);
   ckpt::RankFileMeta mine;
   // Under hybrid sharding every group holds the whole model: the first group (ranks 0 to G - 1) writes it, as a

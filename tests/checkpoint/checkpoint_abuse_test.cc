@@ -2,8 +2,8 @@
 // an output inside the checkpoint being read is refused; a reshard in place leaves nothing of the old world; a
 // folder of complete checkpoints without a usable `latest` is never "no checkpoint"; a FIFO where a checkpoint
 // file belongs is refused, not waited on; names from files are printed escaped; a bad trainer state fails Load on
-// every rank; leftovers of a killed save go at the next save of the tag, verify names unlisted files, and
-// `zero-ckpt clean` removes them.
+// every rank; ranks asking for different tags fail before writing; leftovers of a killed save go at the next save of
+// the tag, verify names unlisted files, and `zero-ckpt clean` removes them.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -150,6 +150,30 @@ TEST(TrainerStateTest, ABadValueOnOneRankFailsLoadEverywhere) {
   ASSERT_OK_AND_ASSIGN(const int64_t v, TrainerStateInt({{"next_step", "42"}}, "next_step", 0, 100));
   EXPECT_EQ(v, 42);
   std::filesystem::remove_all(dir);
+}
+
+// Ranks that ask Save for different tags (DeepSpeed's checkpoint.tag_validation): every rank fails before writing
+// anything, naming both tags; `latest` still names the checkpoint before, which loads; a save with one tag then
+// goes through. Sync and async alike.
+TEST(TagTest, RanksSavingUnderDifferentTagsFailEverywhereAndWriteNothing) {
+  const std::string dir = testing::MakeTempDir("zero_ckpta");
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(2, 1), Borrow(comm)));
+    ASSERT_OK(e->Save(dir, {.tag = "good"}).status());
+    for (const bool async : {false, true}) {
+      const StatusOr<std::string> r = e->Save(dir, {.tag = rank == 0 ? "mine" : "theirs", .async = async});
+      EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument,
+                              ::testing::AllOf(HasSubstr("different tags"), HasSubstr("rank 0 \"mine\""),
+                                               HasSubstr("rank 1 \"theirs\""))));
+    }
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK_AND_ASSIGN(LoadResult loaded, e->Load(dir));
+    EXPECT_EQ(loaded.tag, "good");
+  });
+  EXPECT_FALSE(std::filesystem::exists(dir + "/mine"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/theirs"));
+  ASSERT_OK_AND_ASSIGN(std::string latest, LatestCheckpointTag(dir));
+  EXPECT_EQ(latest, "good");
 }
 
 // Case 10 (library): a killed save's temporaries and another world's rank files in the tag's folder are removed

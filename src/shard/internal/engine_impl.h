@@ -130,6 +130,7 @@ class Engine::Impl {
   // rank's worker first; without it, returns false (nothing changed) while any rank's worker still writes.
   // Once all are done: a failure anywhere is returned on every rank (latest unchanged); else rank 0 writes
   // meta.json and latest, and true.
+  Status CheckTagAgrees(const std::string& tag);  // collective: every rank's Save asks for the same tag
   Status StartAsyncSave(const std::string& dir, const std::string& tag, SaveOptions::WriterPriority priority);
   StatusOr<bool> FinishSave(bool wait, const char* what);
   // Save's and Load's first step while a save is in flight: wait for it (or refuse, for a Save that asks),
