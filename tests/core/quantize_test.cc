@@ -129,5 +129,53 @@ TEST(QuantizeInt8, EveryTargetMatchesTheScalarReferenceBitForBit) {
   }
 }
 
+// Outputs of 4 MiB and more take the non-temporal path (kStreamBytes in quantize.cc): one element at a time up to
+// the first vector boundary, then whole vectors streamed. The same bits as the scalar reference on every target,
+// with the outputs at every offset from a 64-byte boundary that matters (0, 1, 16, 33 bytes), and nothing written
+// outside them.
+TEST(QuantizeInt8, LargeOutputsStreamTheSameBits) {
+  const std::vector<internal::SimdTarget> targets = internal::AvailableSimdTargets();
+  const size_t n = (size_t{4} << 20) + 4109;
+  for (DType t : {DType::kF32, DType::kBF16}) {
+    std::vector<float> x = Normal(n, 0.05f, 5);
+    x[12345] = 1e4f;
+    const std::vector<uint8_t> src = As(x, t);
+    for (size_t block : {size_t{4096}, size_t{37}}) {
+      const size_t nb = QuantBlocks(n, block);
+      std::vector<int8_t> q_ref(n);
+      std::vector<float> s_ref(nb);
+      std::vector<uint8_t> back_ref(n * DTypeSize(t));
+      QuantizeInt8Scalar(src.data(), t, n, block, q_ref.data(), s_ref.data());
+      DequantizeInt8Scalar(q_ref.data(), s_ref.data(), n, block, back_ref.data(), t);
+      for (const auto& target : targets) {
+        testing::SimdTargetGuard guard(target.bits);
+        for (size_t offset : {size_t{0}, size_t{1}, size_t{16}, size_t{33}}) {
+          // 64-byte aligned storage, the outputs `offset` bytes in, a guard byte on each side.
+          std::vector<int8_t> q_store(n + 128, 99);
+          std::vector<uint8_t> back_store(back_ref.size() + 128, 0xAB);
+          auto align = [](auto* p) {
+            return reinterpret_cast<decltype(p)>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+          };
+          int8_t* q = align(q_store.data()) + offset;
+          uint8_t* back = align(back_store.data()) + (t == DType::kF32 ? offset / 4 * 4 : offset / 2 * 2);
+          std::vector<float> s(nb);
+          QuantizeInt8(src.data(), t, n, block, q, s.data());
+          DequantizeInt8(q, s.data(), n, block, back, t);
+          const std::string where = std::string(target.name) + " " + std::string(DTypeName(t)) + " block " +
+                                    std::to_string(block) + " offset " + std::to_string(offset);
+          ASSERT_EQ(0, std::memcmp(q, q_ref.data(), n)) << where;
+          ASSERT_EQ(0, std::memcmp(s.data(), s_ref.data(), nb * sizeof(float))) << where;
+          ASSERT_EQ(0, std::memcmp(back, back_ref.data(), back_ref.size())) << where;
+          if (offset > 0) {
+            ASSERT_EQ(q[-1], 99) << where;
+          }
+          ASSERT_EQ(q[n], 99) << where;
+          ASSERT_EQ(back[back_ref.size()], 0xAB) << where;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace zero
