@@ -8,8 +8,8 @@
 namespace zero::internal {
 
 StatusOr<std::unique_ptr<NvmeParamTier>> NvmeParamTier::Create(NvmeOptions options,
-                                                                const std::vector<int64_t>& shard_bytes,
-                                                                int64_t slot_bytes) {
+                                                               const std::vector<int64_t>& shard_bytes,
+                                                               int64_t slot_bytes) {
   std::unique_ptr<NvmeParamTier> t(new NvmeParamTier);
   std::vector<int64_t> words;
   for (int64_t b : shard_bytes) {
@@ -19,7 +19,7 @@ StatusOr<std::unique_ptr<NvmeParamTier>> NvmeParamTier::Create(NvmeOptions optio
   options.key = "zero_optimization.offload_param";
   options.file_tag = "param";
   options.fields = 1;
-  options.chunk_elems = SlotWords(slot_bytes);  // a shard is one chunk: one request, from a 4 KiB boundary
+  options.chunk_elems = SlotWords(slot_bytes);             // a shard is one chunk: one request, from a 4 KiB boundary
   options.pipeline_read = options.pipeline_write = false;  // no passes: every transfer is synchronous
   ZERO_ASSIGN_OR_RETURN(t->store_, NvmeStore::Create(options, words));
   t->words_ = std::move(words);
