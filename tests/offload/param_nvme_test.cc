@@ -2,7 +2,8 @@
 //  - the tiny GPT trained with the parameter shards in the NVMe tier gives bitwise the losses and parameters of the
 //    same run with offload_param "cpu" and of the run without parameter offload, at worlds 1-4 (threads over real
 //    Gloo), fp32 and bf16 (stochastic rounding too), beside offload_optimizer "none", "cpu" and "nvme", with
-//    gradient accumulation, one staging buffer, and persistent units (which stay gathered in the compute tier);
+//    gradient accumulation, one staging buffer, persistent units (which stay gathered in the compute tier), qwZ's
+//    quantized gathers and hybrid sharding;
 //  - the shards sit in the "nvme" tier of the memory report (as many bytes as offload_param "cpu" keeps on the
 //    host), and the tier moves exactly the bytes of the formula: a unit's shard read once per gather and, in fp32
 //    (where the shard is the master), once per step before its update; written once per step;
@@ -164,6 +165,8 @@ struct Case {
   int ga = 1;
   int buffers = 5;
   bool persistent = false;  // the root unit below stage3_param_persistence_threshold: kept gathered
+  bool qwz = false;         // zero_quantized_weights: forward gathers quantize the shard read from the tier
+  int group = 0;            // hybrid sharding: mics_shard_size (the shards are a group's)
 };
 
 std::string Name(const Case& c) {
@@ -173,6 +176,8 @@ std::string Name(const Case& c) {
   if (c.ga > 1) n += absl::StrCat("_ga", c.ga);
   if (c.buffers != 5) n += absl::StrCat("_buffers", c.buffers);
   if (c.persistent) n += "_persistent";
+  if (c.qwz) n += "_qwz";
+  if (c.group > 0) n += absl::StrCat("_groupsof", c.group);
   return n;
 }
 
@@ -186,6 +191,8 @@ TEST_P(ParamNvmeParityTest, BitwiseEqualToCpuAndNoOffload) {
   const std::string dir = TierDir(Name(c));
   Config base = Base(c.precision, c.opt, c.ga, opt_dir);
   if (c.persistent) base.zero.stage3_param_persistence_threshold = 30000;  // the root unit (18.6 k), not blocks
+  base.zero.zero_quantized_weights = c.qwz;
+  base.zero.mics_shard_size = c.group;
   const GptRun none = Train(c.world, base);
   const GptRun cpu = Train(c.world, ParamCpu(base));
   const GptRun got = Train(c.world, ParamNvme(base, dir, c.buffers));
@@ -207,7 +214,7 @@ TEST_P(ParamNvmeParityTest, BitwiseEqualToCpuAndNoOffload) {
   // The formula, to the byte: every gather read its unit's shard, every step wrote every shard once (and read it
   // first in fp32, where it is the master).
   const size_t cds = c.precision == Precision::kF32 ? 4 : 2;
-  const Shards s = TinyShards(c.world, c.persistent);
+  const Shards s = TinyShards(c.group > 0 ? c.group : c.world, c.persistent);
   EXPECT_EQ(shards, static_cast<int64_t>(cds) * (s.root + s.layers * s.block));
   const int64_t sharded_units = (c.persistent ? 0 : 1) + s.layers;
   const int64_t gathers_per_step = c.ga * ((c.persistent ? 0 : 1) + 2 * s.layers);
@@ -234,6 +241,8 @@ std::vector<Case> Cases() {
   cases.push_back({2, Precision::kBF16, Opt::kCpu, 1, /*buffers=*/1});
   cases.push_back({3, Precision::kF32, Opt::kNone, 1, /*buffers=*/2});
   cases.push_back({2, Precision::kBF16, Opt::kCpu, 1, 5, /*persistent=*/true});
+  cases.push_back({2, Precision::kBF16, Opt::kCpu, 1, 5, false, /*qwz=*/true});
+  cases.push_back({4, Precision::kF32, Opt::kCpu, 1, 5, false, false, /*group=*/2});
   return cases;
 }
 
