@@ -234,7 +234,11 @@ std::string TermsJson(const zero::PeakBound& t) {
 const char* OffloadName(const zero::Config& cfg) {
   const bool opt = cfg.zero.offload_optimizer.device != zero::OffloadDevice::kNone && cfg.zero.stage >= 1;
   const bool nvme = opt && cfg.zero.offload_optimizer.device == zero::OffloadDevice::kNvme;
-  const bool par = cfg.zero.offload_param.device == zero::OffloadDevice::kCpu && cfg.zero.stage == 3;
+  const bool par = cfg.zero.offload_param.device != zero::OffloadDevice::kNone && cfg.zero.stage == 3;
+  const bool par_nvme = par && cfg.zero.offload_param.device == zero::OffloadDevice::kNvme;
+  if (par_nvme) {
+    return nvme ? "optimizer (nvme)+parameters (nvme)" : opt ? "optimizer+parameters (nvme)" : "parameters (nvme)";
+  }
   if (nvme) return par ? "optimizer (nvme)+parameters" : "optimizer (nvme)";
   return opt && par ? "optimizer+parameters" : opt ? "optimizer" : par ? "parameters" : "none";
 }
@@ -495,7 +499,8 @@ int main(int argc, char** argv) {
               HumanBytes(static_cast<double>(dev.total())).c_str(),
               HumanBytes(static_cast<double>(host.total())).c_str());
   if (const int64_t nvme = e.planned.Current(zero::MemTier::kNvme); nvme > 0) {
-    std::printf("nvme tier (offload_optimizer.nvme_path, files): %s\n", HumanBytes(static_cast<double>(nvme)).c_str());
+    std::printf("nvme tier (offload_optimizer/offload_param.nvme_path, files): %s\n",
+                HumanBytes(static_cast<double>(nvme)).c_str());
   }
   std::printf(
       "  device = model state %s + gathers %s + reductions %s + staging %s + trainer %s\n",

@@ -15,6 +15,12 @@
 
   bench/scripts/nvme_tier.py [--build build] [--dir FOLDER] [--model small] [--world 2] [--stage 2] [--steps 8]
 
+With --params, the parameter tier (offload_param.device "nvme", stage 3) instead, beside offload_param "cpu" (both
+with offload_optimizer "cpu"), alternating (cpu, nvme, cpu, nvme): step time (median of the steps after the first),
+and the tier's bytes per rank against the formula: each gather reads its unit's shard (the root unit once per
+micro-step, each block twice: forward and backward), each step writes every shard once (bf16: nothing is read
+for the update); losses compared.
+
 FOLDER defaults to the system's temporary folder. Prints a markdown report.
 """
 import argparse
@@ -72,7 +78,74 @@ def zero_gpt(args, cfg, host_limit=0, check=True):
             out["summary"] = o
         elif "nvme" in o:
             out["nvme"] = o["nvme"]
+        elif "nvme_param" in o:
+            out["nvme_param"] = o["nvme_param"]
     return out
+
+
+def param_config(args, device):
+    with open(os.path.join(ROOT, "examples/gpt/configs/zero3_offload.json")) as f:
+        c = json.load(f)
+    c.pop("steps_per_print", None)
+    c["wall_clock_breakdown"] = False
+    z = c["zero_optimization"]
+    z["stage"] = 3
+    z["stage3_param_persistence_threshold"] = 0  # every unit's shard in the tier
+    z["sub_group_size"] = args.sub_group
+    z["offload_param"] = {"device": device, "pin_memory": True}
+    if device == "nvme":
+        z["offload_param"].update({"nvme_path": args.dir, "buffer_count": args.buffers})
+    c["aio"] = {"block_size": args.block, "queue_depth": args.queue_depth}
+    return c
+
+
+def param_tier(args):
+    est = subprocess.run([os.path.join(args.build, "bin/zero-estimate"), "--model", args.model, "--world",
+                          str(args.world), "--json"], capture_output=True, text=True, check=True)
+    m = json.loads(est.stdout.strip().splitlines()[-1])["model"]
+    h, L = m["hidden"], m["layers"]
+    root = m["vocab"] * h + m["seq"] * h + 2 * h  # embeddings, positions, final layernorm (examples/gpt/model.h)
+    block = 12 * h * h + 13 * h
+
+    def shard(n):
+        q = 32 * args.world
+        return (n + q - 1) // q * q // args.world
+
+    runs = {"cpu": [], "nvme": []}
+    for _ in range(2):
+        for dev in ("cpu", "nvme"):
+            runs[dev].append(zero_gpt(args, param_config(args, dev)))
+
+    def step_ms(rs):
+        return statistics.median([s["step_ms"] for r in rs for s in r["steps"][1:]])
+
+    cpu_ms, nvme_ms = step_ms(runs["cpu"]), step_ms(runs["nvme"])
+    n = runs["nvme"][-1]
+    nv = n["nvme_param"]
+    cds = 2  # bf16 (zero3_offload.json)
+    read = args.steps * (shard(root) + 2 * L * shard(block)) * cds
+    written = args.steps * (shard(root) + L * shard(block)) * cds
+    same = all(a["loss"] == b["loss"] for a, b in zip(runs["cpu"][-1]["steps"], n["steps"]))
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, {platform.platform()}; folder {args.dir}")
+    print(f"model {args.model} ({n['summary']['params']} parameters), world {args.world} (thread-ranks of one "
+          f"zero-gpt), stage 3, bf16, offload_optimizer cpu, offload_param nvme: buffer_count {args.buffers}, "
+          f"aio block {args.block} depth {args.queue_depth}, {args.steps} steps")
+    print()
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| parameter tier bytes read, measured (rank 0, {args.steps} steps, {nv['gathers']} gathers) | "
+          f"{nv['step_bytes_read']:,} |")
+    print(f"| formula steps × (S_root + 2·L·S_block) × 2 | {read:,} |")
+    print(f"| parameter tier bytes written, measured (rank 0) | {nv['step_bytes_written']:,} |")
+    print(f"| formula steps × (S_root + L·S_block) × 2 | {written:,} |")
+    print(f"| shards in the \"nvme\" tier (memory report, params) | {tier_bytes(n['summary'], 'nvme'):,} |")
+    print(f"| step time, median: offload_param cpu {cpu_ms:.1f} ms, nvme {nvme_ms:.1f} ms | nvme / cpu "
+          f"{nvme_ms / cpu_ms:.2f} |")
+    print(f"| losses nvme == cpu (every step, bitwise as printed) | {same} |")
+    for name, r in (("cpu", runs["cpu"][-1]), ("nvme", n)):
+        mem = {k: (v["tier"], v["current"]) for k, v in r["summary"]["memory"].items() if isinstance(v, dict)
+               and "tier" in v}
+        print(f"- memory of {name} (rank-max, current bytes): {mem}")
 
 
 def io_bench(args, jobs=1):
@@ -101,7 +174,11 @@ def main():
     ap.add_argument("--block", type=int, default=1 << 20)
     ap.add_argument("--queue-depth", type=int, default=8)
     ap.add_argument("--io-size", default="512M")
+    ap.add_argument("--params", action="store_true", help="the parameter tier (offload_param nvme, stage 3)")
     args = ap.parse_args()
+    if args.params:
+        param_tier(args)
+        return
 
     disk = io_bench(args)
     rbw = statistics.median(disk["read"]["engine_gbps"]) * 1e9

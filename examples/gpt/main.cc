@@ -435,6 +435,13 @@ int main(int argc, char** argv) {
           static_cast<long long>(res.nvme_step_bytes_read), static_cast<long long>(res.nvme_step_bytes_written),
           res.nvme_io_busy_ms, res.nvme_wait_ms);
     }
+    if (res.nvme_param_step_bytes_read + res.nvme_param_step_bytes_written > 0) {
+      // The NVMe parameter tier of rank 0 over the run's gathers and steps (zero/advanced/engine_stats.h).
+      std::printf("{\"nvme_param\": {\"step_bytes_read\": %lld, \"step_bytes_written\": %lld, \"gathers\": %lld}}\n",
+                  static_cast<long long>(res.nvme_param_step_bytes_read),
+                  static_cast<long long>(res.nvme_param_step_bytes_written),
+                  static_cast<long long>(res.prefetch_gathers + res.demand_gathers));
+    }
     if (flags.params_hash) {
       // Equal hashes, equal parameters (a resumed run's check).
       const uint64_t h = ParamsHash(res.final_params);

@@ -135,6 +135,8 @@ void RecordEngineStats(const Engine& engine, const GptUnits& units, TrainResult*
   result->nvme_step_bytes_written = stats.nvme_step_bytes_written;
   result->nvme_io_busy_ms = stats.nvme_io_busy_ms;
   result->nvme_wait_ms = stats.nvme_wait_ms;
+  result->nvme_param_step_bytes_read = stats.nvme_param_step_bytes_read;
+  result->nvme_param_step_bytes_written = stats.nvme_param_step_bytes_written;
   // The bound on the true peak: the trainer keeps the root unit open for the whole pass beside one block, and its
   // activations (the Checkpointer's arena) and its own buffers are in the engine's tracker.
   auto padded = [&](UnitId u) {

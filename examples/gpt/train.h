@@ -99,6 +99,8 @@ struct TrainResult {
   // The NVMe tier's counters of this rank (zero/advanced/engine_stats.h; zeros without the tier).
   int64_t nvme_step_bytes_read = 0, nvme_step_bytes_written = 0;
   double nvme_io_busy_ms = 0, nvme_wait_ms = 0;
+  // The NVMe parameter tier (offload_param.device "nvme"): bytes its gathers and steps moved.
+  int64_t nvme_param_step_bytes_read = 0, nvme_param_step_bytes_written = 0;
   // This rank's activation figures (zero::Checkpointer::stats): peaks of the arena and of the checkpoints,
   // forwards and recomputes run.
   RecomputeStats recompute;

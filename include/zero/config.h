@@ -51,10 +51,10 @@ struct OffloadOptimizerConfig {
 
 struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;
-  std::string nvme_path;   // NVMe offload only; zero lacks it, so always empty
-  bool pin_memory = true;  // page-locked host buffers where the build and the machine allow it
-  int64_t buffer_count = 5;
-  int64_t buffer_size = 100'000'000;
+  std::string nvme_path;              // device kNvme: the folder of the rank files (offload/nvme_param_tier.h)
+  bool pin_memory = true;             // page-locked host buffers where the build and the machine allow it
+  int64_t buffer_count = 5;           // device kNvme: staging buffers, each holding one whole parameter shard
+  int64_t buffer_size = 100'000'000;  // device kNvme: elements per staging buffer (the largest shard allowed)
   int64_t max_in_cpu = 1'000'000'000;
 
   bool operator==(const OffloadParamConfig&) const = default;

@@ -963,6 +963,11 @@ class ConfigParser {
       Error("zero_optimization.offload_optimizer.nvme_path: empty with device \"nvme\"; " +
             std::string(FindRule("nvme_path").text));
     }
+    if (known({"zero_optimization.offload_param.device", "zero_optimization.offload_param.nvme_path"}) &&
+        c.zero.offload_param.device == OffloadDevice::kNvme && c.zero.offload_param.nvme_path.empty()) {
+      Error("zero_optimization.offload_param.nvme_path: empty with device \"nvme\"; " +
+            std::string(FindRule("param_nvme_path").text));
+    }
     if (known({"zero_optimization.stage"}) && c.zero.mics_shard_size > 0 && stage == 0) {
       Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
             " with zero_optimization.stage 0; " + FindRule("mics_stage").text);

@@ -23,8 +23,8 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeOptions& option
         absl::StrCat("NVMe tier: chunk of ", options.chunk_elems, " elements is not a positive multiple of 1024"));
   }
   if (options.buffer_count < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_optimizer.buffer_count: ",
-                                                   options.buffer_count, " with device \"nvme\"; at least 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.key, ".buffer_count: ", options.buffer_count, " with device \"nvme\"; at least 1"));
   }
   std::unique_ptr<NvmeStore> s(new NvmeStore);
   s->opts_ = options;
@@ -34,10 +34,10 @@ StatusOr<std::unique_ptr<NvmeStore>> NvmeStore::Create(const NvmeOptions& option
   ZERO_ASSIGN_OR_RETURN(s->engine_, io::IoEngine::Create(io));
   // mkstemp gives a name no other rank or engine has; the file is unlinked once open (both descriptors), so it
   // goes with the process however that ends.
-  std::string name = absl::StrCat(options.dir, "/zero-optimizer-rank", options.rank, "-XXXXXX");
+  std::string name = absl::StrCat(options.dir, "/zero-", options.file_tag, "-rank", options.rank, "-XXXXXX");
   const int fd = mkstemp(name.data());
   if (fd < 0) {
-    return io::IoErrno(errno, "create (zero_optimization.offload_optimizer.nvme_path)", 0, 0, name);
+    return io::IoErrno(errno, absl::StrCat("create (", options.key, ".nvme_path)").c_str(), 0, 0, name);
   }
   close(fd);
   s->path_ = name;

@@ -34,11 +34,15 @@
 namespace zero::internal {
 
 struct NvmeOptions {
-  std::string dir;                   // offload_optimizer.nvme_path (an existing folder)
+  std::string dir;  // offload_optimizer.nvme_path (an existing folder)
+  // The config section the store serves, for its errors and its file's name: the optimizer tier's, or the
+  // parameter tier's (offload_param.device "nvme", offload/nvme_param_tier.h, whose store moves 4-byte words).
+  std::string key = "zero_optimization.offload_optimizer";
+  std::string file_tag = "optimizer";
   int rank = 0;                      // for the file's name and errors
   int fields = 1;                    // fp32 values per element: the master (when kept) and each optimizer state
   int64_t chunk_elems = 1024;        // elements per chunk, a multiple of 1024
-  int buffer_count = 4;              // staging buffers (offload_optimizer.buffer_count)
+  int buffer_count = 4;              // staging buffers (<key>.buffer_count)
   bool pipeline_read = true;         // read ahead (offload_optimizer.pipeline_read)
   bool pipeline_write = true;        // write behind (offload_optimizer.pipeline_write)
   bool pinned = false;               // page-locked staging (offload_optimizer.pin_memory)
@@ -76,6 +80,11 @@ class NvmeStore {
   [[nodiscard]] Status Release();
   // Waits for every write of the pass.
   [[nodiscard]] Status EndPass();
+
+  // The staging buffers, each chunk_elems × fields floats at a 4096-byte boundary. Outside a pass their owner
+  // may lend them out (the parameter tier's pool, which never begins a pass).
+  int slot_count() const { return static_cast<int>(slot_data_.size()); }
+  float* slot(int b) const { return slot_data_[static_cast<size_t>(b)]; }
 
   const std::string& path() const { return path_; }
   // Bytes moved in all (bytes_*) and by the steps' passes alone (pass_bytes_*).

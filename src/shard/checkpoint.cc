@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,10 +39,13 @@ namespace {
 // The NVMe tier (offload_optimizer.device "nvme") keeps a unit's host-part master and optimizer state in its file,
 // not in host buffers. For a checkpoint they are staged, one unit at a time, into temporary host buffers
 // (u.host_master, u.host_state, tagged staging) that the streams below read and write as CPU offload's own; the
-// destructor drops them, so the host holds at most the largest unit's host part beside the tier's staging.
+// destructor drops them, so the host holds at most the largest unit's host part beside the tier's staging. The
+// parameter tier (offload_param.device "nvme") likewise: the unit's shard is read into a buffer of the tier's pool
+// (internal::ParamStage) that the streams see as u.params, and written back after a load.
 class NvmeUnitStage {
  public:
-  NvmeUnitStage(internal::EngineContext& ctx, internal::Unit& u, int ui) : ctx_(ctx), u_(u), ui_(ui) {}
+  NvmeUnitStage(internal::EngineContext& ctx, internal::Unit& u, int ui)
+      : ctx_(ctx), u_(u), ui_(ui), param_(ctx, u, ui) {}
   ~NvmeUnitStage() {
     if (!active_) return;
     u_.host_master.Reset();
@@ -50,8 +54,10 @@ class NvmeUnitStage {
   NvmeUnitStage(const NvmeUnitStage&) = delete;
   NvmeUnitStage& operator=(const NvmeUnitStage&) = delete;
 
-  // Allocates the buffers, filled from the file when `read` (saving), zeros otherwise (loading).
+  // Allocates the buffers, filled from the file when `read` (saving), zeros otherwise (loading); the parameter
+  // shard is read either way (a load writes all of it, but what it leaves is then what was there).
   Status Begin(bool read) {
+    ZERO_RETURN_IF_ERROR(param_.Begin(/*read=*/true, /*in_step=*/false));
     if (!ctx_.nvme || u_.frozen || u_.host_n() <= 0) return absl::OkStatus();
     active_ = true;
     int field = 0;
@@ -73,6 +79,7 @@ class NvmeUnitStage {
   }
   // Writes the buffers (as loaded) to the file.
   Status WriteBack() {
+    ZERO_RETURN_IF_ERROR(param_.Commit());
     if (!active_) return absl::OkStatus();
     int field = 0;
     if (!u_.host_master.empty()) {
@@ -89,6 +96,7 @@ class NvmeUnitStage {
   internal::Unit& u_;
   const int ui_;
   bool active_ = false;
+  internal::ParamStage param_;
 };
 
 }  // namespace
@@ -432,8 +440,18 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     a.image = reinterpret_cast<char*>((p + static_cast<uintptr_t>(align) - 1) & ~static_cast<uintptr_t>(align - 1));
   }
   ckpt::RankFileHeader(ctx.rank, ctx.world, a.image);
+  // The NVMe tiers' values are staged into host memory one unit at a time (the plan lists a unit's sections
+  // together), as the synchronous Save stages them.
+  std::unique_ptr<NvmeUnitStage> nvme;
+  int staged_unit = -1;
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
     Unit& u = ctx.units[sec.unit];
+    if (sec.unit != staged_unit) {
+      nvme.reset();
+      nvme = std::make_unique<NvmeUnitStage>(ctx, u, sec.unit);
+      ZERO_RETURN_IF_ERROR(nvme->Begin(/*read=*/true));
+      staged_unit = sec.unit;
+    }
     const StreamDesc s = SavedStreams(u)[sec.stream];
     const size_t es = DTypeSize(s.dtype);
     int64_t covered = 0;

@@ -172,6 +172,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
       u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
     }
     if (plan.nvme_chunk > 0) ZERO_RETURN_IF_ERROR(CreateNvmeStore(plan));
+    if (plan.param_slot_elems > 0) ZERO_RETURN_IF_ERROR(CreateNvmeParamTier(plan));
     if (Status s = step.Allocate(plan); !s.ok()) {
       return Status(s.code(), absl::StrCat("Finalize on rank ", ctx.world_rank, ": ", s.message()));
     }
@@ -216,6 +217,48 @@ Status Engine::Impl::CreateNvmeStore(const internal::StagePlan& plan) {
   ZERO_LOG(DEBUG) << "rank " << ctx.world_rank << ": NVMe tier in " << ctx.nvme->path() << " ("
                   << io::IoBackendName(ctx.nvme->io().backend().backend) << ": " << ctx.nvme->io().backend().reason
                   << "), chunks of " << plan.nvme_chunk << " elements";
+  return absl::OkStatus();
+}
+
+// offload_param.device "nvme": the sharded units' parameter shards in a file under offload_param.nvme_path, read
+// into the tier's buffer_count staging buffers (offload/nvme_param_tier.h), counted in the host tier as the plan
+// lists them. A shard larger than buffer_size is refused, as DeepSpeed's parameter swapper refuses it: a buffer
+// holds a whole shard, since the all-gather reads the shard from it.
+Status Engine::Impl::CreateNvmeParamTier(const internal::StagePlan& plan) {
+  const Config& cfg = ctx.cfg;
+  if (ctx.compute->device()) {
+    return absl::UnimplementedError(
+        "zero_optimization.offload_param.device \"nvme\": not implemented on the CUDA engine (the host engine "
+        "has it); use \"cpu\"");
+  }
+  if (plan.param_too_large >= 0) {
+    const Unit& u = ctx.units[static_cast<size_t>(plan.param_too_large)];
+    return absl::InvalidArgumentError(
+        absl::StrCat("zero_optimization.offload_param.buffer_size: ", cfg.zero.offload_param.buffer_size,
+                     " elements with device \"nvme\", but unit ", u.name(), "'s parameter shard on rank ",
+                     ctx.world_rank, " is ", u.plan.shard, " elements (", u.layout.numel, " parameters over ",
+                     ctx.world, " ranks); a staging buffer holds a whole shard: raise buffer_size to at least ",
+                     u.plan.shard, " or register smaller units"));
+  }
+  internal::NvmeOptions o;
+  o.dir = cfg.zero.offload_param.nvme_path;
+  o.rank = ctx.world_rank;
+  o.buffer_count = ctx.policy.param_nvme_buffers;
+  o.pinned = ctx.policy.pin_param;
+  o.io = io::IoOptionsFromConfig(cfg);
+  o.tracker = &ctx.tracker;
+  const int64_t cds = static_cast<int64_t>(DTypeSize(ctx.cd()));
+  std::vector<int64_t> shard_bytes;
+  for (const Unit& u : ctx.units) shard_bytes.push_back(u.sharded_params() ? u.plan.shard * cds : 0);
+  auto tier = internal::NvmeParamTier::Create(o, shard_bytes, plan.param_slot_elems * cds);
+  if (!tier.ok()) {
+    return Status(tier.status().code(), absl::StrCat("zero_optimization.offload_param.nvme_path \"", o.dir, "\" (rank ",
+                                                     ctx.world_rank, "): ", tier.status().message()));
+  }
+  ctx.param_nvme = std::move(*tier);
+  ZERO_LOG(DEBUG) << "rank " << ctx.world_rank << ": NVMe parameter tier in " << ctx.param_nvme->path() << " ("
+                  << io::IoBackendName(ctx.param_nvme->io().backend().backend) << "), " << ctx.policy.param_nvme_buffers
+                  << " buffers of " << plan.param_slot_elems << " elements";
   return absl::OkStatus();
 }
 
@@ -638,6 +681,10 @@ advanced::EngineStats advanced::Stats(const Engine& engine) {
     s.nvme_step_bytes_written = nvme->pass_bytes_written();
     s.nvme_io_busy_ms = nvme->io_busy_ms();
     s.nvme_wait_ms = nvme->wait_ms();
+  }
+  if (const internal::NvmeParamTier* tier = engine.impl_->ctx.param_nvme.get()) {
+    s.nvme_param_step_bytes_read = tier->step_bytes_read();
+    s.nvme_param_step_bytes_written = tier->step_bytes_written();
   }
   return s;
 }

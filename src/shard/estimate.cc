@@ -221,6 +221,13 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
         "optimizer: the config has no \"optimizer\" section; give one, or EstimateOptions::optimizer_states");
   }
   const internal::StagePlan plan = internal::MakePlan(policy, numels, {}, frozen);
+  if (plan.param_too_large >= 0) {  // Finalize refuses it (Engine::Impl::CreateNvmeParamTier): so does the estimate
+    const internal::UnitPlan& u = plan.units[static_cast<size_t>(plan.param_too_large)];
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.offload_param.buffer_size: ", cfg.zero.offload_param.buffer_size,
+        " elements with device \"nvme\", but unit \"", units[static_cast<size_t>(plan.param_too_large)].name,
+        "\"'s parameter shard is ", u.shard, " elements; a staging buffer holds a whole shard"));
+  }
 
   internal::PeakInputs in;
   in.open_elems = options.open_elements;

@@ -28,6 +28,25 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
   // the (prefetched, asynchronous) gather. NCCL reads device memory: the CUDA engine first copies the shard
   // H2D on the compute stream, which the all-gather then waits for (its producer stream).
   const void* send = u.params.data();
+  if (ParamStage::InTier(c, u)) {
+    // offload_param "nvme": the shard is read from the tier's file into one of its staging buffers (the caller
+    // made sure one is free), which the all-gather reads and Wait or Release gives back. A failed read still
+    // issues the all-gather (of zeros) so that every rank issues the same collectives; the error is this rank's
+    // next call's.
+    const int ui = static_cast<int>(&u - c.units.data());
+    StatusOr<int> slot = c.param_nvme->Take(ui, /*read=*/true, /*count_in_step=*/true);
+    if (!slot.ok()) {
+      ctx_->Defer(
+          Status(slot.status().code(),
+                 absl::StrCat("reading unit ", u.name(), "'s parameter shard for its gather on rank ", c.world_rank,
+                              " (zero_optimization.offload_param.nvme_path): ", slot.status().message())));
+      slot = c.param_nvme->Take(ui, /*read=*/false, /*count_in_step=*/true);
+      ZERO_CHECK(slot.ok()) << slot.status();
+      std::fill_n(static_cast<char*>(c.param_nvme->data(*slot)), u.layout.shard * cds, char{0});
+    }
+    u.param_slot = *slot;
+    send = c.param_nvme->data(*slot);
+  }
   if (c.compute->device() && u.params.tier() == MemTier::kHost) {
     u.stage_in = stage_pool_.Take(u.params.size(), /*zero=*/false);
     if (Status s = c.AllocStatus(u.stage_in, u.params.size(), "parameter stage-in buffer", u); !s.ok()) {
@@ -55,6 +74,7 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     if (!s.ok()) {
       ReleaseQwz(u, /*quarantine=*/false);
       gather_pool_.Give(std::move(u.gather));
+      GiveParamSlot(u);
       return s;
     }
     auto* msg = static_cast<uint8_t*>(u.qwz_send.data());
@@ -81,6 +101,7 @@ Status GatherScheduler::Wait(Unit& u) {
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", u.name(), ": ", s.message()));
   u.gather_op.ReleaseStaging();
   stage_pool_.Give(std::move(u.stage_in));  // the gather is joined into the compute stream
+  GiveParamSlot(u);
   if (!u.qwz_recv.empty()) {
     // Every rank's message into its slice of the full buffer: the same bytes on every rank, so the same values.
     EngineContext& c = *ctx_;
@@ -96,6 +117,12 @@ Status GatherScheduler::Wait(Unit& u) {
   }
   u.status = UnitStatus::kAvailable;
   return absl::OkStatus();
+}
+
+void GatherScheduler::GiveParamSlot(Unit& u) {
+  if (u.param_slot < 0) return;
+  ctx_->param_nvme->Give(u.param_slot);
+  u.param_slot = -1;
 }
 
 void GatherScheduler::ReleaseQwz(Unit& u, bool quarantine) {
@@ -125,6 +152,8 @@ void GatherScheduler::Release(Unit& u) {
   u.gather_quantized = false;
   stage_pool_.Give(std::move(u.stage_in));
   gather_pool_.Give(std::move(u.gather));
+  // (Given back even when the op did not complete: it only reads the slot, and the communicator is broken.)
+  GiveParamSlot(u);
   u.status = UnitStatus::kNotAvailable;
   UpdateLive(-u.layout.padded);
 }
@@ -161,6 +190,9 @@ void GatherScheduler::Prefetch() {
     if (v.status != UnitStatus::kNotAvailable) continue;
     if (inflight + v.layout.padded > z.stage3_prefetch_bucket_size) break;
     if (live_elems_ + v.layout.padded > ctx_->policy.LiveWindow()) break;
+    // offload_param "nvme": a prefetch needs a free staging buffer of the tier (held until its gather is waited
+    // for); the buffers in use follow the units' states, the same on every rank.
+    if (ParamStage::InTier(*ctx_, v) && ctx_->param_nvme->free_slots() == 0) break;
     // A prefetch never waits: a chunked unit waits while another's chunked gather is in flight (decided by the
     // units' states, which every rank changes at the same calls, never by whether an op has completed).
     if (ChunkPerRank(v.layout.padded, ctx_->world, z.allgather_bucket_size) > 0 && chunked_ >= 0 &&
@@ -200,10 +232,18 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step, bool backward) {
       if (live_elems_ + u.layout.padded <= ctx_->policy.LiveWindow()) break;
       if (&v != &u && v.sharded_params() && v.status != UnitStatus::kNotAvailable && !v.scope_open) Release(v);
     }
+    // offload_param "nvme": every staging buffer of the tier held by a prefetched gather in flight: the first
+    // such gathers (in unit order, the same on every rank) are waited for, which gives their buffers back.
+    if (ParamStage::InTier(*ctx_, u)) {
+      for (auto& v : ctx_->units) {
+        if (ctx_->param_nvme->free_slots() > 0) break;
+        if (&v != &u && v.param_slot >= 0 && v.status == UnitStatus::kInflight) ZERO_RETURN_IF_ERROR(Wait(v));
+      }
+    }
     ZERO_RETURN_IF_ERROR(Issue(u, backward));
     ++demand_gathers_;
   }
-  ZERO_RETURN_IF_ERROR(Wait(u));
+  if (u.status == UnitStatus::kInflight) ZERO_RETURN_IF_ERROR(Wait(u));  // (or waited for above, for a buffer)
   if (order_valid_ && !order_broken_) Prefetch();
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "offload/nvme_param_tier.h"
 #include "shard/internal/layout.h"
 
 namespace zero::internal {
@@ -30,11 +31,6 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
                                                      std::string(DTypeName(p.compute)), ")"));
     }
   }
-  if (cfg.zero.offload_param.device == OffloadDevice::kNvme) {
-    return absl::UnimplementedError(
-        "zero_optimization.offload_param.device \"nvme\": not implemented in zero (offload_optimizer.device "
-        "\"nvme\" is; the parameter shards can be offloaded to \"cpu\")");
-  }
   p.offload_optimizer = cfg.zero.offload_optimizer.device != OffloadDevice::kNone && p.stage >= 1;
   p.nvme = p.offload_optimizer && cfg.zero.offload_optimizer.device == OffloadDevice::kNvme;
   if (p.nvme) {
@@ -51,13 +47,35 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
     p.nvme_buffers = static_cast<int>(std::min<int64_t>(cfg.zero.offload_optimizer.buffer_count, 1 << 16));
     p.io_staging_bytes = std::min<int64_t>(cfg.aio.queue_depth, 1 << 16) * cfg.aio.block_size;
   }
-  p.offload_param = cfg.zero.offload_param.device == OffloadDevice::kCpu && p.stage == 3;
+  // Below stage 3 there are no parameter shards to offload (Config::Validate refuses offload_param there).
+  p.offload_param = cfg.zero.offload_param.device != OffloadDevice::kNone && p.stage == 3;
+  p.param_nvme = p.offload_param && cfg.zero.offload_param.device == OffloadDevice::kNvme;
   p.offload_ratio = cfg.zero.offload_optimizer.ratio;
+  const char* param_device = p.param_nvme ? "nvme" : "cpu";
   if (p.offload_param && p.offload_optimizer && p.offload_ratio < 1.0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "zero_optimization.offload_optimizer.ratio: ", p.offload_ratio,
-        " with offload_param.device \"cpu\": the device part of a Twin-Flow step updates parameters in device "
-        "memory, but offload_param keeps them on the host; use ratio 1 or offload_param.device \"none\""));
+        "zero_optimization.offload_optimizer.ratio: ", p.offload_ratio, " with offload_param.device \"", param_device,
+        "\": the device part of a Twin-Flow step updates parameters in device memory, but offload_param keeps "
+        "them off the device; use ratio 1 or offload_param.device \"none\""));
+  }
+  if (p.param_nvme) {
+    const OffloadParamConfig& op = cfg.zero.offload_param;
+    if (op.buffer_count < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_param.buffer_count: ", op.buffer_count,
+                                                     " with device \"nvme\"; at least 1 staging buffer is needed"));
+    }
+    if (op.buffer_size < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.offload_param.buffer_size: ", op.buffer_size,
+                                                     " with device \"nvme\"; at least 1 element"));
+    }
+    if (cfg.aio.block_size < 4096) {
+      return absl::InvalidArgumentError(absl::StrCat("aio.block_size: ", cfg.aio.block_size,
+                                                     " with offload_param.device \"nvme\"; at least 4096 (the "
+                                                     "O_DIRECT granule)"));
+    }
+    p.param_nvme_buffers = static_cast<int>(std::min<int64_t>(op.buffer_count, 1 << 16));
+    p.param_nvme_buffer_elems = op.buffer_size;
+    p.param_io_staging_bytes = std::min<int64_t>(cfg.aio.queue_depth, 1 << 16) * cfg.aio.block_size;
   }
   p.pin_optimizer = cfg.zero.offload_optimizer.pin_memory;
   p.pin_param = cfg.zero.offload_param.pin_memory;
@@ -144,8 +162,11 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
     add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
     u.buffers.back().trainer_owned = true;
   } else if (u.sharded_params) {
-    add(BufferRole::kParams, u.shard, cd, p.offload_param ? kHost : kDev, MemTag::kParams,
-        p.offload_param && p.pin_param, pad_shard);
+    add(BufferRole::kParams, u.shard, cd,
+        p.param_nvme      ? MemTier::kNvme
+        : p.offload_param ? kHost
+                          : kDev,
+        MemTag::kParams, p.offload_param && p.pin_param && !p.param_nvme, pad_shard);
   } else {
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }
@@ -250,6 +271,31 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
     plan.nvme_staging.push_back(PlannedBuffer{BufferRole::kHostState, -1, policy.io_staging_bytes / 4, DType::kF32,
                                               MemTier::kHost, MemTag::kStaging, false, 0});
   }
+  // The parameter tier's staging: buffer_count slots of min(buffer_size, the largest sharded shard) elements,
+  // each NvmeParamTier::SlotBytes (4-byte words, rounded up to 4 KiB, plus 4 KiB for the alignment), and its I/O
+  // engine's blocks.
+  if (policy.param_nvme) {
+    const int64_t cds = static_cast<int64_t>(DTypeSize(policy.compute));
+    int64_t largest = 0;
+    for (size_t i = 0; i < plan.units.size(); ++i) {
+      const UnitPlan& u = plan.units[i];
+      if (!u.sharded_params) continue;
+      largest = std::max(largest, u.shard);
+      if (u.shard > policy.param_nvme_buffer_elems && plan.param_too_large < 0) {
+        plan.param_too_large = static_cast<int>(i);
+      }
+    }
+    if (largest > 0) {
+      plan.param_slot_elems = std::min(largest, policy.param_nvme_buffer_elems);
+      const int64_t slot_bytes = NvmeParamTier::SlotBytes(plan.param_slot_elems * cds);  // a multiple of 4
+      for (int i = 0; i < policy.param_nvme_buffers; ++i) {
+        plan.param_staging.push_back(PlannedBuffer{BufferRole::kParams, -1, slot_bytes / 4, DType::kF32, MemTier::kHost,
+                                                   MemTag::kStaging, policy.pin_param, 0});
+      }
+      plan.param_staging.push_back(PlannedBuffer{BufferRole::kParams, -1, policy.param_io_staging_bytes / 4,
+                                                 DType::kF32, MemTier::kHost, MemTag::kStaging, false, 0});
+    }
+  }
   return plan;
 }
 
@@ -267,6 +313,7 @@ MemoryReport StagePlan::Report() const {
   }
   for (const auto& b : staging) count(b);
   for (const auto& b : nvme_staging) count(b);
+  for (const auto& b : param_staging) count(b);
   return r;
 }
 

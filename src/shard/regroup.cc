@@ -71,6 +71,11 @@ Status Engine::Impl::BroadcastState(int root) {
         "live recovery's state copy with zero_optimization.offload_optimizer.device \"nvme\": not implemented (the "
         "state in the NVMe tier's files is not copied); use \"cpu\" or a checkpoint restart");
   }
+  if (ctx.param_nvme) {
+    return absl::UnimplementedError(
+        "live recovery's state copy with zero_optimization.offload_param.device \"nvme\": not implemented (the "
+        "parameter shards in the NVMe tier's files are not copied); use \"cpu\" or a checkpoint restart");
+  }
   Communicator& rc = *ctx.replica_comm;
   CommLabel label(&rc, "ReplicaGroups: state copy from a healthy replica group");
   // A broadcast is a copy, so the buffers travel as 2-byte words whatever they hold (every buffer is a whole

@@ -429,9 +429,25 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
     }
     deferred_unit = -1;
   };
+  // offload_param "nvme": each sharded unit's shard is read into a staging buffer of the parameter tier (only in
+  // fp32, where it is the master: under mixed precision the update writes all of it from the master), updated
+  // there as under offload_param "cpu", and written back. A failed read or write fails the step (the update still
+  // runs, on zeros, so that the optimizer tier's pass stays in order; a shard that failed is not written back).
+  Status param_failed;
   for (size_t ui = 0; ui < c.units.size(); ++ui) {
     Unit& u = c.units[ui];
     if (u.frozen) continue;  // nothing to update, nothing to refresh
+    ParamStage staged(c, u, static_cast<int>(ui));
+    bool commit = ParamStage::InTier(c, u);
+    if (commit) {
+      if (Status s = staged.Begin(/*read=*/!c.mixed(), /*in_step=*/true); !s.ok()) {
+        if (param_failed.ok())
+          param_failed = Status(s.code(), absl::StrCat("reading unit ", u.name(), "'s shard: ", s.message()));
+        commit = false;
+        ZERO_RETURN_IF_ERROR(staged.Begin(/*read=*/false, /*in_step=*/true));
+        std::memset(u.params.data(), 0, u.params.size());
+      }
+    }
     const int64_t S = u.layout.shard;
     const int64_t offset = stage == 0 || u.sharded_params() ? 0 : static_cast<int64_t>(rank) * S;
     char* param_here = static_cast<char*>(u.params.data()) + offset * cds;  // this rank's part, compute dtype
@@ -527,6 +543,10 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
         copied = RunHostStep(OptimizerOf(seg.group), part, *copies_, opt_staging_);
       }
     }
+    if (commit) {
+      copies_->Wait(copied);  // (nothing is copied back with offload_param: the update wrote the slot in place)
+      if (Status s = staged.Commit(); !s.ok() && param_failed.ok()) param_failed = s;
+    }
     if (stage >= 1 && !u.sharded_params()) {
       issue_deferred_gather();  // the previous unit's
       deferred_unit = static_cast<int>(ui);
@@ -556,6 +576,12 @@ Status ShardedStep::ApplyOptimizer(float grad_scale, double lr) {
                                                          ": the NVMe tier (zero_optimization.offload_optimizer."
                                                          "nvme_path): ",
                                                          nvme_failed.message()));
+  }
+  if (!param_failed.ok()) {
+    return absl::Status(param_failed.code(),
+                        absl::StrCat("step ", applied_steps_ + 1, " on rank ", c.world_rank,
+                                     ": the NVMe parameter tier (zero_optimization.offload_param.nvme_path): ",
+                                     param_failed.message()));
   }
   c.times.allgather_ms += MsSince(t_ag);
   return absl::OkStatus();

@@ -149,8 +149,12 @@ Status Engine::Impl::Place(UnitId id, const internal::ParamSlot& slot, const flo
   const int64_t s_begin = static_cast<int64_t>(ctx.rank) * u.layout.shard, s_end = s_begin + u.layout.shard;
   const int64_t lo = std::max(s_begin, slot.offset), hi = std::min(s_end, slot.offset + slot.numel);
   if (u.sharded_params() && lo < hi) {
+    internal::ParamStage staged(ctx, u, static_cast<int>(id));  // offload_param "nvme": read, placed, written back
+    ZERO_RETURN_IF_ERROR(staged.Begin(/*read=*/true, /*in_step=*/false));
     ToCompute(values + (lo - slot.offset), u.params, static_cast<char*>(u.params.data()) + (lo - s_begin) * cds, cd,
               hi - lo);
+    ZERO_RETURN_IF_ERROR(ctx.compute->status());
+    ZERO_RETURN_IF_ERROR(staged.Commit());
   }
   // The master keeps the exact fp32 values, not the rounded 16-bit copy.
   // The NVMe tier keeps the host part's master in its file (field 0 of the unit's region).
@@ -188,6 +192,8 @@ StatusOr<std::vector<float>> Engine::Impl::GatherParam(UnitId id, const std::str
   const bool full_here = (ctx.stage() == 0 && !u.frozen) || (from_params && !u.sharded_params());
   const int64_t S = u.layout.shard;
   std::vector<float> mine(full_here ? u.layout.padded : S);
+  internal::ParamStage staged(ctx, u, static_cast<int>(id));  // offload_param "nvme": the shard read from its file
+  if (from_params) ZERO_RETURN_IF_ERROR(staged.Begin(/*read=*/true, /*in_step=*/false));
   auto fetch = [&](float* dst, const Buffer& b, int64_t n) {
     if (n <= 0) return;
     if (b.tier() == MemTier::kHost) {

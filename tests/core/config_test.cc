@@ -509,8 +509,12 @@ TEST_F(ConfigTest, PowerOfTwoAndEvenRules) {
 TEST_F(ConfigTest, OffloadDeviceMustBeNoneCpuOrNvme) {
   ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})",
                  {"zero_optimization.offload_param.device", "\"gpu\"", "`none`, `cpu`"});
-  ExpectNotImplemented(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
-                       "zero_optimization.offload_param.device");
+  // nvme is built (tests/offload/param_nvme_test.cc) and needs its nvme_path.
+  ExpectRejected(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
+                 {"zero_optimization.offload_param.nvme_path", "empty with device \"nvme\""});
+  EXPECT_EQ(MustParse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}})")
+                .zero.offload_param.device,
+            OffloadDevice::kNvme);
 }
 
 TEST_F(ConfigTest, WrongTypesAreRejected) {
@@ -578,8 +582,6 @@ TEST_F(ConfigTest, UnimplementedKeysAreErrorsWhenTurnedOn) {
       {R"({"activation_checkpointing": {"partition_activations": true}})",
        "activation_checkpointing.partition_activations"},
       {R"({"data_types": {"grad_accum_dtype": "bf16"}})", "data_types.grad_accum_dtype"},
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}})",
-       "zero_optimization.offload_param.device"},
   };
   for (const auto& [json, path] : cases) ExpectNotImplemented(json, path);
 }
@@ -688,15 +690,11 @@ TEST_F(ConfigTest, KeysThatChangeTheMathAreNotImplementedAtNonDefaultValues) {
   EXPECT_TRUE(c.warnings().empty()) << c.warnings().front();
 }
 
-// offload_param's NVMe keys are not built (offload_optimizer's are: tests/offload/nvme_test.cc); use_gds neither.
+// The NVMe keys not built: offload_param.max_in_cpu (the parameter tier keeps no shards in host memory beyond its
+// buffers), fast_init, use_gds. The parameter and optimizer tiers' keys are (tests/offload/nvme_test.cc,
+// param_nvme_test.cc).
 TEST_F(ConfigTest, NvmeKeysAreNotImplementedAtNonDefaultValues) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "nvme_path": "/nvme"}}})",
-       "zero_optimization.offload_param.nvme_path"},
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_count": 8}}})",
-       "zero_optimization.offload_param.buffer_count"},
-      {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 1e9}}})",
-       "zero_optimization.offload_param.buffer_size"},
       {R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "max_in_cpu": 1e8}}})",
        "zero_optimization.offload_param.max_in_cpu"},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "fast_init": true}}})",
@@ -716,6 +714,12 @@ TEST_F(ConfigTest, NvmeKeysAreNotImplementedAtNonDefaultValues) {
   EXPECT_EQ(nvme.aio.queue_depth, 32);
   EXPECT_TRUE(nvme.aio.single_submit);
   EXPECT_FALSE(nvme.aio.overlap_events);
+  const Config params = MustParse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+      "nvme_path": "/nvme", "buffer_count": 8, "buffer_size": 1e9, "pin_memory": false}}})");
+  EXPECT_EQ(params.zero.offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(params.zero.offload_param.nvme_path, "/nvme");
+  EXPECT_EQ(params.zero.offload_param.buffer_count, 8);
+  EXPECT_EQ(params.zero.offload_param.buffer_size, 1'000'000'000);
   // intra_op_parallelism (thread_count) is accepted with a warning: a request already runs queue_depth wide.
   const Config threads = MustParse(R"({"aio": {"thread_count": 4}})");
   EXPECT_FALSE(threads.warnings().empty());

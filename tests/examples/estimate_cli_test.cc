@@ -48,16 +48,29 @@ json LastJson(const ProgramRun& r) {
   return json::parse(nl == std::string::npos ? s : s.substr(nl + 1));
 }
 
-class EstimateBesideRunTest : public ::testing::TestWithParam<std::string> {};
+// The last line of a program's stdout that is a JSON object with `key`.
+json LastJsonWith(const ProgramRun& r, const std::string& key) {
+  std::string s = r.out;
+  while (!s.empty()) {
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    const size_t nl = s.rfind('\n');
+    const std::string line = nl == std::string::npos ? s : s.substr(nl + 1);
+    s.resize(nl == std::string::npos ? 0 : nl);
+    if (line.empty() || line.front() != '{') continue;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains(key)) return j;
+  }
+  return json::object();
+}
 
 // zero-gpt's report takes each tag's largest rank; the estimate is every rank's (their buffers have one size).
-TEST_P(EstimateBesideRunTest, SameTagsSameBytes) {
-  const std::string flags = GetParam();
+void ExpectSameTagsSameBytes(const std::string& flags) {
   const ProgramRun est = Exec(absl::StrCat(ZERO_ESTIMATE, " ", flags, " --json"));
   ASSERT_EQ(est.exit_code, 0) << est.all;
   const ProgramRun run = Exec(absl::StrCat(ZERO_GPT, " ", flags, " --steps 3 --json"));
   ASSERT_EQ(run.exit_code, 0) << run.all;
-  const json e = LastJson(est)["memory"], m = LastJson(run)["memory"];
+  // (zero-gpt prints its NVMe tiers' counters after the summary line.)
+  const json e = LastJson(est)["memory"], m = LastJsonWith(run, "memory")["memory"];
   ASSERT_GT(e.size(), 2u);
   bool timing = false;  // overlap_comm: the buckets lie between "min_bytes" and "bytes", by how fast reductions run
   for (const auto& [tag, v] : e.items()) timing |= v.contains("min_bytes");
@@ -82,6 +95,32 @@ TEST_P(EstimateBesideRunTest, SameTagsSameBytes) {
     }
   }
   EXPECT_EQ(e.size(), m.size()) << est.out;
+}
+
+class EstimateBesideRunTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EstimateBesideRunTest, SameTagsSameBytes) { ExpectSameTagsSameBytes(GetParam()); }
+
+// The NVMe tiers (offload_optimizer and offload_param "nvme"): the parameters, master and optimizer state in the
+// "nvme" tier of both, the host holding the tiers' buffers.
+TEST(EstimateCliTest, NvmeTiersBesideRun) {
+  const std::string dir = zero::testing::MakeTempDir("zero_estimate_nvme");
+  zero::testing::WriteWholeFile(dir + "/nvme.json", absl::StrCat(R"({
+    "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "sub_group_size": 4096,
+      "offload_optimizer": {"device": "nvme", "nvme_path": ")",
+                                                                 dir, R"("},
+      "offload_param": {"device": "nvme", "nvme_path": ")",
+                                                                 dir, R"(", "buffer_count": 3}}})"));
+  ExpectSameTagsSameBytes(absl::StrCat("--model tiny --world 2 --config ", dir, "/nvme.json"));
+  const ProgramRun est =
+      Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --world 2 --config ", dir, "/nvme.json --json"));
+  ASSERT_EQ(est.exit_code, 0) << est.all;
+  const json e = LastJson(est);
+  EXPECT_EQ(e["offload"], "optimizer (nvme)+parameters (nvme)");
+  EXPECT_EQ(e["memory"]["params"]["tier"], "nvme") << est.out;
+  EXPECT_EQ(e["memory"]["optimizer"]["tier"], "nvme") << est.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Flags, EstimateBesideRunTest,

@@ -191,5 +191,20 @@ TEST_F(CudaEngineRefusesTest, OwnOptimizerIsNamed) {
   EXPECT_THAT(f, StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("Own")));
 }
 
+// The NVMe tiers run on the host engine only: Finalize refuses each on the CUDA engine, naming its key.
+TEST_F(CudaEngineRefusesTest, NvmeTiersAreNamed) {
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<Communicator> nccl, Communicator::CreateNccl(Store::Hash(), 0, 1, {}));
+  Config params = TrainConfig(3, 1);
+  params.zero.offload_param.device = OffloadDevice::kNvme;
+  params.zero.offload_param.nvme_path = ::testing::TempDir();
+  EXPECT_THAT(testing::MakeSyntheticEngine(params, nccl).status(),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("offload_param.device \"nvme\"")));
+  Config optimizer = TrainConfig(3, 1);
+  optimizer.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  optimizer.zero.offload_optimizer.nvme_path = ::testing::TempDir();
+  EXPECT_THAT(testing::MakeSyntheticEngine(optimizer, nccl).status(),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("offload_optimizer.device \"nvme\"")));
+}
+
 }  // namespace
 }  // namespace zero

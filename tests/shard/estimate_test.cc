@@ -31,8 +31,9 @@ namespace {
 
 using testing::Borrow;
 
-// kNvme: the optimizer offloaded to the NVMe tier (offload_optimizer.device "nvme").
-enum class Offload { kNone, kOptimizer, kAll, kNvme };
+// kNvme: the optimizer offloaded to the NVMe tier (offload_optimizer.device "nvme"); kParamNvme: the parameters
+// (offload_param.device "nvme") beside the optimizer in host memory; kAllNvme: both in the NVMe tier.
+enum class Offload { kNone, kOptimizer, kAll, kNvme, kParamNvme, kAllNvme };
 
 struct Case {
   int stage;
@@ -54,6 +55,8 @@ std::string Name(const Case& c) {
                                c.offload == Offload::kNone        ? ""
                                : c.offload == Offload::kOptimizer ? "OffloadOpt"
                                : c.offload == Offload::kNvme      ? "OffloadNvme"
+                               : c.offload == Offload::kParamNvme ? "OffloadParamNvme"
+                               : c.offload == Offload::kAllNvme   ? "OffloadAllNvme"
                                                                   : "OffloadAll",
                                "W", c.world, c.recompute ? "Recompute" : "");
   if (c.ga > 1) absl::StrAppend(&s, "Ga", c.ga);
@@ -73,10 +76,15 @@ Config ConfigFor(const Case& c) {
   cfg.bf16.enabled = c.bf16;
   cfg.zero.overlap_comm = c.overlap;
   if (c.offload != Offload::kNone) cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
-  if (c.offload == Offload::kNvme) {
+  if (c.offload == Offload::kNvme || c.offload == Offload::kAllNvme) {
     cfg.zero.offload_optimizer.device = OffloadDevice::kNvme;
     cfg.zero.offload_optimizer.nvme_path = ::testing::TempDir();
     cfg.zero.sub_group_size = 4096;
+  }
+  if (c.offload == Offload::kParamNvme || c.offload == Offload::kAllNvme) {
+    cfg.zero.offload_param.device = OffloadDevice::kNvme;
+    cfg.zero.offload_param.nvme_path = ::testing::TempDir();
+    cfg.zero.offload_param.buffer_count = 3;
   }
   if (c.offload == Offload::kAll) cfg.zero.offload_param.device = OffloadDevice::kCpu;
   if (c.window > 0) {
@@ -194,6 +202,10 @@ std::vector<Case> Grid() {
   cases.push_back({1, true, Offload::kNvme, 1, false});
   cases.push_back({2, false, Offload::kNvme, 2, true});
   cases.push_back({3, true, Offload::kNvme, 3, false});
+  // The parameter tier: the shards in the "nvme" tier, the host holding its buffers.
+  cases.push_back({3, true, Offload::kParamNvme, 2, false});
+  cases.push_back({3, false, Offload::kAllNvme, 3, true, 2});
+  cases.push_back({3, true, Offload::kParamNvme, 2, false, 1, GradAccumulationMode::kLowMemory, false, 0, true});
   // Hybrid sharding: the plan of a world of G, the replicas' all-reduce and its staging.
   cases.push_back(
       Case{.stage = 3, .bf16 = false, .offload = Offload::kNone, .world = 4, .recompute = false, .group = 2});
@@ -333,9 +345,9 @@ TEST(EstimateTest, ErrorsNameWhatIsWrong) {
   EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 1}}, {.world = 8, .shard_group = -1}).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("shard_group")));
   Config nvme = cfg;
-  nvme.zero.offload_param.device = OffloadDevice::kNvme;  // offload_optimizer's is built, offload_param's is not
+  nvme.zero.offload_param.device = OffloadDevice::kNvme;  // without its nvme_path: the config's rule
   EXPECT_THAT(Estimate(nvme, {{.name = "a", .numel = 1}}, {.world = 2}).status(),
-              testing::StatusIs(absl::StatusCode::kUnimplemented, ::testing::HasSubstr("offload_param.device")));
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("offload_param.nvme_path")));
   Config none = cfg;
   none.optimizer.reset();
   EXPECT_THAT(Estimate(none, {{.name = "a", .numel = 1}}, {.world = 2}).status(),

@@ -27,6 +27,12 @@ struct EngineStats {
   int64_t nvme_step_bytes_written = 0;
   double nvme_io_busy_ms = 0;
   double nvme_wait_ms = 0;
+  // The parameter tier (offload_param.device "nvme"; zeros without it): bytes its gathers and steps read and
+  // wrote (initial values, GatherParam and checkpoints not included). Each gather of a unit reads its shard once;
+  // each applied step writes every trainable sharded unit's shard once and, in fp32 (the shard is the master),
+  // reads it once first.
+  int64_t nvme_param_step_bytes_read = 0;
+  int64_t nvme_param_step_bytes_written = 0;
 };
 
 EngineStats Stats(const Engine& engine);

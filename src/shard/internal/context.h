@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "offload/nvme_param_tier.h"
 #include "offload/nvme_store.h"
 #include "shard/internal/compute.h"
 #include "shard/internal/plan.h"
@@ -96,6 +97,9 @@ struct EngineContext {
   // offload_optimizer.device "nvme": the host parts' master and optimizer state (Finalize creates it; null
   // otherwise). Unit i's region is the store's unit i.
   std::unique_ptr<NvmeStore> nvme;
+  // offload_param.device "nvme": the sharded units' parameter shards (Finalize creates it when some unit is
+  // sharded; null otherwise). Such a unit's `params` is empty but while a ParamStage (below) holds it.
+  std::unique_ptr<NvmeParamTier> param_nvme;
   bool finalized = false;
   // Live recovery (zero/elastic.h): a failed gradient all-reduce across replica groups does not end the step
   // with an error on this rank alone; the shard group agrees to drop the step (ShardedStep::Run).
@@ -146,6 +150,73 @@ struct EngineContext {
     return b.pinned ? Buffer::Pinned(&tracker, b.tag, bytes, error)
                     : Buffer::Host(&tracker, b.tag, bytes, MemTier::kHost, error);
   }
+};
+
+// A sharded unit's parameter shard in the NVMe parameter tier, made its `params` for a while: Begin takes a slot of
+// the tier's pool and reads the shard into it when `read`; Commit writes it back; the destructor empties `params`
+// and returns the slot. With every slot held by a gather in flight (CopyIn, GatherParam or a checkpoint between a
+// prefetch and its scope) the shard goes through a temporary host buffer instead, tagged staging. Without the tier,
+// or for a unit not in it, nothing happens and `params` is the shard itself.
+class ParamStage {
+ public:
+  ParamStage(EngineContext& ctx, Unit& u, int ui) : ctx_(ctx), u_(u), ui_(ui) {}
+  ~ParamStage() { End(); }
+  ParamStage(const ParamStage&) = delete;
+  ParamStage& operator=(const ParamStage&) = delete;
+
+  static bool InTier(const EngineContext& ctx, const Unit& u) { return ctx.param_nvme && u.sharded_params(); }
+  // `in_step`: the bytes count as the steps' (zero/advanced/engine_stats.h).
+  Status Begin(bool read, bool in_step) {
+    if (!InTier(ctx_, u_)) return absl::OkStatus();
+    const size_t bytes = static_cast<size_t>(u_.plan.shard) * DTypeSize(ctx_.cd());
+    in_step_ = in_step;
+    if (ctx_.param_nvme->free_slots() == 0) {
+      Status err;
+      temp_ = Buffer::Host(&ctx_.tracker, MemTag::kStaging, bytes, MemTier::kHost, &err);
+      if (!err.ok()) {
+        return Status(err.code(), absl::StrCat("unit ", u_.name(), ": staging its NVMe-tier parameter shard on rank ",
+                                               ctx_.world_rank, ": ", err.message()));
+      }
+      if (read) {
+        if (Status s = ctx_.param_nvme->Read(ui_, temp_.data(), in_step); !s.ok()) {
+          temp_.Reset();
+          return s;
+        }
+      }
+      u_.params = Buffer::Borrow(temp_.data(), bytes, MemTag::kStaging, MemTier::kHost);
+      return absl::OkStatus();
+    }
+    ZERO_ASSIGN_OR_RETURN(slot_, ctx_.param_nvme->Take(ui_, read, in_step));
+    u_.params = Buffer::Borrow(ctx_.param_nvme->data(slot_), bytes, MemTag::kStaging, MemTier::kHost);
+    return absl::OkStatus();
+  }
+  Status Commit() {
+    if (slot_ < 0 && temp_.empty()) return absl::OkStatus();
+    Status s = slot_ >= 0 ? ctx_.param_nvme->Write(ui_, slot_, in_step_)
+                          : ctx_.param_nvme->WriteFrom(ui_, temp_.data(), in_step_);
+    if (!s.ok()) {
+      return Status(s.code(), absl::StrCat("unit ", u_.name(),
+                                           "'s parameter shard (zero_optimization.offload_param."
+                                           "nvme_path) on rank ",
+                                           ctx_.world_rank, ": ", s.message()));
+    }
+    return s;
+  }
+  void End() {
+    if (slot_ < 0 && temp_.empty()) return;
+    u_.params = Buffer();
+    temp_.Reset();
+    if (slot_ >= 0) ctx_.param_nvme->Give(slot_);
+    slot_ = -1;
+  }
+
+ private:
+  EngineContext& ctx_;
+  Unit& u_;
+  const int ui_;
+  int slot_ = -1;
+  Buffer temp_;  // no slot was free
+  bool in_step_ = false;
 };
 
 }  // namespace zero::internal

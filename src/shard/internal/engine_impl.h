@@ -94,6 +94,7 @@ class Engine::Impl {
   Status CheckUnit(UnitId id, const char* what) const;
   Status ResolveGroups();
   Status CreateNvmeStore(const internal::StagePlan& plan);
+  Status CreateNvmeParamTier(const internal::StagePlan& plan);
   Status CheckGroupsMatch() const;
   // kInvalidArgument: `what`("name") on this rank, unit `u` has no such parameter, listing the ones it has.
   Status UnknownParam(const char* what, const internal::Unit& u, const std::string& name) const;

@@ -14,6 +14,9 @@
 // (shard/internal/collective.h), one such unit at a time. With zero_quantized_weights (ZeRO++'s qwZ) a forward
 // gather moves int8 blocks and their scales (core/internal/quantize.h) and dequantizes them into the gathered
 // buffer; a backward gather moves the parameters as they are (the recorded order says which a prefetch is for).
+// With offload_param "nvme" a gather first reads the unit's shard from the parameter tier into one of its
+// buffer_count staging buffers (offload/nvme_param_tier.h), held until the gather is waited for: a prefetch stops
+// when none is free, and a demand gather waits for the prefetched gathers holding them, first in unit order.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +55,8 @@ class GatherScheduler {
   // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT); quantized
   // (qwZ) for a forward scope when the config asks and the unit goes in one collective.
   Status Issue(Unit& u, bool backward);
+  // offload_param "nvme": the tier's staging buffer the unit's gather read its shard from, back to the pool.
+  void GiveParamSlot(Unit& u);
   // The bytes of a qwZ gather's buffers back to their pool (or quarantined when its op may still write).
   void ReleaseQwz(Unit& u, bool quarantine);
   Status Wait(Unit& u);  // INFLIGHT -> AVAILABLE

@@ -48,7 +48,17 @@ struct PlanPolicy {
   int accumulation_steps = 1;
   GradAccumulationMode accumulation_mode = GradAccumulationMode::kLowMemory;
   bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device "cpu", stages 1-3
-  bool offload_param = false;      // zero_optimization.offload_param.device "cpu", stage 3
+  // zero_optimization.offload_param.device "cpu" or "nvme", stage 3: the parameter shards are host memory to the
+  // step (with "nvme" a staging buffer the shard is read into, updated in, and written back from).
+  bool offload_param = false;
+  // offload_param.device "nvme" (stage 3): the shards of sharded units live in the NVMe tier (offload/
+  // nvme_param_tier.h), read into param_nvme_buffers staging buffers of at most param_nvme_buffer_elems elements
+  // (offload_param.buffer_count, buffer_size); param_io_staging_bytes: its I/O engine's (aio.queue_depth ×
+  // aio.block_size). Persistent units stay in the compute tier, gathered, as without offload.
+  bool param_nvme = false;
+  int param_nvme_buffers = 0;
+  int64_t param_nvme_buffer_elems = 0;
+  int64_t param_io_staging_bytes = 0;
   // offload_optimizer.device "nvme": the host part's fp32 master and optimizer state live in the NVMe tier (files,
   // offload/nvme_store.h), streamed through nvme_buffers staging buffers of one chunk each; the gradient's host part
   // stays in the host tier. io_staging_bytes: the I/O engine's own staging (aio.queue_depth × aio.block_size).
@@ -172,6 +182,13 @@ struct StagePlan {
   int64_t nvme_chunk = 0;
   int nvme_fields = 0;
   std::vector<PlannedBuffer> nvme_staging;
+  // The parameter tier (policy.param_nvme, some sharded unit): param_slot_elems = min(buffer_size, the largest
+  // sharded unit's shard) elements of the compute dtype per staging buffer; its host staging, allocated by the tier
+  // (offload/nvme_param_tier.h): param_nvme_buffers buffers of NvmeParamTier::SlotBytes, and its I/O engine's.
+  // param_too_large: the first sharded unit whose shard exceeds buffer_size (-1: none; Finalize refuses it).
+  int64_t param_slot_elems = 0;
+  int param_too_large = -1;
+  std::vector<PlannedBuffer> param_staging;
 
   // The bytes the plan places, by tier and tag (current == peak), and the padding among them: what the
   // engine's own tracker reports right after Finalize. Trainer-owned buffers are not the engine's: not counted.

@@ -57,6 +57,7 @@ struct Unit {
   UnitStatus status = UnitStatus::kNotAvailable;
   Buffer gather;             // stage 3: the full parameters while INFLIGHT/AVAILABLE
   Buffer stage_in;           // CUDA engine with offload_param: the host shard copied to the device for its gather
+  int param_slot = -1;       // offload_param "nvme": the tier's slot the shard was read into for its gather
   UnitCollective gather_op;  // its all-gather (shard/internal/collective.h)
   // qwZ (zero_quantized_weights): a forward gather moves this rank's shard as int8 blocks (qwz_send) into every
   // rank's (qwz_recv), dequantized into `gather` when it is waited for; gather_quantized until it is released.
