@@ -13,8 +13,8 @@
 #   2. the GPU gtests (every test binary labelled `gpu`);
 #   3. zero-bench-gpu: D2D copy bandwidth, fused AdamW on 256 M params (28 B/param) and its ratio to the copy
 #      (target >= 0.85), the fused-step variant sweep (every variant on the no-math 4R+3W pattern and the three
-#      AdamW configurations, ~10 s), GradStats, Convert, Flatten — from the build, else compiled standalone
-#      with nvcc;
+#      AdamW configurations, ~10 s), GradStats, Convert, QuantizeInt8 / DequantizeInt8 (blocks of 4096), Flatten
+#      — from the build, else compiled standalone with nvcc;
 #   4. NCCL world-size-1 collectives through zero's Communicator (zero-bench-comm --backend nccl --world 1),
 #      when built;
 #   5. the GPT step time and tokens/s per stage: zero-gpt --device cuda --model small, bf16, stages 0-3 and

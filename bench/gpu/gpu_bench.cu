@@ -13,7 +13,8 @@
 //     version, vec8/quad layouts, 8 or 16 elements per thread per iteration, with and without evict-first
 //     hints, full-wave or one-pass grid) on the pattern and on the three AdamW configurations, the production
 //     variant on staggered buffers, and the copy again (drift); a summary table of ratios at the end;
-//   * GradStats on the gradient (f32 and bf16; bytes = elements x element size), Convert f32->bf16, and a
+//   * GradStats on the gradient (f32 and bf16; bytes = elements x element size), Convert f32->bf16, the
+//     blockwise int8 QuantizeInt8 (f32, bf16 in) / DequantizeInt8 (bf16, f32 out) in blocks of 4096, and a
 //     Flatten of 64 segments.
 // Every fused-step row is also checked on its first and last 2^20 elements against the same element code run
 // on the host (bit for bit: "#wrong" must be 0). Inputs are random (a hash of the index), never zeros.
@@ -720,6 +721,78 @@ int main(int argc, char** argv) {
                      [&] { CK(in::LaunchConvert(p->p, in::Dt::kF32, out16->p, in::Dt::kBF16, n, stream)); });
         r.bytes = 6.0 * n;
       });
+      // ---- blockwise int8 quantization (ZeRO++ qwZ), blocks of 4096 ----
+      // Bytes: the input read + the codes written + a scale per block (quantize); codes + scales read + the
+      // output written (dequantize). #wrong: codes and scales of the first 2^20 elements against the same
+      // element code run on the host (quantize.cuh's bodies, one host thread), byte for byte.
+      {
+        constexpr size_t kQBlock = 4096;
+        const size_t nb = in::QuantBlockCount(n, kQBlock);
+        std::unique_ptr<DevMem> q8, qs;
+        try {
+          q8 = std::make_unique<DevMem>(n);
+          qs = std::make_unique<DevMem>(nb * 4);
+        } catch (const std::exception& e) {
+          std::printf("quantize rows skipped: %s\n", e.what());
+        }
+        auto check_quantize = [&](const DevMem& x, in::Dt dt, Row& r) {
+          const size_t w = std::min<size_t>(n, size_t{1} << 20), wb = in::QuantBlockCount(w, kQBlock);
+          const size_t es = in::DtSize(dt);
+          std::vector<unsigned char> hx(w * es);
+          std::vector<int8_t> dq(w), hq(w);
+          std::vector<float> ds(wb), hs(wb);
+          CK(cudaStreamSynchronize(stream));
+          CK(cudaMemcpy(hx.data(), x.p, w * es, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(dq.data(), q8->p, w, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(ds.data(), qs->p, wb * 4, cudaMemcpyDeviceToHost));
+          for (size_t b = 0; b < wb; ++b) {
+            const size_t begin = b * kQBlock, end = std::min(w, begin + kQBlock);
+            const uint32_t m = dt == in::Dt::kF32 ? in::QuantMaxThread<in::F32>(hx.data(), begin, end, 0, 1)
+                                                  : in::QuantMaxThread<in::BF16>(hx.data(), begin, end, 0, 1);
+            const in::QuantScale sc = in::QuantScaleOfBits(dt == in::Dt::kF32 ? in::QuantMaxAsF32Bits<in::F32>(m)
+                                                                              : in::QuantMaxAsF32Bits<in::BF16>(m));
+            hs[b] = sc.scale;
+            if (dt == in::Dt::kF32) {
+              in::QuantizeThread<in::F32>(hx.data(), begin, end, sc.inv, hq.data(), 0, 1);
+            } else {
+              in::QuantizeThread<in::BF16>(hx.data(), begin, end, sc.inv, hq.data(), 0, 1);
+            }
+          }
+          size_t wrong = 0;
+          for (size_t i = 0; i < w; ++i) wrong += dq[i] != hq[i];
+          wrong += std::memcmp(ds.data(), hs.data(), wb * 4) != 0;
+          r.wrong = std::to_string(wrong);
+        };
+        if (q8 && qs) {
+          Measure("QuantizeInt8 f32 (5 B/elem)", nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] {
+              CK(in::LaunchQuantizeInt8(p->p, in::Dt::kF32, n, kQBlock, q8->as<int8_t>(), qs->as<float>(), stream));
+            });
+            r.bytes = 5.0 * n + 4.0 * nb;
+            check_quantize(*p, in::Dt::kF32, r);
+          });
+          Measure("QuantizeInt8 bf16 (3 B/elem)", nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] {
+              CK(in::LaunchQuantizeInt8(g16->p, in::Dt::kBF16, n, kQBlock, q8->as<int8_t>(), qs->as<float>(), stream));
+            });
+            r.bytes = 3.0 * n + 4.0 * nb;
+            check_quantize(*g16, in::Dt::kBF16, r);
+          });
+          Measure("DequantizeInt8 -> bf16 (3 B/elem)", nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] {
+              CK(in::LaunchDequantizeInt8(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, out16->p, in::Dt::kBF16,
+                                          stream));
+            });
+            r.bytes = 3.0 * n + 4.0 * nb;
+          });
+          Measure("DequantizeInt8 -> f32 (5 B/elem)", nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] {
+              CK(in::LaunchDequantizeInt8(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, g32->p, in::Dt::kF32, stream));
+            });
+            r.bytes = 5.0 * n + 4.0 * nb;
+          });
+        }
+      }
       Measure("Flatten 64 segments (BatchCopy)", HumanCount(4.0 * n) + "B", [&](Row& r) {
         // 64 segments of p scattered into g32's space: one launch.
         std::vector<in::CopySeg> segs;

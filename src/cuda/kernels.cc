@@ -134,6 +134,40 @@ Status StochasticRoundToBF16(const float* d_src, uint16_t* d_dst, size_t n, uint
   return LaunchStatus(in::LaunchStochasticRound(d_src, d_dst, n, key, first_index, stream), "StochasticRoundToBF16", n);
 }
 
+Status QuantizeInt8(const void* d_x, DType t, size_t n, size_t block, int8_t* d_q, float* d_scales, Stream stream) {
+  if (!ValidDType(t)) return absl::InvalidArgumentError("QuantizeInt8: invalid dtype");
+  if (block == 0) return absl::InvalidArgumentError("QuantizeInt8: block must be >= 1");
+  if (n == 0) return absl::OkStatus();
+  if (d_x == nullptr || d_q == nullptr || d_scales == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeInt8: null pointer (n=", n, ")"));
+  }
+  const size_t scale_bytes = in::QuantBlockCount(n, block) * sizeof(float);
+  const size_t x_bytes = n * DTypeSize(t);
+  if (Overlaps(d_x, x_bytes, d_q, n) || Overlaps(d_x, x_bytes, d_scales, scale_bytes) ||
+      Overlaps(d_q, n, d_scales, scale_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeInt8: overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchQuantizeInt8(d_x, static_cast<in::Dt>(t), n, block, d_q, d_scales, stream),
+                      "QuantizeInt8", n);
+}
+
+Status DequantizeInt8(const int8_t* d_q, const float* d_scales, size_t n, size_t block, void* d_out, DType t,
+                      Stream stream) {
+  if (!ValidDType(t)) return absl::InvalidArgumentError("DequantizeInt8: invalid dtype");
+  if (block == 0) return absl::InvalidArgumentError("DequantizeInt8: block must be >= 1");
+  if (n == 0) return absl::OkStatus();
+  if (d_q == nullptr || d_scales == nullptr || d_out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("DequantizeInt8: null pointer (n=", n, ")"));
+  }
+  const size_t scale_bytes = in::QuantBlockCount(n, block) * sizeof(float);
+  const size_t out_bytes = n * DTypeSize(t);
+  if (Overlaps(d_out, out_bytes, d_q, n) || Overlaps(d_out, out_bytes, d_scales, scale_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("DequantizeInt8: overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchDequantizeInt8(d_q, d_scales, n, block, d_out, static_cast<in::Dt>(t), stream),
+                      "DequantizeInt8", n);
+}
+
 Status AdamStep(const ShardUpdate& u, const AdamParams& p, Stream stream) {
   if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f) || !(p.beta2 >= 0.0f && p.beta2 < 1.0f)) {
     return absl::InvalidArgumentError(

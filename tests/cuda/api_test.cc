@@ -103,6 +103,30 @@ TEST(CudaApiTest, OtherArgumentsAreChecked) {
   EXPECT_THAT(DevicePool::Create(nullptr, bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The quantize kernels' arguments: dtype, block >= 1, null and overlapping buffers; n == 0 is a no-op.
+TEST(CudaApiTest, QuantizeArgumentsAreChecked) {
+  auto* q = reinterpret_cast<int8_t*>(0x10000);
+  float* s = Fake(0x20000);
+  float* x = Fake(0x30000);
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(cuda::QuantizeInt8(x, DType::kF32, 16, 0, q, s, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt8(x, static_cast<DType>(9), 16, 4, q, s, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt8(nullptr, DType::kF32, 16, 4, q, s, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt8(x, DType::kF32, 16, 4, nullptr, s, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt8(x, DType::kF32, 16, 4, q, nullptr, nullptr), StatusIs(kInvalid));
+  // Codes over the input's last bytes; scales over the codes.
+  EXPECT_THAT(cuda::QuantizeInt8(x, DType::kF32, 16, 4, reinterpret_cast<int8_t*>(x) + 60, s, nullptr),
+              StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt8(x, DType::kF32, 16, 4, q, reinterpret_cast<float*>(q + 12), nullptr),
+              StatusIs(kInvalid));
+  EXPECT_OK(cuda::QuantizeInt8(nullptr, DType::kF32, 0, 4, nullptr, nullptr, nullptr));
+  EXPECT_THAT(cuda::DequantizeInt8(q, s, 16, 0, x, DType::kBF16, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::DequantizeInt8(q, s, 16, 4, nullptr, DType::kBF16, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::DequantizeInt8(q, s, 16, 4, x, static_cast<DType>(9), nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::DequantizeInt8(q, s, 16, 4, Fake(0x20000 - 8), DType::kF32, nullptr), StatusIs(kInvalid));
+  EXPECT_OK(cuda::DequantizeInt8(nullptr, nullptr, 0, 4, nullptr, DType::kF32, nullptr));
+}
+
 // Without a device, well-formed calls fail with a Status (the launch cannot happen) instead of crashing.
 TEST(CudaApiTest, WithoutDeviceCallsFailCleanly) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a device is present (the fake pointers would be used)";

@@ -53,6 +53,22 @@ int DeviceCount();
 [[nodiscard]] Status StochasticRoundToBF16(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key,
                                            int64_t first_index, Stream stream);
 
+// ---- blockwise int8 quantization (ZeRO++'s qwZ wire format) ------------------------------------------------
+//
+// Elements [b·block, min((b+1)·block, n)) form block b; its scale is max|x| / 127 (f32) and element x becomes
+// round-to-nearest-even(x · (127 / max|x|)) in [-127, 127]. A block whose |x| are all below FLT_MIN gets scale 0
+// and codes 0; a block holding a NaN or an infinity gets scale NaN and codes 0, so it reads back NaN. Identical
+// bit for bit to the host's blockwise quantization (the same codes and scales; dequantized values equal, NaN
+// payloads aside), deterministic, one launch, no workspace. The buffers must not overlap.
+
+// d_q gets n int8 codes, d_scales ceil(n / block) fp32 scales, from d_x (n elements of x_type). block >= 1.
+[[nodiscard]] Status QuantizeInt8(const void* d_x, DType x_type, size_t n, size_t block, int8_t* d_q, float* d_scales,
+                                  Stream stream);
+
+// d_out[i] = out_type(float(d_q[i]) · d_scales[i / block]), rounded to nearest even. block >= 1.
+[[nodiscard]] Status DequantizeInt8(const int8_t* d_q, const float* d_scales, size_t n, size_t block, void* d_out,
+                                    DType out_type, Stream stream);
+
 // ---- fused optimizer steps -------------------------------------------------------------------------------
 //
 // One pass over the shard `u`: g = grad[i] * u.grad_scale (grad in f32, f16 or bf16), then the update of

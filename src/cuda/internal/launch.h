@@ -16,6 +16,7 @@
 #include "cuda/internal/device_math.cuh"
 #include "cuda/internal/fused_optim.cuh"
 #include "cuda/internal/grad_stats.cuh"
+#include "cuda/internal/quantize.cuh"
 
 namespace zero::cuda::internal {
 
@@ -62,6 +63,27 @@ cudaError_t LaunchAdd(const void* d_src, Dt st, void* d_dst, Dt dt, size_t n, cu
 // Stochastic rounding of fp32 to bf16 (the host's StochasticRoundToBF16 bit for bit).
 cudaError_t LaunchStochasticRound(const float* d_src, uint16_t* d_dst, size_t n, uint64_t key, int64_t first_index,
                                   cudaStream_t stream);
+
+// Blockwise int8 quantization (cuda/internal/quantize.cuh; the host's QuantizeInt8Scalar / DequantizeInt8Scalar
+// bit for bit): d_q gets n codes, d_scales QuantBlockCount(n, block) scales. block >= 1 (else
+// cudaErrorInvalidValue).
+cudaError_t LaunchQuantizeInt8(const void* d_x, Dt dt, size_t n, size_t block, int8_t* d_q, float* d_scales,
+                               cudaStream_t stream);
+cudaError_t LaunchDequantizeInt8(const int8_t* d_q, const float* d_scales, size_t n, size_t block, void* d_out, Dt dt,
+                                 cudaStream_t stream);
+// Their launch shape, shared with the emulation test: one CUDA block per quantization block, up to
+// kQuantMaxGrid blocks (beyond, each loops over blocks); threads = the block size rounded up to a whole warp, at
+// most kThreads, so small blocks do not leave most of a CUDA block idle (the max reduction needs whole warps).
+constexpr size_t kQuantMaxGrid = size_t{1} << 20;
+inline unsigned QuantGridBlocks(size_t n, size_t block) {
+  const size_t b = QuantBlockCount(n, block);
+  return static_cast<unsigned>(b < kQuantMaxGrid ? b : kQuantMaxGrid);
+}
+inline unsigned QuantThreads(size_t block) {
+  const size_t warps = (block + 31) / 32;
+  const size_t t = 32 * warps;
+  return static_cast<unsigned>(t < static_cast<size_t>(kThreads) ? t : static_cast<size_t>(kThreads));
+}
 
 // Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
 // its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.

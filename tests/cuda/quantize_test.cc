@@ -1,0 +1,129 @@
+// The blockwise int8 quantize / dequantize kernels on a device (label `gpu`; skipped without one) against the
+// host's scalar reference (core/internal/quantize.h): codes and scales byte for byte, dequantized values bit for
+// bit (NaN compared as NaN: the device's NaN payload is its own), for f32, bf16 and f16, on blocks of random
+// values, ties, an outlier, constants, zeros, subnormals, NaN and infinities; outputs poisoned and the bytes just
+// past them checked untouched. This is what the CPU emulation (quantize_emulation_test.cc) cannot prove: the
+// device's own __fdiv_rn / __fmul_rn / __float2int_rn, the warp-shuffle reduction and the launches.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/internal/quantize.h"
+#include "cuda_test_util.h"
+#include "support/status_matchers.h"
+#include "zero/advanced/cuda_kernels.h"
+
+namespace zero {
+namespace {
+
+using testing_cuda::DeviceBuffer;
+using testing_cuda::SameElement;
+using testing_cuda::SameFloat;
+
+class CudaQuantizeTest : public testing_cuda::GpuTest {};
+
+constexpr size_t kGuardBytes = 64;
+
+// n values whose blocks cycle through the special kinds (the emulation test's, more compactly).
+std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
+    const size_t end = std::min(n, begin + block);
+    for (size_t i = begin; i < end; ++i) {
+      const size_t k = i - begin;
+      float v = normal(rng);
+      switch (b % 9) {
+        case 1: v = k == 0 ? 127.0f : (static_cast<float>(k % 126) + 0.5f) * ((k & 1) ? -1.0f : 1.0f); break;  // ties
+        case 2: v = k == (end - begin) / 2 ? 1e4f : v; break;
+        case 3: v = 0.37f; break;
+        case 4: v = (k & 1) ? -0.0f : 0.0f; break;
+        case 5: v = (k & 1) ? 1e-40f : -3e-42f; break;
+        case 6: v = k == end - begin - 1 ? std::numeric_limits<float>::quiet_NaN() : v; break;
+        case 7: v = k == 0 ? std::numeric_limits<float>::infinity() : v; break;
+        case 8: v = k == (end - begin) / 3 ? -std::numeric_limits<float>::infinity() : v; break;
+        default: break;
+      }
+      x[i] = v;
+    }
+  }
+  return x;
+}
+
+bool GuardIntact(const DeviceBuffer& d, size_t data_bytes) {
+  std::vector<unsigned char> g(kGuardBytes);
+  if (d.Download(g.data(), kGuardBytes, data_bytes) != cudaSuccess) return false;
+  return std::all_of(g.begin(), g.end(), [](unsigned char c) { return c == 0xA5; });
+}
+
+TEST_F(CudaQuantizeTest, MatchesScalarReferenceBitForBit) {
+  std::mt19937 rng(testing_cuda::FreshSeed());
+  struct Case {
+    size_t block, n;
+  };
+  const Case cases[] = {{1, 19},
+                        {3, 100},
+                        {64, 64 * 20 + 33},
+                        {4096, 4095},
+                        {4096, 9 * 4096 * 3 + 7},
+                        {5000, 5000 * 19 + 4999},
+                        {4096, (size_t{1} << 22) + 5}};
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Case& c : cases) {
+      const std::string where =
+          std::string(DTypeName(t)) + " block=" + std::to_string(c.block) + " n=" + std::to_string(c.n);
+      const size_t n = c.n, nb = internal::QuantBlocks(n, c.block), es = DTypeSize(t);
+      const std::vector<float> xf = Input(n, c.block, rng);
+      std::vector<unsigned char> x(n * es);
+      ConvertBuffer(xf.data(), DType::kF32, x.data(), t, n);
+      std::vector<int8_t> ref_q(n);
+      std::vector<float> ref_s(nb);
+      internal::QuantizeInt8Scalar(x.data(), t, n, c.block, ref_q.data(), ref_s.data());
+      std::vector<unsigned char> ref_out(n * es);
+      internal::DequantizeInt8Scalar(ref_q.data(), ref_s.data(), n, c.block, ref_out.data(), t);
+
+      DeviceBuffer d_x(n * es), d_q(n + kGuardBytes), d_s(nb * 4 + kGuardBytes), d_out(n * es + kGuardBytes);
+      ZERO_ASSERT_CUDA(d_x.Upload(x.data(), x.size()));
+      ZERO_ASSERT_CUDA(d_q.Poison());
+      ZERO_ASSERT_CUDA(d_s.Poison());
+      ZERO_ASSERT_CUDA(d_out.Poison());
+      auto* q = reinterpret_cast<int8_t*>(d_q.get());
+      auto* s = reinterpret_cast<float*>(d_s.get());
+      ASSERT_OK(cuda::QuantizeInt8(d_x.get(), t, n, c.block, q, s, nullptr));
+      // Dequantize the device's own codes: the whole round trip on the device.
+      ASSERT_OK(cuda::DequantizeInt8(q, s, n, c.block, d_out.get(), t, nullptr));
+      ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
+
+      std::vector<int8_t> got_q(n);
+      std::vector<float> got_s(nb);
+      std::vector<unsigned char> got_out(n * es);
+      ZERO_ASSERT_CUDA(d_q.Download(got_q.data(), n));
+      ZERO_ASSERT_CUDA(d_s.Download(got_s.data(), nb * 4));
+      ZERO_ASSERT_CUDA(d_out.Download(got_out.data(), n * es));
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got_q[i], ref_q[i]) << where << " code " << i;
+      for (size_t b = 0; b < nb; ++b) ASSERT_TRUE(SameFloat(got_s[b], ref_s[b])) << where << " scale " << b;
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(SameElement(got_out.data(), ref_out.data(), t, i)) << where << " " << i;
+      EXPECT_TRUE(GuardIntact(d_q, n)) << where;
+      EXPECT_TRUE(GuardIntact(d_s, nb * 4)) << where;
+      EXPECT_TRUE(GuardIntact(d_out, n * es)) << where;
+
+      // Deterministic: a second run gives the same bytes.
+      ASSERT_OK(cuda::QuantizeInt8(d_x.get(), t, n, c.block, q, s, nullptr));
+      ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
+      std::vector<int8_t> again_q(n);
+      ZERO_ASSERT_CUDA(d_q.Download(again_q.data(), n));
+      ASSERT_EQ(std::memcmp(again_q.data(), got_q.data(), n), 0) << where;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zero
