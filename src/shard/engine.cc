@@ -10,6 +10,7 @@
 //   values.cc       values in and out: initial values, CopyIn, GatherParam
 // This file wires them to the public API (zero/engine.h); docs/internals/design.md describes the whole.
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -27,6 +28,18 @@ namespace zero {
 
 using internal::Unit;
 using internal::UnitStatus;
+
+namespace {
+
+// Ranks per host (EngineOptions::local_world_size): the option, else the launcher's LOCAL_WORLD_SIZE, else 1.
+int RanksPerHost(const EngineOptions& o) {
+  if (o.local_world_size > 0) return o.local_world_size;
+  const char* env = std::getenv("LOCAL_WORLD_SIZE");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n > 0 ? n : 1;
+}
+
+}  // namespace
 
 Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
                    std::shared_ptr<Communicator> replica, EngineOptions opts)
@@ -54,6 +67,7 @@ Status Engine::Impl::Init() {
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
+  ctx.ranks_per_host = RanksPerHost(ctx.opts);
   ctx.threads = ctx.opts.cpu_threads > 0 ? ctx.opts.cpu_threads
                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   SetLogRank(ctx.world_rank);

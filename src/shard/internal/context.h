@@ -5,6 +5,7 @@
 // pointer to it. Not thread-safe, like the Engine.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -62,6 +63,33 @@ struct EngineContext {
     return v;
   }
   bool hybrid() const { return replica_comm != nullptr; }
+  // The bytes this rank has sent so far over the distinct communicators (Communicator::bytes_sent_to_ranks) to
+  // ranks of its own host (host_bytes[0]) and of other hosts ([1]). A host is `ranks_per_host` consecutive world
+  // ranks; a communicator's rank i is the world rank its split made it: the shard group's g·G + i (hybrid), the
+  // replicas' i·G + rank % G, the hpZ group's (world rank / H)·H + i. Communicators that do not count add 0.
+  std::array<int64_t, 2> HostBytes() const {
+    std::array<int64_t, 2> out{0, 0};
+    const int G = world, host = world_rank / ranks_per_host;
+    auto add = [&](const Communicator* c, auto world_rank_of) {
+      if (c == nullptr) return;
+      const std::vector<int64_t> sent = c->bytes_sent_to_ranks();
+      for (size_t i = 0; i < sent.size(); ++i) {
+        out[world_rank_of(static_cast<int>(i)) / ranks_per_host == host ? 0 : 1] += sent[i];
+      }
+    };
+    if (hybrid()) {
+      add(comm.get(), [&](int i) { return world_rank / G * G + i; });
+      add(world_comm.get(), [](int i) { return i; });
+      add(replica_comm.get(), [&](int i) { return i * G + world_rank % G; });
+    } else {
+      add(comm.get(), [](int i) { return i; });
+    }
+    if (hpz_comm != nullptr) {
+      const int H = hpz_comm->world_size();
+      add(hpz_comm.get(), [&](int i) { return world_rank / H * H + i; });
+    }
+    return out;
+  }
   // Live recovery (zero/elastic.h) puts another job-wide communicator and replica group in place between steps:
   // the staging of the communicators that leave stops counting in `tracker`, that of those that come starts.
   void ReplaceJobComms(std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> replica) {
@@ -85,6 +113,12 @@ struct EngineContext {
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<Communicator> world_comm;    // the trainer's: agreement at Finalize and in checkpoints
   std::shared_ptr<Communicator> replica_comm;  // hybrid: the ranks holding the same shard, one per group
+  // hpZ (zero_hpz_partition_size H > 1): the H consecutive ranks of this rank's host group, over which the
+  // secondary copy of each unit is sharded and the backward gathers run; null otherwise.
+  std::shared_ptr<Communicator> hpz_comm;
+  // Ranks per host (StepResult::intra_host_bytes): EngineOptions::local_world_size, else the launcher's
+  // LOCAL_WORLD_SIZE, else 1 (every rank a host of its own: all traffic counts as across hosts).
+  int ranks_per_host = 1;
   EngineOptions opts;
   int rank, world;
   int world_rank, world_size;  // the trainer's rank and world size (logs, fault hooks, Engine::rank)
