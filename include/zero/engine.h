@@ -162,7 +162,8 @@ struct StepResult {
   StepTimes times;
   // The bytes this rank sent since the previous Step returned (or Finalize), as Communicator::bus_bytes counts
   // them: within its shard group (every collective of full sharding: gathers, reduce-scatters, the norm) and
-  // across the replicas of its shard (hybrid sharding's gradient all-reduce; 0 without hybrid sharding).
+  // across the replicas of its shard (hybrid sharding's gradient all-reduce; 0 without hybrid sharding). hpZ's
+  // backward gathers run in the host group and are counted only in intra_host_bytes / inter_host_bytes below.
   int64_t shard_group_bus_bytes = 0;
   int64_t replica_bus_bytes = 0;
   // The same bytes by where they go: to ranks of this rank's host, and to ranks of other hosts, summed over

@@ -101,14 +101,15 @@ const char* CollectiveKindName(CollectiveKind kind);  // "all_gather", "reduce_s
 
 // One kind of collective the engine issues every step, summed over the units.
 struct CollectiveEstimate {
-  std::string what;  // "stage-3 gathers", "gradient reduce-scatter", "gradient all-reduce", "parameter refresh",
-                     // "gradient all-reduce across replicas"
+  std::string what;  // "stage-3 gathers", "hpZ backward gathers", "gradient reduce-scatter", "gradient all-reduce",
+                     // "parameter refresh", "gradient all-reduce across replicas"
   CollectiveKind kind = CollectiveKind::kAllGather;
   DType dtype = DType::kF32;
   int64_t calls = 0;     // per step: one per unit and occasion (a unit moved in chunks still counts once)
   int64_t elements = 0;  // per step: the calls' count arguments summed (a shard per rank; a whole unit for all-reduce)
   // Bytes one rank sends per step under a bandwidth-optimal algorithm (NCCL's ring; Gloo's halving-doubling at a
-  // power-of-two world): (N-1) shards per all-gather and reduce-scatter, 2(N-1)/N of the buffer per all-reduce.
+  // power-of-two world): (N-1) shards per all-gather and reduce-scatter, 2(N-1)/N of the buffer per all-reduce;
+  // qwZ's forward gathers their int8 messages, hpZ's backward gathers (H-1) parts of padded / H in the host group.
   int64_t bytes_sent = 0;
 };
 

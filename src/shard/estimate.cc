@@ -86,6 +86,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   const int64_t N = p.world, ga = p.accumulation_steps;
   const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute)), ws = static_cast<int64_t>(DTypeSize(p.wire));
   CollectiveEstimate gathers{"stage-3 gathers", CollectiveKind::kAllGather, p.compute};
+  CollectiveEstimate hpz_gathers{"hpZ backward gathers", CollectiveKind::kAllGather, p.compute};
   CollectiveEstimate rs{"gradient reduce-scatter", CollectiveKind::kReduceScatter, p.wire};
   CollectiveEstimate ar{"gradient all-reduce", CollectiveKind::kAllReduce, p.wire};
   CollectiveEstimate refresh{"parameter refresh", CollectiveKind::kAllGather, p.compute};
@@ -101,7 +102,19 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const internal::UnitPlan& u = plan.units[i];
     const int64_t S = u.shard;
-    if (u.sharded_params) add(gathers, units[i].scopes_per_pass * ga, S, (N - 1) * S * cds);
+    if (u.sharded_params) {
+      // qwZ: a forward gather of a unit in one collective moves the int8 message; hpZ: the backward gather runs in
+      // the host group over the secondary copy (padded / H per rank).
+      const int64_t forwards = (units[i].scopes_per_pass - 1) * ga;
+      const bool quantized =
+          p.qwz_block > 0 && internal::ChunkPerRank(u.padded, static_cast<int>(N), p.allgather_bucket) == 0;
+      add(gathers, forwards, S, (N - 1) * (quantized ? internal::QwzMessageBytes(S, p.qwz_block) : S * cds));
+      if (p.hpz > 1 && forwards > 0) {  // a unit with no forward scope has no fresh secondary copy
+        add(hpz_gathers, ga, u.padded / p.hpz, (p.hpz - 1) * (u.padded / p.hpz) * cds);
+      } else {
+        add(gathers, ga, S, (N - 1) * S * cds);
+      }
+    }
     if (u.frozen) continue;
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
@@ -118,7 +131,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     }
   }
   std::vector<CollectiveEstimate> out;
-  for (CollectiveEstimate* c : {&gathers, &rs, &ar, &refresh, &across}) {
+  for (CollectiveEstimate* c : {&gathers, &hpz_gathers, &rs, &ar, &refresh, &across}) {
     if (c->calls > 0) out.push_back(std::move(*c));
   }
   return out;
@@ -161,8 +174,9 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
       } else {
         add(K::kAllGather, p.compute, S, forwards, N, grank, group_of);
       }
-      if (hpz > 1) {
-        // hpZ: the backward gathers the unit's secondary shards (padded / H each) inside the host group.
+      if (hpz > 1 && forwards > 0) {
+        // hpZ: the backward gathers the unit's secondary shards (padded / H each) inside the host group; a unit
+        // whose only scope is a backward one (scopes_per_pass 1) has no forward gather to copy from.
         add(K::kAllGather, p.compute, u.padded / hpz, backwards, hpz, me % hpz, hpz_of);
       } else {
         add(K::kAllGather, p.compute, S, backwards, N, grank, group_of);

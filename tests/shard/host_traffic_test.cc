@@ -73,11 +73,11 @@ std::array<int64_t, 2> Formula(int world, int N, int w, bool qwz) {
     to(member(g + 1), (N - 1) * S * 4);                                                 // backward gather
     to(member(g ^ 1), N * S / 2 * 4);                                                   // reduce-scatter, step 0
     if (N == 4) {
-      to(member(g ^ 2), S * 4);                            // step 1
+      to(member(g ^ 2), S * 4);                                 // step 1
       if (g == 1 || g == 2) to(member(g == 1 ? 2 : 1), S * 4);  // distribution to the bit-reversed rank
     }
     if (world > N) to(w < N ? w + N : w - N, 4 * S + kFingerprint);  // the replicas' all-reduce (two replicas)
-    to(member(g + 1), 3 * (N - 1) * kFingerprint);                    // the gathers' and reduction's fingerprints
+    to(member(g + 1), 3 * (N - 1) * kFingerprint);                   // the gathers' and reduction's fingerprints
   }
   const int64_t norm = N == 2 ? 12 : std::array<int64_t, 4>{16, 12, 20, 24}[g];
   to(member(g - 1), norm + (N == 2 ? 128 : 192));

@@ -31,11 +31,12 @@ struct EngineContext {
   // `world`: the trainer's communicator; `shard`/`replica`: hybrid sharding's groups (Engine::Create splits
   // them), or null: the engine shards across `world`.
   EngineContext(const Config& c, std::shared_ptr<Communicator> w, std::shared_ptr<Communicator> shard,
-                std::shared_ptr<Communicator> replica, EngineOptions o)
+                std::shared_ptr<Communicator> replica, EngineOptions o, std::shared_ptr<Communicator> hpz = nullptr)
       : cfg(c),
         comm(shard != nullptr ? std::move(shard) : w),
         world_comm(std::move(w)),
         replica_comm(std::move(replica)),
+        hpz_comm(std::move(hpz)),
         opts(std::move(o)),
         rank(comm->rank()),
         world(comm->world_size()),
@@ -55,11 +56,12 @@ struct EngineContext {
   EngineContext(const EngineContext&) = delete;
   EngineContext& operator=(const EngineContext&) = delete;
 
-  // The distinct communicators: the shard group's, the world's (when hybrid), the replicas'.
+  // The distinct communicators: the shard group's, the world's (when hybrid), the replicas', hpZ's host group.
   std::vector<Communicator*> Comms() const {
     std::vector<Communicator*> v{comm.get()};
     if (world_comm != comm) v.push_back(world_comm.get());
     if (replica_comm != nullptr) v.push_back(replica_comm.get());
+    if (hpz_comm != nullptr) v.push_back(hpz_comm.get());
     return v;
   }
   bool hybrid() const { return replica_comm != nullptr; }
@@ -145,6 +147,10 @@ struct EngineContext {
   int ga() const { return policy.accumulation_steps; }
   CUstream_st* stream() const { return compute->stream(); }
 
+  // hpZ: the parameters change outside a step (CopyIn, Load): no secondary copy stays valid for a backward.
+  void StaleSecondaries() {
+    for (Unit& u : units) u.hpz_fresh = false;
+  }
   void Defer(const Status& s) {
     if (deferred.ok() && !s.ok()) deferred = s;
   }
