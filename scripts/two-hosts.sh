@@ -16,8 +16,9 @@
 #    2 (mics_shard_size 2: each host's two ranks shard the model, the hosts replicate it); for each, the bytes
 #    that crossed the link per step (both veth ends' tx counters) beside the engine's own count (bus_bytes), and
 #    the step time (median of the steps after the first).
-# --zeropp-bench instead: the same small GPT for stage 3, hybrid (mics_shard_size 2), hybrid + qwZ and stage 3 +
-#    hpZ (zero_hpz_partition_size 2), one after the other: the bytes that crossed the link per step beside what the
+# --zeropp-bench instead: the same small GPT for stage 3, stage 3 + qwZ, hybrid (mics_shard_size 2), hybrid + qwZ,
+#    stage 3 + hpZ (zero_hpz_partition_size 2) and stage 3 + hpZ + qwZ (hpZ with hybrid sharding is refused), one
+#    after the other: the bytes that crossed the link per step beside what the
 #    library sent across hosts (rank 0's StepResult::inter_host_bytes of its last step, and zero-estimate's
 #    prediction summed over the 4 ranks), and the step time (median of the steps after the first).
 # --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (the recipes of
@@ -187,9 +188,11 @@ if [[ $ZEROPP_BENCH -eq 1 ]]; then
   report "zeropp bench: zero-gpt --model small, micro-batch 2, $STEPS steps, stage 3, 2 x 2 ranks (LOCAL_WORLD_SIZE 2)"
   report "| config | link bytes / step | estimate across hosts / step, 4 ranks | link / estimate | rank 0 across hosts: engine, estimate | step ms (median, steps 2-$STEPS) | final loss |"
   report "|---|---|---|---|---|---|---|"
-  for mode in stage3 hybrid hybrid_qwz hpz; do
+  for mode in stage3 qwz hybrid hybrid_qwz hpz hpz_qwz; do
     extra=""
     case $mode in
+      qwz) extra=', "zero_quantized_weights": true' ;;
+      hpz_qwz) extra=', "zero_hpz_partition_size": 2, "zero_quantized_weights": true' ;;
       hybrid) extra=', "mics_shard_size": 2' ;;
       hybrid_qwz) extra=', "mics_shard_size": 2, "zero_quantized_weights": true' ;;
       hpz) extra=', "zero_hpz_partition_size": 2' ;;

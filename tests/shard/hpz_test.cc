@@ -34,8 +34,8 @@
 namespace zero {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Borrow;
+using ::testing::HasSubstr;
 using testing::TrainConfig;
 
 constexpr int kPerHost = 2;
@@ -147,9 +147,9 @@ void TrainSeeing(Engine& e, bool backward_from_forward, Seen* seen) {
         if (k == 0) seen->backward[name] = p;
         const std::vector<float>& use = backward_from_forward ? forward[name] : p;
         for (int64_t i = 0; i < gv.numel; ++i) {
-          const float g = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) +
-                                           static_cast<float>(e.rank())) +
-                          0.1f * use[i];
+          const float g =
+              0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + static_cast<float>(e.rank())) +
+              0.1f * use[i];
           StoreFromF32(gbuf.data(), gv.dtype, i, LoadAsF32(gbuf.data(), gv.dtype, i) + g);
         }
         ASSERT_NO_FATAL_FAILURE(io.write(gbuf, gv));
