@@ -8,6 +8,7 @@
 // - the backward gathers stay inside the host: the bytes per step equal a closed formula, rank by rank, and
 //   zero::Estimate's prediction, and fewer cross hosts than plain stage 3;
 // - each rank holds Ψ/H more parameter bytes (compute dtype), as the plan, the memory report and Estimate say;
+// - a checkpoint saved with hpZ resumes bit for bit with hpZ on or off;
 // - what cannot work is refused, naming the keys.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -23,9 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "support/engine_helpers.h"
+#include "support/files.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
+#include "zero/checkpoint.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
@@ -298,6 +301,35 @@ TEST(HpzMemoryTest, EachRankHoldsPsiOverHMore) {
     ASSERT_OK_AND_ASSIGN(const RankEstimate e0, Estimate(base, Units(), o));
     EXPECT_EQ(params(e.planned) - params(e0.planned), extra);
     EXPECT_EQ(params(e.planned), params(with[0]));
+  }
+}
+
+// The secondary copy is derived state: a checkpoint saved with hpZ on holds what plain stage 3 saves, and training
+// on from it, with hpZ on or off, gives what training straight on gives, bit for bit (Load marks the copies stale).
+TEST(HpzCheckpointTest, ResumedWithOrWithoutHpzBitForBit) {
+  const std::string dir = testing::MakeTempDir("hpz_ckpt");
+  const Config hpz = Hpz(TrainConfig(3, 1));
+  std::vector<testing::SyntheticTrace> straight(4), with(4), without(4);
+  testing::RunRanks(4, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(hpz, Borrow(comm), PerHost()));
+    testing::SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &t));
+    ASSERT_OK(e->Save(dir, {.tag = "mid"}).status());
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &straight[rank], 3));
+  });
+  for (const bool on : {true, false}) {
+    testing::RunRanks(4, [&](Communicator& comm, int rank) {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(on ? hpz : TrainConfig(3, 1), Borrow(comm), PerHost()));
+      ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir, {.tag = "mid"}));
+      EXPECT_EQ(r.step, 3);
+      ASSERT_NO_FATAL_FAILURE(
+          testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), on ? &with[rank] : &without[rank], 3));
+    });
+  }
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectBitwiseEqual(with[r], straight[r]);
+    ExpectBitwiseEqual(without[r], straight[r]);
   }
 }
 
