@@ -141,7 +141,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
 // collective the engine issues in a step (the ones StepCollectives lists, qwZ's int8 forward gathers, hpZ's
 // backward gathers in the host group, the step's norm and desync-check all-reduces of 3 and 32 floats) through
 // the same message-by-message model of Gloo's algorithms the communicator counts with (AddGlooSends), so it is
-// what StepResult::intra_host_bytes / inter_host_bytes report on the host engine (exactly for stages 1-3 at
+// what StepResult::intra_host_bytes / inter_host_bytes report on the host engine (tested equal at stages 0-3,
 // power-of-two groups; the trainer's own collectives are not included).
 std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::vector<EstimateUnit>& units,
                                    const Config& cfg, int world, int world_rank, int ranks_per_host, int hpz,

@@ -141,6 +141,32 @@ TEST_P(HostTrafficTest, EveryStepSendsTheFormulaAndTheEstimateSaysSo) {
   }
 }
 
+// Stages 0-2 (no closed formula here): the engine's count equals zero::Estimate's, rank by rank.
+TEST(HostTrafficStagesTest, EngineEqualsEstimate) {
+  for (int stage : {0, 1, 2}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    const Config cfg = TrainConfig(stage, 1);
+    std::vector<std::vector<StepResult>> steps;
+    Train(4, cfg, &steps);
+    std::vector<EstimateUnit> units;
+    for (const auto& [name, specs] : testing::SyntheticUnits()) {
+      int64_t n = 0;
+      for (const ParamSpec& p : specs) n += p.numel();
+      units.push_back({.name = name, .numel = n});
+    }
+    for (int w = 0; w < 4; ++w) {
+      EstimateOptions o;
+      o.world = 4;
+      o.rank = w;
+      o.ranks_per_host = kPerHost;
+      o.check_order = true;
+      ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, units, o));
+      EXPECT_EQ(steps[w][1].intra_host_bytes, e.intra_host_bytes) << "rank " << w;
+      EXPECT_EQ(steps[w][1].inter_host_bytes, e.inter_host_bytes) << "rank " << w;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, HostTrafficTest,
                          ::testing::Values(Case{2, false, false}, Case{4, false, false}, Case{4, true, false},
                                            Case{4, true, true}, Case{2, false, true}),
