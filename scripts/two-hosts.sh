@@ -5,6 +5,7 @@
 #
 #   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --hybrid-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
+#   scripts/two-hosts.sh --zeropp-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --exec "COMMAND" [--rate R] [BUILD_DIR]
 #
@@ -15,6 +16,11 @@
 #    2 (mics_shard_size 2: each host's two ranks shard the model, the hosts replicate it); for each, the bytes
 #    that crossed the link per step (both veth ends' tx counters) beside the engine's own count (bus_bytes), and
 #    the step time (median of the steps after the first).
+# --zeropp-bench instead: the same small GPT for stage 3, stage 3 + qwZ, hybrid (mics_shard_size 2), hybrid + qwZ,
+#    stage 3 + hpZ (zero_hpz_partition_size 2) and stage 3 + hpZ + qwZ (hpZ with hybrid sharding is refused), one
+#    after the other: the bytes that crossed the link per step beside what the
+#    library sent across hosts (rank 0's StepResult::inter_host_bytes of its last step, and zero-estimate's
+#    prediction summed over the 4 ranks), and the step time (median of the steps after the first).
 # --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (the recipes of
 #    docs/guide/launching.md), nothing else from the environment but PATH and HOME, against the same job as 4 local
 #    ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
@@ -26,16 +32,17 @@
 # failure or interruption.
 set -euo pipefail
 
-RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0 LAUNCHER="" EXEC=""
+RATE="" STEPS=6 OUT="" BUILD="" HYBRID_BENCH=0 ZEROPP_BENCH=0 LAUNCHER="" EXEC=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rate) RATE="$2"; shift 2 ;;
     --hybrid-bench) HYBRID_BENCH=1; shift ;;
+    --zeropp-bench) ZEROPP_BENCH=1; shift ;;
     --launcher) LAUNCHER="$2"; shift 2 ;;
     --exec) EXEC="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -170,6 +177,55 @@ EOF
       awk '{gsub(",", "", $2); print $2 " + " $4}')
     loss=$(echo "$lines" | tail -1 | grep -o '"loss": [0-9.]*' | awk '{print $2}')
     report "| $mode | $per_step | $bus | $ms | $loss |"
+  done
+  exit 0
+fi
+
+# ---- --zeropp-bench: bytes across the link and step time, stage 3 / hybrid / hybrid + qwZ / stage 3 + hpZ ----
+if [[ $ZEROPP_BENCH -eq 1 ]]; then
+  EST="$BUILD/bin/zero-estimate"
+  [[ -x "$EST" ]] || { echo "two-hosts: build zero-estimate first ($BUILD/bin)"; exit 2; }
+  report "zeropp bench: zero-gpt --model small, micro-batch 2, $STEPS steps, stage 3, 2 x 2 ranks (LOCAL_WORLD_SIZE 2)"
+  report "| config | link bytes / step | estimate across hosts / step, 4 ranks | link / estimate | rank 0 across hosts: engine, estimate | step ms (median, steps 2-$STEPS) | final loss |"
+  report "|---|---|---|---|---|---|---|"
+  for mode in stage3 qwz hybrid hybrid_qwz hpz hpz_qwz; do
+    extra=""
+    case $mode in
+      qwz) extra=', "zero_quantized_weights": true' ;;
+      hpz_qwz) extra=', "zero_hpz_partition_size": 2, "zero_quantized_weights": true' ;;
+      hybrid) extra=', "mics_shard_size": 2' ;;
+      hybrid_qwz) extra=', "mics_shard_size": 2, "zero_quantized_weights": true' ;;
+      hpz) extra=', "zero_hpz_partition_size": 2' ;;
+    esac
+    cat >"$CONFIG" <<EOF
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "comm_timeout_s": 300,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0$extra}}
+EOF
+    ARGS=(--model small --json --config "$CONFIG")
+    est=0 est0=0
+    for r in 0 1 2 3; do
+      e=$("$EST" --model small --world 4 --config "$CONFIG" --ranks-per-host 2 --rank "$r" --json |
+        grep -o '"inter": [0-9]*' | awk '{print $2}')
+      [[ $r -eq 0 ]] && est0=$e
+      est=$((est + e))
+    done
+    before=$(link_bytes)
+    for r in 0 1 2 3; do start_rank "$mode" "$r" "$STEPS"; done
+    rc=0
+    for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
+    PIDS=()
+    after=$(link_bytes)
+    [[ $rc -eq 0 ]] || { echo "two-hosts: the $mode run failed:"; tail -5 "$TMP/$mode".r*; exit 1; }
+    # Per step: the whole run's link bytes (rendezvous and Finalize included) over the steps.
+    per_step=$(((after - before) / STEPS))
+    lines=$(grep '^{"step": ' "$TMP/$mode.r0")
+    ms=$(echo "$lines" | tail -n +2 | grep -o '"step_ms": [0-9.]*' | awk '{print $2}' | sort -n |
+      awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}')
+    inter=$(echo "$lines" | tail -1 | grep -o '"inter": [0-9]*' | awk '{print $2}')
+    loss=$(echo "$lines" | tail -1 | grep -o '"loss": [0-9.]*' | awk '{print $2}')
+    ratio=$(awk -v a="$per_step" -v b="$est" 'BEGIN {printf "%.4f", a / b}')
+    report "| $mode | $per_step | $est | $ratio | $inter, $est0 | $ms | $loss |"
   done
   exit 0
 fi

@@ -43,7 +43,10 @@ constexpr const char* kUsage =
     "usage: zero-estimate (--model tiny|small | --layers L --hidden H --heads A --vocab V --seq T\n"
     "                      --micro-batch B | --units FILE) [--config FILE] [--stage S] [--world N]\n"
     "                     [--shard-group G] [--recompute] [--bf16] [--fit-gib X] [--device cpu|cuda] [--json]\n"
+    "                     [--ranks-per-host L] [--rank R]\n"
     "  --shard-group G  hybrid sharding: shard within groups of G ranks (mics_shard_size), replicate across them\n"
+    "  --ranks-per-host L  ranks per host, laid out host by host (LOCAL_WORLD_SIZE; default 1): the bytes rank R\n"
+    "                   (--rank, default 0) sends per step inside its host and across hosts\n"
     "  --model       the reference GPT's presets (as zero-gpt); --seq / --micro-batch override theirs\n"
     "  --units FILE  a JSON list of units {\"name\", \"params\", \"frozen\"?, \"scopes\"?} in registration order\n"
     "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
@@ -63,7 +66,8 @@ int Usage(const std::string& why) {
 
 struct Flags {
   std::string model, units_file, config_path, device = "cpu";
-  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1, shard_group = 0;
+  int layers = 0, hidden = 0, heads = 0, vocab = 0, seq = 0, micro_batch = 0, stage = -1, world = 1, shard_group = 0,
+      ranks_per_host = 0, rank = 0;
   bool recompute = false, bf16 = false, json = false;
   double fit_gib = 0;
   std::vector<std::pair<std::string, std::string>> sets;  // --set KEY=VALUE, in order
@@ -262,7 +266,9 @@ std::string OutOfRange(const Flags& f) {
                           {"--seq", f.seq, int64_t{1} << 20},
                           {"--micro-batch", f.micro_batch, int64_t{1} << 20},
                           {"--world", f.world, int64_t{1} << 20},
-                          {"--shard-group", f.shard_group, int64_t{1} << 20}};
+                          {"--shard-group", f.shard_group, int64_t{1} << 20},
+                          {"--ranks-per-host", f.ranks_per_host, int64_t{1} << 20},
+                          {"--rank", f.rank, int64_t{1} << 20}};
   for (const Bound& b : bounds) {
     if (b.value > b.hi) return absl::StrCat(b.flag, " ", b.value, ": out of range [1, ", b.hi, "]");
   }
@@ -345,6 +351,10 @@ int main(int argc, char** argv) {
       ok = integer(&f.world, 1);
     } else if (a == "--shard-group") {
       ok = integer(&f.shard_group, 1);
+    } else if (a == "--ranks-per-host") {
+      ok = integer(&f.ranks_per_host, 1);
+    } else if (a == "--rank") {
+      ok = integer(&f.rank, 0);
     } else if (a == "--fit-gib") {
       ok = absl::SimpleAtod(v, &f.fit_gib) && f.fit_gib > 0;
     } else {
@@ -408,6 +418,8 @@ int main(int argc, char** argv) {
     }
     zero::EstimateOptions o;
     o.world = f.world;
+    o.rank = f.rank;
+    o.ranks_per_host = f.ranks_per_host;
     o.backend = backend;
     o.open_elements = units->open_params;
     if (units->activation_bytes > 0)
@@ -428,7 +440,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
       return 1;
     }
-    est = zero::gpt::EstimateGpt(cfg, mc, f.seq, f.world, f.recompute, backend);
+    zero::StatusOr<zero::EstimateOptions> o =
+        zero::gpt::GptEstimateOptions(cfg, mc, f.seq, f.world, f.recompute, backend);
+    if (o.ok()) {
+      o->rank = f.rank;
+      o->ranks_per_host = f.ranks_per_host;
+      est = zero::Estimate(cfg, zero::gpt::EstimateUnits(mc), *o);
+    } else {
+      est = o.status();
+    }
     if (est.ok() && f.fit_gib > 0) {
       auto fit = zero::gpt::LargestLayersThatFit(cfg, mc, f.seq, f.world, f.recompute, backend,
                                                  static_cast<int64_t>(f.fit_gib * (1 << 30)));
@@ -470,12 +490,14 @@ int main(int argc, char** argv) {
         "\"dtype\": \"%s\", "
         "\"offload\": \"%s\", \"recompute\": %s, \"device\": \"%s\", \"micro_steps\": %d, \"memory\": %s, "
         "\"model_state\": %lld, \"peak_bound_terms\": {\"host\": %s, \"device\": %s}, \"communication\": %s, "
-        "\"bytes_sent_per_step\": %lld%s}\n",
+        "\"bytes_sent_per_step\": %lld, \"host_bytes_per_step\": {\"rank\": %d, \"ranks_per_host\": %d, "
+        "\"intra\": %lld, \"inter\": %lld}%s}\n",
         model_json.c_str(), static_cast<long long>(e.params), static_cast<long long>(e.padded), f.world, e.shard_group,
         cfg.zero.stage, DtypeName(cfg), OffloadName(cfg), f.recompute ? "true" : "false", f.device.c_str(),
         e.micro_steps, e.MemoryJson().c_str(), static_cast<long long>(e.planned.ModelStateBytes()),
         TermsJson(host).c_str(), TermsJson(dev).c_str(), e.CommJson().c_str(),
-        static_cast<long long>(e.BytesSentPerStep()), fit.c_str());
+        static_cast<long long>(e.BytesSentPerStep()), f.rank, std::max(1, f.ranks_per_host),
+        static_cast<long long>(e.intra_host_bytes), static_cast<long long>(e.inter_host_bytes), fit.c_str());
     return 0;
   }
   std::printf("%s: %lld parameters\n", model_line.c_str(), static_cast<long long>(e.params));
@@ -519,6 +541,12 @@ int main(int argc, char** argv) {
   std::printf(
       "(sent: bytes one rank sends on a bandwidth-optimal algorithm: (N-1) shards per all-gather and\n"
       " reduce-scatter, 2(N-1)/N of the buffer per all-reduce)\n");
+  std::printf(
+      "rank %d with %d rank%s per host, as Gloo's algorithms send them (the norm and desync check included): "
+      "%s inside its host, %s across hosts per step\n",
+      f.rank, std::max(1, f.ranks_per_host), std::max(1, f.ranks_per_host) == 1 ? "" : "s",
+      HumanBytes(static_cast<double>(e.intra_host_bytes)).c_str(),
+      HumanBytes(static_cast<double>(e.inter_host_bytes)).c_str());
   if (f.fit_gib > 0) {
     if (fit_layers > 0) {
       if (fit_layers >= zero::gpt::kMaxFitLayers) {

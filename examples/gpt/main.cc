@@ -331,10 +331,11 @@ int main(int argc, char** argv) {
     if (flags.json) {
       std::printf(
           "{\"step\": %lld, \"loss\": %.6f, \"grad_norm\": %.6f, \"step_ms\": %.3f, \"cpu_ms\": %.3f, "
-          "\"tokens_per_s\": %.1f, \"bus_bytes\": {\"shard_group\": %lld, \"replicas\": %lld}, \"samples\": "
-          "%lld%s%s}\n",
+          "\"tokens_per_s\": %.1f, \"bus_bytes\": {\"shard_group\": %lld, \"replicas\": %lld}, "
+          "\"host_bytes\": {\"intra\": %lld, \"inter\": %lld}, \"samples\": %lld%s%s}\n",
           static_cast<long long>(s.step + 1), s.loss, s.grad_norm, s.step_ms, s.cpu_ms, s.tokens_per_s,
           static_cast<long long>(s.group_bytes), static_cast<long long>(s.replica_bytes),
+          static_cast<long long>(s.intra_host_bytes), static_cast<long long>(s.inter_host_bytes),
           static_cast<long long>(s.samples), s.skipped ? ", \"skipped\": true" : "",
           s.save_in_flight ? ", \"save_in_flight\": true" : "");
       std::fflush(stdout);

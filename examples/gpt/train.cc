@@ -119,7 +119,9 @@ void RecordStep(int64_t step, float loss, const StepResult& r, const StepClock& 
               started.save_in_flight,
               r.shard_group_bus_bytes,
               r.replica_bus_bytes,
-              samples};
+              samples,
+              r.intra_host_bytes,
+              r.inter_host_bytes};
   result->steps.push_back(log);
   if (rank == 0 && on_step) on_step(log);
 }

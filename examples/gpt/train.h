@@ -79,6 +79,8 @@ struct StepLog {
   int64_t group_bytes = 0, replica_bytes = 0;
   // The data cursor after the step: global samples trained so far (ByteDataset), what a resume goes on from.
   int64_t samples = 0;
+  // Rank 0's bytes sent in the step by destination: to ranks of its host, to other hosts (StepResult).
+  int64_t intra_host_bytes = 0, inter_host_bytes = 0;
 };
 
 struct TrainResult {

@@ -150,6 +150,11 @@ class Communicator {
   // broadcast: the buffer). A model of the traffic, not a count of the wire's bytes: Gloo's reduce-scatter at a
   // world that is not a power of two sends more. 0 when the implementation does not count.
   virtual int64_t bus_bytes() const { return 0; }
+  // The payload bytes this rank has sent to each rank of this communicator (indexed by rank here), as the
+  // implementation's algorithms send them: Gloo's ring all-gather and all-reduce, halving-doubling reduce-scatter
+  // and binomial broadcast, message by message (comm/internal/op.h, AddGlooSends). What the library sends, not
+  // a measurement of the wire (no protocol headers). Empty when the implementation does not count (NCCL).
+  virtual std::vector<int64_t> bytes_sent_to_ranks() const { return {}; }
 
   // A communicator over the ranks of this one that pass the same `color` (>= 0), ranked by (`key`, rank here),
   // as MPI_Comm_split and ncclCommSplit: hybrid sharding's shard groups and replica groups. Collective: every

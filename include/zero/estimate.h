@@ -70,6 +70,11 @@ struct EstimateOptions {
   // Hybrid sharding: ranks per shard group, as zero_optimization.mics_shard_size (which it overrides); 0: the
   // config's mics_shard_size, else the whole world. Must divide `world`.
   int shard_group = 0;
+  // Ranks per host (EngineOptions::local_world_size), for intra_host_bytes / inter_host_bytes; 0: 1.
+  int ranks_per_host = 0;
+  // The communicators run in check mode (CommOptions::check_order, ZERO_COMM_CHECK): each op is preceded by an
+  // all-gather of its 32-byte fingerprint, which intra_host_bytes / inter_host_bytes then include.
+  bool check_order = false;
   // kGloo: the host engine, whose communicator's staging is tracked (host tier). kNccl: the CUDA engine; NCCL's
   // own buffers are not tracked, so no staging is counted for them.
   Backend backend = Backend::kGloo;
@@ -96,14 +101,15 @@ const char* CollectiveKindName(CollectiveKind kind);  // "all_gather", "reduce_s
 
 // One kind of collective the engine issues every step, summed over the units.
 struct CollectiveEstimate {
-  std::string what;  // "stage-3 gathers", "gradient reduce-scatter", "gradient all-reduce", "parameter refresh",
-                     // "gradient all-reduce across replicas"
+  std::string what;  // "stage-3 gathers", "hpZ backward gathers", "gradient reduce-scatter", "gradient all-reduce",
+                     // "parameter refresh", "gradient all-reduce across replicas"
   CollectiveKind kind = CollectiveKind::kAllGather;
   DType dtype = DType::kF32;
   int64_t calls = 0;     // per step: one per unit and occasion (a unit moved in chunks still counts once)
   int64_t elements = 0;  // per step: the calls' count arguments summed (a shard per rank; a whole unit for all-reduce)
   // Bytes one rank sends per step under a bandwidth-optimal algorithm (NCCL's ring; Gloo's halving-doubling at a
-  // power-of-two world): (N-1) shards per all-gather and reduce-scatter, 2(N-1)/N of the buffer per all-reduce.
+  // power-of-two world): (N-1) shards per all-gather and reduce-scatter, 2(N-1)/N of the buffer per all-reduce;
+  // qwZ's forward gathers their int8 messages, hpZ's backward gathers (H-1) parts of padded / H in the host group.
   int64_t bytes_sent = 0;
 };
 
@@ -127,6 +133,11 @@ struct RankEstimate {
   int micro_steps = 1;                    // gradient_accumulation_steps
   int shard_group = 1;                    // the ranks one copy of the model is sharded over (hybrid: G)
   std::vector<CollectiveEstimate> comm;   // per step
+  // Of the bytes `rank` sends per step, those to ranks of its host and to other hosts (EstimateOptions::
+  // ranks_per_host), as StepResult counts them on the host engine: every collective of the step, the norm and
+  // desync check included, message by message under Gloo's algorithms (Communicator::bytes_sent_to_ranks).
+  int64_t intra_host_bytes = 0;
+  int64_t inter_host_bytes = 0;
 
   int64_t BytesSentPerStep() const;
   // {"params": {"tier": "device", "bytes": N}, ..., "peak_total": {"host": N, "device": N}}: one entry per tag

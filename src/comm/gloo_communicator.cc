@@ -804,6 +804,7 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
   void Abandon() override { abandoned_ = true; }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }
   int64_t bus_bytes() const override { return history_.bus_bytes(); }
+  std::vector<int64_t> bytes_sent_to_ranks() const override { return history_.sent_to(); }
   int64_t cache_bytes() const override { return options_.cache_bytes; }
 
   int64_t ReduceScatterStagingBytes(size_t count, DType dtype, bool destructive) const override {
@@ -1000,7 +1001,7 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
 
   Work Enqueue(OpDesc desc, Status precheck, Body body) {
     desc.seq = next_seq_++;
-    history_.Record(desc, label(), world_);
+    history_.RecordGloo(desc, label(), world_, rank_, options_.check_order);
     if (!precheck.ok()) {
       precheck = absl::Status(precheck.code(), absl::StrCat(internal::DescribeOp(desc), " on rank ", rank_, " of ",
                                                             world_, ": ", precheck.message()));

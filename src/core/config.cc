@@ -968,6 +968,24 @@ class ConfigParser {
       Error("zero_optimization.offload_param.nvme_path: empty with device \"nvme\"; " +
             std::string(FindRule("param_nvme_path").text));
     }
+    const int64_t hpz = c.zero.zero_hpz_partition_size;
+    if (known({"zero_optimization.stage", "zero_optimization.zero_hpz_partition_size"}) && hpz > 1 && stage != 3) {
+      Error("zero_optimization.zero_hpz_partition_size: " + std::to_string(hpz) + " with zero_optimization.stage " +
+            std::to_string(stage) + "; " + FindRule("hpz_stage").text);
+    }
+    if (world_size > 0 && hpz > 1 && world_size % hpz != 0) {
+      Error("zero_optimization.zero_hpz_partition_size: " + std::to_string(hpz) + " does not divide the world size " +
+            std::to_string(world_size) + "; " + FindRule("hpz_divides").text);
+    }
+    if (hpz > 1 && c.zero.mics_shard_size > 0) {
+      Error("zero_optimization.zero_hpz_partition_size: " + std::to_string(hpz) +
+            " with zero_optimization.mics_shard_size " + std::to_string(c.zero.mics_shard_size) + "; " +
+            FindRule("hpz_mics").text);
+    }
+    if (hpz > 1 && c.zero.offload_param.device != OffloadDevice::kNone) {
+      Error("zero_optimization.zero_hpz_partition_size: " + std::to_string(hpz) +
+            " with zero_optimization.offload_param.device other than \"none\"; " + FindRule("hpz_offload_param").text);
+    }
     if (known({"zero_optimization.stage"}) && c.zero.mics_shard_size > 0 && stage == 0) {
       Error("zero_optimization.mics_shard_size: " + std::to_string(c.zero.mics_shard_size) +
             " with zero_optimization.stage 0; " + FindRule("mics_stage").text);

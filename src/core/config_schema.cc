@@ -395,13 +395,18 @@ const KeySpec kSchema[] = {
      .doc = "Stage 1/2 with CPU offload: spread gradient copies to the host across ranks.",
      .note = "each rank copies only its own reduced shard to the host; there is nothing to spread"},
     {.path = "zero_optimization.zero_hpz_partition_size", .type = T::kInt, .default_json = "1", .min = 0,
-     .support = S::kOffOnly, .off_max = 1, .ref = FIELD(zero.zero_hpz_partition_size),
-     .doc = "ZeRO++ hpZ: secondary parameter partition inside a node."},
+     .ref = FIELD(zero.zero_hpz_partition_size),
+     .doc = "ZeRO++ hpZ: H > 1 keeps, after each stage-3 forward gather, a secondary copy of the unit's parameters "
+            "(compute dtype) sharded over the H consecutive ranks of the host group, and backward gathers it inside "
+            "that group; Ψ/H more parameter memory per rank. H must divide the world size and the ranks per host "
+            "(EngineOptions::local_world_size, LOCAL_WORLD_SIZE). Stage 3, host (Gloo) engine; not with "
+            "mics_shard_size or offload_param. 0 and 1: off."},
     {.path = "zero_optimization.zero_quantized_weights", .type = T::kBool, .default_json = "false",
      .ref = FIELD(zero.zero_quantized_weights),
      .doc = "ZeRO++ qwZ: stage 3's forward parameter gathers move int8 blocks with one fp32 scale each (about a "
             "quarter of fp32's bytes, half of bf16's), dequantized into the gathered parameters; the shards, the "
-            "master and backward's gathers stay exact. Stage 3, host (Gloo) engine; a unit gathered in chunks "
+            "master and backward's gathers stay exact (with zero_hpz_partition_size, backward gathers the forward's "
+            "dequantized values inside the host). Stage 3, host (Gloo) engine; a unit gathered in chunks "
             "(larger than allgather_bucket_size) is gathered exact, and the log says which."},
     {.path = "zero_optimization.zero_quantized_weights_block_size", .type = T::kInt, .default_json = "4096",
      .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_weights_block_size),
@@ -615,6 +620,18 @@ const CrossRule kCrossRules[] = {
      "mics_shard_size > 0 shards within groups: it needs stage 1, 2 or 3 (stage 0 shards nothing)", false, false},
     {"mics_divides", "zero_optimization.mics_shard_size, world size",
      "mics_shard_size must divide the world size (the groups are equal: world / mics_shard_size replicas)", true,
+     false},
+    {"hpz_stage", "zero_optimization.zero_hpz_partition_size, zero_optimization.stage",
+     "zero_hpz_partition_size > 1 keeps a secondary copy of stage 3's gathered parameters: it needs stage 3", false,
+     false},
+    {"hpz_divides", "zero_optimization.zero_hpz_partition_size, world size",
+     "zero_hpz_partition_size must divide the world size (the host groups are equal: world / H of them)", true, false},
+    {"hpz_mics", "zero_optimization.zero_hpz_partition_size, zero_optimization.mics_shard_size",
+     "zero_hpz_partition_size > 1 with mics_shard_size > 0 is not built (hybrid sharding over a host's ranks "
+     "already keeps every gather inside the host)",
+     false, false},
+    {"hpz_offload_param", "zero_optimization.zero_hpz_partition_size, zero_optimization.offload_param.device",
+     "zero_hpz_partition_size > 1 with offload_param is not built (the secondary copy's tier is not planned)", false,
      false},
     {"qwz_stage", "zero_optimization.zero_quantized_weights, zero_optimization.stage",
      "zero_quantized_weights quantizes stage 3's parameter gathers: it needs stage 3 (stages 0-2 gather nothing)",

@@ -586,6 +586,7 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
 StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOptions& options) {
   // A save in flight is finished first: it may be the very checkpoint asked for, and a failure is reported.
   ZERO_RETURN_IF_ERROR(SettleSave("Load", SaveOptions::InFlight::kWait));
+  ctx.StaleSecondaries();
   LoadResult result;
   ckpt::Meta saved;
   std::vector<bool> gather_after;
@@ -796,6 +797,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
 
 Status Engine::Impl::LoadSafetensors(const std::string& path, const LoadOptions& options) {
   ZERO_RETURN_IF_ERROR(CheckCheckpointable("LoadSafetensors"));
+  ctx.StaleSecondaries();
   // Every rank reads the same file, so the ranks agree without an exchange; each keeps its part (Place).
   Status local = [&]() -> Status {
     ZERO_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(path));

@@ -10,6 +10,7 @@
 //   values.cc       values in and out: initial values, CopyIn, GatherParam
 // This file wires them to the public API (zero/engine.h); docs/internals/design.md describes the whole.
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -28,9 +29,21 @@ namespace zero {
 using internal::Unit;
 using internal::UnitStatus;
 
+namespace {
+
+// Ranks per host (EngineOptions::local_world_size): the option, else the launcher's LOCAL_WORLD_SIZE, else 1.
+int RanksPerHost(const EngineOptions& o) {
+  if (o.local_world_size > 0) return o.local_world_size;
+  const char* env = std::getenv("LOCAL_WORLD_SIZE");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n > 0 ? n : 1;
+}
+
+}  // namespace
+
 Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
-                   std::shared_ptr<Communicator> replica, EngineOptions opts)
-    : ctx(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(opts)),
+                   std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz)
+    : ctx(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(opts), std::move(hpz)),
       host(ctx.comm.get(), ctx.compute),
       world_host(ctx.world_comm.get(), ctx.compute),
       gathers(&ctx),
@@ -45,6 +58,11 @@ Status Engine::Impl::Init() {
                            "copy stream's copies are memcpys; the tiers are kept and reported apart";
   }
   if (ctx.comm->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
+  if (ctx.compute->device() && ctx.hpz_comm != nullptr) {
+    return absl::UnimplementedError(
+        "zero_optimization.zero_hpz_partition_size > 1 with an NCCL communicator: hpZ runs on the host (Gloo) "
+        "engine; the CUDA engine's secondary copy is not built");
+  }
   if (ctx.compute->device() && ctx.policy.qwz_block > 0) {
     return absl::UnimplementedError(
         "zero_optimization.zero_quantized_weights with an NCCL communicator: the quantized gather runs on the host "
@@ -54,6 +72,7 @@ Status Engine::Impl::Init() {
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
+  ctx.ranks_per_host = RanksPerHost(ctx.opts);
   ctx.threads = ctx.opts.cpu_threads > 0 ? ctx.opts.cpu_threads
                                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   SetLogRank(ctx.world_rank);
@@ -167,6 +186,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
           case R::kMaster: u.master = std::move(buf); break;
           case R::kState: u.state[b.state_index] = std::move(buf); break;
           case R::kHostState: u.host_state.push_back(std::move(buf)); break;
+          case R::kHpzSecondary: u.hpz_secondary = std::move(buf); break;
         }
       }
       u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
@@ -583,7 +603,23 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
     ZERO_ASSIGN_OR_RETURN(shard, comm->Split(static_cast<int>(rank / G), rank));
     ZERO_ASSIGN_OR_RETURN(replica, comm->Split(static_cast<int>(rank % G), rank));
   }
-  auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(options));
+  // hpZ: the host group, H consecutive ranks inside one host (Config::Validate checked stage 3, H | world, no
+  // hybrid sharding, no offload_param). Every rank decides from the same config and options (a rank whose ranks
+  // per host differ would split differently: its host count is in the error of the other ranks' first op).
+  std::shared_ptr<Communicator> hpz;
+  const int64_t H = cfg.zero.zero_hpz_partition_size;
+  if (H > 1 && cfg.zero.stage == 3) {
+    const int per_host = RanksPerHost(options);
+    if (per_host % H != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zero_optimization.zero_hpz_partition_size: ", H, " does not divide the ", per_host,
+                       " ranks per host (EngineOptions::local_world_size, else LOCAL_WORLD_SIZE, else 1) on rank ",
+                       rank, ": the secondary copy's group must lie inside one host"));
+    }
+    ZERO_ASSIGN_OR_RETURN(hpz, comm->Split(static_cast<int>(rank / H), rank));
+  }
+  auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(options),
+                                     std::move(hpz));
   ZERO_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

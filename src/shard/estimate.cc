@@ -6,6 +6,7 @@
 #include "zero/estimate.h"
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <sstream>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/internal/format.h"
 #include "comm/internal/gloo_staging.h"
+#include "comm/internal/op.h"
 #include "io/internal/io_engine.h"
 #include "shard/internal/plan.h"
 #include "zero/optimizer.h"
@@ -84,6 +86,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   const int64_t N = p.world, ga = p.accumulation_steps;
   const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute)), ws = static_cast<int64_t>(DTypeSize(p.wire));
   CollectiveEstimate gathers{"stage-3 gathers", CollectiveKind::kAllGather, p.compute};
+  CollectiveEstimate hpz_gathers{"hpZ backward gathers", CollectiveKind::kAllGather, p.compute};
   CollectiveEstimate rs{"gradient reduce-scatter", CollectiveKind::kReduceScatter, p.wire};
   CollectiveEstimate ar{"gradient all-reduce", CollectiveKind::kAllReduce, p.wire};
   CollectiveEstimate refresh{"parameter refresh", CollectiveKind::kAllGather, p.compute};
@@ -99,7 +102,19 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const internal::UnitPlan& u = plan.units[i];
     const int64_t S = u.shard;
-    if (u.sharded_params) add(gathers, units[i].scopes_per_pass * ga, S, (N - 1) * S * cds);
+    if (u.sharded_params) {
+      // qwZ: a forward gather of a unit in one collective moves the int8 message; hpZ: the backward gather runs in
+      // the host group over the secondary copy (padded / H per rank).
+      const int64_t forwards = (units[i].scopes_per_pass - 1) * ga;
+      const bool quantized =
+          p.qwz_block > 0 && internal::ChunkPerRank(u.padded, static_cast<int>(N), p.allgather_bucket) == 0;
+      add(gathers, forwards, S, (N - 1) * (quantized ? internal::QwzMessageBytes(S, p.qwz_block) : S * cds));
+      if (p.hpz > 1 && forwards > 0) {  // a unit with no forward scope has no fresh secondary copy
+        add(hpz_gathers, ga, u.padded / p.hpz, (p.hpz - 1) * (u.padded / p.hpz) * cds);
+      } else {
+        add(gathers, ga, S, (N - 1) * S * cds);
+      }
+    }
     if (u.frozen) continue;
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
@@ -116,9 +131,71 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     }
   }
   std::vector<CollectiveEstimate> out;
-  for (CollectiveEstimate* c : {&gathers, &rs, &ar, &refresh, &across}) {
+  for (CollectiveEstimate* c : {&gathers, &hpz_gathers, &rs, &ar, &refresh, &across}) {
     if (c->calls > 0) out.push_back(std::move(*c));
   }
+  return out;
+}
+
+// The bytes rank `world_rank` sends per step to ranks of its host ([0]) and of other hosts ([1]): every
+// collective the engine issues in a step (the ones StepCollectives lists, qwZ's int8 forward gathers, hpZ's
+// backward gathers in the host group, the step's norm and desync-check all-reduces of 3 and 32 floats) through
+// the same message-by-message model of Gloo's algorithms the communicator counts with (AddGlooSends), so it is
+// what StepResult::intra_host_bytes / inter_host_bytes report on the host engine (tested equal at stages 0-3,
+// power-of-two groups; the trainer's own collectives are not included).
+std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::vector<EstimateUnit>& units,
+                                   const Config& cfg, int world, int world_rank, int ranks_per_host, int hpz,
+                                   bool fingerprints) {
+  const internal::PlanPolicy& p = plan.policy;
+  const int N = p.world, R = world / N, me = world_rank, host = me / ranks_per_host;
+  const int64_t ga = p.accumulation_steps;
+  std::array<int64_t, 2> out{0, 0};
+  // `calls` ops of `kind` on a communicator of `n` ranks, its rank i being world rank rank_of(i).
+  auto add = [&](internal::OpKind kind, DType dtype, int64_t count, int64_t calls, int n, int rank, auto rank_of) {
+    if (n <= 1 || calls <= 0 || count <= 0) return;
+    std::vector<int64_t> to(static_cast<size_t>(n), 0);
+    internal::OpDesc d{.kind = kind, .dtype = dtype, .count = static_cast<uint64_t>(count)};
+    internal::AddGlooSends(d, n, rank, fingerprints, &to);
+    for (int i = 0; i < n; ++i) out[rank_of(i) / ranks_per_host == host ? 0 : 1] += calls * to[i];
+  };
+  auto group_of = [&](int i) { return me / N * N + i; };
+  auto replica_of = [&](int i) { return i * N + me % N; };
+  auto hpz_of = [&](int i) { return me / hpz * hpz + i; };
+  const int grank = me % N;
+  using K = internal::OpKind;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    const internal::UnitPlan& u = plan.units[i];
+    const int64_t S = u.shard;
+    if (u.sharded_params) {
+      const int64_t forwards = (units[i].scopes_per_pass - 1) * ga, backwards = ga;
+      const bool whole = internal::ChunkPerRank(u.padded, N, cfg.zero.allgather_bucket_size) == 0;
+      if (p.qwz_block > 0 && whole) {
+        add(K::kAllGather, DType::kF16, internal::QwzMessageBytes(S, p.qwz_block) / 2, forwards, N, grank, group_of);
+      } else {
+        add(K::kAllGather, p.compute, S, forwards, N, grank, group_of);
+      }
+      if (hpz > 1 && forwards > 0) {
+        // hpZ: the backward gathers the unit's secondary shards (padded / H each) inside the host group; a unit
+        // whose only scope is a backward one (scopes_per_pass 1) has no forward gather to copy from.
+        add(K::kAllGather, p.compute, u.padded / hpz, backwards, hpz, me % hpz, hpz_of);
+      } else {
+        add(K::kAllGather, p.compute, S, backwards, N, grank, group_of);
+      }
+    }
+    if (u.frozen) continue;
+    if (p.stage == 0) {
+      add(K::kAllReduce, p.wire, u.padded, 1, N, grank, group_of);
+    } else {
+      add(K::kReduceScatter, p.wire, S, p.ReduceEveryMicroStep() ? ga : 1, N, grank, group_of);
+    }
+    if (p.stage >= 1 && !u.sharded_params) add(K::kAllGather, p.compute, S, 1, N, grank, group_of);
+    if (R > 1) {
+      const int64_t hn = std::min(S, u.host_n);
+      for (const int64_t part : {hn, S - hn}) add(K::kAllReduce, u.grad_shard_dtype, part, 1, R, me / N, replica_of);
+    }
+  }
+  add(K::kAllReduce, DType::kF32, 3, 1, N, grank, group_of);   // the gradient norm (ShardedStep::GradNorm)
+  add(K::kAllReduce, DType::kF32, 32, 1, N, grank, group_of);  // the desync check (ShardedStep::CheckInSync)
   return out;
 }
 
@@ -276,6 +353,12 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   e.micro_steps = policy.accumulation_steps;
   e.shard_group = group;
   e.comm = StepCollectives(plan, units, replicas);
+  const int per_host = options.ranks_per_host > 0 ? options.ranks_per_host : 1;
+  const std::array<int64_t, 2> host_bytes =
+      HostTraffic(plan, units, cfg, world, options.rank, per_host,
+                  static_cast<int>(std::max<int64_t>(1, cfg.zero.zero_hpz_partition_size)), options.check_order);
+  e.intra_host_bytes = host_bytes[0];
+  e.inter_host_bytes = host_bytes[1];
   return e;
 }
 

@@ -2,6 +2,7 @@
 #include "shard/internal/gather.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/internal/fault.h"
@@ -16,8 +17,14 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
   CommLabel label(c.comm.get(), absl::StrCat("stage-3 gather of unit ", u.name()));
   MaybeInjectFault("gather", c.world_rank, c.applied_steps);
   const size_t cds = DTypeSize(c.cd());
+  // hpZ: a backward gather after this step's forward one all-gathers the secondary copy inside the host group, in
+  // one collective of padded / H per rank (a plain Gloo all-gather needs no staging, so no chunks). Every rank
+  // decides alike: hpz_fresh follows the scopes, which every rank opens in the same order.
+  const bool hpz = backward && c.hpz_comm != nullptr && u.hpz_fresh;
+  u.gather_backward = backward;
+  u.gather_hpz = hpz;
   // One chunked gather at a time: its two staging buffers are the gathers' whole chunk staging.
-  const int64_t chunk = ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
+  const int64_t chunk = hpz ? 0 : ChunkPerRank(u.layout.padded, c.world, c.cfg.zero.allgather_bucket_size);
   if (chunk > 0) ZERO_RETURN_IF_ERROR(FinishChunked());
   // The pool holds at most the larger of stage3_max_live_parameters and what is in use (buffer_pool.h).
   gather_pool_.set_cap(static_cast<size_t>(std::max<int64_t>(0, c.cfg.zero.stage3_max_live_parameters)) * cds);
@@ -82,6 +89,11 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     std::fill(msg + 4 * blocks + S, msg + P, uint8_t{0});  // the padding, so every message's bytes are defined
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(msg, u.qwz_recv.data(), P / 2, DType::kF16, c.stream()));
     u.gather_quantized = true;
+  } else if (hpz) {
+    CommLabel hpz_label(c.hpz_comm.get(), absl::StrCat("hpZ backward gather of unit ", u.name()));
+    const int64_t part = u.layout.padded / c.hpz_comm->world_size();
+    u.gather_op = UnitCollective(ctx_, c.hpz_comm->AllGather(u.hpz_secondary.data(), u.gather.data(),
+                                                             static_cast<size_t>(part), c.cd(), c.stream()));
   } else if (chunk == 0) {
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(send, u.gather.data(), u.layout.shard, c.cd(), c.stream()));
   } else {
@@ -114,6 +126,15 @@ Status GatherScheduler::Wait(Unit& u) {
                      static_cast<uint8_t*>(u.gather.data()) + r * S * cds, c.cd());
     }
     ReleaseQwz(u, /*quarantine=*/false);
+  }
+  if (!u.gather_backward && !u.hpz_secondary.empty()) {
+    // hpZ: this rank's part of what the forward computes with (dequantized under qwZ, as ZeRO++ copies its
+    // secondary tensor from the gathered parameter), for this step's backward gathers.
+    EngineContext& c = *ctx_;
+    const int H = c.hpz_comm->world_size();
+    const size_t part = static_cast<size_t>(u.layout.padded / H) * DTypeSize(c.cd());
+    std::memcpy(u.hpz_secondary.data(), static_cast<const uint8_t*>(u.gather.data()) + c.hpz_comm->rank() * part, part);
+    u.hpz_fresh = true;
   }
   u.status = UnitStatus::kAvailable;
   return absl::OkStatus();
@@ -150,6 +171,7 @@ void GatherScheduler::Release(Unit& u) {
   }
   ReleaseQwz(u, unfinished);
   u.gather_quantized = false;
+  u.gather_hpz = false;
   stage_pool_.Give(std::move(u.stage_in));
   gather_pool_.Give(std::move(u.gather));
   // (Given back even when the op did not complete: it only reads the slot, and the communicator is broken.)
@@ -251,6 +273,7 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step, bool backward) {
 Status GatherScheduler::EndStep() {
   for (auto& u : ctx_->units) {
     if (u.sharded_params() && u.status != UnitStatus::kNotAvailable) Release(u);
+    u.hpz_fresh = false;  // the step updates the parameters: the next forward gather refreshes the copy
   }
   if (!order_valid_ || order_broken_ || this_step_order_ != order_) order_ = this_step_order_;
   order_valid_ = !order_.empty();

@@ -91,6 +91,15 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.default_max_live = p.max_live == Config::Default().zero.stage3_max_live_parameters;
   p.overlap_comm = cfg.zero.overlap_comm;
   p.qwz_block = cfg.zero.zero_quantized_weights && p.stage == 3 ? cfg.zero.zero_quantized_weights_block_size : 0;
+  const int64_t H = cfg.zero.zero_hpz_partition_size;
+  if (H > 1 && p.stage == 3) {
+    if (world % H != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("zero_optimization.zero_hpz_partition_size: ", H,
+                                                     " does not divide the ", world,
+                                                     " ranks the model is sharded over"));
+    }
+    p.hpz = static_cast<int>(H);
+  }
   return p;
 }
 
@@ -112,6 +121,7 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kMaster: return "master";
     case BufferRole::kState: return "state";
     case BufferRole::kHostState: return "host_state";
+    case BufferRole::kHpzSecondary: return "hpz_secondary";
   }
   return "?";
 }
@@ -167,6 +177,12 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
         : p.offload_param ? kHost
                           : kDev,
         MemTag::kParams, p.offload_param && p.pin_param && !p.param_nvme, pad_shard);
+    if (p.hpz > 1) {
+      // hpZ: this rank's part j = rank mod H of the secondary copy, elements [j·Ψ_u/H, (j+1)·Ψ_u/H).
+      const int64_t part = u.padded / p.hpz, j = p.rank % p.hpz;
+      const int64_t held = std::clamp<int64_t>(numel - j * part, 0, part);
+      add(BufferRole::kHpzSecondary, part, cd, kDev, MemTag::kParams, false, part - held);
+    }
   } else {
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }

@@ -184,6 +184,7 @@ Status ShardedStep::GradNorm(float red[3]) {
 void ShardedStep::StartCountingBytes() {
   last_group_bus_bytes_ = ctx_->comm->bus_bytes();
   if (ctx_->hybrid()) last_replica_bus_bytes_ = ctx_->replica_comm->bus_bytes();
+  last_host_bytes_ = ctx_->HostBytes();
 }
 
 Status ShardedStep::ReduceAcrossReplicas() {
@@ -354,6 +355,10 @@ StatusOr<StepResult> ShardedStep::Run(const StepOptions& options) {
     const int64_t replica_bytes = c.replica_comm->bus_bytes();
     result.replica_bus_bytes = replica_bytes - std::exchange(last_replica_bus_bytes_, replica_bytes);
   }
+  const std::array<int64_t, 2> host_bytes = c.HostBytes();
+  result.intra_host_bytes = host_bytes[0] - last_host_bytes_[0];
+  result.inter_host_bytes = host_bytes[1] - last_host_bytes_[1];
+  last_host_bytes_ = host_bytes;
   FinishTimes(result);
   ZERO_RETURN_IF_ERROR(c.compute->status());
   MaybeLog(result);

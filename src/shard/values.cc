@@ -123,6 +123,7 @@ StatusOr<std::vector<std::vector<int>>> Engine::Impl::DifferingRanks(const std::
 Status Engine::Impl::CopyIn(UnitId id, const std::string& name, const float* values) {
   CommLabel label(ctx.world_comm.get(), absl::StrCat("CopyIn of parameter ", name));
   ZERO_RETURN_IF_ERROR(CheckUnit(id, "CopyIn"));
+  ctx.StaleSecondaries();
   const Unit& u = ctx.units[id];
   const internal::ParamSlot* slot = u.Slot(name);
   if (slot == nullptr) return UnknownParam("Engine::CopyIn", u, name);

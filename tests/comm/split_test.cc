@@ -2,6 +2,7 @@
 // (key, rank); it works while the parent keeps working, fails like any communicator, and counts its own bytes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -12,6 +13,30 @@
 
 namespace zero {
 namespace {
+
+// Communicator::bytes_sent_to_ranks follows Gloo's algorithms message by message, at world 4 (check mode: each op
+// is preceded by a ring all-gather of its 32-byte fingerprint, 3 · 32 bytes to the next rank): the ring all-gather
+// sends 3 blocks to rank + 1; the halving-doubling reduce-scatter (in f32 whatever the dtype) sends half of the
+// buffer to rank ^ 1, a quarter to rank ^ 2, and ranks 1 and 2 their reduced block to each other; the binomial
+// broadcast from rank 0 goes 0 -> 1, 0 -> 2, 1 -> 3.
+TEST(SplitTest, BytesSentToRanksFollowGlooAlgorithms) {
+  testing::RunRanks(4, [](Communicator& comm, int rank) {
+    std::vector<float> f(40, 1.0f);
+    std::vector<float> out(40);
+    ASSERT_OK(comm.AllGather(f.data(), out.data(), 10, DType::kF32).Wait());
+    std::vector<uint16_t> h(32, 0x3f80), hr(8);  // bf16 ones
+    ASSERT_OK(comm.ReduceScatter(h.data(), hr.data(), 8, DType::kBF16, ReduceOp::kSum).Wait());
+    ASSERT_OK(comm.Broadcast(f.data(), 5, DType::kF32, 0).Wait());
+    std::vector<int64_t> want(4, 0);
+    want[(rank + 1) % 4] += 3 * 3 * 32 + 3 * 10 * 4;
+    want[rank ^ 1] += 16 * 4;
+    want[rank ^ 2] += 8 * 4;
+    if (rank == 1 || rank == 2) want[3 - rank] += 8 * 4;
+    if (rank == 0) want[1] += 20, want[2] += 20;
+    if (rank == 1) want[3] += 20;
+    EXPECT_EQ(comm.bytes_sent_to_ranks(), want);
+  });
+}
 
 // Five ranks, colors rank % 2, keys 10 - rank: color 0 holds ranks 4, 2, 0 in that order (keys 6, 8, 10), color
 // 1 holds ranks 3, 1.

@@ -67,6 +67,7 @@ class ForwardingComm : public advanced::ExtendedCommunicator {
   uint64_t IssuedOpsHash() const override { return ext_ ? ext_->IssuedOpsHash() : 0; }
   std::vector<std::string> RecentOps() const override { return inner_.RecentOps(); }
   int64_t bus_bytes() const override { return inner_.bus_bytes(); }
+  std::vector<int64_t> bytes_sent_to_ranks() const override { return inner_.bytes_sent_to_ranks(); }
   StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override { return inner_.Split(color, key); }
   int cuda_device() const override { return inner_.cuda_device(); }
 

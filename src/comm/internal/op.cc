@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "comm/internal/gloo_testing.h"
 
 namespace zero::internal {
 namespace {
@@ -105,6 +106,126 @@ int64_t BusBytes(const OpDesc& op, int world) {
     case OpKind::kBroadcast: return bytes;
     default: return 0;
   }
+}
+
+namespace {
+
+bool PowerOfTwo(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+uint32_t ReverseBits(uint32_t v, int bits) {
+  uint32_t r = 0;
+  for (int i = 0; i < bits; ++i) r = (r << 1) | ((v >> i) & 1u);
+  return r;
+}
+
+// gloo::allreduce's ring (gloo/allreduce.cc): `bytes` in segments of at most kMaxSegmentSize, at least two per
+// rank; a reduce-scatter pass and an all-gather pass, each sending segment i of the loop (but the last two) to
+// rank - 1 where it lies inside the buffer.
+int64_t GlooRingAllReduceSends(int world, int rank, int64_t bytes, int64_t element) {
+  if (bytes <= 0) return 0;
+  const int64_t n = world;
+  const int64_t max_segment = element * (static_cast<int64_t>(1024 * 1024) / element);
+  const int64_t rounded = (bytes + 2 * n - 1) / (2 * n);
+  const int64_t segment = (std::min(rounded, max_segment) + element - 1) / element * element;
+  const int64_t segments = (std::max((bytes + segment - 1) / segment, 2 * n) + n - 1) / n * n;
+  const int64_t per_rank = segments / n;
+  int64_t sent = 0;
+  for (int64_t i = 0; i + 2 < segments; ++i) {
+    for (const int64_t first : {(rank + 1) * per_rank, rank * per_rank}) {  // reduce-scatter, all-gather
+      const int64_t offset = ((first + i) * segment) % (segments * segment);
+      sent += std::max<int64_t>(0, std::min(segment, bytes - offset));
+    }
+  }
+  return sent;
+}
+
+// One run of Gloo's ReduceScatterHalvingDoubling over `total` f32 elements (blocks of total / world) at a
+// power-of-two world: the constructor's sendCounts_ and the distribution map of the block this rank ends with.
+void GlooHalvingDoublingSends(int world, int rank, int64_t total, std::vector<int64_t>* to_rank) {
+  int steps = 0;
+  while ((1 << steps) < world) ++steps;
+  const int64_t chunk = (total + world - 1) / world;
+  int64_t step_chunk = chunk << (steps - 1), send_offset = 0, recv_offset = 0, recv_count = 0;
+  for (int i = 0; i < steps; ++i) {
+    const int bit = 1 << i, peer = rank ^ bit;
+    const int64_t at = send_offset + ((peer & bit) ? step_chunk : 0);
+    if (at < total) (*to_rank)[peer] += 4 * std::min(step_chunk, total - at);
+    const int64_t rat = recv_offset + ((rank & bit) ? step_chunk : 0);
+    recv_count = rat < total ? std::min(step_chunk, total - rat) : 0;
+    if (rank & bit) {
+      send_offset += step_chunk;
+      recv_offset += step_chunk;
+    }
+    step_chunk >>= 1;
+  }
+  // Distribution: this rank holds block ReverseBits(rank) of the result; its owner gets it.
+  const int owner = static_cast<int>(ReverseBits(static_cast<uint32_t>(rank), steps));
+  if (owner != rank) (*to_rank)[owner] += 4 * recv_count;
+}
+
+}  // namespace
+
+void AddGlooSends(const OpDesc& op, int world, int rank, bool fingerprints, std::vector<int64_t>* to_rank) {
+  if (world <= 1 || op.kind == OpKind::kFence) return;
+  to_rank->resize(static_cast<size_t>(world), 0);
+  const int right = (rank + 1) % world, left = (rank + world - 1) % world;
+  if (fingerprints) (*to_rank)[right] += static_cast<int64_t>((world - 1) * kFingerprintBytes);
+  const int64_t count = static_cast<int64_t>(op.count);
+  switch (op.kind) {
+    case OpKind::kAllGather:
+    case OpKind::kAllGatherStrided:
+      (*to_rank)[right] += (world - 1) * count * static_cast<int64_t>(DTypeSize(op.dtype));
+      return;
+    case OpKind::kReduceScatter:
+    case OpKind::kReduceScatterDestructive:
+    case OpKind::kReduceScatterStrided: {
+      if (!PowerOfTwo(world)) {
+        for (int r = 0; r < world; ++r) {
+          if (r != rank) (*to_rank)[r] += 4 * count;
+        }
+        return;
+      }
+      // RunReduceScatterCached: runs of at most the chunk limit's elements per rank (the strided op: one run).
+      const int64_t chunk = op.kind == OpKind::kReduceScatterStrided
+                                ? count
+                                : std::max<int64_t>(1, static_cast<int64_t>(GlooReduceScatterChunkLimit()) / world);
+      for (int64_t off = 0; off < count; off += chunk) {
+        GlooHalvingDoublingSends(world, rank, std::min(chunk, count - off) * world, to_rank);
+      }
+      return;
+    }
+    case OpKind::kAllReduce: (*to_rank)[left] += GlooRingAllReduceSends(world, rank, 4 * count, 4); return;
+    case OpKind::kBroadcast: {
+      const int64_t bytes = count * static_cast<int64_t>(DTypeSize(op.dtype));
+      const int vrank = (rank + world - op.root) % world;
+      int dim = 0;
+      while ((1 << dim) < world) ++dim;
+      int mask = (1 << dim) - 1;
+      for (int i = 0; i < dim; ++i) {
+        mask ^= 1 << i;
+        if ((vrank & mask) != 0) continue;
+        const int vpeer = vrank ^ (1 << i);
+        if (vpeer >= world) continue;
+        if ((vrank & (1 << i)) == 0) (*to_rank)[(vpeer + op.root) % world] += bytes;
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+void OpHistory::RecordGloo(OpDesc& desc, const std::string& label, int world, int rank, bool fingerprints) {
+  std::vector<int64_t> sends(static_cast<size_t>(std::max(world, 1)), 0);
+  AddGlooSends(desc, world, rank, fingerprints, &sends);
+  Record(desc, label, world);
+  absl::MutexLock lock(&mu_);
+  if (sent_to_.size() < sends.size()) sent_to_.resize(sends.size(), 0);
+  for (size_t r = 0; r < sends.size(); ++r) sent_to_[r] += sends[r];
+}
+
+std::vector<int64_t> OpHistory::sent_to() const {
+  absl::MutexLock lock(&mu_);
+  return sent_to_;
 }
 
 void OpHistory::Record(OpDesc& desc, const std::string& label, int world) {

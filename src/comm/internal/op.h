@@ -73,11 +73,27 @@ uint32_t LabelHash(const std::string& label);
 // AllReduce: 2 (W - 1) / W of the buffer; Broadcast: the buffer; barriers and fences: 0; any op at W = 1: 0.
 int64_t BusBytes(const OpDesc& op, int world);
 
+// The payload bytes rank `rank` of `world` sends to each rank for `op`, added to (*to_rank)[peer] (sized
+// `world`), as GlooCommunicator runs the op: the messages of Gloo's algorithms, not a measurement of the wire
+// (no TCP/IP or Gloo headers). All-gathers (plain and strided): Gloo's ring, (W - 1) blocks to rank + 1. Reduce-
+// scatters: Gloo's halving-doubling in f32 whatever the dtype (the communicator converts), in runs of at most
+// GlooReduceScatterChunkLimit() elements; at a power-of-two world step i sends half of what is left to
+// rank XOR 2^i (the nearest peers first), then the distribution phase sends this rank's reduced block to the
+// rank that owns it (its bit-reversed rank) when that is another rank. At other worlds the binary blocks'
+// exchanges are not modelled: the (W - 1) blocks are spread evenly over the other ranks. All-reduce: Gloo's ring
+// in f32 (segments of at most 1 MiB, every message to rank - 1: reduce-scatter, then all-gather). Broadcast:
+// Gloo's binomial tree from the root. Barriers and fences: 0. `fingerprints`: check mode's all-gather of a
+// kFingerprintBytes fingerprint before each op (a ring too).
+void AddGlooSends(const OpDesc& op, int world, int rank, bool fingerprints, std::vector<int64_t>* to_rank);
+
 class OpHistory {
  public:
   static constexpr size_t kRecent = 12;
   // Fills in desc.label and desc.label_hash from `label`, then records the op, and its bus bytes at `world`.
   void Record(OpDesc& desc, const std::string& label, int world);
+  // Record, and the op's bytes to each rank (AddGlooSends) summed in sent_to(): GlooCommunicator's form.
+  void RecordGloo(OpDesc& desc, const std::string& label, int world, int rank, bool fingerprints);
+  std::vector<int64_t> sent_to() const;  // by rank; empty when no op was recorded with RecordGloo
   uint64_t hash() const;
   std::vector<std::string> Recent() const;  // oldest first
   int64_t bus_bytes() const;                // the sum over every op recorded (Communicator::bus_bytes)
@@ -85,6 +101,7 @@ class OpHistory {
  private:
   mutable absl::Mutex mu_;
   int64_t bus_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> sent_to_ ABSL_GUARDED_BY(mu_);
   uint64_t hash_ ABSL_GUARDED_BY(mu_) = 0xcbf29ce484222325ull;
   std::array<std::string, kRecent> ring_ ABSL_GUARDED_BY(mu_);
   uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;

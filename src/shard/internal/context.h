@@ -5,6 +5,7 @@
 // pointer to it. Not thread-safe, like the Engine.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -31,11 +32,12 @@ struct EngineContext {
   // `world`: the trainer's communicator; `shard`/`replica`: hybrid sharding's groups (Engine::Create splits
   // them), or null: the engine shards across `world`.
   EngineContext(const Config& c, std::shared_ptr<Communicator> w, std::shared_ptr<Communicator> shard,
-                std::shared_ptr<Communicator> replica, EngineOptions o)
+                std::shared_ptr<Communicator> replica, EngineOptions o, std::shared_ptr<Communicator> hpz = nullptr)
       : cfg(c),
         comm(shard != nullptr ? std::move(shard) : w),
         world_comm(std::move(w)),
         replica_comm(std::move(replica)),
+        hpz_comm(std::move(hpz)),
         opts(std::move(o)),
         rank(comm->rank()),
         world(comm->world_size()),
@@ -55,14 +57,42 @@ struct EngineContext {
   EngineContext(const EngineContext&) = delete;
   EngineContext& operator=(const EngineContext&) = delete;
 
-  // The distinct communicators: the shard group's, the world's (when hybrid), the replicas'.
+  // The distinct communicators: the shard group's, the world's (when hybrid), the replicas', hpZ's host group.
   std::vector<Communicator*> Comms() const {
     std::vector<Communicator*> v{comm.get()};
     if (world_comm != comm) v.push_back(world_comm.get());
     if (replica_comm != nullptr) v.push_back(replica_comm.get());
+    if (hpz_comm != nullptr) v.push_back(hpz_comm.get());
     return v;
   }
   bool hybrid() const { return replica_comm != nullptr; }
+  // The bytes this rank has sent so far over the distinct communicators (Communicator::bytes_sent_to_ranks) to
+  // ranks of its own host (host_bytes[0]) and of other hosts ([1]). A host is `ranks_per_host` consecutive world
+  // ranks; a communicator's rank i is the world rank its split made it: the shard group's g·G + i (hybrid), the
+  // replicas' i·G + rank % G, the hpZ group's (world rank / H)·H + i. Communicators that do not count add 0.
+  std::array<int64_t, 2> HostBytes() const {
+    std::array<int64_t, 2> out{0, 0};
+    const int G = world, host = world_rank / ranks_per_host;
+    auto add = [&](const Communicator* c, auto world_rank_of) {
+      if (c == nullptr) return;
+      const std::vector<int64_t> sent = c->bytes_sent_to_ranks();
+      for (size_t i = 0; i < sent.size(); ++i) {
+        out[world_rank_of(static_cast<int>(i)) / ranks_per_host == host ? 0 : 1] += sent[i];
+      }
+    };
+    if (hybrid()) {
+      add(comm.get(), [&](int i) { return world_rank / G * G + i; });
+      add(world_comm.get(), [](int i) { return i; });
+      add(replica_comm.get(), [&](int i) { return i * G + world_rank % G; });
+    } else {
+      add(comm.get(), [](int i) { return i; });
+    }
+    if (hpz_comm != nullptr) {
+      const int H = hpz_comm->world_size();
+      add(hpz_comm.get(), [&](int i) { return world_rank / H * H + i; });
+    }
+    return out;
+  }
   // Live recovery (zero/elastic.h) puts another job-wide communicator and replica group in place between steps:
   // the staging of the communicators that leave stops counting in `tracker`, that of those that come starts.
   void ReplaceJobComms(std::shared_ptr<Communicator> world, std::shared_ptr<Communicator> replica) {
@@ -86,6 +116,12 @@ struct EngineContext {
   std::shared_ptr<Communicator> comm;
   std::shared_ptr<Communicator> world_comm;    // the trainer's: agreement at Finalize and in checkpoints
   std::shared_ptr<Communicator> replica_comm;  // hybrid: the ranks holding the same shard, one per group
+  // hpZ (zero_hpz_partition_size H > 1): the H consecutive ranks of this rank's host group, over which the
+  // secondary copy of each unit is sharded and the backward gathers run; null otherwise.
+  std::shared_ptr<Communicator> hpz_comm;
+  // Ranks per host (StepResult::intra_host_bytes): EngineOptions::local_world_size, else the launcher's
+  // LOCAL_WORLD_SIZE, else 1 (every rank a host of its own: all traffic counts as across hosts).
+  int ranks_per_host = 1;
   EngineOptions opts;
   int rank, world;
   int world_rank, world_size;  // the trainer's rank and world size (logs, fault hooks, Engine::rank)
@@ -115,6 +151,10 @@ struct EngineContext {
   int ga() const { return policy.accumulation_steps; }
   CUstream_st* stream() const { return compute->stream(); }
 
+  // hpZ: the parameters change outside a step (CopyIn, Load): no secondary copy stays valid for a backward.
+  void StaleSecondaries() {
+    for (Unit& u : units) u.hpz_fresh = false;
+  }
   void Defer(const Status& s) {
     if (deferred.ok() && !s.ok()) deferred = s;
   }

@@ -23,9 +23,9 @@ namespace zero {
 
 class Engine::Impl {
  public:
-  // `shard`/`replica`: hybrid sharding's groups (Engine::Create), or null.
+  // `shard`/`replica`: hybrid sharding's groups (Engine::Create), or null; `hpz`: hpZ's host group, or null.
   Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
-       std::shared_ptr<Communicator> replica, EngineOptions opts);
+       std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz = nullptr);
   ~Impl();
 
   Status Init();

@@ -10,7 +10,8 @@
 //   stage 0: params[Ψ_u] cd, grads[Ψ_u] cd, master[Ψ_u] f32 (mixed only), state[Ψ_u] f32 each
 //   stage 1: params[Ψ_u] cd, grads[Ψ_u] cd, master[S] (mixed only), state[S]
 //   stage 2: params[Ψ_u] cd, reduced grad shard[S], master[S] (mixed only), state[S]
-//   stage 3: params[S] cd (or [Ψ_u] when persistent), reduced grad shard[S], master[S] (mixed), state[S]
+//   stage 3: params[S] cd (or [Ψ_u] when persistent), reduced grad shard[S], master[S] (mixed), state[S];
+//            with hpZ (H > 1) also secondary[Ψ_u / H] cd for each sharded unit (tag kParams)
 // With fp32 compute the master IS the parameter shard (params + rank*S, or the stage-3 shard), which is what
 // makes the fp32 model-state formulas 16Ψ, 8Ψ+8Ψ/N, 4Ψ+12Ψ/N, 16Ψ/N hold. 16-bit gradients accumulated over
 // several micro-steps get an fp32 accumulator (the full one at stage 0, else an fp32 shard). Optimizer offload
@@ -76,6 +77,10 @@ struct PlanPolicy {
   int64_t reduce_bucket = 0, allgather_bucket = 0, prefetch_bucket = 0, max_live = 0;
   // ZeRO++ qwZ (zero_quantized_weights, stage 3): elements per int8 block of the forward gathers; 0 when off.
   int64_t qwz_block = 0;
+  // ZeRO++ hpZ (zero_hpz_partition_size H > 1, stage 3): each sharded unit keeps a secondary copy of its
+  // parameters, padded / H elements of the compute dtype, sharded over the H consecutive ranks of the host group
+  // (kHpzSecondary); backward gathers it there. 1 when off.
+  int hpz = 1;
   // zero_optimization.overlap_comm: reductions stay in flight while backward goes on. Without it each is retired
   // as it is issued, so no reduction's buffers outlive the scope that issued it (TruePeakBound).
   bool overlap_comm = true;
@@ -128,15 +133,16 @@ struct PlanPolicy {
 
 // kHostMaster and kHostState sit in MemTier::kNvme under offload_optimizer.device "nvme" (file regions, not memory).
 enum class BufferRole : uint8_t {
-  kParams,      // compute dtype: full (stages 0-2, persistent units) or the stage-3 shard (host tier: offload_param)
-  kFullGrads,   // compute dtype, full, persistent: stages 0-1
-  kAccumFull,   // f32, full: stage 0's accumulator of 16-bit gradients over micro-steps
-  kGradShard,   // the reduced gradient's device part [host_n, range)
-  kHostGrad,    // the reduced gradient's host part [0, host_n)
-  kHostMaster,  // fp32 master of the host part (absent when the host parameter shard is itself the master)
-  kMaster,      // fp32 master of the device part, mixed precision only
-  kState,       // one optimizer state buffer of the device part (state_index)
-  kHostState,   // one optimizer state buffer of the host part (state_index)
+  kParams,        // compute dtype: full (stages 0-2, persistent units) or the stage-3 shard (host tier: offload_param)
+  kFullGrads,     // compute dtype, full, persistent: stages 0-1
+  kAccumFull,     // f32, full: stage 0's accumulator of 16-bit gradients over micro-steps
+  kGradShard,     // the reduced gradient's device part [host_n, range)
+  kHostGrad,      // the reduced gradient's host part [0, host_n)
+  kHostMaster,    // fp32 master of the host part (absent when the host parameter shard is itself the master)
+  kMaster,        // fp32 master of the device part, mixed precision only
+  kState,         // one optimizer state buffer of the device part (state_index)
+  kHostState,     // one optimizer state buffer of the host part (state_index)
+  kHpzSecondary,  // hpZ: compute dtype, padded / H: this rank's part of the unit's secondary copy (stage 3)
 };
 const char* BufferRoleName(BufferRole role);
 

@@ -110,6 +110,7 @@ class ShardedStep {
   BufferPool refresh_pool_;  // the staging of chunked refreshes (a unit larger than allgather_bucket_size)
   double opt_copy_wait_ms_ = 0, last_copy_busy_ms_ = 0, last_copy_wait_ms_ = 0;
   int64_t last_group_bus_bytes_ = 0, last_replica_bus_bytes_ = 0;  // Communicator::bus_bytes at the last Step
+  std::array<int64_t, 2> last_host_bytes_{0, 0};                   // EngineContext::HostBytes at the last Step
   Clock::time_point last_step_end_ = Clock::now();
 };
 

@@ -52,6 +52,12 @@ struct Unit {
   Buffer host_grad;    // the reduced gradient of [0, host_n) (grad_shard_dtype), landed by the copy stream
   Buffer host_master;  // fp32 master of [0, host_n) (absent when the host parameter shard is itself the master)
   std::vector<Buffer> host_state;
+  // hpZ (zero_hpz_partition_size H > 1): this rank's part of the unit's secondary copy, elements
+  // [j·padded/H, (j+1)·padded/H) of the gathered parameters (j = rank mod H), copied from every forward gather
+  // when it is waited for; hpz_fresh from then until the step ends (GatherScheduler::EndStep), while the backward
+  // gathers all-gather it inside the host group instead of gathering the shards over all ranks.
+  Buffer hpz_secondary;
+  bool hpz_fresh = false;
 
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
@@ -62,7 +68,9 @@ struct Unit {
   // qwZ (zero_quantized_weights): a forward gather moves this rank's shard as int8 blocks (qwz_send) into every
   // rank's (qwz_recv), dequantized into `gather` when it is waited for; gather_quantized until it is released.
   bool gather_quantized = false;
-  bool qwz_logged = false;  // the log said once why this unit's forward gathers are not quantized
+  bool gather_backward = false;  // the gather in flight or available was issued for a backward scope
+  bool gather_hpz = false;       // ... and runs inside the host group, from the secondary copy (hpZ)
+  bool qwz_logged = false;       // the log said once why this unit's forward gathers are not quantized
   Buffer qwz_send, qwz_recv;
   bool scope_open = false;
   bool scope_backward = false;

@@ -1,0 +1,363 @@
+// ZeRO++'s hpZ (zero_hpz_partition_size H) on the host engine at stage 3, 2 ranks per host, H = 2, threads over
+// real Gloo:
+// - it trains plain stage 3 bit for bit (fp32 and bf16, worlds 2 and 4): the backward gathers from the secondary
+//   copy move the values the forward gathered, which are the parameters;
+// - with qwZ the secondary copy holds the dequantized forward values (as ZeRO++ copies its secondary tensor from
+//   the gathered parameter), so a backward scope sees exactly its forward's quantized weights: training equals,
+//   bit for bit, plain qwZ with a trainer that computes its backward from the values its forward saw;
+// - the backward gathers stay inside the host: the bytes per step equal a closed formula, rank by rank, and
+//   zero::Estimate's prediction, and fewer cross hosts than plain stage 3;
+// - each rank holds Ψ/H more parameter bytes (compute dtype), as the plan, the memory report and Estimate say;
+// - a checkpoint saved with hpZ resumes bit for bit with hpZ on or off;
+// - what cannot work is refused, naming the keys.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "support/engine_helpers.h"
+#include "support/files.h"
+#include "support/multi_rank.h"
+#include "support/status_matchers.h"
+#include "support/synthetic_trainer.h"
+#include "zero/checkpoint.h"
+#include "zero/config.h"
+#include "zero/engine.h"
+#include "zero/estimate.h"
+#include "zero/memory.h"
+
+namespace zero {
+namespace {
+
+using testing::Borrow;
+using ::testing::HasSubstr;
+using testing::TrainConfig;
+
+constexpr int kPerHost = 2;
+constexpr int kSteps = 4;
+constexpr int64_t kBlock = 64;
+
+Config Hpz(Config c, int H = 2) {
+  c.zero.zero_hpz_partition_size = H;
+  return c;
+}
+Config Qwz(Config c) {
+  c.zero.zero_quantized_weights = true;
+  c.zero.zero_quantized_weights_block_size = kBlock;
+  return c;
+}
+
+EngineOptions PerHost(int n = kPerHost) {
+  EngineOptions o;
+  o.local_world_size = n;
+  return o;
+}
+
+std::vector<testing::SyntheticTrace> Train(int world, const Config& cfg, std::vector<MemoryReport>* memory = nullptr) {
+  std::vector<testing::SyntheticTrace> out(world);
+  if (memory != nullptr) memory->assign(world, {});
+  absl::Mutex mu;
+  testing::RunRanks(world, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), PerHost()));
+    const MemoryReport m = e->memory_report();
+    testing::SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, kSteps, 1, testing::HostViewIo(), &t));
+    absl::MutexLock lock(&mu);
+    out[rank] = std::move(t);
+    if (memory != nullptr) (*memory)[rank] = m;
+  });
+  return out;
+}
+
+void ExpectBitwiseEqual(const testing::SyntheticTrace& a, const testing::SyntheticTrace& b) {
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (size_t k = 0; k < a.steps.size(); ++k) EXPECT_EQ(a.steps[k].grad_norm, b.steps[k].grad_norm) << "step " << k;
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, v] : a.params) {
+    const std::vector<float>& w = b.params.at(name);
+    ASSERT_EQ(v.size(), w.size()) << name;
+    EXPECT_EQ(std::memcmp(v.data(), w.data(), v.size() * sizeof(float)), 0) << name;
+  }
+}
+
+struct Layout {
+  int world;
+  bool bf16;
+};
+
+class HpzParityTest : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(HpzParityTest, TrainsPlainStage3BitForBit) {
+  const auto [world, bf16] = GetParam();
+  Config base = TrainConfig(3, 1);
+  base.bf16.enabled = bf16;
+  const auto plain = Train(world, base);
+  const auto hpz = Train(world, Hpz(base));
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectBitwiseEqual(hpz[r], plain[r]);
+    for (const auto& [name, v] : hpz[r].params) EXPECT_GT(testing::MovedElements(name, v), v.size() / 2) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, HpzParityTest,
+                         ::testing::Values(Layout{2, false}, Layout{4, false}, Layout{4, true}, Layout{2, true}),
+                         [](const auto& info) {
+                           return absl::StrCat("world", info.param.world, info.param.bf16 ? "_bf16" : "_fp32");
+                         });
+
+// The synthetic trainer's arithmetic (synthetic_trainer.h), with the backward's parameters either as the backward
+// view holds them or as this micro-step's forward view held them. Records what each scope saw at step 0.
+struct Seen {
+  std::map<std::string, std::vector<float>> forward, backward;  // step 0, "unit.param"
+  testing::SyntheticTrace trace;
+};
+
+void TrainSeeing(Engine& e, bool backward_from_forward, Seen* seen) {
+  std::vector<UnitId> ids;
+  for (const auto& [name, specs] : testing::SyntheticUnits()) ids.push_back(e.FindUnit(name));
+  const testing::ViewIo io = testing::HostViewIo();
+  std::vector<unsigned char> pbuf, gbuf;
+  for (int k = 0; k < kSteps; ++k) {
+    std::map<std::string, std::vector<float>> forward;
+    for (size_t u = 0; u < ids.size(); ++u) {
+      ASSERT_OK_AND_ASSIGN(auto f, e.Forward(ids[u]));
+      for (const ParamSpec& spec : e.UnitParams(ids[u])) {
+        ASSERT_OK_AND_ASSIGN(const TensorView pv, f.Param(spec.name));
+        ASSERT_NO_FATAL_FAILURE(io.read(pv, &pbuf));
+        std::vector<float>& v = forward[testing::SyntheticUnits()[u].first + "." + spec.name];
+        for (int64_t i = 0; i < pv.numel; ++i) v.push_back(LoadAsF32(pbuf.data(), pv.dtype, i));
+      }
+    }
+    for (size_t u = ids.size(); u-- > 0;) {
+      ASSERT_OK_AND_ASSIGN(auto b, e.Backward(ids[u]));
+      for (const ParamSpec& spec : e.UnitParams(ids[u])) {
+        const std::string name = testing::SyntheticUnits()[u].first + "." + spec.name;
+        ASSERT_OK_AND_ASSIGN(const TensorView pv, b.Param(spec.name));
+        ASSERT_OK_AND_ASSIGN(const TensorView gv, b.Grad(spec.name));
+        ASSERT_NO_FATAL_FAILURE(io.read(pv, &pbuf));
+        ASSERT_NO_FATAL_FAILURE(io.read(gv, &gbuf));
+        std::vector<float> p(pv.numel);
+        for (int64_t i = 0; i < pv.numel; ++i) p[i] = LoadAsF32(pbuf.data(), pv.dtype, i);
+        if (k == 0) seen->backward[name] = p;
+        const std::vector<float>& use = backward_from_forward ? forward[name] : p;
+        for (int64_t i = 0; i < gv.numel; ++i) {
+          const float g =
+              0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k) + static_cast<float>(e.rank())) +
+              0.1f * use[i];
+          StoreFromF32(gbuf.data(), gv.dtype, i, LoadAsF32(gbuf.data(), gv.dtype, i) + g);
+        }
+        ASSERT_NO_FATAL_FAILURE(io.write(gbuf, gv));
+      }
+    }
+    if (k == 0) seen->forward = forward;
+    ASSERT_OK_AND_ASSIGN(const StepResult r, e.Step());
+    seen->trace.steps.push_back(r);
+  }
+  for (size_t u = 0; u < ids.size(); ++u) {
+    for (const ParamSpec& spec : e.UnitParams(ids[u])) {
+      ASSERT_OK_AND_ASSIGN(seen->trace.params[testing::SyntheticUnits()[u].first + "." + spec.name],
+                           e.GatherParam(ids[u], spec.name));
+    }
+  }
+}
+
+std::vector<Seen> TrainSeeing(int world, const Config& cfg, bool backward_from_forward) {
+  std::vector<Seen> out(world);
+  absl::Mutex mu;
+  testing::RunRanks(world, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), PerHost()));
+    Seen s;
+    ASSERT_NO_FATAL_FAILURE(TrainSeeing(*e, backward_from_forward, &s));
+    absl::MutexLock lock(&mu);
+    out[rank] = std::move(s);
+  });
+  return out;
+}
+
+class HpzQwzTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(HpzQwzTest, BackwardSeesTheForwardsQuantizedWeights) {
+  const int world = GetParam();
+  const Config qwz = Qwz(TrainConfig(3, 1));
+  const auto both = TrainSeeing(world, Hpz(qwz), /*backward_from_forward=*/false);
+  const auto reference = TrainSeeing(world, qwz, /*backward_from_forward=*/true);
+  for (int r = 0; r < world; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    int64_t quantized = 0;
+    for (const auto& [name, fwd] : both[r].forward) {
+      // The forward gathers the same quantized values with or without hpZ; the backward sees them again, while
+      // plain qwZ's backward sees the exact parameters.
+      const std::vector<float>& ref_fwd = reference[r].forward.at(name);
+      ASSERT_EQ(fwd.size(), ref_fwd.size());
+      EXPECT_EQ(std::memcmp(fwd.data(), ref_fwd.data(), fwd.size() * sizeof(float)), 0) << name;
+      const std::vector<float>& bwd = both[r].backward.at(name);
+      EXPECT_EQ(std::memcmp(fwd.data(), bwd.data(), fwd.size() * sizeof(float)), 0) << name;
+      const std::vector<float>& exact = reference[r].backward.at(name);
+      for (size_t i = 0; i < fwd.size(); ++i) quantized += fwd[i] != exact[i];
+    }
+    EXPECT_GT(quantized, 0);  // the forward's values really are quantized
+    ExpectBitwiseEqual(both[r].trace, reference[r].trace);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, HpzQwzTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return absl::StrCat("world", info.param); });
+
+std::vector<EstimateUnit> Units() {
+  std::vector<EstimateUnit> units;
+  for (const auto& [name, specs] : testing::SyntheticUnits()) {
+    int64_t n = 0;
+    for (const ParamSpec& p : specs) n += p.numel();
+    units.push_back({.name = name, .numel = n});
+  }
+  return units;
+}
+
+// World 4, 2 ranks per host, H = 2: per unit of padded size P (S = P / 4, f32), rank w sends per step the forward
+// gather's 3 S · 4 bytes to w + 1 (Gloo's ring: inside the host from ranks 0 and 2, across from 1 and 3), the
+// backward gather's P / 2 · 4 bytes to its host partner w XOR 1, and the reduce-scatter's 2 S · 4 to w XOR 1, S · 4
+// to w XOR 2 (across) and, from ranks 1 and 2, S · 4 to each other (across); the hpZ group's and shard group's
+// fingerprints (check mode: 32 bytes per op and other rank, to the next rank); the norm's and the desync check's
+// all-reduces to w - 1 (16, 12, 20, 24 bytes and 192).
+std::array<int64_t, 2> Formula(int w) {
+  std::array<int64_t, 2> b{0, 0};
+  auto to = [&](int peer, int64_t bytes) { b[(peer % 4) / kPerHost == w / kPerHost ? 0 : 1] += bytes; };
+  for (const EstimateUnit& u : Units()) {
+    const int64_t P = (u.numel + 127) / 128 * 128, S = P / 4;
+    to(w + 1, 3 * S * 4 + 2 * 3 * 32);  // forward gather; its and the reduce-scatter's fingerprints
+    to(w ^ 1, P / 2 * 4 + 32);          // backward gather in the host group, and its fingerprint
+    to(w ^ 1, 2 * S * 4);
+    to(w ^ 2, S * 4);
+    if (w == 1 || w == 2) to(3 - w, S * 4);
+  }
+  to(w + 3, std::array<int64_t, 4>{16, 12, 20, 24}[w] + 192);
+  to(w + 1, 2 * 3 * 32);
+  return b;
+}
+
+TEST(HpzTrafficTest, BackwardGathersStayInsideTheHost) {
+  const Config cfg = Hpz(TrainConfig(3, 1));
+  const auto hpz = Train(4, cfg);
+  const auto plain = Train(4, TrainConfig(3, 1));
+  int64_t across = 0, plain_across = 0;
+  for (int w = 0; w < 4; ++w) {
+    SCOPED_TRACE(absl::StrCat("rank ", w));
+    const std::array<int64_t, 2> want = Formula(w);
+    for (const StepResult& s : hpz[w].steps) {
+      EXPECT_EQ(s.intra_host_bytes, want[0]);
+      EXPECT_EQ(s.inter_host_bytes, want[1]);
+      // Ranks 0 and 2 send their ring all-gathers inside the host anyway; 1 and 3 no longer send backward's across.
+      EXPECT_LE(s.inter_host_bytes, plain[w].steps[0].inter_host_bytes);
+    }
+    across += hpz[w].steps[0].inter_host_bytes;
+    plain_across += plain[w].steps[0].inter_host_bytes;
+    EstimateOptions o;
+    o.world = 4;
+    o.rank = w;
+    o.ranks_per_host = kPerHost;
+    o.check_order = true;
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, Units(), o));
+    EXPECT_EQ(e.intra_host_bytes, want[0]);
+    EXPECT_EQ(e.inter_host_bytes, want[1]);
+  }
+  // What crossed with plain stage 3 and no longer does: ranks 1 and 3's backward gathers, 3 S · 4 bytes and a
+  // fingerprint each per unit.
+  int64_t backward_across = 0;
+  for (const EstimateUnit& u : Units()) backward_across += 2 * (3 * ((u.numel + 127) / 128 * 128 / 4) * 4 + 3 * 32);
+  EXPECT_EQ(plain_across - across, backward_across);
+}
+
+// Ψ/H more parameter bytes per rank, in the compute dtype, tagged params; the estimate says the same.
+TEST(HpzMemoryTest, EachRankHoldsPsiOverHMore) {
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    Config base = TrainConfig(3, 1);
+    base.bf16.enabled = bf16;
+    std::vector<MemoryReport> with, without;
+    Train(4, Hpz(base), &with);
+    Train(4, base, &without);
+    int64_t psi = 0;
+    for (const EstimateUnit& u : Units()) psi += (u.numel + 127) / 128 * 128;
+    const int64_t extra = psi / 2 * (bf16 ? 2 : 4);
+    const auto params = [](const MemoryReport& m) {
+      return m.usage[static_cast<size_t>(MemTier::kDevice)][static_cast<size_t>(MemTag::kParams)].current;
+    };
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(params(with[r]) - params(without[r]), extra) << "rank " << r;
+      EXPECT_EQ(with[r].ModelStateBytes() - without[r].ModelStateBytes(), extra) << "rank " << r;
+    }
+    EstimateOptions o;
+    o.world = 4;
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(Hpz(base), Units(), o));
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e0, Estimate(base, Units(), o));
+    EXPECT_EQ(params(e.planned) - params(e0.planned), extra);
+    EXPECT_EQ(params(e.planned), params(with[0]));
+  }
+}
+
+// The secondary copy is derived state: a checkpoint saved with hpZ on holds what plain stage 3 saves, and training
+// on from it, with hpZ on or off, gives what training straight on gives, bit for bit (Load marks the copies stale).
+TEST(HpzCheckpointTest, ResumedWithOrWithoutHpzBitForBit) {
+  const std::string dir = testing::MakeTempDir("hpz_ckpt");
+  const Config hpz = Hpz(TrainConfig(3, 1));
+  std::vector<testing::SyntheticTrace> straight(4), with(4), without(4);
+  testing::RunRanks(4, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(hpz, Borrow(comm), PerHost()));
+    testing::SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &t));
+    ASSERT_OK(e->Save(dir, {.tag = "mid"}).status());
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &straight[rank], 3));
+  });
+  for (const bool on : {true, false}) {
+    testing::RunRanks(4, [&](Communicator& comm, int rank) {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(on ? hpz : TrainConfig(3, 1), Borrow(comm), PerHost()));
+      ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir, {.tag = "mid"}));
+      EXPECT_EQ(r.step, 3);
+      ASSERT_NO_FATAL_FAILURE(
+          testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), on ? &with[rank] : &without[rank], 3));
+    });
+  }
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ExpectBitwiseEqual(with[r], straight[r]);
+    ExpectBitwiseEqual(without[r], straight[r]);
+  }
+}
+
+// Each refusal names the keys (and, at Engine::Create, the ranks per host).
+TEST(HpzRefusalTest, WhatCannotWorkIsRefusedByName) {
+  auto fails = [](const Config& c, int world, EngineOptions o, const std::string& what) {
+    testing::RunRanks(world, [&](Communicator& comm, int) {
+      auto e = Engine::Create(c, Borrow(comm), o);
+      ASSERT_FALSE(e.ok());
+      EXPECT_THAT(std::string(e.status().message()), HasSubstr("zero_optimization.zero_hpz_partition_size"));
+      EXPECT_THAT(std::string(e.status().message()), HasSubstr(what));
+    });
+  };
+  fails(Hpz(TrainConfig(2, 1)), 2, PerHost(), "zero_optimization.stage 2");
+  fails(Hpz(TrainConfig(3, 1), 4), 2, PerHost(), "does not divide the world size 2");
+  Config hybrid = Hpz(TrainConfig(3, 1));
+  hybrid.zero.mics_shard_size = 2;
+  fails(hybrid, 4, PerHost(), "mics_shard_size");
+  Config offload = Hpz(TrainConfig(3, 1));
+  offload.zero.offload_param.device = OffloadDevice::kCpu;
+  fails(offload, 2, PerHost(), "offload_param");
+  fails(Hpz(TrainConfig(3, 1)), 2, PerHost(1), "does not divide the 1 ranks per host");
+  fails(Hpz(TrainConfig(3, 1), 4), 4, PerHost(2), "does not divide the 2 ranks per host");
+  // Estimate refuses what Validate refuses.
+  EstimateOptions o;
+  o.world = 2;
+  EXPECT_FALSE(Estimate(Hpz(TrainConfig(2, 1)), Units(), o).ok());
+}
+
+}  // namespace
+}  // namespace zero
