@@ -169,17 +169,21 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
     if (u.sharded_params) {
       const int64_t forwards = (units[i].scopes_per_pass - 1) * ga, backwards = ga;
       const bool whole = internal::ChunkPerRank(u.padded, N, cfg.zero.allgather_bucket_size) == 0;
-      if (p.qwz_block > 0 && whole) {
-        add(K::kAllGather, DType::kF16, internal::QwzMessageBytes(S, p.qwz_block) / 2, forwards, N, grank, group_of);
-      } else {
-        add(K::kAllGather, p.compute, S, forwards, N, grank, group_of);
-      }
+      // qwZ quantizes every gather of a unit gathered whole, forward and backward (shard/gather.cc).
+      auto gather = [&](int64_t calls) {
+        if (p.qwz_block > 0 && whole) {
+          add(K::kAllGather, DType::kF16, internal::QwzMessageBytes(S, p.qwz_block) / 2, calls, N, grank, group_of);
+        } else {
+          add(K::kAllGather, p.compute, S, calls, N, grank, group_of);
+        }
+      };
+      gather(forwards);
       if (hpz > 1 && forwards > 0) {
         // hpZ: the backward gathers the unit's secondary shards (padded / H each) inside the host group; a unit
         // whose only scope is a backward one (scopes_per_pass 1) has no forward gather to copy from.
         add(K::kAllGather, p.compute, u.padded / hpz, backwards, hpz, me % hpz, hpz_of);
       } else {
-        add(K::kAllGather, p.compute, S, backwards, N, grank, group_of);
+        gather(backwards);
       }
     }
     if (u.frozen) continue;

@@ -64,14 +64,19 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     send = u.stage_in.data();
   }
   const int64_t block = c.policy.qwz_block;
-  if (block > 0 && !backward && chunk > 0 && !u.qwz_logged) {
+  if (block > 0 && chunk > 0 && !u.qwz_logged) {
     u.qwz_logged = true;
     ZERO_LOG(INFO) << "zero_quantized_weights: unit " << u.name() << " (" << u.layout.padded
                    << " elements, above allgather_bucket_size " << c.cfg.zero.allgather_bucket_size
                    << ") is gathered in chunks, exact, not quantized";
   }
-  if (block > 0 && !backward && chunk == 0) {
-    // qwZ: this rank's shard as int8 blocks with their scales, one message per rank, moved as 16-bit words.
+  if (block > 0 && !hpz && chunk == 0) {
+    // qwZ: this rank's shard as int8 blocks with their scales, one message per rank, moved as 16-bit words. Every
+    // gather, forward and backward, as DeepSpeed quantizes every gather of a quantized parameter: the shard does not
+    // change between the two, so both scopes see the same values, and the gradient is the one of the weights the
+    // forward used. (Backward gathers exact, the first version, trained the small GPT 6 % above the exact run's loss
+    // after 300 steps; quantized, 1.2 %: bench/results/zeropp.md.) With hpZ the backward gathers the secondary copy,
+    // which holds the forward's dequantized values: the same values again.
     const int64_t S = u.layout.shard, blocks = static_cast<int64_t>(QuantBlocks(S, block));
     const int64_t P = QwzMessageBytes(S, block);
     u.qwz_send = qwz_pool_.Take(P, /*zero=*/false);
@@ -88,7 +93,6 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     QuantizeInt8(send, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks), reinterpret_cast<float*>(msg));
     std::fill(msg + 4 * blocks + S, msg + P, uint8_t{0});  // the padding, so every message's bytes are defined
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(msg, u.qwz_recv.data(), P / 2, DType::kF16, c.stream()));
-    u.gather_quantized = true;
   } else if (hpz) {
     CommLabel hpz_label(c.hpz_comm.get(), absl::StrCat("hpZ backward gather of unit ", u.name()));
     const int64_t part = u.layout.padded / c.hpz_comm->world_size();
@@ -170,7 +174,6 @@ void GatherScheduler::Release(Unit& u) {
     ctx_->Quarantine(std::move(u.stage_in));
   }
   ReleaseQwz(u, unfinished);
-  u.gather_quantized = false;
   u.gather_hpz = false;
   stage_pool_.Give(std::move(u.stage_in));
   gather_pool_.Give(std::move(u.gather));
@@ -244,9 +247,6 @@ Status GatherScheduler::Acquire(UnitId id, int64_t step, bool backward) {
     }
   }
   this_step_order_.emplace_back(id, backward);
-  // A backward scope computes with the exact parameters: a quantized gather prefetched for a forward (the order
-  // changed) is dropped and the unit gathered again, the same on every rank.
-  if (backward && u.gather_quantized && u.status != UnitStatus::kNotAvailable) Release(u);
   if (u.status == UnitStatus::kNotAvailable) {
     // stage3_max_live_parameters holds on demand gathers too: units prefetched but not opened make room first
     // (only off the recorded order; on it, prefetch fills a prefix of what comes next, which this unit heads).

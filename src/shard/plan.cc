@@ -425,7 +425,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   const int64_t ag_chunk =
       std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
   dev.staging = in.ag_strided ? 0 : (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
-  // qwZ: each forward gather in flight holds its message and every rank's, (N + 1) messages of QwzMessageBytes, in
+  // qwZ: each gather in flight holds its message and every rank's, (N + 1) messages of QwzMessageBytes, in
   // a pool like the gathers' (one unit gathered in chunks is never quantized); within the same live window.
   if (p.qwz_block > 0) {
     std::vector<std::pair<int64_t, int64_t>> messages;

@@ -3,8 +3,8 @@
 // for stage 3, hybrid sharding and hybrid sharding with qwZ, at worlds 2 and 4; and zero::Estimate predicts the
 // same two numbers for every rank. The formula, per unit of shard S (f32 parameters, padded / N over the N ranks
 // of the shard group), per step (one forward and one backward scope):
-// - each all-gather (Gloo's ring) sends (N - 1) blocks to the next rank of the group: 2 (N - 1) S · 4 bytes, the
-//   forward one (N - 1) P with qwZ (P: the quantized message, QwzMessageBytes);
+// - each all-gather (Gloo's ring) sends (N - 1) blocks to the next rank of the group: 2 (N - 1) S · 4 bytes, or
+//   2 (N - 1) P with qwZ, which quantizes the forward and the backward gather (P: the message, QwzMessageBytes);
 // - the gradient reduce-scatter (Gloo's halving-doubling, f32) sends N S / 2 elements to rank XOR 1, then (N = 4)
 //   S to rank XOR 2, and S to the bit-reversed rank when that is another (ranks 1 and 2 of 4);
 // - hybrid: the replicas' all-reduce (Gloo's ring over R = 2 replicas) sends 2 (R - 1) / R of the shard, 4 S
@@ -69,9 +69,10 @@ std::array<int64_t, 2> Formula(int world, int N, int w, bool qwz) {
     int64_t n = 0;
     for (const ParamSpec& p : specs) n += p.numel();
     const int64_t q = 32 * N, S = (n + q - 1) / q * q / N;
-    to(member(g + 1), (N - 1) * (qwz ? internal::QwzMessageBytes(S, kBlock) : S * 4));  // forward gather
-    to(member(g + 1), (N - 1) * S * 4);                                                 // backward gather
-    to(member(g ^ 1), N * S / 2 * 4);                                                   // reduce-scatter, step 0
+    const int64_t gathered = (N - 1) * (qwz ? internal::QwzMessageBytes(S, kBlock) : S * 4);
+    to(member(g + 1), gathered);       // forward gather
+    to(member(g + 1), gathered);       // backward gather
+    to(member(g ^ 1), N * S / 2 * 4);  // reduce-scatter, step 0
     if (N == 4) {
       to(member(g ^ 2), S * 4);                                 // step 1
       if (g == 1 || g == 2) to(member(g == 1 ? 2 : 1), S * 4);  // distribution to the bit-reversed rank

@@ -65,9 +65,8 @@ struct Unit {
   Buffer stage_in;           // CUDA engine with offload_param: the host shard copied to the device for its gather
   int param_slot = -1;       // offload_param "nvme": the tier's slot the shard was read into for its gather
   UnitCollective gather_op;  // its all-gather (shard/internal/collective.h)
-  // qwZ (zero_quantized_weights): a forward gather moves this rank's shard as int8 blocks (qwz_send) into every
-  // rank's (qwz_recv), dequantized into `gather` when it is waited for; gather_quantized until it is released.
-  bool gather_quantized = false;
+  // qwZ (zero_quantized_weights): a gather moves this rank's shard as int8 blocks (qwz_send) into every rank's
+  // (qwz_recv), dequantized into `gather` when it is waited for.
   bool gather_backward = false;  // the gather in flight or available was issued for a backward scope
   bool gather_hpz = false;       // ... and runs inside the host group, from the secondary copy (hpZ)
   bool qwz_logged = false;       // the log said once why this unit's forward gathers are not quantized
