@@ -403,11 +403,12 @@ const KeySpec kSchema[] = {
             "mics_shard_size or offload_param. 0 and 1: off."},
     {.path = "zero_optimization.zero_quantized_weights", .type = T::kBool, .default_json = "false",
      .ref = FIELD(zero.zero_quantized_weights),
-     .doc = "ZeRO++ qwZ: stage 3's forward parameter gathers move int8 blocks with one fp32 scale each (about a "
-            "quarter of fp32's bytes, half of bf16's), dequantized into the gathered parameters; the shards, the "
-            "master and backward's gathers stay exact (with zero_hpz_partition_size, backward gathers the forward's "
-            "dequantized values inside the host). Stage 3, host (Gloo) engine; a unit gathered in chunks "
-            "(larger than allgather_bucket_size) is gathered exact, and the log says which."},
+     .doc = "ZeRO++ qwZ: stage 3's parameter gathers, forward and backward as in DeepSpeed, move int8 blocks with "
+            "one fp32 scale each (about a quarter of fp32's bytes, half of bf16's), dequantized into the gathered "
+            "parameters, so both scopes see the same quantized weights; the shards and the master stay exact (with "
+            "zero_hpz_partition_size, backward gathers the forward's dequantized values inside the host). Stage 3, "
+            "host (Gloo) engine; a unit gathered in chunks (larger than allgather_bucket_size) is gathered exact, "
+            "and the log says which."},
     {.path = "zero_optimization.zero_quantized_weights_block_size", .type = T::kInt, .default_json = "4096",
      .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_weights_block_size),
      .doc = "zero_quantized_weights: elements per quantization block (one fp32 scale each: 4 bytes per block on "
