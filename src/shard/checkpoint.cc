@@ -29,6 +29,7 @@
 #include "checkpoint/internal/format.h"
 #include "core/internal/fault.h"
 #include "io/internal/io_engine.h"
+#include "optim/internal/thread_pool.h"
 #include "shard/internal/engine_impl.h"
 #include "zero/logging.h"
 
@@ -444,9 +445,32 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   // together), as the synchronous Save stages them.
   std::unique_ptr<NvmeUnitStage> nvme;
   int staged_unit = -1;
+  // The copies out of host memory run on this rank's optimizer threads (ctx.threads) in tiles of 4 MiB: the trainer
+  // waits for this copy, so the cores are free, and one thread's memcpy moved 124 MiB in 19 ms where two finish
+  // sooner. Queued per unit and run before the unit's NVMe staging (if any) is let go.
+  struct Copy {
+    char* dst;
+    const char* src;
+    int64_t bytes;
+  };
+  std::vector<Copy> copies;
+  auto run_copies = [&] {
+    constexpr int64_t kTile = int64_t{4} << 20;
+    std::vector<Copy> tiles;
+    for (const Copy& c : copies) {
+      for (int64_t at = 0; at < c.bytes; at += kTile) {
+        tiles.push_back({c.dst + at, c.src + at, std::min(kTile, c.bytes - at)});
+      }
+    }
+    copies.clear();
+    optim_internal::ParallelFor(tiles.size(), ctx.threads, [&](size_t i) {
+      std::memcpy(tiles[i].dst, tiles[i].src, static_cast<size_t>(tiles[i].bytes));
+    });
+  };
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
     Unit& u = ctx.units[sec.unit];
     if (sec.unit != staged_unit) {
+      run_copies();
       nvme.reset();
       nvme = std::make_unique<NvmeUnitStage>(ctx, u, sec.unit);
       ZERO_RETURN_IF_ERROR(nvme->Begin(/*read=*/true));
@@ -458,14 +482,20 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     for (const Segment& g : Segments(u, s, /*for_write=*/false)) {
       const int64_t lo = std::max(sec.begin, g.begin), hi = std::min(sec.end, g.begin + g.n);
       if (lo >= hi) continue;
-      ReadBuffer(*g.buffer, lo - g.begin, es, a.image + sec.offset + (lo - sec.begin) * static_cast<int64_t>(es),
-                 hi - lo);
+      char* dst = a.image + sec.offset + (lo - sec.begin) * static_cast<int64_t>(es);
+      if (g.buffer->tier() == MemTier::kHost || !ctx.compute->device()) {
+        copies.push_back({dst, static_cast<const char*>(g.buffer->data()) + (lo - g.begin) * static_cast<int64_t>(es),
+                          (hi - lo) * static_cast<int64_t>(es)});
+      } else {
+        ReadBuffer(*g.buffer, lo - g.begin, es, dst, hi - lo);
+      }
       covered += hi - lo;
     }
     ZERO_CHECK(covered == sec.end - sec.begin)
         << "Save: unit " << u.name() << " stream " << s.name << " is not all held by rank " << ctx.rank;
     ZERO_RETURN_IF_ERROR(ctx.compute->status());
   }
+  run_copies();
   if (a.worker.joinable()) a.worker.join();  // the previous save's, finished (FinishSave saw it done)
   a.done = false;
   a.result = absl::OkStatus();
