@@ -269,22 +269,25 @@ TEST(AsyncSaveBehaviourTest, AFailureAStepFindsIsReturnedByTheNextSave) {
   ASSERT_OK(VerifyCheckpoint(dir));
 }
 
+// One unit of 2^16 + 3000 f32 elements at stage 1: at world 2, rank 1 owns fewer elements than rank 0, so its
+// rank file is the smaller.
+StatusOr<std::unique_ptr<Engine>> MakeOneUnitEngine(Communicator& comm) {
+  constexpr int64_t kN = (int64_t{1} << 16) + 3000;
+  ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
+  ZERO_RETURN_IF_ERROR(e->AddUnit("w", {{"v", {kN}}}).status());
+  ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
+    for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.001f * static_cast<float>(i % 977);
+  }));
+  return e;
+}
+
 // A real write error: RLIMIT_FSIZE (no root needed, unlike a full tmpfs) set to the smaller of the two ranks' file
 // sizes, so rank 0's larger file fails with EFBIG while rank 1's is written. WaitForSave fails on both ranks naming
 // rank 0, `latest` keeps the first checkpoint, and no temporary file is left.
 TEST(AsyncSaveBehaviourTest, AFileSizeLimitFailsTheSaveOnEveryRank) {
   const std::string dir = MakeTempDir();
-  constexpr int64_t kN = (int64_t{1} << 16) + 3000;  // rank 1 owns fewer elements than rank 0
-  auto make = [&](Communicator& comm) -> StatusOr<std::unique_ptr<Engine>> {
-    ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
-    ZERO_RETURN_IF_ERROR(e->AddUnit("w", {{"v", {kN}}}).status());
-    ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
-      for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.001f * static_cast<float>(i % 977);
-    }));
-    return e;
-  };
   testing::RunRanks(2, [&](Communicator& comm, int) {
-    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK_AND_ASSIGN(auto e, MakeOneUnitEngine(comm));
     ASSERT_OK(e->Save(dir, {.tag = "first", .async = true}).status());
     ASSERT_OK(e->WaitForSave());
   });
@@ -298,7 +301,7 @@ TEST(AsyncSaveBehaviourTest, AFileSizeLimitFailsTheSaveOnEveryRank) {
   lim.rlim_cur = static_cast<rlim_t>(size1);
   ASSERT_EQ(0, ::setrlimit(RLIMIT_FSIZE, &lim));
   testing::RunRanks(2, [&](Communicator& comm, int) {
-    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK_AND_ASSIGN(auto e, MakeOneUnitEngine(comm));
     ASSERT_OK(e->Save(dir, {.tag = "second", .async = true}).status());
     const Status s = e->WaitForSave();
     EXPECT_FALSE(s.ok());
@@ -350,19 +353,10 @@ TEST(AsyncSaveBehaviourTest, TheWriterRunsAtTheAskedPriority) {
 // needs CAP_SYS_ADMIN (CI runs as root); without it the test is skipped, and the RLIMIT_FSIZE test above still
 // checks a real write error.
 TEST(AsyncSaveBehaviourTest, AFullFileSystemFailsTheSaveOnEveryRank) {
-  constexpr int64_t kN = (int64_t{1} << 16) + 3000;
-  auto make = [&](Communicator& comm) -> StatusOr<std::unique_ptr<Engine>> {
-    ZERO_ASSIGN_OR_RETURN(auto e, Engine::Create(TrainConfig(1, 1), Borrow(comm)));
-    ZERO_RETURN_IF_ERROR(e->AddUnit("w", {{"v", {kN}}}).status());
-    ZERO_RETURN_IF_ERROR(e->Finalize([](const std::string&, const ParamSpec& p, float* v) {
-      for (int64_t i = 0; i < p.numel(); ++i) v[i] = 0.001f * static_cast<float>(i % 977);
-    }));
-    return e;
-  };
   // The sizes of one checkpoint's files, from a save to an ordinary folder.
   const std::string probe = MakeTempDir();
   testing::RunRanks(2, [&](Communicator& comm, int) {
-    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK_AND_ASSIGN(auto e, MakeOneUnitEngine(comm));
     ASSERT_OK(e->Save(probe, {.tag = "first"}).status());
   });
   int64_t pages = 0, smallest = INT64_MAX;
@@ -387,7 +381,7 @@ TEST(AsyncSaveBehaviourTest, AFullFileSystemFailsTheSaveOnEveryRank) {
   } unmount{dir};
 
   testing::RunRanks(2, [&](Communicator& comm, int) {
-    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK_AND_ASSIGN(auto e, MakeOneUnitEngine(comm));
     ASSERT_OK(e->Save(dir, {.tag = "first", .async = true}).status());
     ASSERT_OK(e->WaitForSave());
     ASSERT_OK(e->Save(dir, {.tag = "second", .async = true}).status());
@@ -411,7 +405,7 @@ TEST(AsyncSaveBehaviourTest, AFullFileSystemFailsTheSaveOnEveryRank) {
   }
   // And the checkpoint `latest` names loads on both ranks.
   testing::RunRanks(2, [&](Communicator& comm, int) {
-    ASSERT_OK_AND_ASSIGN(auto e, make(comm));
+    ASSERT_OK_AND_ASSIGN(auto e, MakeOneUnitEngine(comm));
     ASSERT_OK(e->Load(dir).status());
   });
 }

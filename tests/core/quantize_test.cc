@@ -90,6 +90,20 @@ TEST(QuantizeInt8, ZeroSubnormalAndNonFiniteBlocks) {
   EXPECT_EQ(back[19], 0.0f);
 }
 
+// The scalar reference's codes, scales and read-back values of `src` (n elements of t) in blocks of `block`.
+struct Reference {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<uint8_t> back;
+};
+Reference ScalarReference(const std::vector<uint8_t>& src, DType t, size_t n, size_t block) {
+  Reference r{std::vector<int8_t>(n), std::vector<float>(QuantBlocks(n, block)),
+              std::vector<uint8_t>(n * DTypeSize(t))};
+  QuantizeInt8Scalar(src.data(), t, n, block, r.q.data(), r.scales.data());
+  DequantizeInt8Scalar(r.q.data(), r.scales.data(), n, block, r.back.data(), t);
+  return r;
+}
+
 TEST(QuantizeInt8, EveryTargetMatchesTheScalarReferenceBitForBit) {
   const std::vector<internal::SimdTarget> targets = internal::AvailableSimdTargets();
   ASSERT_FALSE(targets.empty());
@@ -102,11 +116,7 @@ TEST(QuantizeInt8, EveryTargetMatchesTheScalarReferenceBitForBit) {
       const std::vector<uint8_t> src = As(x, t);
       for (size_t block : {size_t{1}, size_t{3}, size_t{16}, size_t{64}, size_t{4096}, size_t{5000}}) {
         const size_t nb = QuantBlocks(n, block);
-        std::vector<int8_t> q_ref(n);
-        std::vector<float> s_ref(nb);
-        std::vector<uint8_t> back_ref(n * DTypeSize(t));
-        QuantizeInt8Scalar(src.data(), t, n, block, q_ref.data(), s_ref.data());
-        DequantizeInt8Scalar(q_ref.data(), s_ref.data(), n, block, back_ref.data(), t);
+        const auto [q_ref, s_ref, back_ref] = ScalarReference(src, t, n, block);
         for (const auto& target : targets) {
           testing::SimdTargetGuard guard(target.bits);
           // One element more than needed, to catch a write past the end.
@@ -142,11 +152,7 @@ TEST(QuantizeInt8, LargeOutputsStreamTheSameBits) {
     const std::vector<uint8_t> src = As(x, t);
     for (size_t block : {size_t{4096}, size_t{37}}) {
       const size_t nb = QuantBlocks(n, block);
-      std::vector<int8_t> q_ref(n);
-      std::vector<float> s_ref(nb);
-      std::vector<uint8_t> back_ref(n * DTypeSize(t));
-      QuantizeInt8Scalar(src.data(), t, n, block, q_ref.data(), s_ref.data());
-      DequantizeInt8Scalar(q_ref.data(), s_ref.data(), n, block, back_ref.data(), t);
+      const auto [q_ref, s_ref, back_ref] = ScalarReference(src, t, n, block);
       for (const auto& target : targets) {
         testing::SimdTargetGuard guard(target.bits);
         for (size_t offset : {size_t{0}, size_t{1}, size_t{16}, size_t{33}}) {

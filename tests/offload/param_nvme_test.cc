@@ -28,6 +28,7 @@
 #include "offload/nvme_param_tier.h"
 #include "shard/internal/plan.h"
 #include "support/engine_helpers.h"
+#include "support/gpt_run.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
@@ -66,29 +67,14 @@ struct GptRun {
 
 GptRun Train(int world, const Config& cfg, int64_t steps = kSteps, const std::string& save = "",
              const std::string& resume = "", bool save_async = false) {
-  std::vector<gpt::TrainResult> results(world);
-  std::vector<Status> statuses(world);
-  gpt::TrainOptions opt;
-  opt.model = "tiny";
-  opt.steps = steps;
-  opt.seed = 42;
-  opt.seq = 16;
-  opt.local_world_size = world;
+  gpt::TrainOptions opt = testing::TinyGptOptions(world, steps);
   opt.save_dir = save;
   opt.resume_dir = resume;
   opt.save_async = save_async;
-  testing::RunRanks(world, [&](Communicator& comm, int rank) {
-    auto r = gpt::TrainRank(cfg, testing::Borrow(comm), opt, {}, /*collect_final_params=*/true);
-    if (!r.ok()) {
-      statuses[rank] = r.status();
-      return;
-    }
-    results[rank] = std::move(*r);
-  });
+  const testing::TinyGptRanks ranks = testing::RunTinyGpt(world, cfg, opt);
+  const std::vector<gpt::TrainResult>& results = ranks.results;
   GptRun run;
-  for (const Status& s : statuses) {
-    if (!s.ok() && run.status.ok()) run.status = s;
-  }
+  run.status = ranks.status;
   for (const auto& s : results[0].steps) run.losses.push_back(s.loss);
   run.params = results[0].final_params;
   run.memory = results[0].memory;
