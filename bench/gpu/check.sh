@@ -19,14 +19,19 @@
 #      when built;
 #   5. the GPT step time and tokens/s per stage: zero-gpt --device cuda --model small, bf16, stages 0-3 and
 #      2-3 with offload (12 steps each, median after warm-up);
+#   5b. the same GPT shape in plain PyTorch (bench/gpu/torch_gpt.py: bf16 autocast, fused AdamW; and fp32 without
+#      TF32, as zero-gpt computes), ms/step and tokens/s beside zero's stage 0, when python3 imports torch (<= 40 s);
 #   6. with the time left: zero-bench-comm over Gloo on this machine's quiet CPU (issue 3's ratio criterion).
 # Results go to $OUT (when set, e.g. by the device tool) or ./gpu-results: gpu-results.md (the table to copy
 # into bench/results/gpu-<date>.md), check.log (this whole transcript), nvidia-smi.txt, gtest.log, bench.log,
-# comm.log, gpt.log, gloo.log, build.log — at most 9 files, all in one folder. Designed to finish in < 8 minutes on an H200.
+# comm.log, gpt.log, torch.log, gloo.log, build.log — up to 10 files, all in one folder (the device tool returns
+# at most 8: pack the part logs into one archive after the run, as bench/results/gpu-2026-12-04.md's command does). Designed to finish in < 8 minutes on an H200.
 #
 # Knobs: ZERO_CHECK_FORCE=1 runs every part even when no GPU is found (to test this script's logic on a
 # machine without one); ZERO_CHECK_NO_CMAKE=1 skips the CMake build (standalone bench only);
-# ZERO_BENCH_ARGS passes arguments to zero-bench-gpu (default: 256 M params, 2 GiB copy, 10 timed runs).
+# ZERO_BENCH_ARGS passes arguments to zero-bench-gpu (default: 256 M params, 2 GiB copy, 10 timed runs);
+# ZERO_CHECK_SKIP names parts to leave out (any of: tests bench comm gpt torch gloo; e.g. "gloo" when the CPU
+# figures are not wanted, so the budget is not spent on them).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -34,6 +39,7 @@ cd "$ROOT" || exit 2
 RES=${OUT:-$ROOT/gpu-results}
 mkdir -p "$RES"
 T0=$(date +%s)
+ZERO_CHECK_SKIP=${ZERO_CHECK_SKIP:-}
 BUDGET_S=${ZERO_CHECK_BUDGET_S:-450}  # no part starts after this, so the whole run stays under 8 minutes
 
 # Per-part outcomes for the summary table.
@@ -317,9 +323,11 @@ part_bench() {
       rc=${PIPESTATUS[0]}
     fi
   fi
-  local ratios; ratios=$(grep '^RESULT adamw_ratio_to_copy' "$RES/bench.log" | awk '{print $3}' | tr '\n' ' ')
+  local ratios qratios
+  ratios=$(grep '^RESULT adamw_ratio_to_copy' "$RES/bench.log" | awk '{print $3}' | tr '\n' ' ')
+  qratios=$(grep '^RESULT quant_ratio_to_copy' "$RES/bench.log" | awk '{print $3}' | tr '\n' ' ')
   case "$rc" in
-    0) add_summary "zero-bench-gpu" "ran ($how)" "AdamW/copy ratios: ${ratios:-none} (target >= 0.85); table below" ;;
+    0) add_summary "zero-bench-gpu" "ran ($how)" "AdamW/copy ratios: ${ratios:-none} (target >= 0.85); int8 quantize f32, bf16 / dequantize bf16, f32 to copy: ${qratios:-none} (target >= 0.8); table below" ;;
     3) add_summary "zero-bench-gpu" "no device" "the bench found no CUDA device" ;;
     124|137) add_summary "zero-bench-gpu" "TIMED OUT" "after ${t}s; partial output in bench.log" ;;
     *) add_summary "zero-bench-gpu" "ERRORS (exit $rc)" "ratios: ${ratios:-none}; see bench.log" ;;
@@ -428,6 +436,59 @@ PY
   fi
 }
 
+# The same GPT in plain PyTorch on this GPU (bench/gpu/torch_gpt.py), beside zero-gpt's stage 0 of part 5. Runs
+# with LD_LIBRARY_PATH unset: the bundle's libraries (cudart, libstdc++) must not replace torch's own.
+TORCH_MD=$(mktemp /tmp/zero-torch-md.XXXXXX)
+part_torch() {
+  banner "5b. the same GPT in PyTorch"
+  : > "$RES/torch.log"
+  : > "$TORCH_MD"
+  local py t rc zero_ms
+  py=$(command -v python3 || true)
+  if [ -z "$py" ]; then
+    add_summary "PyTorch GPT (same shape)" "not run" "no python3"
+    return
+  fi
+  t=$(time_for 40)
+  if [ "$t" -lt 15 ]; then add_summary "PyTorch GPT (same shape)" "not run" "time budget used up"; return; fi
+  echo "env -u LD_LIBRARY_PATH $py bench/gpu/torch_gpt.py (timeout ${t}s)" | tee -a "$RES/torch.log"
+  env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 timeout "$t" "$py" "$ROOT/bench/gpu/torch_gpt.py" \
+    --max-seconds $(( t - 12 > 5 ? t - 12 : 5 )) 2>&1 | tee -a "$RES/torch.log"
+  rc=${PIPESTATUS[0]}
+  zero_ms=$(awk -F'|' '{gsub(/ /, "", $2); gsub(/ /, "", $3); gsub(/ /, "", $4)} $2 == "0" && $3 == "none" {print $4}' "$GPT_MD")
+  [[ "$zero_ms" =~ ^[0-9]+(\.[0-9]+)?$ ]] || zero_ms=""  # stage 0 failed or did not run: no ratio
+  python3 - "$RES/torch.log" "${zero_ms:-}" > "$TORCH_MD" <<'PY'
+import sys
+zero = sys.argv[2]
+rows = []
+for line in open(sys.argv[1]):
+    if line.startswith("TORCH_RESULT"):
+        rows.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+if not rows:
+    sys.exit(0)
+print("| run | attention | ms/step (median) | tokens/s | loss first -> last | peak MiB | zero stage 0 / this |")
+print("|---|---|---|---|---|---|---|")
+if zero:
+    print(f"| zero-gpt stage 0 (bf16 storage, fp32 math) | zero's kernels | {zero} | - | - | - | 1.00 |")
+for r in rows:
+    ratio = f"{float(zero) / float(r['ms_per_step']):.2f}" if zero else "-"
+    print(f"| torch {r['config']} | {r['attention']} | {r['ms_per_step']} | {r['tokens_per_s']} | "
+          f"{r['loss_first']} -> {r['loss_last']} | {r['peak_mib']} | {ratio} |")
+PY
+  local bf16_ms; bf16_ms=$(sed -n 's/^TORCH_RESULT config=bf16 ms_per_step=\([0-9.]*\).*/\1/p' "$RES/torch.log")
+  if grep -q '^TORCH_UNAVAILABLE' "$RES/torch.log"; then
+    add_summary "PyTorch GPT (same shape)" "not run" "python3 cannot import torch (torch.log)"
+  elif grep -q '^TORCH_NO_DEVICE' "$RES/torch.log"; then
+    add_summary "PyTorch GPT (same shape)" "no device" "torch sees no CUDA device (torch.log)"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    add_summary "PyTorch GPT (same shape)" "TIMED OUT" "after ${t}s (torch.log)"
+  elif [ -s "$TORCH_MD" ]; then
+    add_summary "PyTorch GPT (same shape)" "ran (exit $rc)" "torch bf16 ${bf16_ms:-?} ms/step; zero stage 0 ${zero_ms:-?} ms/step; table below"
+  else
+    add_summary "PyTorch GPT (same shape)" "FAILED (exit $rc)" "no result line (torch.log)"
+  fi
+}
+
 # Issue 3's criterion on a quiet host: the GPU machine's CPU (16 cores, nothing else running) measures the
 # Gloo communicator against raw Gloo, which the shared 2-core development host cannot resolve (its A/A control
 # spreads +-10%). Runs last, only with time left: three sweeps of AllGather/ReduceScatter >= 1 MiB, then the
@@ -487,6 +548,10 @@ write_results() {
     echo "## GPT step time per stage (zero-gpt --device cuda --model small, bf16)"
     echo
     if [ -s "$GPT_MD" ]; then cat "$GPT_MD"; else echo "not run"; fi
+    echo
+    echo "## The same GPT in PyTorch (bench/gpu/torch_gpt.py, B=8, T=128, AdamW fused, clip 1.0)"
+    echo
+    if [ -s "$TORCH_MD" ]; then cat "$TORCH_MD"; else echo "not run (torch.log)"; fi
   } > "$md"
 }
 
@@ -503,15 +568,19 @@ main() {
   fi
   [ "$GPU_PRESENT" != 1 ] && echo "ZERO_CHECK_FORCE=1: running every part without a GPU"
   part_binaries
-  part_tests
-  part_bench
-  part_comm
-  part_gpt
-  part_gloo
+  local part
+  for part in tests bench comm gpt torch gloo; do
+    if [[ " ${ZERO_CHECK_SKIP//,/ } " == *" $part "* ]]; then
+      banner "$part: left out (ZERO_CHECK_SKIP)"
+      add_summary "$part" "left out" "ZERO_CHECK_SKIP=$ZERO_CHECK_SKIP"
+      continue
+    fi
+    "part_$part"
+  done
   write_results
   banner "summary"
   cat "$RES/gpu-results.md"
-  rm -f "$BENCH_MD" "$GPT_MD"
+  rm -f "$BENCH_MD" "$GPT_MD" "$TORCH_MD"
   return 0
 }
 
