@@ -1,7 +1,8 @@
 // Blockwise int8 quantization and dequantization on the device (ZeRO++'s qwZ wire format), bit for bit the host
 // reference QuantizeInt8Scalar / DequantizeInt8Scalar (core/internal/quantize.h). The per-thread bodies and the
-// reasons the bits agree are in cuda/internal/quantize.cuh; this file adds the CUDA block's max reduction and the
-// launches. One launch each, on the caller's stream, no atomics, no workspace.
+// reasons the bits agree are in cuda/internal/quantize.cuh (16-byte vector bodies, quantize's input read once
+// through registers); this file adds the CUDA block's max reduction and the launches. One launch each, on the
+// caller's stream, no atomics, no workspace.
 #include <cuda_runtime.h>
 
 #include "cuda/internal/launch.h"
@@ -30,9 +31,10 @@ __device__ __forceinline__ uint32_t BlockMax(uint32_t m, uint32_t* warp_max) {
   return r;
 }
 
+// `phase`: QuantVecPhase(x, sizeof(T::Elem), q), the same for every block.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    QuantizeKernel(const void* x, size_t n, size_t block, int8_t* q, float* scales) {
+    QuantizeKernel(const void* x, size_t n, size_t block, size_t phase, int8_t* q, float* scales) {
   __shared__ uint32_t warp_max[kWarps];
   const size_t nblocks = QuantBlockCount(n, block);
   const size_t tid = threadIdx.x;
@@ -40,36 +42,41 @@ __global__ void __launch_bounds__(kThreads)
   for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
     const size_t begin = b * block;
     const size_t end = begin + block < n ? begin + block : n;
-    const uint32_t m = BlockMax(QuantMaxThread<T>(x, begin, end, tid, nthreads), warp_max);
+    const QuantSpan span = QuantSpanOf<T>(begin, end, phase);
+    QuantRegs<T> regs;  // this thread's first vectors, read once: the max pass loads them, the coding pass codes them
+    const uint32_t m = BlockMax(QuantMaxPass<T>(x, begin, end, span, regs, tid, nthreads), warp_max);
     // Every thread derives the scale itself (two divisions) rather than waiting for a broadcast.
     const QuantScale s = QuantScaleOfBits(QuantMaxAsF32Bits<T>(m));
     if (tid == 0) scales[b] = s.scale;
-    QuantizeThread<T>(x, begin, end, s.inv, q, tid, nthreads);
+    QuantCodePass<T>(x, begin, end, span, regs, s.inv, q, tid, nthreads);
     __syncthreads();  // every thread has read warp_max before the next block's BlockMax writes it
   }
 }
 
+// `phase`: QuantVecPhase(out, sizeof(D::Elem), q).
 template <class D>
 __global__ void __launch_bounds__(kThreads)
-    DequantizeKernel(const int8_t* q, const float* scales, size_t n, size_t block, void* out) {
+    DequantizeKernel(const int8_t* q, const float* scales, size_t n, size_t block, size_t phase, void* out) {
   const size_t nblocks = QuantBlockCount(n, block);
   for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
     const size_t begin = b * block;
     const size_t end = begin + block < n ? begin + block : n;
-    DequantizeThread<D>(q, scales[b], begin, end, out, threadIdx.x, blockDim.x);
+    DequantizeSpanThread<D>(q, scales[b], begin, end, QuantSpanOf<D>(begin, end, phase), out, threadIdx.x, blockDim.x);
   }
 }
 
 template <class T>
 cudaError_t LaunchQuantTyped(const void* x, size_t n, size_t block, int8_t* q, float* scales, cudaStream_t stream) {
-  QuantizeKernel<T><<<QuantGridBlocks(n, block), QuantThreads(block), 0, stream>>>(x, n, block, q, scales);
+  const size_t phase = QuantVecPhase(x, sizeof(typename T::Elem), q);
+  QuantizeKernel<T><<<QuantGridBlocks(n, block), QuantThreads(block), 0, stream>>>(x, n, block, phase, q, scales);
   return cudaGetLastError();
 }
 
 template <class D>
 cudaError_t LaunchDequantTyped(const int8_t* q, const float* scales, size_t n, size_t block, void* out,
                                cudaStream_t stream) {
-  DequantizeKernel<D><<<QuantGridBlocks(n, block), QuantThreads(block), 0, stream>>>(q, scales, n, block, out);
+  const size_t phase = QuantVecPhase(out, sizeof(typename D::Elem), q);
+  DequantizeKernel<D><<<QuantGridBlocks(n, block), QuantThreads(block), 0, stream>>>(q, scales, n, block, phase, out);
   return cudaGetLastError();
 }
 

@@ -53,13 +53,15 @@ struct Guarded {
   static constexpr size_t kGuard = 64;
   std::vector<unsigned char> bytes;
   size_t size;
-  Guarded(size_t size_bytes, unsigned char poison) : bytes(size_bytes + 2 * kGuard + 16, 0xC3), size(size_bytes) {
+  size_t offset;
+  Guarded(size_t size_bytes, unsigned char poison, size_t offset_bytes = 0)
+      : bytes(size_bytes + 2 * kGuard + 32, 0xC3), size(size_bytes), offset(offset_bytes) {
     std::fill(data(), data() + size, poison);
   }
-  // 16-byte aligned data, as cudaMalloc's.
+  // 16-byte aligned data, as cudaMalloc's, then `offset` (< 16) bytes further.
   unsigned char* data() {
     const auto a = reinterpret_cast<uintptr_t>(bytes.data()) + kGuard;
-    return bytes.data() + kGuard + ((16 - (a & 15)) & 15);
+    return bytes.data() + kGuard + ((16 - (a & 15)) & 15) + offset;
   }
   bool GuardsIntact() {
     const unsigned char* d = data();
@@ -75,24 +77,34 @@ struct Guarded {
 
 size_t Order(size_t i, size_t count, bool reverse) { return reverse ? count - 1 - i : i; }
 
-// QuantizeKernel<T>, emulated.
+// QuantizeKernel<T>, emulated: the launch's phase from the buffers' addresses, then per block every thread's
+// max pass (each keeping its registers), the max of the partials, every thread's coding pass.
 template <class T>
 void EmulateQuantize(const SimGrid& grid, const void* x, size_t n, size_t block, int8_t* q, float* scales) {
   const size_t nblocks = in::QuantBlockCount(n, block);
   const size_t gb = grid.blocks ? grid.blocks : in::QuantGridBlocks(n, block);
   const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block);
+  const size_t phase = in::QuantVecPhase(x, sizeof(typename T::Elem), q);
+  std::vector<in::QuantRegs<T>> regs(nt);
   for (size_t bi = 0; bi < gb; ++bi) {
     const size_t bid = Order(bi, gb, grid.reverse);
     for (size_t b = bid; b < nblocks; b += gb) {
       const size_t begin = b * block;
       const size_t end = std::min(n, begin + block);
+      const in::QuantSpan span = in::QuantSpanOf<T>(begin, end, phase);
+      // Registers poisoned: a coding pass that used a register its max pass did not load would show.
+      std::memset(static_cast<void*>(regs.data()), 0xA5, regs.size() * sizeof(regs[0]));
       uint32_t m = 0;
-      for (size_t ti = 0; ti < nt; ++ti)
-        m = std::max(m, in::QuantMaxThread<T>(x, begin, end, Order(ti, nt, grid.reverse), nt));
+      for (size_t ti = 0; ti < nt; ++ti) {
+        const size_t t = Order(ti, nt, grid.reverse);
+        m = std::max(m, in::QuantMaxPass<T>(x, begin, end, span, regs[t], t, nt));
+      }
       const in::QuantScale s = in::QuantScaleOfBits(in::QuantMaxAsF32Bits<T>(m));
       scales[b] = s.scale;
-      for (size_t ti = 0; ti < nt; ++ti)
-        in::QuantizeThread<T>(x, begin, end, s.inv, q, Order(ti, nt, grid.reverse), nt);
+      for (size_t ti = 0; ti < nt; ++ti) {
+        const size_t t = Order(ti, nt, grid.reverse);
+        in::QuantCodePass<T>(x, begin, end, span, regs[t], s.inv, q, t, nt);
+      }
     }
   }
 }
@@ -103,13 +115,15 @@ void EmulateDequantize(const SimGrid& grid, const int8_t* q, const float* scales
   const size_t nblocks = in::QuantBlockCount(n, block);
   const size_t gb = grid.blocks ? grid.blocks : in::QuantGridBlocks(n, block);
   const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block);
+  const size_t phase = in::QuantVecPhase(out, sizeof(typename D::Elem), q);
   for (size_t bi = 0; bi < gb; ++bi) {
     const size_t bid = Order(bi, gb, grid.reverse);
     for (size_t b = bid; b < nblocks; b += gb) {
       const size_t begin = b * block;
       const size_t end = std::min(n, begin + block);
+      const in::QuantSpan span = in::QuantSpanOf<D>(begin, end, phase);
       for (size_t ti = 0; ti < nt; ++ti) {
-        in::DequantizeThread<D>(q, scales[b], begin, end, out, Order(ti, nt, grid.reverse), nt);
+        in::DequantizeSpanThread<D>(q, scales[b], begin, end, span, out, Order(ti, nt, grid.reverse), nt);
       }
     }
   }
@@ -178,7 +192,9 @@ std::vector<unsigned char> AsType(const std::vector<float>& x, DType t) {
   return out;
 }
 
-constexpr size_t kBlockSizes[] = {1, 3, 64, 4096, 5000};
+// 32 and 64: a few whole vectors per block; 4096: the bench's, every vector in registers on the launch shape;
+// 3, 4097 and 5000 (5000 ≡ 8 mod 16): blocks that start off a vector boundary, so the body has a scalar head.
+constexpr size_t kBlockSizes[] = {1, 3, 32, 64, 4096, 4097, 5000};
 
 // The lengths tried for a block size: less than a block, exact multiples, and multiples plus a partial block.
 std::vector<size_t> Lengths(size_t block) {
@@ -242,6 +258,88 @@ TEST(QuantizeEmulationTest, DequantizeMatchesScalarReferenceOnEveryGrid) {
       }
     }
   }
+}
+
+// Buffers offset against cudaMalloc's alignment (the API takes any element-aligned pointer): a common vector
+// phase other than 0 (wide and codes offset by the same elements), and none (offset against each other: every
+// element scalar). Each against the scalar reference, on the launch shape and a small grid.
+TEST(QuantizeEmulationTest, OffsetBuffersMatchScalarReference) {
+  std::mt19937 rng(39);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const size_t es = DTypeSize(t);
+    for (size_t block : {size_t{64}, size_t{4097}}) {
+      const size_t n = 3 * block + 5, nb = internal::QuantBlocks(n, block);
+      const std::vector<float> xf = MakeInput(n, block, 0, rng);
+      const std::vector<unsigned char> x = AsType(xf, t);
+      std::vector<int8_t> ref_q(n);
+      std::vector<float> ref_s(nb);
+      internal::QuantizeInt8Scalar(x.data(), t, n, block, ref_q.data(), ref_s.data());
+      std::vector<unsigned char> ref_out(n * es);
+      internal::DequantizeInt8Scalar(ref_q.data(), ref_s.data(), n, block, ref_out.data(), t);
+      // (wide buffer's offset in elements, codes' offset in bytes)
+      for (const auto& [xo, qo] : {std::pair<size_t, size_t>{0, 0},
+                                   {1, 1},
+                                   {3, 3},
+                                   {2, 2},
+                                   {0, 1},
+                                   {1, 0},
+                                   {0, 4},
+                                   {2, 0},
+                                   {4, 4},
+                                   {5, 5},
+                                   {7, 3}}) {
+        if (xo * es >= 16) continue;
+        const size_t x_off = xo * es;
+        const std::string where = std::string(DTypeName(t)) + " block=" + std::to_string(block) + " wide+" +
+                                  std::to_string(x_off) + "B codes+" + std::to_string(qo) + "B";
+        Guarded gx(n * es, 0);
+        std::memcpy(gx.data() + x_off, x.data(), x.size());  // gx is only storage here: offset by hand
+        const void* xp = gx.data() + x_off;
+        for (const SimGrid& g : {kGrids[0], kGrids[4]}) {
+          Guarded q(n, 0xA5, qo), s(nb * sizeof(float), 0x5A);
+          EmulateQuantizeAny(g, t, xp, n, block, reinterpret_cast<int8_t*>(q.data()),
+                             reinterpret_cast<float*>(s.data()));
+          ASSERT_EQ(std::memcmp(q.data(), ref_q.data(), n), 0) << "codes differ: " << where << " grid " << GridName(g);
+          ASSERT_EQ(std::memcmp(s.data(), ref_s.data(), nb * 4), 0) << where;
+          ASSERT_TRUE(q.GuardsIntact()) << where;
+          Guarded qin(n, 0, qo), out(n * es, 0x5A, x_off);
+          std::memcpy(qin.data(), ref_q.data(), n);
+          EmulateDequantizeAny(g, t, reinterpret_cast<const int8_t*>(qin.data()), ref_s.data(), n, block, out.data());
+          ASSERT_EQ(std::memcmp(out.data(), ref_out.data(), ref_out.size()), 0)
+              << "dequantized values differ: " << where << " grid " << GridName(g);
+          ASSERT_TRUE(out.GuardsIntact()) << where;
+        }
+      }
+    }
+  }
+}
+
+// The phase and the split of a block: a common 16-byte boundary of both buffers when one exists, the scalar
+// head and tail below one vector each, everything scalar without a phase or without a whole vector.
+TEST(QuantizeEmulationTest, VectorSpans) {
+  alignas(16) static unsigned char buf[64];
+  EXPECT_EQ(in::QuantVecPhase(buf, 4, buf + 32), 0u);
+  EXPECT_EQ(in::QuantVecPhase(buf + 4, 4, buf + 33), 3u);  // element 3 at buf + 16, code 3 at buf + 36
+  EXPECT_EQ(in::QuantVecPhase(buf + 4, 4, buf + 32), 4u);  // none: f32 vectors are 4 elements
+  EXPECT_EQ(in::QuantVecPhase(buf + 2, 4, buf + 32), 4u);  // not element-aligned
+  EXPECT_EQ(in::QuantVecPhase(buf + 6, 2, buf + 11), 5u);  // element 5 at buf + 16, code 5 at buf + 16
+  EXPECT_EQ(in::QuantVecPhase(buf + 6, 2, buf + 13), 8u);  // code 5 at buf + 18: none (bf16 vectors are 8)
+  EXPECT_EQ(in::QuantVecPhase(buf + 2, 2, buf + 41), 7u);  // element 7 at buf + 16, code 7 at buf + 48
+  const in::QuantSpan a = in::QuantSpanOf<in::F32>(4097, 8194, 0);
+  EXPECT_EQ(a.body, 4100u);
+  EXPECT_EQ(a.nvec, 1023u);
+  EXPECT_EQ(a.tail, 8192u);
+  const in::QuantSpan b = in::QuantSpanOf<in::BF16>(0, 4096, 0);
+  EXPECT_EQ(b.body, 0u);
+  EXPECT_EQ(b.nvec, 512u);
+  EXPECT_EQ(b.tail, 4096u);
+  const in::QuantSpan c = in::QuantSpanOf<in::BF16>(9, 20, 0);  // 16..20 is no whole vector
+  EXPECT_EQ(c.nvec, 0u);
+  EXPECT_EQ(c.body, 20u);
+  const in::QuantSpan d = in::QuantSpanOf<in::F32>(0, 100, 4);  // no phase
+  EXPECT_EQ(d.nvec, 0u);
+  EXPECT_EQ(d.body, 100u);
+  EXPECT_EQ(d.tail, 100u);
 }
 
 // The cases the reference defines, checked against their meaning too (not only against the reference): a tie

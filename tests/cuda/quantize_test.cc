@@ -2,8 +2,9 @@
 // host's scalar reference (core/internal/quantize.h): codes and scales byte for byte, dequantized values bit for
 // bit (NaN compared as NaN: the device's NaN payload is its own), for f32, bf16 and f16, on blocks of random
 // values, ties, an outlier, constants, zeros, subnormals, NaN and infinities; outputs poisoned and the bytes just
-// past them checked untouched. This is what the CPU emulation (quantize_emulation_test.cc) cannot prove: the
-// device's own __fdiv_rn / __fmul_rn / __float2int_rn, the warp-shuffle reduction and the launches.
+// past them checked untouched; also with the buffers offset from cudaMalloc's alignment (the kernels' vector
+// bodies at another phase, or none: the scalar fallback). This is what the CPU emulation (quantize_emulation_test.cc)
+// cannot prove: the device's own __fdiv_rn / __fmul_rn / __float2int_rn, the warp-shuffle reduction and the launches.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -57,10 +58,63 @@ std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
   return x;
 }
 
-bool GuardIntact(const DeviceBuffer& d, size_t data_bytes) {
-  std::vector<unsigned char> g(kGuardBytes);
-  if (d.Download(g.data(), kGuardBytes, data_bytes) != cudaSuccess) return false;
+// The bytes before `offset` and the kGuardBytes after offset + data_bytes still hold Poison()'s 0xA5.
+bool GuardIntact(const DeviceBuffer& d, size_t offset, size_t data_bytes) {
+  std::vector<unsigned char> g(offset + kGuardBytes);
+  if (offset > 0 && d.Download(g.data(), offset, 0) != cudaSuccess) return false;
+  if (d.Download(g.data() + offset, kGuardBytes, offset + data_bytes) != cudaSuccess) return false;
   return std::all_of(g.begin(), g.end(), [](unsigned char c) { return c == 0xA5; });
+}
+
+// One quantize + dequantize round trip against the scalar reference. The input and the dequantized output start
+// `x_off` elements and the codes `q_off` bytes past cudaMalloc's alignment: equal offsets (in elements) keep a
+// common 16-byte vector boundary at another phase; different ones leave none, and the kernels go all scalar.
+void CheckCase(DType t, size_t block, size_t n, size_t x_off, size_t q_off, std::mt19937& rng) {
+  const std::string where = std::string(DTypeName(t)) + " block=" + std::to_string(block) + " n=" + std::to_string(n) +
+                            " x+" + std::to_string(x_off) + " q+" + std::to_string(q_off);
+  const size_t nb = internal::QuantBlocks(n, block), es = DTypeSize(t);
+  const size_t xo = x_off * es;
+  const std::vector<float> xf = Input(n, block, rng);
+  std::vector<unsigned char> x(n * es);
+  ConvertBuffer(xf.data(), DType::kF32, x.data(), t, n);
+  std::vector<int8_t> ref_q(n);
+  std::vector<float> ref_s(nb);
+  internal::QuantizeInt8Scalar(x.data(), t, n, block, ref_q.data(), ref_s.data());
+  std::vector<unsigned char> ref_out(n * es);
+  internal::DequantizeInt8Scalar(ref_q.data(), ref_s.data(), n, block, ref_out.data(), t);
+
+  DeviceBuffer d_x(xo + n * es), d_q(q_off + n + kGuardBytes), d_s(nb * 4 + kGuardBytes),
+      d_out(xo + n * es + kGuardBytes);
+  ZERO_ASSERT_CUDA(d_x.Upload(x.data(), x.size(), xo));
+  ZERO_ASSERT_CUDA(d_q.Poison());
+  ZERO_ASSERT_CUDA(d_s.Poison());
+  ZERO_ASSERT_CUDA(d_out.Poison());
+  auto* q = reinterpret_cast<int8_t*>(d_q.get() + q_off);
+  auto* s = reinterpret_cast<float*>(d_s.get());
+  ASSERT_OK(cuda::QuantizeInt8(d_x.get() + xo, t, n, block, q, s, nullptr));
+  // Dequantize the device's own codes: the whole round trip on the device.
+  ASSERT_OK(cuda::DequantizeInt8(q, s, n, block, d_out.get() + xo, t, nullptr));
+  ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
+
+  std::vector<int8_t> got_q(n);
+  std::vector<float> got_s(nb);
+  std::vector<unsigned char> got_out(n * es);
+  ZERO_ASSERT_CUDA(d_q.Download(got_q.data(), n, q_off));
+  ZERO_ASSERT_CUDA(d_s.Download(got_s.data(), nb * 4));
+  ZERO_ASSERT_CUDA(d_out.Download(got_out.data(), n * es, xo));
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got_q[i], ref_q[i]) << where << " code " << i;
+  for (size_t b = 0; b < nb; ++b) ASSERT_TRUE(SameFloat(got_s[b], ref_s[b])) << where << " scale " << b;
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(SameElement(got_out.data(), ref_out.data(), t, i)) << where << " " << i;
+  EXPECT_TRUE(GuardIntact(d_q, q_off, n)) << where;
+  EXPECT_TRUE(GuardIntact(d_s, 0, nb * 4)) << where;
+  EXPECT_TRUE(GuardIntact(d_out, xo, n * es)) << where;
+
+  // Deterministic: a second run gives the same bytes.
+  ASSERT_OK(cuda::QuantizeInt8(d_x.get() + xo, t, n, block, q, s, nullptr));
+  ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<int8_t> again_q(n);
+  ZERO_ASSERT_CUDA(d_q.Download(again_q.data(), n, q_off));
+  ASSERT_EQ(std::memcmp(again_q.data(), got_q.data(), n), 0) << where;
 }
 
 TEST_F(CudaQuantizeTest, MatchesScalarReferenceBitForBit) {
@@ -68,59 +122,41 @@ TEST_F(CudaQuantizeTest, MatchesScalarReferenceBitForBit) {
   struct Case {
     size_t block, n;
   };
+  // Block sizes that are and are not multiples of the 4- and 8-element vectors (1, 3, 4097, 5000 ≡ 8 mod 16),
+  // lengths that are not, and 2^22 + 5 elements.
   const Case cases[] = {{1, 19},
                         {3, 100},
+                        {32, 32 * 50 + 7},
                         {64, 64 * 20 + 33},
                         {4096, 4095},
                         {4096, 9 * 4096 * 3 + 7},
+                        {4097, 4097 * 10 + 3},
                         {5000, 5000 * 19 + 4999},
                         {4096, (size_t{1} << 22) + 5}};
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (const Case& c : cases) {
-      const std::string where =
-          std::string(DTypeName(t)) + " block=" + std::to_string(c.block) + " n=" + std::to_string(c.n);
-      const size_t n = c.n, nb = internal::QuantBlocks(n, c.block), es = DTypeSize(t);
-      const std::vector<float> xf = Input(n, c.block, rng);
-      std::vector<unsigned char> x(n * es);
-      ConvertBuffer(xf.data(), DType::kF32, x.data(), t, n);
-      std::vector<int8_t> ref_q(n);
-      std::vector<float> ref_s(nb);
-      internal::QuantizeInt8Scalar(x.data(), t, n, c.block, ref_q.data(), ref_s.data());
-      std::vector<unsigned char> ref_out(n * es);
-      internal::DequantizeInt8Scalar(ref_q.data(), ref_s.data(), n, c.block, ref_out.data(), t);
+      CheckCase(t, c.block, c.n, 0, 0, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
 
-      DeviceBuffer d_x(n * es), d_q(n + kGuardBytes), d_s(nb * 4 + kGuardBytes), d_out(n * es + kGuardBytes);
-      ZERO_ASSERT_CUDA(d_x.Upload(x.data(), x.size()));
-      ZERO_ASSERT_CUDA(d_q.Poison());
-      ZERO_ASSERT_CUDA(d_s.Poison());
-      ZERO_ASSERT_CUDA(d_out.Poison());
-      auto* q = reinterpret_cast<int8_t*>(d_q.get());
-      auto* s = reinterpret_cast<float*>(d_s.get());
-      ASSERT_OK(cuda::QuantizeInt8(d_x.get(), t, n, c.block, q, s, nullptr));
-      // Dequantize the device's own codes: the whole round trip on the device.
-      ASSERT_OK(cuda::DequantizeInt8(q, s, n, c.block, d_out.get(), t, nullptr));
-      ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
-
-      std::vector<int8_t> got_q(n);
-      std::vector<float> got_s(nb);
-      std::vector<unsigned char> got_out(n * es);
-      ZERO_ASSERT_CUDA(d_q.Download(got_q.data(), n));
-      ZERO_ASSERT_CUDA(d_s.Download(got_s.data(), nb * 4));
-      ZERO_ASSERT_CUDA(d_out.Download(got_out.data(), n * es));
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(got_q[i], ref_q[i]) << where << " code " << i;
-      for (size_t b = 0; b < nb; ++b) ASSERT_TRUE(SameFloat(got_s[b], ref_s[b])) << where << " scale " << b;
-      for (size_t i = 0; i < n; ++i)
-        ASSERT_TRUE(SameElement(got_out.data(), ref_out.data(), t, i)) << where << " " << i;
-      EXPECT_TRUE(GuardIntact(d_q, n)) << where;
-      EXPECT_TRUE(GuardIntact(d_s, nb * 4)) << where;
-      EXPECT_TRUE(GuardIntact(d_out, n * es)) << where;
-
-      // Deterministic: a second run gives the same bytes.
-      ASSERT_OK(cuda::QuantizeInt8(d_x.get(), t, n, c.block, q, s, nullptr));
-      ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
-      std::vector<int8_t> again_q(n);
-      ZERO_ASSERT_CUDA(d_q.Download(again_q.data(), n));
-      ASSERT_EQ(std::memcmp(again_q.data(), got_q.data(), n), 0) << where;
+// Buffers off cudaMalloc's alignment (the API takes any element-aligned pointer): a common vector boundary at
+// another phase (same offsets), none (different offsets: every element scalar).
+TEST_F(CudaQuantizeTest, OffsetBuffersMatchScalarReferenceBitForBit) {
+  std::mt19937 rng(testing_cuda::FreshSeed());
+  struct Case {
+    size_t block, n, x_off, q_off;
+  };
+  const Case cases[] = {{64, 64 * 20 + 33, 1, 1},
+                        {4097, 4097 * 5 + 3, 3, 3},
+                        {5000, 5000 * 4 + 11, 2, 2},
+                        {4096, 4096 * 4 + 1, 1, 0},
+                        {4096, 4096 * 3, 0, 5}};
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const Case& c : cases) {
+      CheckCase(t, c.block, c.n, c.x_off, c.q_off, rng);
+      if (HasFatalFailure()) return;
     }
   }
 }
