@@ -85,6 +85,13 @@ struct ZeroOptimizationConfig {
   bool zero_quantized_weights = false;
   int64_t zero_quantized_weights_block_size = 4096;  // ours: elements per int8 block (one fp32 scale each)
   bool zero_quantized_gradients = false;
+  // ZeRO++ qgZ (ours beside DeepSpeed's key): the wire's bits per element (8 or 4), the elements per block (one f32
+  // scale each), and LoCo's error feedback (on by default; zeropp_loco_param's err_beta and reset_T).
+  int64_t zero_quantized_gradients_bits = 8;
+  int64_t zero_quantized_gradients_block_size = 1024;
+  bool zero_quantized_gradients_error_feedback = true;
+  double zeropp_loco_err_beta = 0.8;
+  int64_t zeropp_loco_reset_t = 1024;
   bool ignore_unused_parameters = true;
   bool elastic_checkpoint = false;
 

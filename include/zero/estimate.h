@@ -96,8 +96,9 @@ struct EstimateOptions {
   bool async_save = false;
 };
 
-enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce };
-const char* CollectiveKindName(CollectiveKind kind);  // "all_gather", "reduce_scatter", "all_reduce"
+enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce, kAllToAll };
+// "all_gather", "reduce_scatter", "all_reduce", "all_to_all" (qgZ's quantized gradient records)
+const char* CollectiveKindName(CollectiveKind kind);
 
 // One kind of collective the engine issues every step, summed over the units.
 struct CollectiveEstimate {

@@ -953,6 +953,15 @@ class ConfigParser {
       Error("zero_optimization.offload_optimizer.device: " + std::string(device_name(c.zero.offload_optimizer.device)) +
             " with zero_optimization.stage 0; " + FindRule("offload_optimizer_stage").text);
     }
+    if (known({"zero_optimization.stage", "zero_optimization.zero_quantized_gradients"}) &&
+        c.zero.zero_quantized_gradients && stage == 0) {
+      Error("zero_optimization.zero_quantized_gradients: true with zero_optimization.stage 0; " +
+            std::string(FindRule("qgz_stage").text));
+    }
+    if (c.zero.zero_quantized_gradients_bits != 8 && c.zero.zero_quantized_gradients_bits != 4) {
+      Error("zero_optimization.zero_quantized_gradients_bits: " + std::to_string(c.zero.zero_quantized_gradients_bits) +
+            "; " + FindRule("qgz_bits").text);
+    }
     if (known({"zero_optimization.stage", "zero_optimization.zero_quantized_weights"}) &&
         c.zero.zero_quantized_weights && stage != 3) {
       Error("zero_optimization.zero_quantized_weights: true with zero_optimization.stage " + std::to_string(stage) +
