@@ -79,12 +79,17 @@ Status Engine::Impl::Init() {
           "moves its records with"));
     }
     ctx.policy.qgz_local = ctx.qgz_host != nullptr ? ctx.qgz_host->world_size() : ctx.world;
+    const int per_host = RanksPerHost(ctx.opts);
     ZERO_LOG_ONCE(INFO) << "zero_quantized_gradients: int" << ctx.policy.qgz_bits << " blocks of "
                         << ctx.policy.qgz_block << ", "
                         << (ctx.qgz_host != nullptr
                                 ? absl::StrCat("two hops (inside each host of ", ctx.policy.qgz_local,
                                                " ranks, then across ", ctx.world / ctx.policy.qgz_local, " hosts)")
-                                : absl::StrCat("one hop over ", ctx.world, " ranks"))
+                                : absl::StrCat("one hop over ", ctx.world, " ranks",
+                                               ctx.hybrid() ? " (the shard group of mics_shard_size)"
+                                               : per_host > 1 && ctx.world % per_host != 0
+                                                   ? absl::StrCat(" (they are not whole hosts of ", per_host, " ranks)")
+                                                   : ""))
                         << ", LoCo error feedback "
                         << (ctx.policy.qgz_loco ? absl::StrCat("on (err_beta ", ctx.policy.loco_beta, ", reset_T ",
                                                                ctx.policy.loco_reset, ")")

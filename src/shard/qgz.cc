@@ -2,6 +2,7 @@
 #include "shard/internal/qgz.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -18,8 +19,8 @@ void QgzFormat::Encode(const float* x, void* err, DType err_dtype, float beta, u
   const int64_t blocks = (S + block - 1) / block;
   auto* scales = reinterpret_cast<float*>(rec);
   uint8_t* codes = rec + 4 * blocks;
-  float* e = scratch;          // the residual, in f32
-  float* y = scratch + S;      // what is quantized: x plus the residual
+  float* e = scratch;             // the residual, in f32
+  float* y = scratch + S;         // what is quantized: x plus the residual
   float* sent = scratch + 2 * S;  // what the record reads back
   if (err != nullptr) {
     ConvertBuffer(err, err_dtype, e, DType::kF32, static_cast<size_t>(S));
@@ -37,8 +38,13 @@ void QgzFormat::Encode(const float* x, void* err, DType err_dtype, float beta, u
   std::fill(rec + used, rec + record_bytes(), uint8_t{0});  // the padding: every byte sent is defined
   if (err == nullptr) return;
   // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction.
+  // A non-finite gradient (an fp16 overflow the loss scaler will skip) must not stay in the residual, where it would
+  // make every later reduction of the unit non-finite too: such a residual restarts at zero.
   Decode(rec, sent, /*acc=*/false, nullptr);
-  for (int64_t i = 0; i < S; ++i) e[i] = beta * e[i] + (1.0f - beta) * (y[i] - sent[i]);
+  for (int64_t i = 0; i < S; ++i) {
+    const float next = beta * e[i] + (1.0f - beta) * (y[i] - sent[i]);
+    e[i] = std::isfinite(next) ? next : 0.0f;
+  }
   ConvertBuffer(e, DType::kF32, err, err_dtype, static_cast<size_t>(S));
 }
 
@@ -115,8 +121,8 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
       const int64_t shard = static_cast<int64_t>(h) * L_ + j;
       ConvertBuffer(static_cast<const char*>(src) + shard * S * static_cast<int64_t>(ses), src_dtype, x, DType::kF32,
                     static_cast<size_t>(S));
-      void* err = p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds)
-                             : nullptr;
+      void* err =
+          p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds) : nullptr;
       fmt_.Encode(x, err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
     }
   }
@@ -149,8 +155,8 @@ Status QgzReduce::FinishHop1() {
   const size_t eds = DTypeSize(ed);
   auto* send = static_cast<uint8_t*>(send2_.data());
   for (int h = 0; h < M_; ++h) {
-    void* err = p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds)
-                           : nullptr;
+    void* err =
+        p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds) : nullptr;
     fmt_.Encode(partial + h * S, err, ed, p.loco_beta, send + h * R, scratch);
   }
   Communicator* inter = c.qgz_across.get();

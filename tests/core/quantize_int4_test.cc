@@ -27,8 +27,8 @@ TEST(QuantizeInt4, MatchesItsDefinitionAndReadsBackWithinHalfAStep) {
   std::vector<float> x(kN);
   for (float& v : x) v = dist(rng);
   for (size_t i = 128; i < 192; ++i) x[i] = 1e-39f;  // a subnormal block: scale 0
-  x[300] = std::numeric_limits<float>::infinity();     // its block: scale NaN
-  for (size_t i = 448; i < 512; ++i) x[i] = -2.5f;     // constants: exact
+  x[300] = std::numeric_limits<float>::infinity();   // its block: scale NaN
+  for (size_t i = 448; i < 512; ++i) x[i] = -2.5f;   // constants: exact
   std::vector<uint8_t> q(Int4Bytes(kN), 0xFF);
   std::vector<float> scales(QuantBlocks(kN, kBlock)), back(kN);
   QuantizeInt4(x.data(), kN, kBlock, q.data(), scales.data());

@@ -16,7 +16,8 @@
 // The average divides the f32 sum by N once. With LoCo error feedback (zeropp_loco_param) each quantization adds the
 // residual carried from the unit's previous reduction before it quantizes, and keeps
 // e ← β·e + (1 − β)·(what it sent − what it meant), as DeepSpeed's loco_swizzled_quant: residuals of the whole
-// gradient (first hop) and of the host partials (second), in the compute dtype, zeroed every reset_T reductions.
+// gradient (first hop) and of the host partials (second), in the compute dtype, zeroed every reset_T reductions;
+// an element whose residual would be non-finite (an fp16 overflow, a step the loss scaler skips) restarts at zero.
 //
 // Collective order: every rank issues the first hop when the unit's reduction is issued (GradReducer::Issue), on
 // the hop-1 communicator; the second hop on its own communicator, in the order the reductions were issued, once
