@@ -95,8 +95,8 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   // under offload (the host part and the rest).
   CollectiveEstimate across{"gradient all-reduce across replicas", CollectiveKind::kAllReduce, DType::kF32};
   // qgZ: records moved as 16-bit words (shard/internal/qgz.h); `elements` counts the words sent to each peer.
-  CollectiveEstimate qgz1{"qgZ gradient all-to-all", CollectiveKind::kAllToAll, DType::kF16};
-  CollectiveEstimate qgz2{"qgZ gradient all-to-all across hosts", CollectiveKind::kAllToAll, DType::kF16};
+  CollectiveEstimate qgz1{"qgZ all-to-all", CollectiveKind::kAllToAll, DType::kF16};
+  CollectiveEstimate qgz2{"qgZ across hosts", CollectiveKind::kAllToAll, DType::kF16};
   const int64_t R = replicas;
   auto add = [](CollectiveEstimate& c, int64_t calls, int64_t count, int64_t bytes_per_call) {
     c.calls += calls;
