@@ -263,6 +263,11 @@ class Config {
   // then nothing changes. The validated way to override a value in code; `zero-config --set` and
   // `zero-estimate --set` use it.
   [[nodiscard]] Status Set(const std::string& path, const std::string& json_value);
+  // Several keys, set in order (a later value of the same key wins), then the rules between keys checked once on
+  // the result, as for a file that has them all: {{"zero_optimization.zero_hpz_partition_size", "2"},
+  // {"zero_optimization.stage", "3"}} is accepted in either order from stage 0, where one Set at a time refuses
+  // hpZ before the stage is 3. On error nothing changes.
+  [[nodiscard]] Status Set(const std::vector<std::pair<std::string, std::string>>& values);
   // Dotted paths still "auto".
   const std::vector<std::string>& unresolved() const { return unresolved_; }
 
