@@ -9,6 +9,7 @@
 //   Cast/<from>_<to>/n      n * (size(from) + size(to))              (read + write)
 //   Memcpy/bytes            2 * bytes (read + write)                 the copy bound for the casts
 //   ReadSum/bytes           bytes read (uint64 sum, auto-vectorized) the read bound for GradStats
+//   Fill/bytes              bytes written (memset)                   the write bound
 //   Quantize/<type>/n       n * size(type) read, n int8 + n/4096 scales written (ZeRO++'s wire format, blocks of 4096)
 //   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
@@ -193,6 +194,19 @@ void BM_ReadSum(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 
+// The write-only bound: memset of the buffer Memcpy writes (glibc's best stores for the size, non-temporal where it
+// judges the buffer too large for the cache).
+void BM_Fill(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  uint8_t* dst = Buffer(21, bytes);
+  int value = 0;
+  for (auto _ : state) {
+    std::memset(dst, ++value & 0xFF, bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
 void Register() {
   const struct {
     const char* name;
@@ -225,6 +239,7 @@ void Register() {
     for (int64_t bytes : {4 * count, 2 * count, count}) {
       benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(bytes);
       benchmark::RegisterBenchmark("ReadSum", BM_ReadSum)->Arg(bytes);
+      benchmark::RegisterBenchmark("Fill", BM_Fill)->Arg(bytes);
     }
   }
 }

@@ -181,16 +181,20 @@ EOF
   exit 0
 fi
 
-# ---- --zeropp-bench: bytes across the link and step time, stage 3 / hybrid / hybrid + qwZ / stage 3 + hpZ ----
+# ---- --zeropp-bench: bytes across the link and step time, stage 3 / hybrid / hpZ, each with qwZ and qgZ ----
 if [[ $ZEROPP_BENCH -eq 1 ]]; then
   EST="$BUILD/bin/zero-estimate"
   [[ -x "$EST" ]] || { echo "two-hosts: build zero-estimate first ($BUILD/bin)"; exit 2; }
   report "zeropp bench: zero-gpt --model small, micro-batch 2, $STEPS steps, stage 3, 2 x 2 ranks (LOCAL_WORLD_SIZE 2)"
   report "| config | link bytes / step | estimate across hosts / step, 4 ranks | link / estimate | rank 0 across hosts: engine, estimate | step ms (median, steps 2-$STEPS) | final loss |"
   report "|---|---|---|---|---|---|---|"
-  for mode in stage3 qwz hybrid hybrid_qwz hpz hpz_qwz; do
+  for mode in ${ZEROPP_MODES:-stage3 qwz qgz hybrid hybrid_qwz hybrid_qgz hybrid_qwz_qgz hpz hpz_qwz hpz_qwz_qgz}; do
     extra=""
     case $mode in
+      qgz) extra=', "zero_quantized_gradients": true' ;;
+      hybrid_qgz) extra=', "mics_shard_size": 2, "zero_quantized_gradients": true' ;;
+      hybrid_qwz_qgz) extra=', "mics_shard_size": 2, "zero_quantized_weights": true, "zero_quantized_gradients": true' ;;
+      hpz_qwz_qgz) extra=', "zero_hpz_partition_size": 2, "zero_quantized_weights": true, "zero_quantized_gradients": true' ;;
       qwz) extra=', "zero_quantized_weights": true' ;;
       hpz_qwz) extra=', "zero_hpz_partition_size": 2, "zero_quantized_weights": true' ;;
       hybrid) extra=', "mics_shard_size": 2' ;;

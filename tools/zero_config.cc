@@ -3,7 +3,8 @@
 //   zero-config ds_config.json             # exit 0 + effective config (defaults filled, "auto" kept) on stdout
 //   zero-config ds_config.json --world 8   # also Validate for 8 ranks: derived batch keys, no "auto" left
 //   zero-config hf.json --set train_micro_batch_size_per_gpu=4 --set optimizer.params.lr=3e-4 --world 8
-//                                          # Config::Set each key first (a value is JSON; a bare word is a string)
+//                                          # Config::Set the keys first, checked together (a value is JSON; a bare
+//                                          # word is a string)
 //   zero-config --default                  # Config::Default() with every default filled in
 //   zero-config --reference > docs/guide/config.md   # the markdown reference generated from the schema table
 //
@@ -99,15 +100,15 @@ int main(int argc, char** argv) {
               << cfg.status().message() << "\n";
     return 1;
   }
-  for (const auto& [key, value] : sets) {
-    zero::Status s = cfg->Set(key, zero::SetValueJson(value));
-    if (!s.ok()) {
-      const bool unimplemented = s.code() == absl::StatusCode::kUnimplemented;
-      std::cerr << "zero-config: --set " << key << "=" << value << ": "
-                << (unimplemented ? "not implemented in zero" : "invalid") << ":\n"
-                << s.message() << "\n";
-      return 1;
-    }
+  // All the --set values in one Config::Set, the rules between keys checked once on the result: keys that name
+  // each other (zero_hpz_partition_size needs stage 3) are accepted in either order, as in a file.
+  std::vector<std::pair<std::string, std::string>> json_sets;
+  for (const auto& [key, value] : sets) json_sets.emplace_back(key, zero::SetValueJson(value));
+  if (zero::Status s = cfg->Set(json_sets); !s.ok()) {
+    const bool unimplemented = s.code() == absl::StatusCode::kUnimplemented;
+    std::cerr << "zero-config: --set: " << (unimplemented ? "not implemented in zero" : "invalid") << ":\n"
+              << s.message() << "\n";
+    return 1;
   }
   if (world != 0) {
     zero::Status s = cfg->Validate(world);

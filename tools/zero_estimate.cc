@@ -383,7 +383,9 @@ int main(int argc, char** argv) {
     }
     cfg = *c;
   }
-  // --set first, then the flags that override the config, all through Config::Set (validated like the JSON).
+  // --set first, then the flags that override the config, all through one Config::Set: validated like the JSON,
+  // once on the result, so a --set key that needs a flag's value (zero_hpz_partition_size needs --stage 3) is
+  // accepted whatever the order on the command line.
   std::vector<std::pair<std::string, std::string>> sets;
   for (const auto& [key, value] : f.sets) sets.emplace_back(key, zero::SetValueJson(value));
   if (f.stage >= 0) sets.emplace_back("zero_optimization.stage", std::to_string(f.stage));
@@ -393,12 +395,9 @@ int main(int argc, char** argv) {
     sets.emplace_back("train_micro_batch_size_per_gpu", std::to_string(f.micro_batch));
     sets.emplace_back("train_batch_size", "null");  // derived at the world size
   }
-  for (const auto& [key, value] : sets) {
-    zero::Status s = cfg.Set(key, value);
-    if (!s.ok()) {
-      std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
-      return 1;
-    }
+  if (zero::Status s = cfg.Set(sets); !s.ok()) {
+    std::fprintf(stderr, "zero-estimate: %s\n", zero::ErrorText(s).c_str());
+    return 1;
   }
   const zero::Backend backend = f.device == "cuda" ? zero::Backend::kNccl : zero::Backend::kGloo;
 

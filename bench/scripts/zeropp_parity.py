@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
-"""Loss parity of ZeRO++'s quantized weights (qwZ) on the small GPT (issue 37): the same job with and without
-zero_quantized_weights, as thread-ranks of one zero-gpt and as processes under zero-run, each --steps steps.
+"""Loss parity of ZeRO++ on the small GPT (issue 37): the same job with and without ZeRO++'s keys, as thread-ranks
+of one zero-gpt and as processes under zero-run, each --steps steps.
 
     bench/scripts/zeropp_parity.py [--build build] [--steps 300] [--world 4] [--modes threads,processes]
-                                   [--bf16] [--extra-config '{"zero_hpz_partition_size": 2}']
+                                   [--bf16] [--ranks-per-host L]
+                                   [--zeropp '{"zero_quantized_weights": true}']  (the default)
+                                   [--extra-config '{"zero_hpz_partition_size": 2}']
+
+--zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
+commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
+--ranks-per-host), where hpZ's groups and qgZ's two hops run.
 
 The config (printed) is stage 3 with stage3_param_persistence_threshold 0, so every block is gathered, AdamW at lr
 1e-3, micro-batch 2. For each mode: the loss at the last step of each run and their gap, and for every window of 10
-steps the mean loss of each run and the gap |qwZ - exact| / exact. The issue's bar: the final loss within 1 % and
+steps the mean loss of each run and the gap |ZeRO++ - exact| / exact. The issue's bar: the final loss within 1 % and
 the curve within a stated band every 10 steps (the largest window gap is printed as the band measured).
 """
 import argparse
@@ -22,12 +28,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def config(qwz, bf16, extra):
+def config(zeropp, bf16, extra):
     c = {"train_micro_batch_size_per_gpu": 2,
          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
-    if qwz:
-        c["zero_optimization"]["zero_quantized_weights"] = True
+    if zeropp is not None:
+        c["zero_optimization"].update(zeropp)
         c["zero_optimization"].update(extra)
     if bf16:
         c["bf16"] = {"enabled": True}
@@ -40,6 +46,8 @@ def run(args, mode, cfg):
         path = f.name
     gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(args.steps), "--config", path,
            "--json"]
+    if args.ranks_per_host > 0:
+        gpt += ["--ranks-per-host", str(args.ranks_per_host)]
     if mode == "threads":
         cmd = gpt + ["--world", str(args.world)]
     else:
@@ -66,16 +74,19 @@ def main():
     ap.add_argument("--modes", default="threads,processes")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--extra-config", default="{}")
+    ap.add_argument("--zeropp", default='{"zero_quantized_weights": true}')
+    ap.add_argument("--ranks-per-host", type=int, default=0)
     args = ap.parse_args()
     extra = json.loads(args.extra_config)
-    print(f"config (qwZ run): {json.dumps(config(True, args.bf16, extra))}")
+    zeropp = json.loads(args.zeropp)
+    print(f"config (ZeRO++ run): {json.dumps(config(zeropp, args.bf16, extra))}")
     for mode in args.modes.split(","):
-        cmd_q, q = run(args, mode, config(True, args.bf16, extra))
-        cmd_e, e = run(args, mode, config(False, args.bf16, extra))
+        cmd_q, q = run(args, mode, config(zeropp, args.bf16, extra))
+        cmd_e, e = run(args, mode, config(None, args.bf16, extra))
         print(f"\n### {mode}: {cmd_q}")
         if any(x != x for x in q):  # NaN
-            print("qwZ run has a NaN loss")
-        print("| steps | exact | qwZ | gap |")
+            print("ZeRO++ run has a NaN loss")
+        print("| steps | exact | ZeRO++ | gap |")
         print("|---|---|---|---|")
         worst = 0.0
         for w in range(0, len(e), 10):
@@ -85,7 +96,7 @@ def main():
             print(f"| {w + 1}-{min(w + 10, len(e))} | {me:.4f} | {mq:.4f} | {100 * gap:.2f} % |")
         final = abs(q[-1] - e[-1]) / e[-1]
         last10 = abs(statistics.mean(q[-10:]) - statistics.mean(e[-10:])) / statistics.mean(e[-10:])
-        print(f"\nfinal loss (step {len(e)}): exact {e[-1]:.4f}, qwZ {q[-1]:.4f}, gap {100 * final:.2f} %; "
+        print(f"\nfinal loss (step {len(e)}): exact {e[-1]:.4f}, ZeRO++ {q[-1]:.4f}, gap {100 * final:.2f} %; "
               f"last 10 steps' mean gap {100 * last10:.2f} %; largest window gap (the band) {100 * worst:.2f} %")
 
 

@@ -38,6 +38,7 @@ struct Flags {
   int64_t steps = 20;
   uint64_t seed = 1234;
   int world = 1;
+  int ranks_per_host = 0;  // 0: every thread-rank on one host; under a launcher, LOCAL_WORLD_SIZE
   int stage = -1;
   int seq = 0;
   bool json = false;
@@ -63,10 +64,13 @@ void Usage() {
                "                [--save-priority idle|normal]\n"
                "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
-               "                [--host-limit BYTES]\n"
+               "                [--host-limit BYTES] [--ranks-per-host L]\n"
                "  --device cuda  the model on the GPU and the engine's CUDA tier over NCCL: one rank on this\n"
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
                "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
+               "  --ranks-per-host L  the ranks laid out host by host, L per host (EngineOptions::local_world_size;\n"
+               "               default: --world's thread-ranks are one host, launched ranks LOCAL_WORLD_SIZE): what\n"
+               "               StepResult counts as crossing hosts, and where ZeRO++'s hpZ and qgZ hops run\n"
                "  --recompute  recompute every block's activations in backward (every k-th with the config's\n"
                "               activation_checkpointing.number_checkpoints; checkpoints on the host with its\n"
                "               cpu_checkpointing); without it nothing is recomputed\n"
@@ -176,6 +180,12 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
       f->seed = std::strtoull(v, nullptr, 10);
     } else if (a == "--world") {
       f->world = std::atoi(v);
+    } else if (a == "--ranks-per-host") {
+      f->ranks_per_host = std::atoi(v);
+      if (has_value && f->ranks_per_host < 1) {
+        std::fprintf(stderr, "zero-gpt: --ranks-per-host \"%s\": a positive integer\n", v);
+        return Parsed::kUsageError;
+      }
     } else if (a == "--stage") {
       f->stage = std::atoi(v);
     } else if (a == "--seq") {
@@ -365,7 +375,7 @@ int main(int argc, char** argv) {
     }
     world_size = (*comm)->world_size();
     const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-    opt.local_world_size = lws ? std::max(1, std::atoi(lws)) : 1;
+    opt.local_world_size = flags.ranks_per_host > 0 ? flags.ranks_per_host : lws ? std::max(1, std::atoi(lws)) : 1;
     if (const char* lr = std::getenv("LOCAL_RANK"); cuda && lr != nullptr) opt.device = std::atoi(lr);
     std::shared_ptr<zero::Communicator> shared = std::move(*comm);
     const int rank = shared->rank();
@@ -377,7 +387,7 @@ int main(int argc, char** argv) {
     }
   } else {
     world_size = world;
-    opt.local_world_size = world;
+    opt.local_world_size = flags.ranks_per_host > 0 ? flags.ranks_per_host : world;
     auto store = zero::Store::Hash();
     results.resize(world, absl::UnknownError("not run"));
     std::vector<std::thread> threads;

@@ -85,6 +85,13 @@ struct ZeroOptimizationConfig {
   bool zero_quantized_weights = false;
   int64_t zero_quantized_weights_block_size = 4096;  // ours: elements per int8 block (one fp32 scale each)
   bool zero_quantized_gradients = false;
+  // ZeRO++ qgZ (ours beside DeepSpeed's key): the wire's bits per element (8 or 4), the elements per block (one f32
+  // scale each), and LoCo's error feedback (on by default; zeropp_loco_param's err_beta and reset_T).
+  int64_t zero_quantized_gradients_bits = 8;
+  int64_t zero_quantized_gradients_block_size = 1024;
+  bool zero_quantized_gradients_error_feedback = true;
+  double zeropp_loco_err_beta = 0.8;
+  int64_t zeropp_loco_reset_t = 1024;
   bool ignore_unused_parameters = true;
   bool elastic_checkpoint = false;
 
@@ -256,6 +263,11 @@ class Config {
   // then nothing changes. The validated way to override a value in code; `zero-config --set` and
   // `zero-estimate --set` use it.
   [[nodiscard]] Status Set(const std::string& path, const std::string& json_value);
+  // Several keys, set in order (a later value of the same key wins), then the rules between keys checked once on
+  // the result, as for a file that has them all: {{"zero_optimization.zero_hpz_partition_size", "2"},
+  // {"zero_optimization.stage", "3"}} is accepted in either order from stage 0, where one Set at a time refuses
+  // hpZ before the stage is 3. On error nothing changes.
+  [[nodiscard]] Status Set(const std::vector<std::pair<std::string, std::string>>& values);
   // Dotted paths still "auto".
   const std::vector<std::string>& unresolved() const { return unresolved_; }
 

@@ -96,13 +96,15 @@ struct EstimateOptions {
   bool async_save = false;
 };
 
-enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce };
-const char* CollectiveKindName(CollectiveKind kind);  // "all_gather", "reduce_scatter", "all_reduce"
+enum class CollectiveKind : uint8_t { kAllGather, kReduceScatter, kAllReduce, kAllToAll };
+// "all_gather", "reduce_scatter", "all_reduce", "all_to_all" (qgZ's quantized gradient records)
+const char* CollectiveKindName(CollectiveKind kind);
 
 // One kind of collective the engine issues every step, summed over the units.
 struct CollectiveEstimate {
   std::string what;  // "stage-3 gathers", "hpZ backward gathers", "gradient reduce-scatter", "gradient all-reduce",
-                     // "parameter refresh", "gradient all-reduce across replicas"
+                     // "parameter refresh", "gradient all-reduce across replicas", "qgZ all-to-all" (the
+                     // first hop, or the only one), "qgZ across hosts" (the second: 16-bit words of the records)
   CollectiveKind kind = CollectiveKind::kAllGather;
   DType dtype = DType::kF32;
   int64_t calls = 0;     // per step: one per unit and occasion (a unit moved in chunks still counts once)

@@ -35,6 +35,14 @@ Work advanced::ExtendedCommunicator::ReduceScatterStrided(const void*, void*, si
                                                " (SupportsReduceScatterStrided is false)"))));
 }
 
+Work advanced::ExtendedCommunicator::AllToAll(const void*, void*, size_t count, DType dtype, CUstream_st*) {
+  internal::OpDesc d{.kind = internal::OpKind::kAllToAll, .dtype = dtype, .count = count};
+  return Work(std::make_shared<internal::CompletedWorkState>(
+      d,
+      absl::UnimplementedError(absl::StrCat(internal::DescribeOp(d), " on rank ", rank(), " of ", world_size(),
+                                            ": this communicator has no all-to-all (SupportsAllToAll() is false)"))));
+}
+
 advanced::ExtendedCommunicator* advanced::Extended(Communicator& comm) {
   return dynamic_cast<ExtendedCommunicator*>(&comm);
 }

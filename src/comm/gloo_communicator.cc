@@ -4,7 +4,7 @@
 // Work::Wait, on the caller's thread (internal/ordered_executor.h).
 //
 // Two Gloo contexts per communicator, on one TCP device:
-//   fn_ctx_  the UnboundBuffer function API: allgather (and its ring with moved offsets, AllGatherStrided),
+//   fn_ctx_  the UnboundBuffer function API: allgather (and its ring with moved offsets, AllGatherStrided), alltoall,
 //            allreduce (RING), broadcast, barrier, and the fingerprint exchange of check mode;
 //   rs_ctx_  the legacy Algorithm class ReduceScatterHalvingDoubling, the only reduce-scatter in this Gloo.
 // They are kept apart because mixing the two API families on one context stalled 64 MiB all-gathers for
@@ -44,6 +44,7 @@
 #include "core/internal/fault.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
 #include "gloo/math.h"
@@ -848,6 +849,34 @@ class GlooCommunicator final : public advanced::ExtendedCommunicator {
       // As gloo::allgather primes its output with a separate input.
       if (count > 0 && send != mine) std::memmove(mine, send, count * es);  // (memmove of null: undefined)
       if (world_ > 1) RingAllGatherStrided(out, count * es, stride * es, OpTag(op));
+      return absl::OkStatus();
+    });
+  }
+
+  bool SupportsAllToAll() const override { return true; }
+
+  Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kAllToAll, .dtype = dtype, .count = count};
+    Status check = ValidateBuffers(count, {send, recv}, world_);
+    const size_t bytes = count * DTypeSize(dtype) * static_cast<size_t>(world_);
+    const auto* in = static_cast<const uint8_t*>(send);
+    auto* out = static_cast<uint8_t*>(recv);
+    if (check.ok() && count > 0 && in < out + bytes && out < in + bytes) {
+      check = absl::InvalidArgumentError("the send and receive buffers overlap");
+    }
+    return Enqueue(d, check, [this, in, out, bytes](const OpDesc& op) -> Status {
+      if (bytes == 0) return absl::OkStatus();
+      if (world_ == 1) {
+        std::memcpy(out, in, bytes);
+        return absl::OkStatus();
+      }
+      // Moved as bytes: gloo::alltoall splits its buffers into world equal parts and needs no element type.
+      gloo::AlltoallOptions o(fn_ctx_);
+      o.setInput(const_cast<uint8_t*>(in), bytes);
+      o.setOutput(out, bytes);
+      o.setTag(OpTag(op));
+      o.setTimeout(internal::ToGlooTimeout(options_.timeout));
+      gloo::alltoall(o);
       return absl::OkStatus();
     });
   }

@@ -268,23 +268,26 @@ class ConfigParser {
     return absl::OkStatus();
   }
 
-  // Config::Set: one key, any value, with the rules a JSON file gets (its own, the cross-key ones, and what
-  // the parse checks after the walk); on error nothing changes.
-  static Status Set(Config* config, const std::string& path, const Json& value) {
-    const std::string canon = Canonical(path);
-    const KeySpec* k = FindKey(canon);
-    if (k == nullptr) {
-      ConfigParser p(config);
-      return absl::NotFoundError(path + ": " + p.UnknownKeyText(ParentOf(canon), LeafOf(canon), ParentOf(path)));
-    }
-    if (k->type == KeyType::kSection) {
-      return absl::InvalidArgumentError(path + ": a section; set its keys one by one (" + path + ".<key>)");
-    }
+  // Config::Set: keys in order, each with its own rule, then the rules a JSON file gets after its walk (the
+  // cross-key ones, what follows from the keys) once, on all of them: a key whose rule names another (hpZ needs
+  // stage 3) may come before it, as in a file. On error nothing changes.
+  static Status Set(Config* config, const std::vector<std::pair<std::string, Json>>& values) {
     Config copy = *config;
     ConfigParser p(&copy);
-    if (k->support == Support::kIgnored) {
-      p.Warn(path + ": " + k->doc + "; zero ignores it");
-    } else {
+    for (const auto& [path, value] : values) {
+      const std::string canon = Canonical(path);
+      const KeySpec* k = FindKey(canon);
+      if (k == nullptr) {
+        ConfigParser q(config);
+        return absl::NotFoundError(path + ": " + q.UnknownKeyText(ParentOf(canon), LeafOf(canon), ParentOf(path)));
+      }
+      if (k->type == KeyType::kSection) {
+        return absl::InvalidArgumentError(path + ": a section; set its keys one by one (" + path + ".<key>)");
+      }
+      if (k->support == Support::kIgnored) {
+        p.Warn(path + ": " + k->doc + "; zero ignores it");
+        continue;
+      }
       if (canon.rfind("optimizer.", 0) == 0 && !copy.optimizer) {
         copy.optimizer.emplace();
         p.ApplyDefaults("optimizer.");
@@ -299,8 +302,8 @@ class ConfigParser {
       }
       copy.given_[canon] = path;
       p.ApplyLeaf(*k, value, path);
-      if (p.errors_.empty()) p.AfterWalk();
     }
+    if (p.errors_.empty()) p.AfterWalk();
     if (!p.errors_.empty()) return p.ErrorStatus();
     for (const std::string& w : p.warnings_) {
       if (std::find(copy.warnings_.begin(), copy.warnings_.end(), w) != copy.warnings_.end()) continue;
@@ -953,6 +956,15 @@ class ConfigParser {
       Error("zero_optimization.offload_optimizer.device: " + std::string(device_name(c.zero.offload_optimizer.device)) +
             " with zero_optimization.stage 0; " + FindRule("offload_optimizer_stage").text);
     }
+    if (known({"zero_optimization.stage", "zero_optimization.zero_quantized_gradients"}) &&
+        c.zero.zero_quantized_gradients && stage == 0) {
+      Error("zero_optimization.zero_quantized_gradients: true with zero_optimization.stage 0; " +
+            std::string(FindRule("qgz_stage").text));
+    }
+    if (c.zero.zero_quantized_gradients_bits != 8 && c.zero.zero_quantized_gradients_bits != 4) {
+      Error("zero_optimization.zero_quantized_gradients_bits: " + std::to_string(c.zero.zero_quantized_gradients_bits) +
+            "; " + FindRule("qgz_bits").text);
+    }
     if (known({"zero_optimization.stage", "zero_optimization.zero_quantized_weights"}) &&
         c.zero.zero_quantized_weights && stage != 3) {
       Error("zero_optimization.zero_quantized_weights: true with zero_optimization.stage " + std::to_string(stage) +
@@ -1255,10 +1267,17 @@ Status Config::Resolve(const std::string& path, const std::vector<double>& value
   return internal::ConfigParser::Resolve(this, path, internal::Json(values));
 }
 
-Status Config::Set(const std::string& path, const std::string& json_value) {
-  StatusOr<internal::Json> v = ParseValueJson(path, json_value);  // its message as it is, no breadcrumb
-  if (!v.ok()) return v.status();
-  return internal::ConfigParser::Set(this, path, *v);
+Status Config::Set(const std::string& path, const std::string& json_value) { return Set({{path, json_value}}); }
+
+Status Config::Set(const std::vector<std::pair<std::string, std::string>>& values) {
+  std::vector<std::pair<std::string, internal::Json>> parsed;
+  parsed.reserve(values.size());
+  for (const auto& [path, json_value] : values) {
+    StatusOr<internal::Json> v = ParseValueJson(path, json_value);  // its message as it is, no breadcrumb
+    if (!v.ok()) return v.status();
+    parsed.emplace_back(path, *std::move(v));
+  }
+  return internal::ConfigParser::Set(this, parsed);
 }
 
 std::string SetValueJson(const std::string& value) {

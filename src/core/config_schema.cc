@@ -416,10 +416,35 @@ const KeySpec kSchema[] = {
     {.path = "zero_optimization.zero_quantized_nontrainable_weights", .type = T::kBool, .default_json = "false",
      .support = S::kOffOnly, .doc = "Store frozen weights quantized."},
     {.path = "zero_optimization.zero_quantized_gradients", .type = T::kBool, .default_json = "false",
-     .support = S::kOffOnly, .ref = FIELD(zero.zero_quantized_gradients),
-     .doc = "ZeRO++ qgZ: quantized gradient reduction."},
-    {.path = "zero_optimization.zeropp_loco_param", .type = T::kAny, .default_json = "null", .support = S::kOffOnly,
-     .doc = "ZeRO++ LoCo error feedback {err_beta, reset_T}."},
+     .ref = FIELD(zero.zero_quantized_gradients),
+     .doc = "ZeRO++ qgZ: stages 1-3 reduce-scatter each unit's gradient as int8 (or int4) blocks with one fp32 scale "
+            "each, by all-to-all: inside the host first (EngineOptions::local_world_size, LOCAL_WORLD_SIZE), each "
+            "rank summing the dequantized parts of the shards it forwards, then across hosts, requantized; one hop "
+            "when the ranks are one host, or the hosts are uneven, or under mics_shard_size (over the shard group). "
+            "Sums are f32. With LoCo error feedback (on by default) each rank carries what quantization lost into "
+            "its next reduction. Host (Gloo) engine; a unit reduced in chunks (larger than reduce_bucket_size, or "
+            "a trainer-owned buffer's chunks) is reduced exact, and the log says which."},
+    {.path = "zero_optimization.zero_quantized_gradients_bits", .type = T::kInt, .default_json = "8", .min = 4,
+     .max = 8, .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_bits),
+     .doc = "zero_quantized_gradients: 8 (int8) or 4 (int4, two per byte, as DeepSpeed's qgZ): bits per element "
+            "on the wire."},
+    {.path = "zero_optimization.zero_quantized_gradients_block_size", .type = T::kInt, .default_json = "1024",
+     .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_block_size),
+     .doc = "zero_quantized_gradients: elements per quantization block (one fp32 scale each)."},
+    {.path = "zero_optimization.zero_quantized_gradients_error_feedback", .type = T::kBool, .default_json = "true",
+     .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_error_feedback),
+     .doc = "zero_quantized_gradients: LoCo error feedback (zeropp_loco_param), on unless false. DeepSpeed runs "
+            "LoCo only when zeropp_loco_param is given; zero runs it by default, as its loss-parity runs do. Costs "
+            "per rank one compute-dtype copy of each reduced unit's gradient, and with two hops 1/ranks-per-host "
+            "of it again."},
+    {.path = "zero_optimization.zeropp_loco_param", .type = T::kSection, .default_json = "null",
+     .doc = "ZeRO++ LoCo error feedback for zero_quantized_gradients (DeepSpeed's {err_beta, reset_T})."},
+    {.path = "zero_optimization.zeropp_loco_param.err_beta", .type = T::kNumber, .default_json = "0.8", .min = 0,
+     .max = 1, .ref = FIELD(zero.zeropp_loco_err_beta),
+     .doc = "LoCo: the residual kept is err_beta · residual + (1 - err_beta) · (what this quantization lost)."},
+    {.path = "zero_optimization.zeropp_loco_param.reset_T", .type = T::kInt, .default_json = "1024", .min = 0,
+     .ref = FIELD(zero.zeropp_loco_reset_t),
+     .doc = "LoCo: the residuals are zeroed every reset_T reductions of a unit (0: never)."},
     {.path = "zero_optimization.mics_shard_size", .type = T::kInt, .default_json = "-1",
      .ref = FIELD(zero.mics_shard_size),
      .doc = "MiCS / FSDP HYBRID_SHARD: shard parameters, gradients and optimizer state within groups of this many "
@@ -634,6 +659,12 @@ const CrossRule kCrossRules[] = {
     {"hpz_offload_param", "zero_optimization.zero_hpz_partition_size, zero_optimization.offload_param.device",
      "zero_hpz_partition_size > 1 with offload_param is not built (the secondary copy's tier is not planned)", false,
      false},
+    {"qgz_stage", "zero_optimization.zero_quantized_gradients, zero_optimization.stage",
+     "zero_quantized_gradients quantizes the gradient reduce-scatter: it needs stage 1, 2 or 3 (stage 0 all-reduces "
+     "full gradients)",
+     false, false},
+    {"qgz_bits", "zero_optimization.zero_quantized_gradients_bits", "zero_quantized_gradients_bits must be 8 or 4",
+     false, false},
     {"qwz_stage", "zero_optimization.zero_quantized_weights, zero_optimization.stage",
      "zero_quantized_weights quantizes stage 3's parameter gathers: it needs stage 3 (stages 0-2 gather nothing)",
      false, false},

@@ -42,8 +42,10 @@ int RanksPerHost(const EngineOptions& o) {
 }  // namespace
 
 Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
-                   std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz)
-    : ctx(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(opts), std::move(hpz)),
+                   std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz,
+                   std::shared_ptr<Communicator> qgz_host, std::shared_ptr<Communicator> qgz_across)
+    : ctx(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(opts), std::move(hpz),
+          std::move(qgz_host), std::move(qgz_across)),
       host(ctx.comm.get(), ctx.compute),
       world_host(ctx.world_comm.get(), ctx.compute),
       gathers(&ctx),
@@ -62,6 +64,36 @@ Status Engine::Impl::Init() {
     return absl::UnimplementedError(
         "zero_optimization.zero_hpz_partition_size > 1 with an NCCL communicator: hpZ runs on the host (Gloo) "
         "engine; the CUDA engine's secondary copy is not built");
+  }
+  if (ctx.policy.qgz_bits > 0) {
+    if (ctx.compute->device()) {
+      return absl::UnimplementedError(
+          "zero_optimization.zero_quantized_gradients with an NCCL communicator: the quantized reduction runs on the "
+          "host (Gloo) engine; the CUDA engine's is not built");
+    }
+    const advanced::ExtendedCommunicator* x = advanced::Extended(*ctx.qgz_intra());
+    if (x == nullptr || !x->SupportsAllToAll()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "zero_optimization.zero_quantized_gradients: the communicator of rank ", ctx.world_rank,
+          " has no all-to-all (advanced::ExtendedCommunicator::SupportsAllToAll), which the quantized reduction "
+          "moves its records with"));
+    }
+    ctx.policy.qgz_local = ctx.qgz_host != nullptr ? ctx.qgz_host->world_size() : ctx.world;
+    const int per_host = RanksPerHost(ctx.opts);
+    ZERO_LOG_ONCE(INFO) << "zero_quantized_gradients: int" << ctx.policy.qgz_bits << " blocks of "
+                        << ctx.policy.qgz_block << ", "
+                        << (ctx.qgz_host != nullptr
+                                ? absl::StrCat("two hops (inside each host of ", ctx.policy.qgz_local,
+                                               " ranks, then across ", ctx.world / ctx.policy.qgz_local, " hosts)")
+                                : absl::StrCat("one hop over ", ctx.world, " ranks",
+                                               ctx.hybrid() ? " (the shard group of mics_shard_size)"
+                                               : per_host > 1 && ctx.world % per_host != 0
+                                                   ? absl::StrCat(" (they are not whole hosts of ", per_host, " ranks)")
+                                                   : ""))
+                        << ", LoCo error feedback "
+                        << (ctx.policy.qgz_loco ? absl::StrCat("on (err_beta ", ctx.policy.loco_beta, ", reset_T ",
+                                                               ctx.policy.loco_reset, ")")
+                                                : std::string("off"));
   }
   if (ctx.compute->device() && ctx.policy.qwz_block > 0) {
     return absl::UnimplementedError(
@@ -187,6 +219,14 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
           case R::kState: u.state[b.state_index] = std::move(buf); break;
           case R::kHostState: u.host_state.push_back(std::move(buf)); break;
           case R::kHpzSecondary: u.hpz_secondary = std::move(buf); break;
+          case R::kQgzResidual:  // the residuals start at zero
+            u.qgz_residual = std::move(buf);
+            ctx.compute->Zero(u.qgz_residual.data(), u.qgz_residual.size());
+            break;
+          case R::kQgzHostResidual:
+            u.qgz_host_residual = std::move(buf);
+            ctx.compute->Zero(u.qgz_host_residual.data(), u.qgz_host_residual.size());
+            break;
         }
       }
       u.status = u.sharded_params() ? UnitStatus::kNotAvailable : UnitStatus::kAvailable;
@@ -618,8 +658,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
     }
     ZERO_ASSIGN_OR_RETURN(hpz, comm->Split(static_cast<int>(rank / H), rank));
   }
+  // qgZ in two hops (shard/internal/qgz.h): the host's ranks, and the ranks of the same local index across hosts,
+  // where the world is whole hosts of more than one rank; else one hop over the shard communicator.
+  std::shared_ptr<Communicator> qgz_host, qgz_across;
+  if (cfg.zero.zero_quantized_gradients && cfg.zero.stage >= 1 && shard == nullptr) {
+    const int L = internal::QgzLocalRanks(world, RanksPerHost(options), /*hybrid=*/false);
+    if (L < world) {
+      ZERO_ASSIGN_OR_RETURN(qgz_host, comm->Split(rank / L, rank));
+      ZERO_ASSIGN_OR_RETURN(qgz_across, comm->Split(rank % L, rank));
+    }
+  }
   auto impl = std::make_unique<Impl>(cfg, std::move(comm), std::move(shard), std::move(replica), std::move(options),
-                                     std::move(hpz));
+                                     std::move(hpz), std::move(qgz_host), std::move(qgz_across));
   ZERO_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

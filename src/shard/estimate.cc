@@ -26,6 +26,7 @@ const char* CollectiveKindName(CollectiveKind kind) {
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
     case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -93,6 +94,9 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
   // Hybrid sharding: each gradient shard averaged across its replicas once per step (ShardedStep), in two parts
   // under offload (the host part and the rest).
   CollectiveEstimate across{"gradient all-reduce across replicas", CollectiveKind::kAllReduce, DType::kF32};
+  // qgZ: records moved as 16-bit words (shard/internal/qgz.h); `elements` counts the words sent to each peer.
+  CollectiveEstimate qgz1{"qgZ all-to-all", CollectiveKind::kAllToAll, DType::kF16};
+  CollectiveEstimate qgz2{"qgZ across hosts", CollectiveKind::kAllToAll, DType::kF16};
   const int64_t R = replicas;
   auto add = [](CollectiveEstimate& c, int64_t calls, int64_t count, int64_t bytes_per_call) {
     c.calls += calls;
@@ -116,10 +120,15 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
       }
     }
     if (u.frozen) continue;
+    const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
+    } else if (p.qgz_bits > 0 && internal::ReduceChunkPerRank(p, u.padded, u.trainer_owned) == 0) {
+      const int64_t L = p.qgz_local, M = N / L, R = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);
+      add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
+      if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
     } else {
-      add(rs, p.ReduceEveryMicroStep() ? ga : 1, S, (N - 1) * S * ws);
+      add(rs, reductions, S, (N - 1) * S * ws);
     }
     if (p.stage >= 1 && !u.sharded_params) add(refresh, 1, S, (N - 1) * S * cds);
     if (R > 1) {
@@ -131,7 +140,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     }
   }
   std::vector<CollectiveEstimate> out;
-  for (CollectiveEstimate* c : {&gathers, &hpz_gathers, &rs, &ar, &refresh, &across}) {
+  for (CollectiveEstimate* c : {&gathers, &hpz_gathers, &rs, &qgz1, &qgz2, &ar, &refresh, &across}) {
     if (c->calls > 0) out.push_back(std::move(*c));
   }
   return out;
@@ -187,10 +196,19 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
       }
     }
     if (u.frozen) continue;
+    const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(K::kAllReduce, p.wire, u.padded, 1, N, grank, group_of);
+    } else if (p.qgz_bits > 0 && internal::ReduceChunkPerRank(p, u.padded, u.trainer_owned) == 0) {
+      // qgZ: inside the host group of L (the shard group in one hop), then across the M ranks of this local index.
+      const int L = p.qgz_local, M = N / L;
+      const int64_t Rb = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);
+      add(K::kAllToAll, DType::kF16, M * Rb / 2, reductions, L, grank % L,
+          [&](int i) { return group_of(grank / L * L + i); });
+      add(K::kAllToAll, DType::kF16, Rb / 2, reductions, M, grank / L,
+          [&](int i) { return group_of(i * L + grank % L); });
     } else {
-      add(K::kReduceScatter, p.wire, S, p.ReduceEveryMicroStep() ? ga : 1, N, grank, group_of);
+      add(K::kReduceScatter, p.wire, S, reductions, N, grank, group_of);
     }
     if (p.stage >= 1 && !u.sharded_params) add(K::kAllGather, p.compute, S, 1, N, grank, group_of);
     if (R > 1) {
@@ -292,6 +310,9 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   const int replicas = world / group;
   ZERO_ASSIGN_OR_RETURN(internal::PlanPolicy policy,
                         internal::PlanPolicy::FromConfig(cfg, group, options.rank % group));
+  if (policy.qgz_bits > 0) {  // as Engine::Create splits qgZ's hops
+    policy.qgz_local = internal::QgzLocalRanks(group, std::max(1, options.ranks_per_host), replicas > 1);
+  }
   if (options.optimizer_states >= 0) {
     policy.optimizer_states = options.optimizer_states;
   } else if (cfg.optimizer.has_value()) {

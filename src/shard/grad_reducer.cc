@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/internal/fault.h"
+#include "zero/logging.h"
 
 namespace zero::internal {
 
@@ -75,6 +76,35 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
   p.dep = dep;
   p.elems = n;
   const int64_t chunk = allreduce ? 0 : ReduceChunkPerRank(c.policy, n, u.trainer_params != nullptr);
+  if (!allreduce && c.policy.qgz_bits > 0 && chunk > 0 && !u.qgz_logged) {
+    u.qgz_logged = true;
+    ZERO_LOG(INFO) << "zero_quantized_gradients: unit " << u.name() << " (" << n
+                   << " elements) is reduced in chunks (reduce_bucket_size " << c.cfg.zero.reduce_bucket_size
+                   << (u.trainer_params != nullptr ? ", a trainer-owned buffer" : "") << "), exact, not quantized";
+  }
+  if (!allreduce && c.policy.qgz_bits > 0 && chunk == 0) {
+    // qgZ: the f32 average into a pooled output, landed by RetireOldest as a reduce-scatter's is. The source is
+    // read (quantized) now: a buffer to zero after the op can be zeroed at once.
+    const int64_t S = u.layout.shard;
+    ReclaimHeld(S * 4);
+    p.recv = bucket_pool_.Take(S * 4, false);
+    ZERO_RETURN_IF_ERROR(c.AllocStatus(p.recv, S * 4, "qgZ reduction output", u));
+    p.qgz = std::make_unique<QgzReduce>();
+    ZERO_RETURN_IF_ERROR(p.qgz->Start(ctx_, &qgz_pool_, u, src, src_dtype, p.recv.as<float>()));
+    if (p.zero_after == src) {
+      c.compute->Zero(p.zero_after, p.zero_bytes);
+      p.zero_after = nullptr;
+    }
+    p.result = p.recv.data();
+    p.result_dtype = DType::kF32;
+    p.result_elems = S;
+    pending_elems_ += p.elems;
+    pending_.push_back(std::move(p));
+    if (!c.cfg.zero.overlap_comm) {
+      while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
+    }
+    return absl::OkStatus();
+  }
   void* send = src;
   if (src_dtype != wire && chunk == 0) {  // (chunks are converted as they are packed)
     p.staging = wire_pool_.Take(n * DTypeSize(wire), false);
@@ -181,12 +211,14 @@ Status GradReducer::RetireOldest() {
   Unit& u = c.units[p.unit];
   const auto t0 = Clock::now();
   Status s = p.op.Join();  // the host waits; a device stream-waits
+  if (s.ok() && p.qgz != nullptr) s = p.qgz->Join();
   c.times.reduce_wait_ms += MsSince(t0);
   if (!s.ok() && p.op.Unfinished()) {
     // The wait failed (timeout, dead peer) with the op still running: its buffers must outlive it.
     for (Buffer* b : {&p.bucket, &p.recv, &p.staging}) c.Quarantine(std::move(*b));
   }
   p.op.ReleaseStaging();
+  if (p.qgz != nullptr) p.qgz->Release();  // (its own buffers: quarantined if an op of it did not complete)
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat("reducing gradients of unit ", u.name(), ": ", s.message()));
   }
@@ -216,10 +248,17 @@ Status GradReducer::RetireOldest() {
 }
 
 Status GradReducer::RetireCompleted() {
+  // qgZ's second hops, in the order the reductions were issued (each communicator sees the same sequence on every
+  // rank): each one whose first hop has completed, up to the first that has not.
+  for (PendingReduce& p : pending_) {
+    if (p.qgz == nullptr) continue;
+    (void)p.qgz->Advance();  // a failure is RetireOldest's to report
+    if (!p.qgz->Hop1Finished()) break;
+  }
   while (!pending_.empty()) {
     PendingReduce& front = pending_.front();
     (void)front.op.Poll();  // a chunked reduction advances; a failure is RetireOldest's to report
-    if (!front.op.Done()) break;
+    if (!front.op.Done() || (front.qgz != nullptr && !front.qgz->Done())) break;
     ZERO_RETURN_IF_ERROR(RetireOldest());
   }
   return absl::OkStatus();
@@ -292,7 +331,10 @@ void GradReducer::ZeroGrads() {
 
 bool GradReducer::WaitAllForShutdown() {
   bool unfinished = false;
-  for (auto& p : pending_) unfinished |= !p.op.WaitInFlight();
+  for (auto& p : pending_) {
+    unfinished |= !p.op.WaitInFlight();
+    if (p.qgz != nullptr) unfinished |= !p.qgz->WaitInFlight();
+  }
   return unfinished;
 }
 

@@ -91,6 +91,14 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
   p.default_max_live = p.max_live == Config::Default().zero.stage3_max_live_parameters;
   p.overlap_comm = cfg.zero.overlap_comm;
   p.qwz_block = cfg.zero.zero_quantized_weights && p.stage == 3 ? cfg.zero.zero_quantized_weights_block_size : 0;
+  if (cfg.zero.zero_quantized_gradients && p.stage >= 1) {
+    p.qgz_bits = static_cast<int>(cfg.zero.zero_quantized_gradients_bits);
+    p.qgz_block = cfg.zero.zero_quantized_gradients_block_size;
+    p.qgz_loco = cfg.zero.zero_quantized_gradients_error_feedback;
+    p.loco_beta = static_cast<float>(cfg.zero.zeropp_loco_err_beta);
+    p.loco_reset = cfg.zero.zeropp_loco_reset_t;
+    p.qgz_local = world;
+  }
   const int64_t H = cfg.zero.zero_hpz_partition_size;
   if (H > 1 && p.stage == 3) {
     if (world % H != 0) {
@@ -122,6 +130,8 @@ const char* BufferRoleName(BufferRole role) {
     case BufferRole::kState: return "state";
     case BufferRole::kHostState: return "host_state";
     case BufferRole::kHpzSecondary: return "hpz_secondary";
+    case BufferRole::kQgzResidual: return "qgz_residual";
+    case BufferRole::kQgzHostResidual: return "qgz_host_residual";
   }
   return "?";
 }
@@ -187,6 +197,14 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }
   if (frozen) return u;
+  // qgZ with LoCo: the residuals of a unit whose gradient is reduced whole (a chunked one is reduced exact), zeroed
+  // (shard/internal/qgz.h).
+  if (p.qgz_bits > 0 && p.qgz_loco && ReduceChunkPerRank(p, u.padded, trainer_owned) == 0) {
+    add(BufferRole::kQgzResidual, u.padded, cd, kDev, MemTag::kGrads, false, 0);
+    if (p.qgz_local < p.world) {
+      add(BufferRole::kQgzHostResidual, u.padded / p.qgz_local, cd, kDev, MemTag::kGrads, false, 0);
+    }
+  }
   // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.
   if (p.stage <= 1 && !trainer_owned) add(BufferRole::kFullGrads, u.padded, cd, kDev, MemTag::kGrads, false, pad_full);
   if (p.Accumulate16() && p.stage == 0)
@@ -440,7 +458,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // Reductions. Each is issued once the ones in flight and it fit reduce_bucket_size (or it goes alone), so at
   // most q = max(reduce_bucket_size, its unit) gradient elements are in flight, the new one included, beside
   // the open backward scopes' buckets.
-  std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires, fulls;
+  std::vector<std::pair<int64_t, int64_t>> buckets, recvs, wires, fulls, qgzs;
   int64_t grad_total = 0, largest_grad = 0, full_grads = 0;
   // The chunk sizes (per rank) that some unit packs into staging: the staging pool keeps two buffers of each.
   std::vector<int64_t> packed_chunks;
@@ -466,6 +484,14 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     const bool from_accumulator = p.Accumulate16() && !every_micro;
     const DType src = from_accumulator ? DType::kF32 : p.compute;
     const int64_t chunk = p.stage == 0 ? 0 : ReduceChunkPerRank(p, u.padded, u.trainer_owned);
+    if (p.qgz_bits > 0 && p.stage > 0 && chunk == 0) {
+      // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop, the partial
+      // sums and the scratch; no wire copy, and no reduce-scatter staged by the communicator.
+      const int64_t M = N / p.qgz_local, R = QgzRecordBytes(u.shard, p.qgz_block, p.qgz_bits);
+      recvs.emplace_back(u.padded, u.shard * 4);
+      qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * u.shard * 4 + 3 * u.shard * 4);
+      continue;
+    }
     if (src != p.wire && chunk == 0) wires.emplace_back(u.padded, u.padded * ws);
     if (p.stage == 0) {
       if (in.ar_staging) ar_need = std::max(ar_need, in.ar_staging(u.padded, p.wire));
@@ -497,7 +523,8 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // The buckets alive at once: those of the open scopes and of the reductions in flight, and no more than the
   // cap allows beside the open scopes (a new bucket is taken once reductions in flight were retired to fit it).
   const int64_t bucket_window = p.bucket_cap > 0 ? std::min(q + open, std::max(p.bucket_cap, open)) : q + open;
-  dev.reductions = PoolBound(buckets, bucket_window) + PoolBound(recvs, q) + PoolBound(wires, q) + full_grads;
+  dev.reductions =
+      PoolBound(buckets, bucket_window) + PoolBound(recvs, q) + PoolBound(wires, q) + PoolBound(qgzs, q) + full_grads;
   std::sort(packed_chunks.begin(), packed_chunks.end());
   packed_chunks.erase(std::unique(packed_chunks.begin(), packed_chunks.end()), packed_chunks.end());
   for (int64_t chunk : packed_chunks) dev.reductions += 2 * N * chunk * ws;

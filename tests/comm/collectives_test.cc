@@ -181,6 +181,53 @@ TEST_P(CollectivesTest, AllGatherStrided) {
       MatrixOptions());
 }
 
+// All-to-all (gloo::alltoall): block r of every rank's input arrives as block `rank` of rank r's output, the same
+// bits (NaN patterns included), at every world and count of the matrix; overlapping buffers are refused; the bytes
+// counted per peer are one block to each other rank.
+TEST_P(CollectivesTest, AllToAll) {
+  const int world = GetParam();
+  RunRanks(
+      world,
+      [world](Communicator& comm, int rank) {
+        advanced::ExtendedCommunicator* x = advanced::Extended(comm);
+        ASSERT_TRUE(x->SupportsAllToAll());
+        for (size_t n : CountsFor(world)) {
+          for (DType t : kDTypes) {
+            SCOPED_TRACE(absl::StrCat("count ", n, " dtype ", std::string(DTypeName(t))));
+            const size_t es = DTypeSize(t);
+            // Block p of rank r's input: the pattern of "rank" r * world + p.
+            auto send = Make(n * world, t);
+            for (int p = 0; p < world; ++p) {
+              auto block = Make(n, t);
+              FillPattern(block, n, t, rank * world + p);
+              std::copy(block.begin(), block.end(), send.begin() + p * n * es);
+            }
+            auto recv = Make(n * world, t);
+            const std::vector<int64_t> before = comm.bytes_sent_to_ranks();
+            ASSERT_OK(x->AllToAll(send.data(), recv.data(), n, t).Wait());
+            for (int r = 0; r < world; ++r) {
+              auto want = Make(n, t);
+              FillPattern(want, n, t, r * world + rank);
+              ASSERT_TRUE(std::equal(want.begin(), want.end(), recv.begin() + r * n * es)) << "block from rank " << r;
+            }
+            std::vector<int64_t> after = comm.bytes_sent_to_ranks();
+            after.resize(static_cast<size_t>(world), 0);
+            for (int r = 0; r < world; ++r) {
+              const int64_t was = r < static_cast<int>(before.size()) ? before[r] : 0;
+              EXPECT_EQ(after[r] - was, r == rank ? 0 : static_cast<int64_t>(n * es)) << "bytes to rank " << r;
+            }
+          }
+        }
+        if (world > 1) {
+          std::vector<float> buf(8 * world);
+          const Status s = x->AllToAll(buf.data(), buf.data() + 1, 8, DType::kF32).Wait();
+          EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+          EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("overlap"));
+        }
+      },
+      MatrixOptions());
+}
+
 TEST(Collectives, AllGatherStridedErrors) {
   RunRanks(2, [](Communicator& comm, int rank) {
     std::vector<float> send(8), recv(32);

@@ -567,8 +567,6 @@ TEST_F(ConfigTest, UnimplementedKeysAreAcceptedAtTheirOffValue) {
 
 TEST_F(ConfigTest, UnimplementedKeysAreErrorsWhenTurnedOn) {
   const std::pair<const char*, const char*> cases[] = {
-      {R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
-       "zero_optimization.zero_quantized_gradients"},
       {R"({"zero_optimization": {"stage": 3, "mics_hierarchical_params_gather": true}})",
        "zero_optimization.mics_hierarchical_params_gather"},
       {R"({"zero_optimization": {"stage": 2, "elastic_checkpoint": true}})", "zero_optimization.elastic_checkpoint"},
@@ -1227,10 +1225,9 @@ TEST_F(ConfigTest, ValidateRejectsAFieldSetInCodeWithTheJsonMessage) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("gradient_accumulation_mode: must be one of")));
   // A field DeepSpeed has but zero implements only when off: kUnimplemented, as in JSON.
   Config f = MustParse(R"({"train_batch_size": 8})");
-  f.zero.zero_quantized_gradients = true;
-  EXPECT_THAT(f.Validate(1),
-              StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("zero_optimization.zero_quantized_gradients: not implemented in zero")));
+  f.zero.elastic_checkpoint = true;
+  EXPECT_THAT(f.Validate(1), StatusIs(absl::StatusCode::kUnimplemented,
+                                      HasSubstr("zero_optimization.elastic_checkpoint: not implemented in zero")));
   EXPECT_OK(MustParse(R"({"train_batch_size": 8})").Validate(1));
   EXPECT_OK(Config::Default().Validate(4));
 }
@@ -1278,6 +1275,33 @@ TEST_F(ConfigTest, SetValidatesAnyKeyLikeTheJson) {
   EXPECT_TRUE(n == from_json) << n.ToJson() << "\nvs\n" << from_json.ToJson();
 }
 
+// Several keys in one Set: each key's own rule, then the rules between keys once on the result, as in a file. One
+// key at a time, hpZ is refused before the stage is 3; together, in either order, it is not.
+TEST_F(ConfigTest, SetSeveralKeysChecksTheRulesBetweenThemOnTheResult) {
+  const std::pair<std::string, std::string> hpz{"zero_optimization.zero_hpz_partition_size", "2"},
+      stage3{"zero_optimization.stage", "3"};
+  Config one = Config::Default();
+  EXPECT_THAT(one.Set(hpz.first, hpz.second),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero_hpz_partition_size: 2 with")));
+  for (const auto& sets : {std::vector{hpz, stage3}, std::vector{stage3, hpz}}) {
+    Config c = Config::Default();
+    EXPECT_OK(c.Set(sets));
+    EXPECT_EQ(c.zero.stage, 3);
+    EXPECT_EQ(c.zero.zero_hpz_partition_size, 2);
+  }
+  // The result breaks a rule: refused, nothing changed. A later value of a key wins.
+  Config c = Config::Default();
+  EXPECT_THAT(c.Set({stage3, hpz, {"zero_optimization.stage", "2"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zero_hpz_partition_size: 2 with")));
+  EXPECT_EQ(c.zero.stage, Config::Default().zero.stage);
+  EXPECT_EQ(c.zero.zero_hpz_partition_size, Config::Default().zero.zero_hpz_partition_size);
+  // A key's own rule and an unknown key still fail, naming the key.
+  EXPECT_THAT(c.Set({stage3, {"zero_optimization.stage", "7"}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 7")));
+  EXPECT_THAT(c.Set({stage3, {"zero_optimization.stag", "1"}}), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(c.zero.stage, Config::Default().zero.stage);
+}
+
 // zero-config --set: a Hugging Face config with "auto" is checked as it is, with the values the trainer would fill.
 TEST_F(ConfigTest, ZeroConfigSetFillsAndValidates) {
 #ifndef ZERO_CONFIG_BIN
@@ -1311,6 +1335,13 @@ TEST_F(ConfigTest, ZeroConfigSetFillsAndValidates) {
   EXPECT_EQ(typo.code, 1);
   EXPECT_THAT(typo.err, HasSubstr("did you mean \"zero_optimization.stage\""));
   EXPECT_EQ(RunZeroConfig(hf + " --set nokeyvalue").code, 2);
+  // The --set values are checked together: hpZ before the stage 3 it needs is accepted, in either order.
+  for (const char* order : {" --set zero_optimization.zero_hpz_partition_size=2 --set zero_optimization.stage=3",
+                            " --set zero_optimization.stage=3 --set zero_optimization.zero_hpz_partition_size=2"}) {
+    RunResult hpz = RunZeroConfig(hf + order);
+    ASSERT_EQ(hpz.code, 0) << order << ": " << hpz.err;
+    EXPECT_EQ(nlohmann::json::parse(hpz.out)["zero_optimization"]["zero_hpz_partition_size"], 2);
+  }
   // A bare word is a string: --set zero_optimization.offload_optimizer.device=none.
   RunResult word = RunZeroConfig(hf + " --set zero_optimization.offload_optimizer.device=none");
   EXPECT_EQ(word.code, 0) << word.err;

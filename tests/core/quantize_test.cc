@@ -139,6 +139,41 @@ TEST(QuantizeInt8, EveryTargetMatchesTheScalarReferenceBitForBit) {
   }
 }
 
+// Zero, subnormal-only and non-finite blocks between ordinary ones, on every target: the vector kernels find a block's
+// maximum while they code the block before it, so a special block must neither skip nor spoil its neighbours'.
+TEST(QuantizeInt8, SpecialBlocksBetweenOrdinaryOnesOnEveryTarget) {
+  const std::vector<internal::SimdTarget> targets = internal::AvailableSimdTargets();
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (size_t block : {size_t{37}, size_t{64}, size_t{4096}}) {
+      const size_t n = 7 * block + 29;
+      std::vector<float> x = Normal(n, 0.05f, static_cast<unsigned>(block));
+      std::fill(x.begin() + static_cast<std::ptrdiff_t>(block), x.begin() + static_cast<std::ptrdiff_t>(2 * block),
+                0.0f);
+      x[2 * block + block / 2] = std::numeric_limits<float>::quiet_NaN();
+      x[3 * block + 1] = -std::numeric_limits<float>::infinity();
+      for (size_t i = 4 * block; i < 5 * block; ++i)
+        x[i] = t == DType::kF32 ? 1e-40f * static_cast<float>(i % 7) : 0.0f;
+      x[6 * block + 3] = t == DType::kF16 ? 6e4f : 1e4f;  // an outlier right after the special blocks
+      const std::vector<uint8_t> src = As(x, t);
+      const size_t nb = QuantBlocks(n, block);
+      const auto [q_ref, s_ref, back_ref] = ScalarReference(src, t, n, block);
+      for (const auto& target : targets) {
+        testing::SimdTargetGuard guard(target.bits);
+        std::vector<int8_t> q(n);
+        std::vector<float> s(nb);
+        std::vector<uint8_t> back(back_ref.size());
+        QuantizeInt8(src.data(), t, n, block, q.data(), s.data());
+        DequantizeInt8(q.data(), s.data(), n, block, back.data(), t);
+        const std::string where =
+            std::string(target.name) + " " + std::string(DTypeName(t)) + " block " + std::to_string(block);
+        ASSERT_EQ(0, std::memcmp(q.data(), q_ref.data(), n)) << where;
+        ASSERT_EQ(0, std::memcmp(s.data(), s_ref.data(), nb * sizeof(float))) << where;
+        ASSERT_EQ(0, std::memcmp(back.data(), back_ref.data(), back_ref.size())) << where;
+      }
+    }
+  }
+}
+
 // Outputs of 4 MiB and more take the non-temporal path (kStreamBytes in quantize.cc): one element at a time up to
 // the first vector boundary, then whole vectors streamed. The same bits as the scalar reference on every target,
 // with the outputs at every offset from a 64-byte boundary that matters (0, 1, 16, 33 bytes), and nothing written
@@ -146,9 +181,10 @@ TEST(QuantizeInt8, EveryTargetMatchesTheScalarReferenceBitForBit) {
 TEST(QuantizeInt8, LargeOutputsStreamTheSameBits) {
   const std::vector<internal::SimdTarget> targets = internal::AvailableSimdTargets();
   const size_t n = (size_t{4} << 20) + 4109;
-  for (DType t : {DType::kF32, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     std::vector<float> x = Normal(n, 0.05f, 5);
     x[12345] = 1e4f;
+    x[777777] = std::numeric_limits<float>::quiet_NaN();  // a NaN block: 16-bit outputs leave the streamed path
     const std::vector<uint8_t> src = As(x, t);
     for (size_t block : {size_t{4096}, size_t{37}}) {
       const size_t nb = QuantBlocks(n, block);

@@ -217,6 +217,24 @@ TEST(EstimateCliTest, HuggingFaceAutoConfigWithSet) {
   EXPECT_NE(bad.all.find("zero_optimization.stage: must be an integer in [0, 3]; got 7"), std::string::npos) << bad.all;
 }
 
+// A --set key whose rule names a flag's key (hpZ needs stage 3) is checked with the flags applied, once: the
+// config's default stage 0 does not refuse it before --stage 3 is seen, and the order of the flags does not matter.
+TEST(EstimateCliTest, SetIsValidatedAfterTheFlags) {
+  const std::string hpz = " --set zero_optimization.zero_hpz_partition_size=2";
+  const ProgramRun set_first = Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --world 4", hpz, " --stage 3 --json"));
+  ASSERT_EQ(set_first.exit_code, 0) << set_first.all;
+  EXPECT_EQ(LastJson(set_first)["stage"], 3) << set_first.out;
+  const ProgramRun stage_first = Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --stage 3 --world 4", hpz, " --json"));
+  ASSERT_EQ(stage_first.exit_code, 0) << stage_first.all;
+  EXPECT_EQ(LastJson(set_first), LastJson(stage_first));
+  // Still refused where the result breaks the rule.
+  const ProgramRun stage2 = Exec(absl::StrCat(ZERO_ESTIMATE, " --model tiny --world 4", hpz, " --stage 2"));
+  EXPECT_EQ(stage2.exit_code, 1) << stage2.all;
+  EXPECT_NE(stage2.all.find("zero_optimization.zero_hpz_partition_size: 2 with zero_optimization.stage 2"),
+            std::string::npos)
+      << stage2.all;
+}
+
 TEST(EstimateCliTest, UsageErrors) {
   for (const char* args : {"", " --model tiny --units x.json", " --layers 4 --hidden 64", " --model huge",
                            " --model tiny --world 0", " --model tiny --stage 4", " --model tiny --frobnicate 1"}) {

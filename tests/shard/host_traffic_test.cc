@@ -168,6 +168,46 @@ TEST(HostTrafficStagesTest, EngineEqualsEstimate) {
   }
 }
 
+// qgZ (stages 1-3; two hops over 2 hosts of 2 ranks, one hop under hybrid sharding; int8 and int4): the engine's
+// count equals zero::Estimate's, rank by rank, and fewer bytes cross hosts than with the exact reduce-scatter.
+TEST(HostTrafficQgzTest, EngineEqualsEstimateAndLessCrossesHosts) {
+  struct Q {
+    int stage, bits;
+    bool hybrid;
+  };
+  for (const Q q : {Q{3, 8, false}, Q{2, 4, false}, Q{1, 8, false}, Q{3, 8, true}}) {
+    SCOPED_TRACE(absl::StrCat("stage ", q.stage, " int", q.bits, q.hybrid ? " hybrid" : ""));
+    Config exact = TrainConfig(q.stage, 1);
+    if (q.hybrid) exact.zero.mics_shard_size = 2;
+    Config cfg = exact;
+    cfg.zero.zero_quantized_gradients = true;
+    cfg.zero.zero_quantized_gradients_bits = q.bits;
+    cfg.zero.zero_quantized_gradients_block_size = kBlock;
+    std::vector<std::vector<StepResult>> steps, exact_steps;
+    Train(4, cfg, &steps);
+    Train(4, exact, &exact_steps);
+    std::vector<EstimateUnit> units;
+    for (const auto& [name, specs] : testing::SyntheticUnits()) {
+      int64_t n = 0;
+      for (const ParamSpec& p : specs) n += p.numel();
+      units.push_back({.name = name, .numel = n});
+    }
+    for (int w = 0; w < 4; ++w) {
+      EstimateOptions o;
+      o.world = 4;
+      o.rank = w;
+      o.ranks_per_host = kPerHost;
+      o.check_order = true;
+      ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, units, o));
+      EXPECT_EQ(steps[w][1].intra_host_bytes, e.intra_host_bytes) << "rank " << w;
+      EXPECT_EQ(steps[w][1].inter_host_bytes, e.inter_host_bytes) << "rank " << w;
+      if (!q.hybrid) {
+        EXPECT_LT(steps[w][1].inter_host_bytes, exact_steps[w][1].inter_host_bytes) << "rank " << w;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, HostTrafficTest,
                          ::testing::Values(Case{2, false, false}, Case{4, false, false}, Case{4, true, false},
                                            Case{4, true, true}, Case{2, false, true}),

@@ -56,6 +56,11 @@ class ForwardingComm : public advanced::ExtendedCommunicator {
     if (ext_ == nullptr) return ExtendedCommunicator::ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
     return ext_->ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
   }
+  bool SupportsAllToAll() const override { return ext_ && ext_->SupportsAllToAll(); }
+  Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
+    if (ext_ == nullptr) return ExtendedCommunicator::AllToAll(send, recv, count, dtype, s);
+    return ext_->AllToAll(send, recv, count, dtype, s);
+  }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     return inner_.AllReduce(buf, count, dtype, op, s);
   }

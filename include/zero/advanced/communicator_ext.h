@@ -1,6 +1,6 @@
 // zero/advanced/communicator_ext.h — what the engine asks of a communicator beyond zero/communicator.h: strided
-// collectives, the sizes of the communicator's staging, and a hash of the ops issued. Building blocks, not the
-// trainer's API: they may change between minor versions (docs/design.md, "Which headers are stable").
+// collectives, an all-to-all, the sizes of the communicator's staging, and a hash of the ops issued. Building blocks,
+// not the trainer's API: they may change between minor versions (docs/design.md, "Which headers are stable").
 //
 //   if (const zero::advanced::ExtendedCommunicator* x = zero::advanced::Extended(comm);
 //       x != nullptr && x->SupportsAllGatherStrided()) { ... }
@@ -45,6 +45,14 @@ class ExtendedCommunicator : public Communicator {
   virtual bool SupportsReduceScatterStrided(size_t /*count*/, DType /*dtype*/) const { return false; }
   virtual Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
                                     CUstream_st* stream = nullptr);
+
+  // Sends block r of `send` (world·count elements, block r = [r·count, (r+1)·count)) to rank r, and receives rank
+  // r's block for this rank into block r of `recv` (world·count elements): MPI_Alltoall, torch's all_to_all_single
+  // with equal splits. Block `rank` is copied locally. `send` and `recv` must not overlap. No reduction, so the dtype
+  // only sizes the elements (the engine moves ZeRO++ qgZ's quantized gradient messages as 16-bit words). Only where
+  // SupportsAllToAll() (Gloo: gloo::alltoall); elsewhere the Work fails with kUnimplemented.
+  virtual bool SupportsAllToAll() const { return false; }
+  virtual Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream = nullptr);
 
   // What the engine's bound on its true peak needs of the communicator's staging (docs/design.md, "The true
   // peak and its bound"): the budget of what stays cached between ops (CommOptions::cache_bytes), and the staging

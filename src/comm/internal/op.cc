@@ -51,6 +51,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kFence: return "Fence after";
     case OpKind::kAllGatherStrided: return "AllGatherStrided";
     case OpKind::kReduceScatterStrided: return "ReduceScatterStrided";
+    case OpKind::kAllToAll: return "AllToAll";
   }
   return "UnknownOp";
 }
@@ -101,7 +102,8 @@ int64_t BusBytes(const OpDesc& op, int world) {
     case OpKind::kAllGatherStrided:
     case OpKind::kReduceScatterStrided:
     case OpKind::kReduceScatter:
-    case OpKind::kReduceScatterDestructive: return (world - 1) * bytes;
+    case OpKind::kReduceScatterDestructive:
+    case OpKind::kAllToAll: return (world - 1) * bytes;
     case OpKind::kAllReduce: return 2 * (world - 1) * bytes / world;
     case OpKind::kBroadcast: return bytes;
     default: return 0;
@@ -175,6 +177,11 @@ void AddGlooSends(const OpDesc& op, int world, int rank, bool fingerprints, std:
     case OpKind::kAllGather:
     case OpKind::kAllGatherStrided:
       (*to_rank)[right] += (world - 1) * count * static_cast<int64_t>(DTypeSize(op.dtype));
+      return;
+    case OpKind::kAllToAll:  // gloo::alltoall: block r straight to rank r
+      for (int r = 0; r < world; ++r) {
+        if (r != rank) (*to_rank)[r] += count * static_cast<int64_t>(DTypeSize(op.dtype));
+      }
       return;
     case OpKind::kReduceScatter:
     case OpKind::kReduceScatterDestructive:
@@ -357,7 +364,8 @@ bool DecodeFingerprint(const uint8_t* bytes, OpDesc* op) {
   if (GetU32(bytes) != kFingerprintMagic) return false;
   const bool op_kind = (bytes[4] >= 1 && bytes[4] <= 6) ||
                        bytes[4] == static_cast<uint8_t>(OpKind::kAllGatherStrided) ||
-                       bytes[4] == static_cast<uint8_t>(OpKind::kReduceScatterStrided);
+                       bytes[4] == static_cast<uint8_t>(OpKind::kReduceScatterStrided) ||
+                       bytes[4] == static_cast<uint8_t>(OpKind::kAllToAll);
   if (!op_kind || bytes[5] > 2 || bytes[6] > 2) return false;
   op->kind = static_cast<OpKind>(bytes[4]);
   op->dtype = static_cast<DType>(bytes[5]);

@@ -28,6 +28,7 @@ enum class OpKind : uint8_t {
   kFence = 7,  // not an op: Communicator::Fence
   kAllGatherStrided = 8,
   kReduceScatterStrided = 9,
+  kAllToAll = 10,
 };
 
 struct OpDesc {
@@ -35,7 +36,7 @@ struct OpDesc {
   DType dtype = DType::kF32;
   ReduceOp reduce = ReduceOp::kSum;  // meaningful for the reduce-scatters and kAllReduce
   int32_t root = -1;                 // meaningful for kBroadcast
-  uint64_t count = 0;                // elements per rank (AllGather/ReduceScatter: the per-rank block)
+  uint64_t count = 0;                // elements per rank (AllGather/ReduceScatter/AllToAll: the per-rank block)
   // kAllGatherStrided, kReduceScatterStrided: elements from one rank's block to the next. Described, not
   // fingerprinted: it is this rank's layout of its buffer, and the messages on the wire do not depend on it.
   uint64_t stride = 0;
@@ -69,8 +70,8 @@ uint32_t LabelHash(const std::string& label);
 // reduce ops and labels); the descriptions say what each side issued when they do not. Recorded by the issuing
 // thread; read by it and by the thread that reports a failed op.
 // The bytes one rank sends for `op` over `world` ranks with a bandwidth-optimal algorithm: nccl-tests' "bus
-// bytes" (its busbw times the time). AllGather and ReduceScatter (count = the per-rank block): (W - 1) blocks;
-// AllReduce: 2 (W - 1) / W of the buffer; Broadcast: the buffer; barriers and fences: 0; any op at W = 1: 0.
+// bytes" (its busbw times the time). AllGather, ReduceScatter and AllToAll (count = the per-rank block): (W - 1)
+// blocks; AllReduce: 2 (W - 1) / W of the buffer; Broadcast: the buffer; barriers and fences: 0; any op at W = 1: 0.
 int64_t BusBytes(const OpDesc& op, int world);
 
 // The payload bytes rank `rank` of `world` sends to each rank for `op`, added to (*to_rank)[peer] (sized
@@ -82,8 +83,8 @@ int64_t BusBytes(const OpDesc& op, int world);
 // rank that owns it (its bit-reversed rank) when that is another rank. At other worlds the binary blocks'
 // exchanges are not modelled: the (W - 1) blocks are spread evenly over the other ranks. All-reduce: Gloo's ring
 // in f32 (segments of at most 1 MiB, every message to rank - 1: reduce-scatter, then all-gather). Broadcast:
-// Gloo's binomial tree from the root. Barriers and fences: 0. `fingerprints`: check mode's all-gather of a
-// kFingerprintBytes fingerprint before each op (a ring too).
+// Gloo's binomial tree from the root. All-to-all: one block to every other rank. Barriers and fences: 0.
+// `fingerprints`: check mode's all-gather of a kFingerprintBytes fingerprint before each op (a ring too).
 void AddGlooSends(const OpDesc& op, int world, int rank, bool fingerprints, std::vector<int64_t>* to_rank);
 
 class OpHistory {

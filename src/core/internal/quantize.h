@@ -41,4 +41,14 @@ void DequantizeInt8(const int8_t* q, const float* scales, size_t n, size_t block
 void QuantizeInt8Scalar(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales);
 void DequantizeInt8Scalar(const int8_t* q, const float* scales, size_t n, size_t block, void* out, DType t);
 
+// Blockwise symmetric int4, qgZ's optional wire format (zero_quantized_gradients_bits 4), from f32 only: a block's
+// scale is max|x| / 7 and x becomes round-to-nearest-even(x · (7 / max|x|)) in [-7, 7], stored as a 4-bit two's
+// complement nibble, element 2i in the low nibble of byte i and 2i + 1 in the high one (an odd n leaves the last high
+// nibble 0). The special blocks are int8's (scale 0 for a block below the smallest normal f32, NaN for a block with
+// a NaN or an infinity, codes 0). Scalar: the reduction it serves is bound by the network it saves.
+constexpr size_t Int4Bytes(size_t n) { return (n + 1) / 2; }
+void QuantizeInt4(const float* x, size_t n, size_t block, uint8_t* q, float* scales);
+// out[i] = code(i) · scales[i / block].
+void DequantizeInt4(const uint8_t* q, const float* scales, size_t n, size_t block, float* out);
+
 }  // namespace zero::internal

@@ -32,12 +32,15 @@ struct EngineContext {
   // `world`: the trainer's communicator; `shard`/`replica`: hybrid sharding's groups (Engine::Create splits
   // them), or null: the engine shards across `world`.
   EngineContext(const Config& c, std::shared_ptr<Communicator> w, std::shared_ptr<Communicator> shard,
-                std::shared_ptr<Communicator> replica, EngineOptions o, std::shared_ptr<Communicator> hpz = nullptr)
+                std::shared_ptr<Communicator> replica, EngineOptions o, std::shared_ptr<Communicator> hpz = nullptr,
+                std::shared_ptr<Communicator> qgz_host = nullptr, std::shared_ptr<Communicator> qgz_across = nullptr)
       : cfg(c),
         comm(shard != nullptr ? std::move(shard) : w),
         world_comm(std::move(w)),
         replica_comm(std::move(replica)),
         hpz_comm(std::move(hpz)),
+        qgz_host(std::move(qgz_host)),
+        qgz_across(std::move(qgz_across)),
         opts(std::move(o)),
         rank(comm->rank()),
         world(comm->world_size()),
@@ -63,6 +66,8 @@ struct EngineContext {
     if (world_comm != comm) v.push_back(world_comm.get());
     if (replica_comm != nullptr) v.push_back(replica_comm.get());
     if (hpz_comm != nullptr) v.push_back(hpz_comm.get());
+    if (qgz_host != nullptr) v.push_back(qgz_host.get());
+    if (qgz_across != nullptr) v.push_back(qgz_across.get());
     return v;
   }
   bool hybrid() const { return replica_comm != nullptr; }
@@ -90,6 +95,11 @@ struct EngineContext {
     if (hpz_comm != nullptr) {
       const int H = hpz_comm->world_size();
       add(hpz_comm.get(), [&](int i) { return world_rank / H * H + i; });
+    }
+    if (qgz_host != nullptr) {  // qgZ's two hops: the host's L ranks, then the M ranks of this local index
+      const int L = qgz_host->world_size();
+      add(qgz_host.get(), [&](int i) { return world_rank / L * L + i; });
+      add(qgz_across.get(), [&](int i) { return i * L + world_rank % L; });
     }
     return out;
   }
@@ -119,6 +129,10 @@ struct EngineContext {
   // hpZ (zero_hpz_partition_size H > 1): the H consecutive ranks of this rank's host group, over which the
   // secondary copy of each unit is sharded and the backward gathers run; null otherwise.
   std::shared_ptr<Communicator> hpz_comm;
+  // qgZ in two hops (shard/internal/qgz.h): the ranks of this rank's host, and the ranks of the same local index
+  // on every host; both null in one hop, which runs over `comm`.
+  std::shared_ptr<Communicator> qgz_host, qgz_across;
+  Communicator* qgz_intra() const { return qgz_host != nullptr ? qgz_host.get() : comm.get(); }
   // Ranks per host (StepResult::intra_host_bytes): EngineOptions::local_world_size, else the launcher's
   // LOCAL_WORLD_SIZE, else 1 (every rank a host of its own: all traffic counts as across hosts).
   int ranks_per_host = 1;

@@ -23,9 +23,11 @@ namespace zero {
 
 class Engine::Impl {
  public:
-  // `shard`/`replica`: hybrid sharding's groups (Engine::Create), or null; `hpz`: hpZ's host group, or null.
+  // `shard`/`replica`: hybrid sharding's groups (Engine::Create), or null; `hpz`: hpZ's host group, or null;
+  // `qgz_host`/`qgz_across`: qgZ's two hops' groups, or null.
   Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::shared_ptr<Communicator> shard,
-       std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz = nullptr);
+       std::shared_ptr<Communicator> replica, EngineOptions opts, std::shared_ptr<Communicator> hpz = nullptr,
+       std::shared_ptr<Communicator> qgz_host = nullptr, std::shared_ptr<Communicator> qgz_across = nullptr);
   ~Impl();
 
   Status Init();

@@ -8,17 +8,21 @@
 // goes alone, reduce-scattered in chunks of at most reduce_bucket_size (shard/internal/collective.h). The wire
 // dtype is communication_data_type (fp32 unless set), so 16-bit gradients are widened once into a pooled staging
 // buffer (a chunked unit: chunk by chunk, as it is packed). With optimizer offload the host part of each reduced
-// shard streams to the host tier on the copy stream while backward goes on.
+// shard streams to the host tier on the copy stream while backward goes on. With zero_quantized_gradients (qgZ) a
+// unit reduced whole goes as quantized all-to-alls instead (shard/internal/qgz.h), its f32 average landing as the
+// reduce-scatter's would.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <utility>
 
 #include "offload/copy_stream.h"
 #include "shard/internal/buffer_pool.h"
 #include "shard/internal/context.h"
+#include "shard/internal/qgz.h"
 
 namespace zero::internal {
 
@@ -29,7 +33,8 @@ class GradReducer {
         copies_(copies),
         bucket_pool_(ctx->compute, MemTag::kBuckets),
         wire_pool_(ctx->compute, MemTag::kBuckets),
-        full_pool_(ctx->compute, MemTag::kGrads) {}
+        full_pool_(ctx->compute, MemTag::kGrads),
+        qgz_pool_(ctx->compute, MemTag::kBuckets) {}
 
   // Opening a backward scope: retires what still reads the unit's gradient buffer, then provides one (a pooled
   // bucket, the persistent full gradient, or the low-communication full gradient).
@@ -64,10 +69,11 @@ class GradReducer {
   struct PendingReduce {
     UnitId unit = -1;
     UnitCollective op;
-    Buffer bucket;                 // the trainer's gradient bucket (stages 2-3), returned to the pool when done
-    Buffer staging;                // the input converted to the wire dtype
-    Buffer recv;                   // reduce-scatter output before it is deposited
-    const void* result = nullptr;  // what to deposit (nullptr: the op wrote the deposit directly)
+    std::unique_ptr<QgzReduce> qgz;  // qgZ: the quantized reduction instead of `op` (shard/internal/qgz.h)
+    Buffer bucket;                   // the trainer's gradient bucket (stages 2-3), returned to the pool when done
+    Buffer staging;                  // the input converted to the wire dtype
+    Buffer recv;                     // reduce-scatter output before it is deposited
+    const void* result = nullptr;    // what to deposit (nullptr: the op wrote the deposit directly)
     DType result_dtype = DType::kF32;
     int64_t result_elems = 0;
     Deposit dep;
@@ -98,6 +104,7 @@ class GradReducer {
   BufferPool bucket_pool_;
   BufferPool wire_pool_;  // a bucket converted to the wire dtype (communication_data_type) before its reduction
   BufferPool full_pool_;  // CUDA engine only: see TakeFull
+  BufferPool qgz_pool_;   // qgZ's records, partial sums and scratch
   std::deque<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
   std::deque<std::pair<uint64_t, Buffer>> held_;  // reduce buckets a queued copy still reads

@@ -81,6 +81,16 @@ struct PlanPolicy {
   // parameters, padded / H elements of the compute dtype, sharded over the H consecutive ranks of the host group
   // (kHpzSecondary); backward gathers it there. 1 when off.
   int hpz = 1;
+  // ZeRO++ qgZ (zero_quantized_gradients, stages 1-3): bits per element on the wire (8 or 4; 0 when off), elements
+  // per block, and LoCo's error feedback (err_beta, reset_T; qgz_loco false when off). qgz_local: the ranks of one
+  // hop-1 group (the host's, ranks_per_host, when the reduction runs in two hops; the world when in one), set by the
+  // engine and the estimator from the ranks per host (QgzLocalRanks).
+  int qgz_bits = 0;
+  int64_t qgz_block = 0;
+  bool qgz_loco = false;
+  float loco_beta = 0.8f;
+  int64_t loco_reset = 0;
+  int qgz_local = 1;
   // zero_optimization.overlap_comm: reductions stay in flight while backward goes on. Without it each is retired
   // as it is issued, so no reduction's buffers outlive the scope that issued it (TruePeakBound).
   bool overlap_comm = true;
@@ -143,6 +153,8 @@ enum class BufferRole : uint8_t {
   kState,         // one optimizer state buffer of the device part (state_index)
   kHostState,     // one optimizer state buffer of the host part (state_index)
   kHpzSecondary,  // hpZ: compute dtype, padded / H: this rank's part of the unit's secondary copy (stage 3)
+  kQgzResidual,   // qgZ with LoCo: compute dtype, padded: what quantizing the unit's gradient lost, carried over
+  kQgzHostResidual,  // ... and, with two hops, padded / ranks per host: what requantizing the host's sums lost
 };
 const char* BufferRoleName(BufferRole role);
 
@@ -228,6 +240,21 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
 inline int64_t QwzMessageBytes(int64_t S, int64_t block) {
   const int64_t blocks = (S + block - 1) / block;
   return (4 * blocks + S + 3) / 4 * 4;
+}
+
+// qgZ's record of one shard of S elements: the blocks' fp32 scales, then the codes (S bytes at 8 bits, ceil(S / 2)
+// at 4), padded to 2 bytes (the all-to-all moves records as 16-bit words).
+inline int64_t QgzRecordBytes(int64_t S, int64_t block, int bits) {
+  const int64_t blocks = (S + block - 1) / block;
+  const int64_t codes = bits == 8 ? S : (S + 1) / 2;
+  return (4 * blocks + codes + 1) / 2 * 2;
+}
+// The ranks of qgZ's first hop: the host's (`ranks_per_host`) when the world spans whole hosts of more than one rank
+// (two hops: inside each host, then across hosts), else the whole world (one hop); `hybrid`: over the shard group,
+// one hop.
+inline int QgzLocalRanks(int world, int ranks_per_host, bool hybrid) {
+  const bool two = !hybrid && ranks_per_host > 1 && ranks_per_host < world && world % ranks_per_host == 0;
+  return two ? ranks_per_host : world;
 }
 
 // Chunking: a unit's all-gather or reduce-scatter of more than `bucket` elements (allgather_bucket_size,

@@ -1,0 +1,94 @@
+// shard/internal/qgz.h — ZeRO++ qgZ: one unit's gradient reduce-scatter as quantized all-to-alls. defines:
+// QgzFormat, QgzReduce.
+//
+// The unit's full gradient (N shards of S elements, shard r owned by rank r) is reduced to this rank's shard, on
+// the wire as records of one shard each (QgzRecordBytes: int8 or int4 blocks with one f32 scale each):
+//  - one hop (the ranks are one host, or the hosts are uneven, or hybrid sharding's shard group): rank r receives
+//    every rank's record of shard r by one all-to-all over the N ranks, and sums their dequantized values in f32,
+//    rank order;
+//  - two hops, over N = M hosts × L ranks (world rank h·L + l): first inside the host, an all-to-all over its L
+//    ranks in which local rank l receives, from each, the records of the M shards {h'·L + l}: it sums them (f32,
+//    local-rank order) into the host's partial sums of those shards; then across hosts, an all-to-all over the M
+//    ranks of local index l in which it sends the partial of shard h'·L + l, requantized, to host h', and receives
+//    every host's partial of its own shard, which it sums (host order). Per rank, what crosses hosts is (M - 1)
+//    records instead of a reduce-scatter's (N - 1) f32 shards: ZeRO++'s hierarchical all-to-all (its "swizzle" is
+//    the order of the first hop's records).
+// The average divides the f32 sum by N once. With LoCo error feedback (zeropp_loco_param) each quantization adds the
+// residual carried from the unit's previous reduction before it quantizes, and keeps
+// e ← β·e + (1 − β)·(what it sent − what it meant), as DeepSpeed's loco_swizzled_quant: residuals of the whole
+// gradient (first hop) and of the host partials (second), in the compute dtype, zeroed every reset_T reductions;
+// an element whose residual would be non-finite (an fp16 overflow, a step the loss scaler skips) restarts at zero.
+//
+// Collective order: every rank issues the first hop when the unit's reduction is issued (GradReducer::Issue), on
+// the hop-1 communicator; the second hop on its own communicator, in the order the reductions were issued, once
+// the first hop has completed and the owner advances or joins it. Each communicator sees the same ops in the
+// same order on every rank, whenever each rank gets to them.
+#pragma once
+
+#include <cstdint>
+
+#include "shard/internal/buffer_pool.h"
+#include "zero/communicator.h"
+#include "zero/dtype.h"
+#include "zero/status.h"
+#include "zero/work.h"
+
+namespace zero::internal {
+
+struct EngineContext;
+struct Unit;
+
+// One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element.
+struct QgzFormat {
+  int bits = 8;
+  int64_t block = 1024;
+  int64_t S = 0;
+  int64_t record_bytes() const;
+  // Quantizes x[0, S) into `rec`. With `err` (S elements of `err_dtype`), first adds it to x and then updates it
+  // with what the record loses (β = beta): the LoCo step. `scratch`: 3·S floats.
+  void Encode(const float* x, void* err, DType err_dtype, float beta, uint8_t* rec, float* scratch) const;
+  // out[0, S) = the record's values (acc: out += them, through `scratch`, S floats).
+  void Decode(const uint8_t* rec, float* out, bool acc, float* scratch) const;
+};
+
+class QgzReduce {
+ public:
+  QgzReduce() = default;
+  QgzReduce(QgzReduce&&) = default;
+  QgzReduce& operator=(QgzReduce&&) = default;
+
+  // Quantizes the unit's full gradient `src` (N·S elements of `src_dtype`, read now and not after) and issues the
+  // first hop. The average lands in `out` (S floats) when the reduction is joined. Buffers from `pool`. An error
+  // (an allocation) issues nothing.
+  Status Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out);
+  // Without blocking: once the first hop has completed, finishes it and issues the second (two hops only).
+  Status Advance();
+  // Whether every hop is issued and has completed (Join would not block).
+  bool Done() const;
+  // Whether the first hop is finished (its sums taken, the second hop issued).
+  bool Hop1Finished() const { return hop1_done_ || !status_.ok(); }
+  // Finishes every hop (the host waits), then writes the average into `out`. Idempotent.
+  Status Join();
+  // After a failure or at shutdown: waits for what is in flight; false if an op did not complete.
+  bool WaitInFlight();
+  bool Unfinished() const;
+  // Hands the buffers back to the pool, or quarantines them when an op in flight did not complete.
+  void Release();
+
+ private:
+  Status FinishHop1();  // the first hop's sums; with two hops, quantizes them and issues the second
+  Status FinishHop2();  // the average
+
+  EngineContext* ctx_ = nullptr;
+  BufferPool* pool_ = nullptr;
+  Unit* unit_ = nullptr;
+  QgzFormat fmt_;
+  int L_ = 1, M_ = 1;
+  float* out_ = nullptr;
+  Buffer send1_, recv1_, partial_, send2_, recv2_, scratch_;
+  Work hop1_, hop2_;
+  bool hop1_done_ = false, hop2_issued_ = false, finished_ = false;
+  Status status_;
+};
+
+}  // namespace zero::internal

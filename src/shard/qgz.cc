@@ -1,0 +1,227 @@
+// shard/qgz.cc — ZeRO++ qgZ, the quantized gradient reduce-scatter (shard/internal/qgz.h).
+#include "shard/internal/qgz.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/internal/quantize.h"
+#include "shard/internal/context.h"
+#include "shard/internal/plan.h"
+#include "zero/advanced/communicator_ext.h"
+
+namespace zero::internal {
+
+int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits); }
+
+void QgzFormat::Encode(const float* x, void* err, DType err_dtype, float beta, uint8_t* rec, float* scratch) const {
+  const int64_t blocks = (S + block - 1) / block;
+  auto* scales = reinterpret_cast<float*>(rec);
+  uint8_t* codes = rec + 4 * blocks;
+  float* e = scratch;             // the residual, in f32
+  float* y = scratch + S;         // what is quantized: x plus the residual
+  float* sent = scratch + 2 * S;  // what the record reads back
+  if (err != nullptr) {
+    ConvertBuffer(err, err_dtype, e, DType::kF32, static_cast<size_t>(S));
+    for (int64_t i = 0; i < S; ++i) y[i] = x[i] + e[i];
+  } else {
+    y = const_cast<float*>(x);  // read only
+  }
+  if (bits == 8) {
+    QuantizeInt8(y, DType::kF32, static_cast<size_t>(S), static_cast<size_t>(block), reinterpret_cast<int8_t*>(codes),
+                 scales);
+  } else {
+    QuantizeInt4(y, static_cast<size_t>(S), static_cast<size_t>(block), codes, scales);
+  }
+  const int64_t used = 4 * blocks + (bits == 8 ? S : (S + 1) / 2);
+  std::fill(rec + used, rec + record_bytes(), uint8_t{0});  // the padding: every byte sent is defined
+  if (err == nullptr) return;
+  // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction.
+  // A non-finite gradient (an fp16 overflow the loss scaler will skip) must not stay in the residual, where it would
+  // make every later reduction of the unit non-finite too: such a residual restarts at zero.
+  Decode(rec, sent, /*acc=*/false, nullptr);
+  for (int64_t i = 0; i < S; ++i) {
+    const float next = beta * e[i] + (1.0f - beta) * (y[i] - sent[i]);
+    e[i] = std::isfinite(next) ? next : 0.0f;
+  }
+  ConvertBuffer(e, DType::kF32, err, err_dtype, static_cast<size_t>(S));
+}
+
+void QgzFormat::Decode(const uint8_t* rec, float* out, bool acc, float* scratch) const {
+  const int64_t blocks = (S + block - 1) / block;
+  const auto* scales = reinterpret_cast<const float*>(rec);
+  const uint8_t* codes = rec + 4 * blocks;
+  float* dst = acc ? scratch : out;
+  if (bits == 8) {
+    DequantizeInt8(reinterpret_cast<const int8_t*>(codes), scales, static_cast<size_t>(S), static_cast<size_t>(block),
+                   dst, DType::kF32);
+  } else {
+    DequantizeInt4(codes, scales, static_cast<size_t>(S), static_cast<size_t>(block), dst);
+  }
+  if (acc) {
+    for (int64_t i = 0; i < S; ++i) out[i] += dst[i];
+  }
+}
+
+namespace {
+
+// The unit's residuals, zeroed every reset_T reductions (and, allocated by the plan, zero at first).
+void MaybeResetResiduals(const PlanPolicy& p, Unit& u, EngineContext& c) {
+  if (p.loco_reset <= 0 || u.qgz_rounds == 0 || u.qgz_rounds % p.loco_reset != 0) return;
+  for (Buffer* b : {&u.qgz_residual, &u.qgz_host_residual}) {
+    if (!b->empty()) c.compute->Zero(b->data(), b->size());
+  }
+}
+
+}  // namespace
+
+Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out) {
+  ctx_ = ctx;
+  pool_ = pool;
+  unit_ = &u;
+  out_ = out;
+  EngineContext& c = *ctx;
+  const PlanPolicy& p = c.policy;
+  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, u.layout.shard};
+  const int N = c.world;
+  L_ = p.qgz_local;
+  M_ = N / L_;
+  const int64_t S = fmt_.S, R = fmt_.record_bytes();
+  const size_t ses = DTypeSize(src_dtype);
+  struct Want {
+    Buffer* b;
+    int64_t bytes;
+    const char* what;
+  };
+  const Want wants[] = {{&send1_, N * R, "qgZ send records"},
+                        {&recv1_, N * R, "qgZ receive records"},
+                        {&partial_, M_ * S * 4, "qgZ partial sums"},
+                        {&scratch_, 3 * S * 4, "qgZ scratch"},
+                        {&send2_, M_ > 1 ? M_ * R : 0, "qgZ second-hop send records"},
+                        {&recv2_, M_ > 1 ? M_ * R : 0, "qgZ second-hop receive records"}};
+  for (const Want& w : wants) {
+    if (w.bytes == 0) continue;
+    *w.b = pool_->Take(static_cast<size_t>(w.bytes), /*zero=*/false);
+    if (Status s = c.AllocStatus(*w.b, static_cast<size_t>(w.bytes), w.what, u); !s.ok()) {
+      Release();
+      return s;
+    }
+  }
+  MaybeResetResiduals(p, u, c);
+  ++u.qgz_rounds;
+  const DType ed = c.cd();
+  const size_t eds = DTypeSize(ed);
+  auto* scratch = scratch_.as<float>();
+  float* x = partial_.as<float>();  // the shard being encoded, in f32 (the partials come later)
+  // Message to local peer j: the records of shards {h·L + j : h < M}, h in order (one hop: shard j alone).
+  auto* send = static_cast<uint8_t*>(send1_.data());
+  for (int j = 0; j < L_; ++j) {
+    for (int h = 0; h < M_; ++h) {
+      const int64_t shard = static_cast<int64_t>(h) * L_ + j;
+      ConvertBuffer(static_cast<const char*>(src) + shard * S * static_cast<int64_t>(ses), src_dtype, x, DType::kF32,
+                    static_cast<size_t>(S));
+      void* err =
+          p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds) : nullptr;
+      fmt_.Encode(x, err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
+    }
+  }
+  Communicator* intra = c.qgz_intra();
+  CommLabel label(intra, absl::StrCat("qgZ gradient all-to-all of unit ", u.name(), M_ > 1 ? " inside the host" : ""));
+  advanced::ExtendedCommunicator* x1 = advanced::Extended(*intra);
+  hop1_ = x1->AllToAll(send1_.data(), recv1_.data(), static_cast<size_t>(M_ * R / 2), DType::kF16, c.stream());
+  return absl::OkStatus();
+}
+
+Status QgzReduce::FinishHop1() {
+  EngineContext& c = *ctx_;
+  const PlanPolicy& p = c.policy;
+  Status s = hop1_.Wait();
+  if (!s.ok()) return s;
+  hop1_done_ = true;
+  const int64_t S = fmt_.S, R = fmt_.record_bytes();
+  auto* scratch = scratch_.as<float>();
+  float* partial = partial_.as<float>();
+  const auto* recv = static_cast<const uint8_t*>(recv1_.data());
+  // Partial h: the sum over this host's ranks j (in order) of their records of shard h·L + local rank.
+  for (int h = 0; h < M_; ++h) {
+    for (int j = 0; j < L_; ++j) {
+      fmt_.Decode(recv + (static_cast<int64_t>(j) * M_ + h) * R, partial + h * S, /*acc=*/j > 0, scratch);
+    }
+  }
+  if (M_ == 1) return absl::OkStatus();
+  // The second hop: partial h to host h, requantized with the host residual.
+  const DType ed = c.cd();
+  const size_t eds = DTypeSize(ed);
+  auto* send = static_cast<uint8_t*>(send2_.data());
+  for (int h = 0; h < M_; ++h) {
+    void* err =
+        p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds) : nullptr;
+    fmt_.Encode(partial + h * S, err, ed, p.loco_beta, send + h * R, scratch);
+  }
+  Communicator* inter = c.qgz_across.get();
+  CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts"));
+  hop2_ = advanced::Extended(*inter)->AllToAll(send2_.data(), recv2_.data(), static_cast<size_t>(R / 2), DType::kF16,
+                                               c.stream());
+  hop2_issued_ = true;
+  return absl::OkStatus();
+}
+
+Status QgzReduce::FinishHop2() {
+  const int64_t S = fmt_.S, R = fmt_.record_bytes();
+  const float* sum = partial_.as<float>();
+  if (M_ > 1) {
+    Status s = hop2_.Wait();
+    if (!s.ok()) return s;
+    auto* scratch = scratch_.as<float>();
+    float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
+    const auto* recv = static_cast<const uint8_t*>(recv2_.data());
+    for (int h = 0; h < M_; ++h) fmt_.Decode(recv + h * R, total, /*acc=*/h > 0, scratch);
+    sum = total;
+  }
+  const float n = static_cast<float>(ctx_->world);
+  for (int64_t i = 0; i < S; ++i) out_[i] = sum[i] / n;
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+Status QgzReduce::Advance() {
+  if (!status_.ok() || hop1_done_ || !hop1_.IsCompleted()) return status_;
+  status_ = FinishHop1();
+  return status_;
+}
+
+bool QgzReduce::Done() const {
+  if (!status_.ok() || finished_) return true;
+  if (!hop1_done_) return false;  // (Advance finishes it)
+  return M_ == 1 || (hop2_issued_ && hop2_.IsCompleted());
+}
+
+Status QgzReduce::Join() {
+  if (!status_.ok() || finished_) return status_;
+  if (!hop1_done_) status_ = FinishHop1();
+  if (status_.ok()) status_ = FinishHop2();
+  return status_;
+}
+
+bool QgzReduce::WaitInFlight() {
+  (void)hop1_.Wait();
+  if (hop2_issued_) (void)hop2_.Wait();
+  return !Unfinished();
+}
+
+bool QgzReduce::Unfinished() const { return !hop1_.IsCompleted() || (hop2_issued_ && !hop2_.IsCompleted()); }
+
+void QgzReduce::Release() {
+  const bool unfinished = ctx_ != nullptr && Unfinished();
+  for (Buffer* b : {&send1_, &recv1_, &partial_, &scratch_, &send2_, &recv2_}) {
+    if (b->empty()) continue;
+    if (unfinished) {
+      ctx_->Quarantine(std::move(*b));  // an op may still read or write it
+    } else {
+      pool_->Give(std::move(*b));
+    }
+  }
+}
+
+}  // namespace zero::internal
