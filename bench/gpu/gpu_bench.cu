@@ -1,6 +1,7 @@
 // zero-bench-gpu: device bandwidth ceilings and zero's memory-bound kernels against them.
 //
-//   zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] [--md results.md]
+//   zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] [--quant-shapes S]
+//                  [--md results.md]
 //
 // Measures, with CUDA events around each launch, the median (and min/max) of I timed runs after W warm-ups:
 //   * device-to-device copy (cudaMemcpyAsync of M MiB; bytes counted = read + written = 2M);
@@ -15,7 +16,10 @@
 //     variant on staggered buffers, and the copy again (drift); a summary table of ratios at the end;
 //   * GradStats on the gradient (f32 and bf16; bytes = elements x element size), Convert f32->bf16, the
 //     blockwise int8 QuantizeInt8 (f32, bf16 in) / DequantizeInt8 (bf16, f32 out) in blocks of 4096 (a RESULT
-//     line each: its ratio to the copy, issue 37's target 0.8), and a Flatten of 64 segments.
+//     line each: its ratio to the copy, issue 37's target 0.8), and a Flatten of 64 segments. --quant-shapes
+//     TxC[,TxC...] (e.g. 256x4,128x4,64x8) adds the four int8 rows again per launch shape: at most T threads per
+//     CUDA block, C vectors cached per thread (launch.h's QuantShape; the production rows use QuantShapeOf), so
+//     one run compares shapes; named "... @TxC", each with its own #wrong and a RESULT quant_shape_ratio line.
 // Every fused-step row is also checked on its first and last 2^20 elements, and every quantize/dequantize row on
 // its first 2^20, against the same element code run on the host (bit for bit: "#wrong" must be 0). Inputs are random (a
 // hash of the index), never zeros.
@@ -356,12 +360,35 @@ struct Options {
   size_t copy_mib = 2048;
   int iters = 10;
   int warmup = 3;
-  bool variants = true;  // the variant sweep (--no-variants skips it)
+  bool variants = true;                      // the variant sweep (--no-variants skips it)
+  std::vector<in::QuantShape> quant_shapes;  // --quant-shapes: extra int8 rows per launch shape
   std::string md_path;
 };
 
 constexpr const char* kUsage =
-    "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants] [--md file]\n";
+    "usage: zero-bench-gpu [--params N] [--copy-mib M] [--iters I] [--warmup W] [--no-variants]\n"
+    "                      [--quant-shapes TxC[,TxC...]] [--md file]\n";
+
+// "256x4,128x4,64x8" -> shapes; exits with the usage on a malformed or invalid one.
+std::vector<in::QuantShape> ParseQuantShapes(const std::string& list) {
+  std::vector<in::QuantShape> shapes;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string item = list.substr(pos, comma - pos);
+    unsigned t = 0, c = 0;
+    char extra = 0;
+    if (std::sscanf(item.c_str(), "%ux%u%c", &t, &c, &extra) != 2 || !in::QuantShapeValid({t, c})) {
+      std::fprintf(stderr,
+                   "zero-bench-gpu: bad --quant-shapes item '%s' (TxC, T a multiple of 32 in [32, %d], C 4 or 8)\n%s",
+                   item.c_str(), in::kThreads, kUsage);
+      std::exit(2);
+    }
+    shapes.push_back({t, c});
+    pos = comma + 1;
+  }
+  return shapes;
+}
 
 Options Parse(int argc, char** argv) {
   Options o;
@@ -390,6 +417,8 @@ Options Parse(int argc, char** argv) {
       o.md_path = next();
     } else if (a == "--no-variants") {
       o.variants = false;
+    } else if (a == "--quant-shapes") {
+      o.quant_shapes = ParseQuantShapes(next());
     } else {
       std::fprintf(stderr, "zero-bench-gpu: unknown flag %s\n%s", a.c_str(), kUsage);
       std::exit(2);
@@ -789,36 +818,44 @@ int main(int argc, char** argv) {
           for (size_t i = 0; i < w; ++i) wrong += std::memcmp(dout.data() + i * es, hout.data() + i * es, es) != 0;
           r.wrong = std::to_string(wrong);
         };
-        if (q8 && qs) {
-          Measure("QuantizeInt8 f32 (5 B/elem)", nstr, [&](Row& r) {
-            r.t = TimeIt(o.warmup, o.iters, [&] {
-              CK(in::LaunchQuantizeInt8(p->p, in::Dt::kF32, n, kQBlock, q8->as<int8_t>(), qs->as<float>(), stream));
-            });
+        // The four rows on a launch shape: null for the production launchers (QuantShapeOf), else the shaped ones.
+        auto quant_rows = [&](const in::QuantShape* shape) {
+          const std::string tag =
+              shape ? " @" + std::to_string(shape->max_threads) + "x" + std::to_string(shape->cached) : "";
+          auto quantize = [&](const DevMem& x, in::Dt dt) {
+            CK(shape ? in::LaunchQuantizeInt8Shaped(x.p, dt, n, kQBlock, *shape, q8->as<int8_t>(), qs->as<float>(),
+                                                    stream)
+                     : in::LaunchQuantizeInt8(x.p, dt, n, kQBlock, q8->as<int8_t>(), qs->as<float>(), stream));
+          };
+          auto dequantize = [&](const DevMem& out, in::Dt dt) {
+            CK(shape ? in::LaunchDequantizeInt8Shaped(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, *shape, out.p, dt,
+                                                      stream)
+                     : in::LaunchDequantizeInt8(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, out.p, dt, stream));
+          };
+          Measure("QuantizeInt8 f32 (5 B/elem)" + tag, nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] { quantize(*p, in::Dt::kF32); });
             r.bytes = 5.0 * n + 4.0 * nb;
             check_quantize(*p, in::Dt::kF32, r);
           });
-          Measure("QuantizeInt8 bf16 (3 B/elem)", nstr, [&](Row& r) {
-            r.t = TimeIt(o.warmup, o.iters, [&] {
-              CK(in::LaunchQuantizeInt8(g16->p, in::Dt::kBF16, n, kQBlock, q8->as<int8_t>(), qs->as<float>(), stream));
-            });
+          Measure("QuantizeInt8 bf16 (3 B/elem)" + tag, nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] { quantize(*g16, in::Dt::kBF16); });
             r.bytes = 3.0 * n + 4.0 * nb;
             check_quantize(*g16, in::Dt::kBF16, r);
           });
-          Measure("DequantizeInt8 -> bf16 (3 B/elem)", nstr, [&](Row& r) {
-            r.t = TimeIt(o.warmup, o.iters, [&] {
-              CK(in::LaunchDequantizeInt8(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, out16->p, in::Dt::kBF16,
-                                          stream));
-            });
+          Measure("DequantizeInt8 -> bf16 (3 B/elem)" + tag, nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] { dequantize(*out16, in::Dt::kBF16); });
             r.bytes = 3.0 * n + 4.0 * nb;
             check_dequantize(*out16, in::Dt::kBF16, r);
           });
-          Measure("DequantizeInt8 -> f32 (5 B/elem)", nstr, [&](Row& r) {
-            r.t = TimeIt(o.warmup, o.iters, [&] {
-              CK(in::LaunchDequantizeInt8(q8->as<int8_t>(), qs->as<float>(), n, kQBlock, g32->p, in::Dt::kF32, stream));
-            });
+          Measure("DequantizeInt8 -> f32 (5 B/elem)" + tag, nstr, [&](Row& r) {
+            r.t = TimeIt(o.warmup, o.iters, [&] { dequantize(*g32, in::Dt::kF32); });
             r.bytes = 5.0 * n + 4.0 * nb;
             check_dequantize(*g32, in::Dt::kF32, r);
           });
+        };
+        if (q8 && qs) {
+          quant_rows(nullptr);
+          for (const in::QuantShape& shape : o.quant_shapes) quant_rows(&shape);
         }
       }
       Measure("Flatten 64 segments (BatchCopy)", HumanCount(4.0 * n) + "B", [&](Row& r) {
@@ -848,8 +885,9 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows) {  // issue 37: the int8 kernels at >= 0.8 of the same run's copy
     if ((r.name.rfind("QuantizeInt8", 0) == 0 || r.name.rfind("DequantizeInt8", 0) == 0) && r.error.empty() &&
         g_copy_gbps > 0) {
-      std::printf("RESULT quant_ratio_to_copy %.3f  (%s)  target >= 0.80: %s\n", r.GBps() / g_copy_gbps, r.name.c_str(),
-                  r.GBps() / g_copy_gbps >= 0.80 ? "met" : "NOT met");
+      const bool shaped = r.name.find(" @") != std::string::npos;  // a --quant-shapes row, not production
+      std::printf("RESULT %s %.3f  (%s)  target >= 0.80: %s\n", shaped ? "quant_shape_ratio" : "quant_ratio_to_copy",
+                  r.GBps() / g_copy_gbps, r.name.c_str(), r.GBps() / g_copy_gbps >= 0.80 ? "met" : "NOT met");
     }
   }
   for (const std::string& line : g_best_lines) std::printf("%s\n", line.c_str());

@@ -35,17 +35,24 @@ namespace {
 
 namespace in = ::zero::cuda::internal;
 
-// A simulated launch: `blocks` CUDA blocks of `threads` threads; `reverse` runs blocks and threads in descending
-// order. blocks == 0 / threads == 0 take the kernels' own launch shape (QuantGridBlocks / QuantThreads).
+// A simulated launch: `blocks` CUDA blocks of `threads` threads, each keeping `cached` vectors in registers;
+// `reverse` runs blocks and threads in descending order. 0 takes the kernels' own launch shape for the type
+// (QuantGridBlocks, QuantThreads on QuantShapeOf(dt).max_threads, QuantShapeOf(dt).cached: 256 × 4 for f32,
+// 64 × 8 for 16-bit types). The grids past the first six are the bench's other shapes (256 × 4, 128 × 4, 128 × 8,
+// 64 × 8, 32 × 8: launch.h's QuantShape), on every type.
 struct SimGrid {
   size_t blocks;
   size_t threads;
   bool reverse;
+  int cached = 0;
 };
-constexpr SimGrid kGrids[] = {{0, 0, false}, {0, 0, true}, {1, 1, false}, {3, 32, false}, {2, 5, true}, {7, 256, true}};
+constexpr SimGrid kGrids[] = {{0, 0, false},     {0, 0, true},     {1, 1, false},      {3, 32, false},
+                              {2, 5, true},      {7, 256, true},   {0, 256, false, 4}, {3, 128, true, 8},
+                              {0, 64, false, 8}, {5, 32, true, 8}, {0, 128, true, 4}};
 
 std::string GridName(const SimGrid& g) {
-  return std::to_string(g.blocks) + "x" + std::to_string(g.threads) + (g.reverse ? " reversed" : "");
+  return std::to_string(g.blocks) + "x" + std::to_string(g.threads) + (g.reverse ? " reversed" : "") + " cached " +
+         std::to_string(g.cached);
 }
 
 // A byte buffer with poisoned guard zones on both sides of `size` data bytes.
@@ -79,13 +86,13 @@ size_t Order(size_t i, size_t count, bool reverse) { return reverse ? count - 1 
 
 // QuantizeKernel<T>, emulated: the launch's phase from the buffers' addresses, then per block every thread's
 // max pass (each keeping its registers), the max of the partials, every thread's coding pass.
-template <class T>
+template <class T, int C>
 void EmulateQuantize(const SimGrid& grid, const void* x, size_t n, size_t block, int8_t* q, float* scales) {
   const size_t nblocks = in::QuantBlockCount(n, block);
   const size_t gb = grid.blocks ? grid.blocks : in::QuantGridBlocks(n, block);
-  const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block);
+  const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block, in::QuantShapeOf(T::kDt).max_threads);
   const size_t phase = in::QuantVecPhase(x, sizeof(typename T::Elem), q);
-  std::vector<in::QuantRegs<T>> regs(nt);
+  std::vector<in::QuantRegs<T, C>> regs(nt);
   for (size_t bi = 0; bi < gb; ++bi) {
     const size_t bid = Order(bi, gb, grid.reverse);
     for (size_t b = bid; b < nblocks; b += gb) {
@@ -110,11 +117,11 @@ void EmulateQuantize(const SimGrid& grid, const void* x, size_t n, size_t block,
 }
 
 // DequantizeKernel<D>, emulated.
-template <class D>
+template <class D, int C>
 void EmulateDequantize(const SimGrid& grid, const int8_t* q, const float* scales, size_t n, size_t block, void* out) {
   const size_t nblocks = in::QuantBlockCount(n, block);
   const size_t gb = grid.blocks ? grid.blocks : in::QuantGridBlocks(n, block);
-  const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block);
+  const size_t nt = grid.threads ? grid.threads : in::QuantThreads(block, in::QuantShapeOf(D::kDt).max_threads);
   const size_t phase = in::QuantVecPhase(out, sizeof(typename D::Elem), q);
   for (size_t bi = 0; bi < gb; ++bi) {
     const size_t bid = Order(bi, gb, grid.reverse);
@@ -123,25 +130,44 @@ void EmulateDequantize(const SimGrid& grid, const int8_t* q, const float* scales
       const size_t end = std::min(n, begin + block);
       const in::QuantSpan span = in::QuantSpanOf<D>(begin, end, phase);
       for (size_t ti = 0; ti < nt; ++ti) {
-        in::DequantizeSpanThread<D>(q, scales[b], begin, end, span, out, Order(ti, nt, grid.reverse), nt);
+        in::DequantizeSpanThread<D, C>(q, scales[b], begin, end, span, out, Order(ti, nt, grid.reverse), nt);
       }
     }
   }
 }
 
+// The grid's cached vectors, or the type's production count.
+template <class T>
+int CachedOf(const SimGrid& g) {
+  return g.cached ? g.cached : static_cast<int>(in::QuantShapeOf(T::kDt).cached);
+}
+
+template <class T>
+void EmulateQuantizeC(const SimGrid& g, const void* x, size_t n, size_t block, int8_t* q, float* s) {
+  if (CachedOf<T>(g) == 8) return EmulateQuantize<T, 8>(g, x, n, block, q, s);
+  ASSERT_EQ(CachedOf<T>(g), 4);
+  EmulateQuantize<T, 4>(g, x, n, block, q, s);
+}
+template <class D>
+void EmulateDequantizeC(const SimGrid& g, const int8_t* q, const float* s, size_t n, size_t block, void* out) {
+  if (CachedOf<D>(g) == 8) return EmulateDequantize<D, 8>(g, q, s, n, block, out);
+  ASSERT_EQ(CachedOf<D>(g), 4);
+  EmulateDequantize<D, 4>(g, q, s, n, block, out);
+}
+
 void EmulateQuantizeAny(const SimGrid& g, DType t, const void* x, size_t n, size_t block, int8_t* q, float* s) {
   switch (t) {
-    case DType::kF32: return EmulateQuantize<in::F32>(g, x, n, block, q, s);
-    case DType::kF16: return EmulateQuantize<in::F16>(g, x, n, block, q, s);
-    case DType::kBF16: return EmulateQuantize<in::BF16>(g, x, n, block, q, s);
+    case DType::kF32: return EmulateQuantizeC<in::F32>(g, x, n, block, q, s);
+    case DType::kF16: return EmulateQuantizeC<in::F16>(g, x, n, block, q, s);
+    case DType::kBF16: return EmulateQuantizeC<in::BF16>(g, x, n, block, q, s);
   }
 }
 void EmulateDequantizeAny(const SimGrid& g, DType t, const int8_t* q, const float* s, size_t n, size_t block,
                           void* out) {
   switch (t) {
-    case DType::kF32: return EmulateDequantize<in::F32>(g, q, s, n, block, out);
-    case DType::kF16: return EmulateDequantize<in::F16>(g, q, s, n, block, out);
-    case DType::kBF16: return EmulateDequantize<in::BF16>(g, q, s, n, block, out);
+    case DType::kF32: return EmulateDequantizeC<in::F32>(g, q, s, n, block, out);
+    case DType::kF16: return EmulateDequantizeC<in::F16>(g, q, s, n, block, out);
+    case DType::kBF16: return EmulateDequantizeC<in::BF16>(g, q, s, n, block, out);
   }
 }
 
@@ -295,7 +321,7 @@ TEST(QuantizeEmulationTest, OffsetBuffersMatchScalarReference) {
         Guarded gx(n * es, 0);
         std::memcpy(gx.data() + x_off, x.data(), x.size());  // gx is only storage here: offset by hand
         const void* xp = gx.data() + x_off;
-        for (const SimGrid& g : {kGrids[0], kGrids[4]}) {
+        for (const SimGrid& g : {kGrids[0], kGrids[4], kGrids[6], kGrids[10]}) {
           Guarded q(n, 0xA5, qo), s(nb * sizeof(float), 0x5A);
           EmulateQuantizeAny(g, t, xp, n, block, reinterpret_cast<int8_t*>(q.data()),
                              reinterpret_cast<float*>(s.data()));
@@ -357,7 +383,7 @@ TEST(QuantizeEmulationTest, SpecialBlocksHaveTheDocumentedCodes) {
   const size_t block = 6;
   std::vector<int8_t> q(x.size(), 99);
   std::vector<float> s(4, 99.0f);
-  EmulateQuantize<in::F32>({0, 0, false}, x.data(), x.size(), block, q.data(), s.data());
+  EmulateQuantize<in::F32, 4>({0, 0, false}, x.data(), x.size(), block, q.data(), s.data());
   EXPECT_EQ(FloatBits(s[0]), FloatBits(1.0f));
   const int8_t ties[] = {127, 0, 2, 2, 0, -2};
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(q[i], ties[i]) << i;
@@ -366,17 +392,35 @@ TEST(QuantizeEmulationTest, SpecialBlocksHaveTheDocumentedCodes) {
   EXPECT_TRUE(std::isnan(s[3]));
   for (size_t i = 6; i < x.size(); ++i) EXPECT_EQ(q[i], 0) << i;
   std::vector<float> back(x.size());
-  EmulateDequantize<in::F32>({0, 0, false}, q.data(), s.data(), x.size(), block, back.data());
+  EmulateDequantize<in::F32, 4>({0, 0, false}, q.data(), s.data(), x.size(), block, back.data());
   for (size_t i = 12; i < x.size(); ++i) EXPECT_TRUE(std::isnan(back[i])) << i;
   for (size_t i = 6; i < 12; ++i) EXPECT_EQ(FloatBits(back[i]), 0u) << i;
 }
 
-// The launch shape: whole warps, at most kThreads, one CUDA block per quantization block up to kQuantMaxGrid.
+// The launch shape: whole warps, at most the shape's threads (production: 256 × 4 for f32, 64 × 8 for 16-bit types),
+// one CUDA block per quantization block up to kQuantMaxGrid.
 TEST(QuantizeEmulationTest, LaunchShape) {
   EXPECT_EQ(in::QuantThreads(1), 32u);
   EXPECT_EQ(in::QuantThreads(33), 64u);
   EXPECT_EQ(in::QuantThreads(256), static_cast<unsigned>(in::kThreads));
   EXPECT_EQ(in::QuantThreads(5000), static_cast<unsigned>(in::kThreads));
+  EXPECT_EQ(in::QuantThreads(5000, 128), 128u);
+  EXPECT_EQ(in::QuantThreads(100, 64), 64u);
+  EXPECT_EQ(in::QuantThreads(33, 128), 64u);
+  EXPECT_EQ(in::QuantShapeOf(in::Dt::kF32).max_threads, static_cast<unsigned>(in::kThreads));
+  EXPECT_EQ(in::QuantShapeOf(in::Dt::kF32).cached, 4u);
+  for (in::Dt dt : {in::Dt::kBF16, in::Dt::kF16}) {
+    EXPECT_EQ(in::QuantShapeOf(dt).max_threads, 64u);
+    EXPECT_EQ(in::QuantShapeOf(dt).cached, 8u);
+    // A 4096-element block: 512 vectors, 8 per thread, all in registers.
+    EXPECT_EQ(in::QuantThreads(4096, in::QuantShapeOf(dt).max_threads) * in::QuantShapeOf(dt).cached * 8, 4096u);
+  }
+  for (in::Dt dt : {in::Dt::kF32, in::Dt::kBF16, in::Dt::kF16}) EXPECT_TRUE(in::QuantShapeValid(in::QuantShapeOf(dt)));
+  EXPECT_TRUE(in::QuantShapeValid({64, 8}));
+  EXPECT_FALSE(in::QuantShapeValid({48, 4}));
+  EXPECT_FALSE(in::QuantShapeValid({512, 4}));
+  EXPECT_FALSE(in::QuantShapeValid({0, 4}));
+  EXPECT_FALSE(in::QuantShapeValid({128, 6}));
   EXPECT_EQ(in::QuantGridBlocks(10, 3), 4u);
   EXPECT_EQ(in::QuantGridBlocks(size_t{1} << 40, 1), static_cast<unsigned>(in::kQuantMaxGrid));
 }

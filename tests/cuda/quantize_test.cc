@@ -3,8 +3,10 @@
 // bit (NaN compared as NaN: the device's NaN payload is its own), for f32, bf16 and f16, on blocks of random
 // values, ties, an outlier, constants, zeros, subnormals, NaN and infinities; outputs poisoned and the bytes just
 // past them checked untouched; also with the buffers offset from cudaMalloc's alignment (the kernels' vector
-// bodies at another phase, or none: the scalar fallback). This is what the CPU emulation (quantize_emulation_test.cc)
-// cannot prove: the device's own __fdiv_rn / __fmul_rn / __float2int_rn, the warp-shuffle reduction and the launches.
+// bodies at another phase, or none: the scalar fallback), and on the other launch shapes the bench measures
+// (threads per CUDA block, vectors cached per thread: launch.h's QuantShape). This is what the CPU emulation
+// (quantize_emulation_test.cc) cannot prove: the device's own __fdiv_rn / __fmul_rn / __float2int_rn, the warp-shuffle
+// reduction and the launches.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/internal/quantize.h"
+#include "cuda/internal/launch.h"
 #include "cuda_test_util.h"
 #include "support/status_matchers.h"
 #include "zero/advanced/cuda_kernels.h"
@@ -69,9 +72,22 @@ bool GuardIntact(const DeviceBuffer& d, size_t offset, size_t data_bytes) {
 // One quantize + dequantize round trip against the scalar reference. The input and the dequantized output start
 // `x_off` elements and the codes `q_off` bytes past cudaMalloc's alignment: equal offsets (in elements) keep a
 // common 16-byte vector boundary at another phase; different ones leave none, and the kernels go all scalar.
-void CheckCase(DType t, size_t block, size_t n, size_t x_off, size_t q_off, std::mt19937& rng) {
-  const std::string where = std::string(DTypeName(t)) + " block=" + std::to_string(block) + " n=" + std::to_string(n) +
-                            " x+" + std::to_string(x_off) + " q+" + std::to_string(q_off);
+// `shape`: null for the public API (production shape), else the internal launchers on that shape.
+void CheckCase(DType t, size_t block, size_t n, size_t x_off, size_t q_off, std::mt19937& rng,
+               const cuda::internal::QuantShape* shape = nullptr) {
+  namespace in = ::zero::cuda::internal;
+  const std::string where =
+      std::string(DTypeName(t)) + " block=" + std::to_string(block) + " n=" + std::to_string(n) + " x+" +
+      std::to_string(x_off) + " q+" + std::to_string(q_off) +
+      (shape ? " shape " + std::to_string(shape->max_threads) + "x" + std::to_string(shape->cached) : std::string());
+  const auto quantize = [&](const void* x, int8_t* q, float* s) -> bool {
+    if (shape == nullptr) return cuda::QuantizeInt8(x, t, n, block, q, s, nullptr).ok();
+    return in::LaunchQuantizeInt8Shaped(x, static_cast<in::Dt>(t), n, block, *shape, q, s, nullptr) == cudaSuccess;
+  };
+  const auto dequantize = [&](const int8_t* q, const float* s, void* out) -> bool {
+    if (shape == nullptr) return cuda::DequantizeInt8(q, s, n, block, out, t, nullptr).ok();
+    return in::LaunchDequantizeInt8Shaped(q, s, n, block, *shape, out, static_cast<in::Dt>(t), nullptr) == cudaSuccess;
+  };
   const size_t nb = internal::QuantBlocks(n, block), es = DTypeSize(t);
   const size_t xo = x_off * es;
   const std::vector<float> xf = Input(n, block, rng);
@@ -91,9 +107,9 @@ void CheckCase(DType t, size_t block, size_t n, size_t x_off, size_t q_off, std:
   ZERO_ASSERT_CUDA(d_out.Poison());
   auto* q = reinterpret_cast<int8_t*>(d_q.get() + q_off);
   auto* s = reinterpret_cast<float*>(d_s.get());
-  ASSERT_OK(cuda::QuantizeInt8(d_x.get() + xo, t, n, block, q, s, nullptr));
+  ASSERT_TRUE(quantize(d_x.get() + xo, q, s)) << where;
   // Dequantize the device's own codes: the whole round trip on the device.
-  ASSERT_OK(cuda::DequantizeInt8(q, s, n, block, d_out.get() + xo, t, nullptr));
+  ASSERT_TRUE(dequantize(q, s, d_out.get() + xo)) << where;
   ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
 
   std::vector<int8_t> got_q(n);
@@ -110,7 +126,7 @@ void CheckCase(DType t, size_t block, size_t n, size_t x_off, size_t q_off, std:
   EXPECT_TRUE(GuardIntact(d_out, xo, n * es)) << where;
 
   // Deterministic: a second run gives the same bytes.
-  ASSERT_OK(cuda::QuantizeInt8(d_x.get() + xo, t, n, block, q, s, nullptr));
+  ASSERT_TRUE(quantize(d_x.get() + xo, q, s)) << where;
   ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<int8_t> again_q(n);
   ZERO_ASSERT_CUDA(d_q.Download(again_q.data(), n, q_off));
@@ -159,6 +175,38 @@ TEST_F(CudaQuantizeTest, OffsetBuffersMatchScalarReferenceBitForBit) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// The bench's other launch shapes (the f32 shape on 16-bit types, 128 and 64 threads, 8 cached vectors), through
+// the internal launchers: whichever the bench measures, its bits are the reference's. Blocks 4096 (every vector
+// in registers, or re-read past them on 32 threads × 4), 4097 and 5000 (scalar heads), and offset buffers.
+TEST_F(CudaQuantizeTest, EveryBenchShapeMatchesScalarReferenceBitForBit) {
+  std::mt19937 rng(testing_cuda::FreshSeed());
+  const cuda::internal::QuantShape shapes[] = {{256, 4}, {128, 4}, {128, 8}, {64, 8}, {32, 4}};
+  struct Case {
+    size_t block, n, x_off, q_off;
+  };
+  const Case cases[] = {
+      {4096, 4096 * 27 + 7, 0, 0}, {4097, 4097 * 10 + 3, 0, 0}, {5000, 5000 * 4 + 11, 2, 2}, {64, 64 * 20 + 33, 1, 0}};
+  for (const cuda::internal::QuantShape& shape : shapes) {
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const Case& c : cases) {
+        CheckCase(t, c.block, c.n, c.x_off, c.q_off, rng, &shape);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(CudaQuantizeTest, InvalidShapeIsRefused) {
+  namespace in = ::zero::cuda::internal;
+  DeviceBuffer d_x(64 * 4), d_q(64), d_s(4);
+  auto* q = reinterpret_cast<int8_t*>(d_q.get());
+  auto* s = reinterpret_cast<float*>(d_s.get());
+  EXPECT_EQ(in::LaunchQuantizeInt8Shaped(d_x.get(), in::Dt::kF32, 64, 64, {96 + 1, 4}, q, s, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(in::LaunchDequantizeInt8Shaped(q, s, 64, 64, {128, 5}, d_x.get(), in::Dt::kBF16, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

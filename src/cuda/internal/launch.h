@@ -73,17 +73,39 @@ cudaError_t LaunchDequantizeInt8(const int8_t* d_q, const float* d_scales, size_
                                  cudaStream_t stream);
 // Their launch shape, shared with the emulation test: one CUDA block per quantization block, up to
 // kQuantMaxGrid blocks (beyond, each loops over blocks); threads = the block size rounded up to a whole warp, at
-// most kThreads, so small blocks do not leave most of a CUDA block idle (the max reduction needs whole warps).
+// most the shape's max_threads, so small blocks do not leave most of a CUDA block idle (the max reduction needs
+// whole warps); each thread keeps up to `cached` vectors in registers (quantize.cuh's C).
+struct QuantShape {
+  unsigned max_threads;  // a multiple of 32 in [32, kThreads]
+  unsigned cached;       // 4 or 8
+};
+// Production: f32 on 256 threads × 4 cached vectors; 16-bit types on 64 threads × 8, so that a 4096-element block
+// gives each thread 8 vectors (128 bytes) in flight rather than 2 (measured on one H200 call against 256 × 4 and
+// 128 × 4: quantize bf16 0.988 / 0.626 / 0.905 of the copy, dequantize -> bf16 0.934 / 0.778 / 0.918;
+// bench/results/gpu-2026-12-04.md, evening). f32 stays: 128 × 4 and 64 × 8 measured slower for it.
+constexpr QuantShape kQuantShapeF32 = {static_cast<unsigned>(kThreads), 4};
+constexpr QuantShape kQuantShape16 = {64, 8};
+constexpr QuantShape QuantShapeOf(Dt dt) { return dt == Dt::kF32 ? kQuantShapeF32 : kQuantShape16; }
+constexpr bool QuantShapeValid(QuantShape s) {
+  return s.max_threads >= 32 && s.max_threads <= static_cast<unsigned>(kThreads) && s.max_threads % 32 == 0 &&
+         (s.cached == 4 || s.cached == 8);
+}
 constexpr size_t kQuantMaxGrid = size_t{1} << 20;
 inline unsigned QuantGridBlocks(size_t n, size_t block) {
   const size_t b = QuantBlockCount(n, block);
   return static_cast<unsigned>(b < kQuantMaxGrid ? b : kQuantMaxGrid);
 }
-inline unsigned QuantThreads(size_t block) {
+inline unsigned QuantThreads(size_t block, unsigned max_threads = static_cast<unsigned>(kThreads)) {
   const size_t warps = (block + 31) / 32;
   const size_t t = 32 * warps;
-  return static_cast<unsigned>(t < static_cast<size_t>(kThreads) ? t : static_cast<size_t>(kThreads));
+  return static_cast<unsigned>(t < static_cast<size_t>(max_threads) ? t : static_cast<size_t>(max_threads));
 }
+// The same kernels on a given shape (the bench's and the tests' alternatives; LaunchQuantizeInt8 /
+// LaunchDequantizeInt8 are these with QuantShapeOf(dt)). cudaErrorInvalidValue unless QuantShapeValid.
+cudaError_t LaunchQuantizeInt8Shaped(const void* d_x, Dt dt, size_t n, size_t block, QuantShape shape, int8_t* d_q,
+                                     float* d_scales, cudaStream_t stream);
+cudaError_t LaunchDequantizeInt8Shaped(const int8_t* d_q, const float* d_scales, size_t n, size_t block,
+                                       QuantShape shape, void* d_out, Dt dt, cudaStream_t stream);
 
 // Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
 // its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.

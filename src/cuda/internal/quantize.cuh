@@ -12,11 +12,13 @@
 // common vector boundary (QuantVecPhase: pointers offset against each other, or not aligned to their element),
 // every element is scalar: correct, slower.
 //
-// Quantize reads its input once: each thread keeps its first kQuantCached vectors (4 × 16 bytes) in registers
-// through the block's max reduction and codes them from there, so a 4096-element f32 block (8192 for 16-bit
-// types) on 256 threads is read from memory once; only vectors beyond that (larger blocks, smaller CUDA blocks)
-// are read a second time. The threads' partial maxima are reduced to the block's maximum, every thread derives
-// the same scale from it, and the threads code their elements.
+// Quantize reads its input once: each thread keeps its first C vectors (C × 16 bytes; C = 4 or 8, the launch
+// shape's: launch.h's QuantShape) in registers through the block's max reduction and codes them from there, so a
+// block of threads · C · V elements or fewer is read from memory once (production: 4096 f32 on 256 threads × 4,
+// 4096 bf16/f16 on 64 threads × 8); only vectors beyond that (larger blocks, smaller CUDA blocks) are read a
+// second time. The threads'
+// partial maxima are reduced to the block's maximum, every thread derives the same scale from it, and the threads code
+// their elements.
 //
 // Bit-for-bit the host reference, by construction:
 //   * the maximum is an integer maximum of bit patterns: exact, and order-free, so any reduction tree and any
@@ -135,7 +137,9 @@ ZERO_HD void DequantizeThread(const int8_t* q, float scale, size_t begin, size_t
 template <class T>
 inline constexpr size_t kQuantVec = 16 / sizeof(typename T::Elem);
 
-// Vectors per thread that quantize keeps in registers between the max pass and the coding pass.
+// The default of C, the vectors per thread that quantize keeps in registers between the max pass and the coding
+// pass (and that dequantize loads before its first store). The kernels are instantiated for C = 4 and 8; the
+// launch shape picks one (launch.h's QuantShape: production 4 for f32, 8 for 16-bit types).
 inline constexpr int kQuantCached = 4;
 
 // The vector phase of a launch: the h in [0, V) such that element h of `wide` (elements of `elem_size` bytes,
@@ -250,32 +254,32 @@ ZERO_HD void QuantCodeVec(const uint32_t (&w)[4], float inv, int8_t* q, size_t i
 }
 
 // One thread's share of quantize: the cached vectors, filled by the max pass and coded by the coding pass.
-template <class T>
+template <class T, int C = kQuantCached>
 struct QuantRegs {
-  uint32_t w[kQuantCached][4];
+  uint32_t w[C][4];
 };
 
-// The max pass: loads vectors tid, tid + nthreads, ... (the first kQuantCached into `r`, all their loads issued
-// before the first is used) and the scalar elements, and returns the largest |x| bits among them (16-bit types:
-// their own bits, widened by QuantMaxAsF32Bits after the reduction).
-template <class T>
-ZERO_HD uint32_t QuantMaxPass(const void* x, size_t begin, size_t end, const QuantSpan& s, QuantRegs<T>& r, size_t tid,
-                              size_t nthreads) {
+// The max pass: loads vectors tid, tid + nthreads, ... (the first C into `r`, all their loads issued before the
+// first is used) and the scalar elements, and returns the largest |x| bits among them (16-bit types: their own
+// bits, widened by QuantMaxAsF32Bits after the reduction).
+template <class T, int C>
+ZERO_HD uint32_t QuantMaxPass(const void* x, size_t begin, size_t end, const QuantSpan& s, QuantRegs<T, C>& r,
+                              size_t tid, size_t nthreads) {
   constexpr size_t kV = kQuantVec<T>;
   ZERO_UNROLL
-  for (int c = 0; c < kQuantCached; ++c) {
+  for (int c = 0; c < C; ++c) {
     const size_t v = tid + static_cast<size_t>(c) * nthreads;
     if (v < s.nvec) QuantLoadVec<T>(x, s.body + v * kV, r.w[c]);
   }
   uint32_t m = 0;
   ZERO_UNROLL
-  for (int c = 0; c < kQuantCached; ++c) {
+  for (int c = 0; c < C; ++c) {
     if (tid + static_cast<size_t>(c) * nthreads < s.nvec) {
       const uint32_t a = QuantVecMax<T>(r.w[c]);
       m = a > m ? a : m;
     }
   }
-  for (size_t v = tid + kQuantCached * nthreads; v < s.nvec; v += nthreads) {
+  for (size_t v = tid + C * nthreads; v < s.nvec; v += nthreads) {
     uint32_t w[4];
     QuantLoadVec<T>(x, s.body + v * kV, w);
     const uint32_t a = QuantVecMax<T>(w);
@@ -289,16 +293,16 @@ ZERO_HD uint32_t QuantMaxPass(const void* x, size_t begin, size_t end, const Qua
 
 // The coding pass, with the block's factor: the cached vectors from registers, the others read again, the
 // scalar elements one at a time.
-template <class T>
-ZERO_HD void QuantCodePass(const void* x, size_t begin, size_t end, const QuantSpan& s, const QuantRegs<T>& r,
+template <class T, int C>
+ZERO_HD void QuantCodePass(const void* x, size_t begin, size_t end, const QuantSpan& s, const QuantRegs<T, C>& r,
                            float inv, int8_t* q, size_t tid, size_t nthreads) {
   constexpr size_t kV = kQuantVec<T>;
   ZERO_UNROLL
-  for (int c = 0; c < kQuantCached; ++c) {
+  for (int c = 0; c < C; ++c) {
     const size_t v = tid + static_cast<size_t>(c) * nthreads;
     if (v < s.nvec) QuantCodeVec<T>(r.w[c], inv, q, s.body + v * kV);
   }
-  for (size_t v = tid + kQuantCached * nthreads; v < s.nvec; v += nthreads) {
+  for (size_t v = tid + C * nthreads; v < s.nvec; v += nthreads) {
     uint32_t w[4];
     QuantLoadVec<T>(x, s.body + v * kV, w);
     QuantCodeVec<T>(w, inv, q, s.body + v * kV);
@@ -307,17 +311,17 @@ ZERO_HD void QuantCodePass(const void* x, size_t begin, size_t end, const QuantS
   QuantizeThread<T>(x, s.tail, end, inv, q, tid, nthreads);
 }
 
-// Dequantize's share of one thread in one block: vectors tid, tid + nthreads, ... kQuantCached at a time (their
-// code loads issued before the first store), then the scalar elements. The span is QuantSpanOf<D> with the
-// phase of (out, codes).
-template <class D>
+// Dequantize's share of one thread in one block: vectors tid, tid + nthreads, ... C at a time (their code loads
+// issued before the first store), then the scalar elements. The span is QuantSpanOf<D> with the phase of (out,
+// codes).
+template <class D, int C = kQuantCached>
 ZERO_HD void DequantizeSpanThread(const int8_t* q, float scale, size_t begin, size_t end, const QuantSpan& s, void* out,
                                   size_t tid, size_t nthreads) {
   constexpr size_t kV = kQuantVec<D>;
-  for (size_t v0 = tid; v0 < s.nvec; v0 += kQuantCached * nthreads) {
-    uint32_t c[kQuantCached][kV / 4];
+  for (size_t v0 = tid; v0 < s.nvec; v0 += C * nthreads) {
+    uint32_t c[C][kV / 4];
     ZERO_UNROLL
-    for (int u = 0; u < kQuantCached; ++u) {
+    for (int u = 0; u < C; ++u) {
       const size_t v = v0 + static_cast<size_t>(u) * nthreads;
       if (v >= s.nvec) continue;
       const int8_t* p = q + s.body + v * kV;
@@ -334,7 +338,7 @@ ZERO_HD void DequantizeSpanThread(const int8_t* q, float scale, size_t begin, si
 #endif
     }
     ZERO_UNROLL
-    for (int u = 0; u < kQuantCached; ++u) {
+    for (int u = 0; u < C; ++u) {
       const size_t v = v0 + static_cast<size_t>(u) * nthreads;
       if (v >= s.nvec) continue;
       float f[kV];
