@@ -422,8 +422,8 @@ const KeySpec kSchema[] = {
             "rank summing the dequantized parts of the shards it forwards, then across hosts, requantized; one hop "
             "when the ranks are one host, or the hosts are uneven, or under mics_shard_size (over the shard group). "
             "Sums are f32. With LoCo error feedback (on by default) each rank carries what quantization lost into "
-            "its next reduction. Host (Gloo) engine; a unit reduced in chunks (larger than reduce_bucket_size, or "
-            "a trainer-owned buffer's chunks) is reduced exact, and the log says which."},
+            "its next reduction. Host (Gloo) engine, Engine and ShardedOptimizer; a unit larger than "
+            "reduce_bucket_size is reduced exact, in chunks, and the log says which."},
     {.path = "zero_optimization.zero_quantized_gradients_bits", .type = T::kInt, .default_json = "8", .min = 4,
      .max = 8, .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_bits),
      .doc = "zero_quantized_gradients: 8 (int8) or 4 (int4, two per byte, as DeepSpeed's qgZ): bits per element "

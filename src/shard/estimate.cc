@@ -123,7 +123,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
-    } else if (p.qgz_bits > 0 && internal::ReduceChunkPerRank(p, u.padded, u.trainer_owned) == 0) {
+    } else if (internal::QgzWhole(p, u.padded)) {
       const int64_t L = p.qgz_local, M = N / L, R = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);
       add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
       if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
@@ -199,7 +199,7 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
     const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(K::kAllReduce, p.wire, u.padded, 1, N, grank, group_of);
-    } else if (p.qgz_bits > 0 && internal::ReduceChunkPerRank(p, u.padded, u.trainer_owned) == 0) {
+    } else if (internal::QgzWhole(p, u.padded)) {
       // qgZ: inside the host group of L (the shard group in one hop), then across the M ranks of this local index.
       const int L = p.qgz_local, M = N / L;
       const int64_t Rb = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);

@@ -75,14 +75,15 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
   p.unit = static_cast<UnitId>(&u - c.units.data());
   p.dep = dep;
   p.elems = n;
-  const int64_t chunk = allreduce ? 0 : ReduceChunkPerRank(c.policy, n, u.trainer_params != nullptr);
-  if (!allreduce && c.policy.qgz_bits > 0 && chunk > 0 && !u.qgz_logged) {
+  const bool qgz = !allreduce && QgzWhole(c.policy, n);
+  const int64_t chunk = allreduce || qgz ? 0 : ReduceChunkPerRank(c.policy, n, u.trainer_params != nullptr);
+  if (!allreduce && c.policy.qgz_bits > 0 && !qgz && !u.qgz_logged) {
     u.qgz_logged = true;
     ZERO_LOG(INFO) << "zero_quantized_gradients: unit " << u.name() << " (" << n
-                   << " elements) is reduced in chunks (reduce_bucket_size " << c.cfg.zero.reduce_bucket_size
-                   << (u.trainer_params != nullptr ? ", a trainer-owned buffer" : "") << "), exact, not quantized";
+                   << " elements) is above reduce_bucket_size " << c.cfg.zero.reduce_bucket_size
+                   << ": reduced in chunks, exact, not quantized";
   }
-  if (!allreduce && c.policy.qgz_bits > 0 && chunk == 0) {
+  if (qgz) {
     // qgZ: the f32 average into a pooled output, landed by RetireOldest as a reduce-scatter's is. The source is
     // read (quantized) now: a buffer to zero after the op can be zeroed at once.
     const int64_t S = u.layout.shard;

@@ -199,7 +199,7 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   if (frozen) return u;
   // qgZ with LoCo: the residuals of a unit whose gradient is reduced whole (a chunked one is reduced exact), zeroed
   // (shard/internal/qgz.h).
-  if (p.qgz_bits > 0 && p.qgz_loco && ReduceChunkPerRank(p, u.padded, trainer_owned) == 0) {
+  if (p.qgz_loco && QgzWhole(p, u.padded)) {
     add(BufferRole::kQgzResidual, u.padded, cd, kDev, MemTag::kGrads, false, 0);
     if (p.qgz_local < p.world) {
       add(BufferRole::kQgzHostResidual, u.padded / p.qgz_local, cd, kDev, MemTag::kGrads, false, 0);
@@ -484,7 +484,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     const bool from_accumulator = p.Accumulate16() && !every_micro;
     const DType src = from_accumulator ? DType::kF32 : p.compute;
     const int64_t chunk = p.stage == 0 ? 0 : ReduceChunkPerRank(p, u.padded, u.trainer_owned);
-    if (p.qgz_bits > 0 && p.stage > 0 && chunk == 0) {
+    if (QgzWhole(p, u.padded)) {
       // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop, the partial
       // sums and the scratch; no wire copy, and no reduce-scatter staged by the communicator.
       const int64_t M = N / p.qgz_local, R = QgzRecordBytes(u.shard, p.qgz_block, p.qgz_bits);

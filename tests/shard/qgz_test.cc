@@ -33,6 +33,7 @@
 #include "support/status_matchers.h"
 #include "zero/config.h"
 #include "zero/engine.h"
+#include "zero/sharded_optimizer.h"
 
 namespace zero {
 namespace {
@@ -132,6 +133,43 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat("stage", c.stage, "_int", c.bits, "_world", c.world, "_", c.per_host, "_per_host",
                           c.loco ? "_loco" : "", c.bf16 ? "_bf16" : "", c.offload ? "_offload" : "");
     });
+
+// A C-style trainer's one flat buffer (ShardedOptimizer, stages 1-2): its gradient, which the exact reduce-scatter
+// cuts into chunks, is quantized whole, in one hop and in two, and exactly quantizable gradients reduce to exactly
+// the average in the trainer's parameters.
+TEST(QgzShardedOptimizer, AFlatBufferIsReducedQuantized) {
+  // Shards of 4096: the exact path would cut this buffer into 4 chunks (internal::ReduceChunkPerRank).
+  constexpr int kWorld = 4;
+  constexpr int64_t kFlat = 16384;
+  const int64_t cap = ShardedOptimizer::Capacity(kFlat, kWorld), S = cap / kWorld;
+  ASSERT_EQ(cap, kFlat);  // no padding: the codes below fill every shard
+  auto code = [&](int64_t i) {
+    const int64_t j = i % S;
+    return j % kBlock == 0 ? 127 : static_cast<int>((j * 37) % 255) - 127;
+  };
+  for (int stage : {1, 2}) {
+    for (int per_host : {4, 2}) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, ", ", per_host, " ranks per host"));
+      testing::RunRanks(kWorld, [&](Communicator& comm_ref, int rank) {
+        std::vector<float> params(cap, 0.0f), grads(cap, 0.0f);
+        FlatBuffers flat{.params = params.data(), .grads = grads.data(), .capacity = cap, .tensors = {{"w", {kFlat}}}};
+        EngineOptions o;
+        o.local_world_size = per_host;
+        ASSERT_OK_AND_ASSIGN(auto opt,
+                             ShardedOptimizer::Create(QgzConfig(stage, 8, true), testing::Borrow(comm_ref), {flat}, o));
+        const int64_t before = comm_ref.bus_bytes();
+        for (int64_t i = 0; i < kFlat; ++i) grads[i] = static_cast<float>(rank + 1) * static_cast<float>(code(i));
+        ASSERT_OK(opt->Step().status());
+        for (int64_t i = 0; i < kFlat; ++i) {
+          ASSERT_EQ(params[i], -2.5f * static_cast<float>(code(i))) << "element " << i;
+        }
+        // Less than the f32 reduce-scatter alone would send from this rank over the trainer's communicator (the
+        // second hop, if any, is on a communicator of its own).
+        EXPECT_LT(comm_ref.bus_bytes() - before, (kWorld - 1) * S * 4 + (kWorld - 1) * S * 4);
+      });
+    }
+  }
+}
 
 // A checkpoint saved with qgZ holds the exact state (the residuals are not saved): loaded at another world with
 // qgZ off, and at the same world with it on, the parameters read back are the saved ones.

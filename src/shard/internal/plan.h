@@ -261,6 +261,15 @@ inline int QgzLocalRanks(int world, int ranks_per_host, bool hybrid) {
 // reduce_bucket_size) runs as collectives of ChunkPerRank elements per rank: the largest multiple of 32 (the
 // shard alignment) whose `world` blocks fit the bucket, at least 32. 0: the unit fits, one collective carries it.
 int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
+
+// Whether qgZ quantizes a unit's gradient reduction: stages 1-3 with zero_quantized_gradients, unless the unit is
+// above reduce_bucket_size (then it is reduced exact, in chunks). A trainer-owned buffer, which the exact path cuts
+// into chunks of about an eighth to bound the communicator's staging (ReduceChunkPerRank), is quantized whole:
+// qgZ's records are its own staging, counted in the bound.
+inline bool QgzWhole(const PlanPolicy& p, int64_t padded) {
+  return p.qgz_bits > 0 && p.stage > 0 && ChunkPerRank(padded, p.world, p.reduce_bucket) == 0;
+}
+
 // The chunk (elements per rank; 0: one collective) a unit's reduce-scatter moves in. ChunkPerRank of
 // reduce_bucket_size, except for a trainer-owned unit (ShardedOptimizer) at 2 ranks or more: its reduce-scatter
 // reads the trainer's gradient buffer, which is all the gradient memory the trainer needs, and the only transient
