@@ -92,19 +92,11 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
     ZERO_RETURN_IF_ERROR(c.AllocStatus(p.recv, S * 4, "qgZ reduction output", u));
     p.qgz = std::make_unique<QgzReduce>();
     ZERO_RETURN_IF_ERROR(p.qgz->Start(ctx_, &qgz_pool_, u, src, src_dtype, p.recv.as<float>()));
-    if (p.zero_after == src) {
-      c.compute->Zero(p.zero_after, p.zero_bytes);
-      p.zero_after = nullptr;
-    }
+    ZeroSourceNow(p, src);
     p.result = p.recv.data();
     p.result_dtype = DType::kF32;
     p.result_elems = S;
-    pending_elems_ += p.elems;
-    pending_.push_back(std::move(p));
-    if (!c.cfg.zero.overlap_comm) {
-      while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
-    }
-    return absl::OkStatus();
+    return Queue(std::move(p));
   }
   void* send = src;
   if (src_dtype != wire && chunk == 0) {  // (chunks are converted as they are packed)
@@ -112,10 +104,7 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
     ZERO_RETURN_IF_ERROR(c.AllocStatus(p.staging, n * DTypeSize(wire), "wire-dtype copy of the gradient", u));
     c.compute->Convert(src, src_dtype, p.staging.data(), wire, n);
     send = p.staging.data();
-    if (p.zero_after == src) {  // the op reads the staging copy: the source can be reused at once
-      c.compute->Zero(p.zero_after, p.zero_bytes);
-      p.zero_after = nullptr;
-    }
+    ZeroSourceNow(p, src);  // the op reads the staging copy
   }
   if (allreduce) {
     p.op = UnitCollective(ctx_, c.comm->AllReduce(send, n, wire, ReduceOp::kAvg, c.stream()));
@@ -145,9 +134,20 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
     }
   }
   p.result_dtype = wire;
+  return Queue(std::move(p));
+}
+
+// The reduction no longer reads `src` (it read a copy of it): a buffer to zero after it can be zeroed at once.
+void GradReducer::ZeroSourceNow(PendingReduce& p, const void* src) {
+  if (p.zero_after != src) return;
+  ctx_->compute->Zero(p.zero_after, p.zero_bytes);
+  p.zero_after = nullptr;
+}
+
+Status GradReducer::Queue(PendingReduce p) {
   pending_elems_ += p.elems;
   pending_.push_back(std::move(p));
-  if (!c.cfg.zero.overlap_comm) {
+  if (!ctx_->cfg.zero.overlap_comm) {
     while (!pending_.empty()) ZERO_RETURN_IF_ERROR(RetireOldest());
   }
   return absl::OkStatus();

@@ -23,6 +23,8 @@
 namespace zero {
 
 using testing::Borrow;
+using testing::ExpectSameParams;
+using testing::ExpectSameSteps;
 using testing::SyntheticTrace;
 using testing::TrainConfig;
 
@@ -51,28 +53,6 @@ inline Config CaseConfig(const Case& c) {
     cfg.zero.sub_group_size = 300;
   }
   return cfg;
-}
-
-inline void ExpectSameSteps(const std::vector<StepResult>& a, const std::vector<StepResult>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].step, b[i].step) << "step " << i;
-    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << i;  // exact
-    EXPECT_EQ(a[i].lr, b[i].lr) << "step " << i;
-    EXPECT_EQ(a[i].loss_scale, b[i].loss_scale) << "step " << i;
-    EXPECT_EQ(a[i].skipped, b[i].skipped) << "step " << i;
-  }
-}
-
-inline void ExpectSameParams(const SyntheticTrace& a, const SyntheticTrace& b) {
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [name, values] : a.params) {
-    const auto& other = b.params.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    size_t diff = 0;
-    for (size_t i = 0; i < values.size(); ++i) diff += std::memcmp(&values[i], &other[i], 4) != 0;
-    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << values.size() << " values differ";
-  }
 }
 
 // Values of every parameter and every optimizer state, by name, as an export of the checkpoint holds them.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/device_view_io.h"
 #include "support/engine_helpers.h"
 #include "support/files.h"
 #include "support/status_matchers.h"
@@ -26,23 +27,11 @@
 namespace zero {
 namespace {
 
+using testing::DeviceViewIo;
+using testing::ExpectSameParams;
+using testing::ExpectSameSteps;
 using testing::ReadWholeFile;
 using testing::SyntheticTrace;
-
-// The trainer reaches a device view through copies on the engine's stream (as in cuda_engine_test).
-testing::ViewIo DeviceViewIo(const Engine& e) {
-  testing::ViewIo io;
-  io.read = [&e](const TensorView& v, std::vector<unsigned char>* out) {
-    out->resize(static_cast<size_t>(v.numel) * DTypeSize(v.dtype));
-    ASSERT_EQ(cudaMemcpyAsync(out->data(), v.data, out->size(), cudaMemcpyDeviceToHost, e.cuda_stream()), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-  };
-  io.write = [&e](const std::vector<unsigned char>& in, const TensorView& v) {
-    ASSERT_EQ(cudaMemcpyAsync(v.data, in.data(), in.size(), cudaMemcpyHostToDevice, e.cuda_stream()), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-  };
-  return io;
-}
 
 struct Case {
   const char* name;
@@ -69,28 +58,6 @@ Config CaseConfig(const Case& c) {
     cfg.zero.offload_param.pin_memory = true;
   }
   return cfg;
-}
-
-void ExpectSameSteps(const std::vector<StepResult>& a, const std::vector<StepResult>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].step, b[i].step) << "step " << i;
-    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << i;  // exact
-    EXPECT_EQ(a[i].lr, b[i].lr) << "step " << i;
-    EXPECT_EQ(a[i].loss_scale, b[i].loss_scale) << "step " << i;
-    EXPECT_EQ(a[i].skipped, b[i].skipped) << "step " << i;
-  }
-}
-
-void ExpectSameParams(const SyntheticTrace& a, const SyntheticTrace& b) {
-  ASSERT_EQ(a.params.size(), b.params.size());
-  for (const auto& [name, values] : a.params) {
-    const std::vector<float>& other = b.params.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    size_t diff = 0;
-    for (size_t i = 0; i < values.size(); ++i) diff += std::memcmp(&values[i], &other[i], 4) != 0;
-    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << values.size() << " values differ";
-  }
 }
 
 // A fresh NCCL communicator of one rank for each engine (an engine shares its communicator).

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/device_view_io.h"
 #include "support/engine_helpers.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
@@ -34,20 +35,7 @@ using testing::TrainConfig;
 
 using testing::SyntheticTrace;
 
-// The trainer reaches a device view through copies on the engine's stream.
-testing::ViewIo DeviceViewIo(const Engine& e) {
-  testing::ViewIo io;
-  io.read = [&e](const TensorView& v, std::vector<unsigned char>* out) {
-    out->resize(static_cast<size_t>(v.numel) * DTypeSize(v.dtype));
-    ASSERT_EQ(cudaMemcpyAsync(out->data(), v.data, out->size(), cudaMemcpyDeviceToHost, e.cuda_stream()), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-  };
-  io.write = [&e](const std::vector<unsigned char>& in, const TensorView& v) {
-    ASSERT_EQ(cudaMemcpyAsync(v.data, in.data(), in.size(), cudaMemcpyHostToDevice, e.cuda_stream()), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(e.cuda_stream()), cudaSuccess);
-  };
-  return io;
-}
+using testing::DeviceViewIo;
 
 struct Case {
   const char* name;

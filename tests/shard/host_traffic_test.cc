@@ -59,6 +59,34 @@ void Train(int world, const Config& cfg, std::vector<std::vector<StepResult>>* s
   });
 }
 
+// zero::Estimate's bytes inside and across hosts for world rank `rank` of `world` (2 ranks per host, check mode, the
+// synthetic trainer's units).
+StatusOr<std::array<int64_t, 2>> EstimateHostBytes(const Config& cfg, int world, int rank) {
+  std::vector<EstimateUnit> units;
+  for (const auto& [name, specs] : testing::SyntheticUnits()) {
+    int64_t n = 0;
+    for (const ParamSpec& p : specs) n += p.numel();
+    units.push_back({.name = name, .numel = n});
+  }
+  EstimateOptions o;
+  o.world = world;
+  o.rank = rank;
+  o.ranks_per_host = kPerHost;
+  o.check_order = true;
+  ZERO_ASSIGN_OR_RETURN(const RankEstimate e, Estimate(cfg, units, o));
+  return std::array<int64_t, 2>{e.intra_host_bytes, e.inter_host_bytes};
+}
+
+// Every rank's second step sends inside and across hosts what zero::Estimate says.
+void ExpectEngineEqualsEstimate(const Config& cfg, const std::vector<std::vector<StepResult>>& steps) {
+  const int world = static_cast<int>(steps.size());
+  for (int w = 0; w < world; ++w) {
+    ASSERT_OK_AND_ASSIGN(const auto e, EstimateHostBytes(cfg, world, w));
+    EXPECT_EQ(steps[w][1].intra_host_bytes, e[0]) << "rank " << w;
+    EXPECT_EQ(steps[w][1].inter_host_bytes, e[1]) << "rank " << w;
+  }
+}
+
 // The closed formula above for world rank w of `world`, shard groups of N consecutive ranks.
 std::array<int64_t, 2> Formula(int world, int N, int w, bool qwz) {
   std::array<int64_t, 2> b{0, 0};
@@ -104,12 +132,6 @@ TEST_P(HostTrafficTest, EveryStepSendsTheFormulaAndTheEstimateSaysSo) {
   const int N = hybrid ? 2 : world;
   std::vector<std::vector<StepResult>> steps;
   Train(world, cfg, &steps);
-  std::vector<EstimateUnit> units;
-  for (const auto& [name, specs] : testing::SyntheticUnits()) {
-    int64_t n = 0;
-    for (const ParamSpec& p : specs) n += p.numel();
-    units.push_back({.name = name, .numel = n});
-  }
   for (int w = 0; w < world; ++w) {
     SCOPED_TRACE(absl::StrCat("rank ", w));
     const std::array<int64_t, 2> want = Formula(world, N, w, qwz);
@@ -118,14 +140,9 @@ TEST_P(HostTrafficTest, EveryStepSendsTheFormulaAndTheEstimateSaysSo) {
       EXPECT_EQ(s.intra_host_bytes, want[0]);
       EXPECT_EQ(s.inter_host_bytes, want[1]);
     }
-    EstimateOptions o;
-    o.world = world;
-    o.rank = w;
-    o.ranks_per_host = kPerHost;
-    o.check_order = true;
-    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, units, o));
-    EXPECT_EQ(e.intra_host_bytes, want[0]);
-    EXPECT_EQ(e.inter_host_bytes, want[1]);
+    ASSERT_OK_AND_ASSIGN(const auto e, EstimateHostBytes(cfg, world, w));
+    EXPECT_EQ(e[0], want[0]);
+    EXPECT_EQ(e[1], want[1]);
   }
   if (world == 2) {
     for (const StepResult& s : steps[0]) EXPECT_EQ(s.inter_host_bytes, 0);  // one host
@@ -149,22 +166,7 @@ TEST(HostTrafficStagesTest, EngineEqualsEstimate) {
     const Config cfg = TrainConfig(stage, 1);
     std::vector<std::vector<StepResult>> steps;
     Train(4, cfg, &steps);
-    std::vector<EstimateUnit> units;
-    for (const auto& [name, specs] : testing::SyntheticUnits()) {
-      int64_t n = 0;
-      for (const ParamSpec& p : specs) n += p.numel();
-      units.push_back({.name = name, .numel = n});
-    }
-    for (int w = 0; w < 4; ++w) {
-      EstimateOptions o;
-      o.world = 4;
-      o.rank = w;
-      o.ranks_per_host = kPerHost;
-      o.check_order = true;
-      ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, units, o));
-      EXPECT_EQ(steps[w][1].intra_host_bytes, e.intra_host_bytes) << "rank " << w;
-      EXPECT_EQ(steps[w][1].inter_host_bytes, e.inter_host_bytes) << "rank " << w;
-    }
+    ExpectEngineEqualsEstimate(cfg, steps);
   }
 }
 
@@ -186,24 +188,9 @@ TEST(HostTrafficQgzTest, EngineEqualsEstimateAndLessCrossesHosts) {
     std::vector<std::vector<StepResult>> steps, exact_steps;
     Train(4, cfg, &steps);
     Train(4, exact, &exact_steps);
-    std::vector<EstimateUnit> units;
-    for (const auto& [name, specs] : testing::SyntheticUnits()) {
-      int64_t n = 0;
-      for (const ParamSpec& p : specs) n += p.numel();
-      units.push_back({.name = name, .numel = n});
-    }
-    for (int w = 0; w < 4; ++w) {
-      EstimateOptions o;
-      o.world = 4;
-      o.rank = w;
-      o.ranks_per_host = kPerHost;
-      o.check_order = true;
-      ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, units, o));
-      EXPECT_EQ(steps[w][1].intra_host_bytes, e.intra_host_bytes) << "rank " << w;
-      EXPECT_EQ(steps[w][1].inter_host_bytes, e.inter_host_bytes) << "rank " << w;
-      if (!q.hybrid) {
-        EXPECT_LT(steps[w][1].inter_host_bytes, exact_steps[w][1].inter_host_bytes) << "rank " << w;
-      }
+    ExpectEngineEqualsEstimate(cfg, steps);
+    for (int w = 0; w < 4 && !q.hybrid; ++w) {
+      EXPECT_LT(steps[w][1].inter_host_bytes, exact_steps[w][1].inter_host_bytes) << "rank " << w;
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -142,6 +143,29 @@ inline ViewIo HostViewIo(std::function<void()> before = {}) {
     std::copy(in.begin(), in.end(), static_cast<unsigned char*>(v.data));
   };
   return io;
+}
+
+// Two runs' steps equal field by field (the norm exactly), and their final parameters bit for bit.
+inline void ExpectSameSteps(const std::vector<StepResult>& a, const std::vector<StepResult>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, b[i].step) << "step " << i;
+    EXPECT_EQ(a[i].grad_norm, b[i].grad_norm) << "step " << i;  // exact
+    EXPECT_EQ(a[i].lr, b[i].lr) << "step " << i;
+    EXPECT_EQ(a[i].loss_scale, b[i].loss_scale) << "step " << i;
+    EXPECT_EQ(a[i].skipped, b[i].skipped) << "step " << i;
+  }
+}
+
+inline void ExpectSameParams(const SyntheticTrace& a, const SyntheticTrace& b) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, values] : a.params) {
+    const std::vector<float>& other = b.params.at(name);
+    ASSERT_EQ(values.size(), other.size()) << name;
+    size_t diff = 0;
+    for (size_t i = 0; i < values.size(); ++i) diff += std::memcmp(&values[i], &other[i], 4) != 0;
+    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << values.size() << " values differ";
+  }
 }
 
 }  // namespace zero::testing

@@ -88,6 +88,9 @@ class GradReducer {
   // the reduced shard at stages 2-3 (`free_full`: the full gradient lived only until this reduction).
   Status IssueWhole(Unit& u, void* G, void* src, DType src_dtype, bool free_full);
   Status Issue(Unit& u, void* src, DType src_dtype, bool allreduce, Deposit dep, PendingReduce p);
+  // Issue's end: queues the issued reduction (without overlap_comm, retires every one queued).
+  Status Queue(PendingReduce p);
+  void ZeroSourceNow(PendingReduce& p, const void* src);
   Status RetireOldest();
   Status RetireUnit(UnitId unit);  // up to and including the last one of `unit` (FIFO order is kept)
   void ReclaimHeld(size_t bytes);
