@@ -6,6 +6,13 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--bf16] [--ranks-per-host L]
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
+                                   [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3]
+
+--zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
+--recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
+--seeds runs the exact job again with each of those zero-gpt --seed values (other initial weights and batches; threads
+only) and prints how far their losses lie from the seed-1 exact run's, measured the same way: the spread a ZeRO++ gap
+is to be read against.
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
@@ -28,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def config(zeropp, bf16, extra):
+def config(zeropp, bf16, extra, recipe=None):
     c = {"train_micro_batch_size_per_gpu": 2,
          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
@@ -37,10 +44,11 @@ def config(zeropp, bf16, extra):
         c["zero_optimization"].update(extra)
     if bf16:
         c["bf16"] = {"enabled": True}
+    c.update(recipe or {})
     return c
 
 
-def run(args, mode, cfg):
+def run(args, mode, cfg, seed=None):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         path = f.name
@@ -48,6 +56,8 @@ def run(args, mode, cfg):
            "--json"]
     if args.ranks_per_host > 0:
         gpt += ["--ranks-per-host", str(args.ranks_per_host)]
+    if seed is not None:
+        gpt += ["--seed", str(seed)]
     if mode == "threads":
         cmd = gpt + ["--world", str(args.world)]
     else:
@@ -74,30 +84,48 @@ def main():
     ap.add_argument("--modes", default="threads,processes")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--extra-config", default="{}")
-    ap.add_argument("--zeropp", default='{"zero_quantized_weights": true}')
+    ap.add_argument("--zeropp", action="append", help='default: {"zero_quantized_weights": true}')
     ap.add_argument("--ranks-per-host", type=int, default=0)
+    ap.add_argument("--recipe", default="{}")
+    ap.add_argument("--seeds", default="")
     args = ap.parse_args()
     extra = json.loads(args.extra_config)
-    zeropp = json.loads(args.zeropp)
-    print(f"config (ZeRO++ run): {json.dumps(config(zeropp, args.bf16, extra))}")
+    recipe = json.loads(args.recipe)
+    zeropps = [json.loads(z) for z in (args.zeropp or ['{"zero_quantized_weights": true}'])]
+    print(f"config (exact run): {json.dumps(config(None, args.bf16, extra, recipe))}")
+    exact = {}
     for mode in args.modes.split(","):
-        cmd_q, q = run(args, mode, config(zeropp, args.bf16, extra))
-        cmd_e, e = run(args, mode, config(None, args.bf16, extra))
-        print(f"\n### {mode}: {cmd_q}")
-        if any(x != x for x in q):  # NaN
-            print("ZeRO++ run has a NaN loss")
-        print("| steps | exact | ZeRO++ | gap |")
-        print("|---|---|---|---|")
-        worst = 0.0
-        for w in range(0, len(e), 10):
-            me, mq = statistics.mean(e[w:w + 10]), statistics.mean(q[w:w + 10])
-            gap = abs(mq - me) / me
-            worst = max(worst, gap)
-            print(f"| {w + 1}-{min(w + 10, len(e))} | {me:.4f} | {mq:.4f} | {100 * gap:.2f} % |")
-        final = abs(q[-1] - e[-1]) / e[-1]
-        last10 = abs(statistics.mean(q[-10:]) - statistics.mean(e[-10:])) / statistics.mean(e[-10:])
-        print(f"\nfinal loss (step {len(e)}): exact {e[-1]:.4f}, ZeRO++ {q[-1]:.4f}, gap {100 * final:.2f} %; "
-              f"last 10 steps' mean gap {100 * last10:.2f} %; largest window gap (the band) {100 * worst:.2f} %")
+        cmd_e, e = run(args, mode, config(None, args.bf16, extra, recipe))
+        exact[mode] = e
+        print(f"\n## {mode}, exact: {cmd_e}")
+        for zeropp in zeropps:
+            cfg = config(zeropp, args.bf16, extra, recipe)
+            cmd_q, q = run(args, mode, cfg)
+            print(f"\n### {mode}, ZeRO++ {json.dumps(cfg['zero_optimization'])}: {cmd_q}")
+            if any(x != x for x in q):  # NaN
+                print("ZeRO++ run has a NaN loss")
+            compare(e, q, "ZeRO++")
+    for seed in [int(x) for x in args.seeds.split(",") if x]:
+        cmd_s, q = run(args, "threads", config(None, args.bf16, extra, recipe), seed)
+        print(f"\n### threads, exact with --seed {seed}: {cmd_s}")
+        if "threads" not in exact:
+            exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
+        compare(exact["threads"], q, f"seed {seed}")
+
+
+def compare(e, q, name):
+    print(f"| steps | exact | {name} | gap |")
+    print("|---|---|---|---|")
+    worst = 0.0
+    for w in range(0, len(e), 10):
+        me, mq = statistics.mean(e[w:w + 10]), statistics.mean(q[w:w + 10])
+        gap = abs(mq - me) / me
+        worst = max(worst, gap)
+        print(f"| {w + 1}-{min(w + 10, len(e))} | {me:.4f} | {mq:.4f} | {100 * gap:.2f} % |")
+    final = abs(q[-1] - e[-1]) / e[-1]
+    last10 = abs(statistics.mean(q[-10:]) - statistics.mean(e[-10:])) / statistics.mean(e[-10:])
+    print(f"\nfinal loss (step {len(e)}): exact {e[-1]:.4f}, {name} {q[-1]:.4f}, gap {100 * final:.2f} %; "
+          f"last 10 steps' mean gap {100 * last10:.2f} %; largest window gap (the band) {100 * worst:.2f} %")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@
 // shared with the optimizer kernels and GradStats; this file only has the loops. The tail (n not a multiple of
 // the vector length) runs the same code on one-lane vectors, so it rounds exactly as the body does.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,34 @@ void ConvertSimdImpl(const void* src, DType st, void* dst, DType dt, size_t n) {
   }
 }
 
+// A copy whose stores bypass the cache (see CopyStreaming in internal/convert_simd.h): memcpy up to the first
+// vector-aligned destination byte, whole vectors streamed, memcpy for the rest, then a fence so the bytes are
+// visible to other threads (and to a device reading the memory) once this returns.
+void CopyStreamingImpl(void* dst, const void* src, size_t bytes) {
+#if HWY_TARGET == HWY_SCALAR
+  std::memcpy(dst, src, bytes);
+#else
+  const hn::ScalableTag<uint8_t> d;
+  const size_t L = hn::Lanes(d);
+  auto* o = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  const size_t head = std::min(bytes, (L - reinterpret_cast<uintptr_t>(o) % L) % L);
+  std::memcpy(o, in, head);
+  size_t i = head;
+  for (; i + 4 * L <= bytes; i += 4 * L) {
+    const auto a = hn::LoadU(d, in + i), b = hn::LoadU(d, in + i + L);
+    const auto c = hn::LoadU(d, in + i + 2 * L), e = hn::LoadU(d, in + i + 3 * L);
+    hn::Stream(a, d, o + i);
+    hn::Stream(b, d, o + i + L);
+    hn::Stream(c, d, o + i + 2 * L);
+    hn::Stream(e, d, o + i + 3 * L);
+  }
+  for (; i + L <= bytes; i += L) hn::Stream(hn::LoadU(d, in + i), d, o + i);
+  std::memcpy(o + i, in + i, bytes - i);
+  hwy::FlushStream();
+#endif
+}
+
 const char* SimdTargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -93,6 +123,7 @@ HWY_AFTER_NAMESPACE();
 namespace zero::internal {
 
 HWY_EXPORT(ConvertSimdImpl);
+HWY_EXPORT(CopyStreamingImpl);
 HWY_EXPORT(SimdTargetNameImpl);
 
 namespace {
@@ -198,6 +229,11 @@ std::vector<SimdTarget> AvailableSimdTargets() {
 void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n) {
   ApplySimdTargetFromEnv();
   HWY_DYNAMIC_DISPATCH(ConvertSimdImpl)(src, st, dst, dt, n);
+}
+
+void CopyStreaming(void* dst, const void* src, size_t bytes) {
+  ApplySimdTargetFromEnv();
+  HWY_DYNAMIC_DISPATCH(CopyStreamingImpl)(dst, src, bytes);
 }
 
 std::string ActiveSimdTarget() {

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/internal/file.h"
 #include "checkpoint/internal/format.h"
+#include "core/internal/convert_simd.h"
 #include "core/internal/fault.h"
 #include "io/internal/io_engine.h"
 #include "optim/internal/thread_pool.h"
@@ -447,7 +448,9 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   int staged_unit = -1;
   // The copies out of host memory run on this rank's optimizer threads (ctx.threads) in tiles of 4 MiB: the trainer
   // waits for this copy, so the cores are free, and one thread's memcpy moved 124 MiB in 19 ms where two finish
-  // sooner. Queued per unit and run before the unit's NVMe staging (if any) is let go.
+  // sooner. Queued per unit and run before the unit's NVMe staging (if any) is let go. The stores bypass the cache
+  // (CopyStreaming): the staging is read next by the disk, not by the trainer, and a 4 MiB tile is below the size
+  // where glibc's memcpy streams by itself (bench/results/io.md: the copy's time with and without).
   struct Copy {
     char* dst;
     const char* src;
@@ -464,7 +467,7 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     }
     copies.clear();
     optim_internal::ParallelFor(tiles.size(), ctx.threads, [&](size_t i) {
-      std::memcpy(tiles[i].dst, tiles[i].src, static_cast<size_t>(tiles[i].bytes));
+      internal::CopyStreaming(tiles[i].dst, tiles[i].src, static_cast<size_t>(tiles[i].bytes));
     });
   };
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {

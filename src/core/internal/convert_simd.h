@@ -21,6 +21,12 @@ namespace zero::internal {
 // must not overlap.
 void ConvertSimd(const void* src, DType st, void* dst, DType dt, size_t n);
 
+// Copies `bytes` bytes from src to dst (not overlapping) with non-temporal stores: for a large copy whose
+// destination nobody reads soon (an asynchronous checkpoint's staging, read next by the disk), it skips the read
+// each ordinary store makes of the line it writes, and does not evict the trainer's working set. Any alignment;
+// the bytes are visible to every thread when it returns (a store fence). Bit for bit std::memcpy.
+void CopyStreaming(void* dst, const void* src, size_t bytes);
+
 // ---- target control ----
 // The host kernels (ConvertSimd, zero::GradStats, the optimizer tiles) are compiled for the same targets and
 // share Highway's one process-wide choice, so all of this applies to all of them.
