@@ -33,12 +33,13 @@ fi
 # TSan's executables: the communicator (collectives, store, Work/executor and failures, real processes under
 # zero-run, launch variables, Split), the engine (host and emulated asynchronous compute tier, chunked
 # collectives, desync detection, hybrid sharding, checkpoints and their background writes), offload (the NVMe tier's
-# disk worker included) and the I/O engine's thread pool and ring. tsan_absl_sync_test checks the
-# annotations of Abseil's locks (tests/support/tsan_absl_sync.cc) themselves. ZERO_TSAN_TESTS="a_test b_test"
+# disk worker included), the I/O engine's thread pool and ring, and qgZ (its all-to-all hops on split
+# communicators). tsan_absl_sync_test checks the annotations of Abseil's locks (tests/support/tsan_absl_sync.cc)
+# themselves. ZERO_TSAN_TESTS="a_test b_test"
 # runs other executables instead (docs/internals/sanitizers.md: what CI leaves out).
 TSAN_TESTS=(tsan_absl_sync_test comm_collectives_test comm_store_test comm_failure_test comm_process_test
   comm_from_env_test comm_split_test engine_test async_tier_test chunked_collectives_test desync_test hybrid_test
-  checkpoint_test async_checkpoint_test offload_unit_test offload_engine_test nvme_test io_test)
+  checkpoint_test async_checkpoint_test offload_unit_test offload_engine_test nvme_test io_test qgz_test)
 if [[ -n "${ZERO_TSAN_TESTS:-}" ]]; then
   read -r -a TSAN_TESTS <<<"$ZERO_TSAN_TESTS"
 fi
