@@ -10,7 +10,7 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
---seeds runs the exact job again with each of those zero-gpt --seed values (other initial weights and batches; threads
+--seed S runs every job with zero-gpt --seed S. --seeds runs the exact job again with each of those zero-gpt --seed values (other initial weights and batches; threads
 only) and prints how far their losses lie from the seed-1 exact run's, measured the same way: the spread a ZeRO++ gap
 is to be read against.
 
@@ -49,6 +49,7 @@ def config(zeropp, bf16, extra, recipe=None):
 
 
 def run(args, mode, cfg, seed=None):
+    seed = seed if seed is not None else args.seed
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         path = f.name
@@ -88,6 +89,7 @@ def main():
     ap.add_argument("--ranks-per-host", type=int, default=0)
     ap.add_argument("--recipe", default="{}")
     ap.add_argument("--seeds", default="")
+    ap.add_argument("--seed", type=int, default=None, help="zero-gpt --seed for every run (default: zero-gpt's, 1)")
     args = ap.parse_args()
     extra = json.loads(args.extra_config)
     recipe = json.loads(args.recipe)
