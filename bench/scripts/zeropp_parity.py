@@ -10,9 +10,9 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
---seed S runs every job with zero-gpt --seed S. --seeds runs the exact job again with each of those zero-gpt --seed values (other initial weights and batches; threads
-only) and prints how far their losses lie from the seed-1 exact run's, measured the same way: the spread a ZeRO++ gap
-is to be read against.
+--seed S runs every job with zero-gpt --seed S. --seeds runs the exact job again with each of those zero-gpt --seed
+values (other initial weights and batches; threads only) and prints how far their losses lie from the exact run's,
+measured the same way: the spread a ZeRO++ gap is to be read against.
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt

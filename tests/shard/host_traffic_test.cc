@@ -62,18 +62,12 @@ void Train(int world, const Config& cfg, std::vector<std::vector<StepResult>>* s
 // zero::Estimate's bytes inside and across hosts for world rank `rank` of `world` (2 ranks per host, check mode, the
 // synthetic trainer's units).
 StatusOr<std::array<int64_t, 2>> EstimateHostBytes(const Config& cfg, int world, int rank) {
-  std::vector<EstimateUnit> units;
-  for (const auto& [name, specs] : testing::SyntheticUnits()) {
-    int64_t n = 0;
-    for (const ParamSpec& p : specs) n += p.numel();
-    units.push_back({.name = name, .numel = n});
-  }
   EstimateOptions o;
   o.world = world;
   o.rank = rank;
   o.ranks_per_host = kPerHost;
   o.check_order = true;
-  ZERO_ASSIGN_OR_RETURN(const RankEstimate e, Estimate(cfg, units, o));
+  ZERO_ASSIGN_OR_RETURN(const RankEstimate e, Estimate(cfg, testing::SyntheticEstimateUnits(), o));
   return std::array<int64_t, 2>{e.intra_host_bytes, e.inter_host_bytes};
 }
 

@@ -214,16 +214,6 @@ TEST_P(HpzQwzTest, BackwardSeesTheForwardsQuantizedWeights) {
 INSTANTIATE_TEST_SUITE_P(Worlds, HpzQwzTest, ::testing::Values(2, 4),
                          [](const auto& info) { return absl::StrCat("world", info.param); });
 
-std::vector<EstimateUnit> Units() {
-  std::vector<EstimateUnit> units;
-  for (const auto& [name, specs] : testing::SyntheticUnits()) {
-    int64_t n = 0;
-    for (const ParamSpec& p : specs) n += p.numel();
-    units.push_back({.name = name, .numel = n});
-  }
-  return units;
-}
-
 // World 4, 2 ranks per host, H = 2: per unit of padded size P (S = P / 4, f32), rank w sends per step the forward
 // gather's 3 S · 4 bytes to w + 1 (Gloo's ring: inside the host from ranks 0 and 2, across from 1 and 3), the
 // backward gather's P / 2 · 4 bytes to its host partner w XOR 1, and the reduce-scatter's 2 S · 4 to w XOR 1, S · 4
@@ -233,7 +223,7 @@ std::vector<EstimateUnit> Units() {
 std::array<int64_t, 2> Formula(int w) {
   std::array<int64_t, 2> b{0, 0};
   auto to = [&](int peer, int64_t bytes) { b[(peer % 4) / kPerHost == w / kPerHost ? 0 : 1] += bytes; };
-  for (const EstimateUnit& u : Units()) {
+  for (const EstimateUnit& u : testing::SyntheticEstimateUnits()) {
     const int64_t P = (u.numel + 127) / 128 * 128, S = P / 4;
     to(w + 1, 3 * S * 4 + 2 * 3 * 32);  // forward gather; its and the reduce-scatter's fingerprints
     to(w ^ 1, P / 2 * 4 + 32);          // backward gather in the host group, and its fingerprint
@@ -267,14 +257,15 @@ TEST(HpzTrafficTest, BackwardGathersStayInsideTheHost) {
     o.rank = w;
     o.ranks_per_host = kPerHost;
     o.check_order = true;
-    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, Units(), o));
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(cfg, testing::SyntheticEstimateUnits(), o));
     EXPECT_EQ(e.intra_host_bytes, want[0]);
     EXPECT_EQ(e.inter_host_bytes, want[1]);
   }
   // What crossed with plain stage 3 and no longer does: ranks 1 and 3's backward gathers, 3 S · 4 bytes and a
   // fingerprint each per unit.
   int64_t backward_across = 0;
-  for (const EstimateUnit& u : Units()) backward_across += 2 * (3 * ((u.numel + 127) / 128 * 128 / 4) * 4 + 3 * 32);
+  for (const EstimateUnit& u : testing::SyntheticEstimateUnits())
+    backward_across += 2 * (3 * ((u.numel + 127) / 128 * 128 / 4) * 4 + 3 * 32);
   EXPECT_EQ(plain_across - across, backward_across);
 }
 
@@ -288,7 +279,7 @@ TEST(HpzMemoryTest, EachRankHoldsPsiOverHMore) {
     Train(4, Hpz(base), &with);
     Train(4, base, &without);
     int64_t psi = 0;
-    for (const EstimateUnit& u : Units()) psi += (u.numel + 127) / 128 * 128;
+    for (const EstimateUnit& u : testing::SyntheticEstimateUnits()) psi += (u.numel + 127) / 128 * 128;
     const int64_t extra = psi / 2 * (bf16 ? 2 : 4);
     const auto params = [](const MemoryReport& m) {
       return m.usage[static_cast<size_t>(MemTier::kDevice)][static_cast<size_t>(MemTag::kParams)].current;
@@ -299,8 +290,8 @@ TEST(HpzMemoryTest, EachRankHoldsPsiOverHMore) {
     }
     EstimateOptions o;
     o.world = 4;
-    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(Hpz(base), Units(), o));
-    ASSERT_OK_AND_ASSIGN(const RankEstimate e0, Estimate(base, Units(), o));
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e, Estimate(Hpz(base), testing::SyntheticEstimateUnits(), o));
+    ASSERT_OK_AND_ASSIGN(const RankEstimate e0, Estimate(base, testing::SyntheticEstimateUnits(), o));
     EXPECT_EQ(params(e.planned) - params(e0.planned), extra);
     EXPECT_EQ(params(e.planned), params(with[0]));
   }
@@ -358,7 +349,7 @@ TEST(HpzRefusalTest, WhatCannotWorkIsRefusedByName) {
   // Estimate refuses what Validate refuses.
   EstimateOptions o;
   o.world = 2;
-  EXPECT_FALSE(Estimate(Hpz(TrainConfig(2, 1)), Units(), o).ok());
+  EXPECT_FALSE(Estimate(Hpz(TrainConfig(2, 1)), testing::SyntheticEstimateUnits(), o).ok());
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "zero/config.h"
 #include "zero/dtype.h"
 #include "zero/engine.h"
+#include "zero/estimate.h"
 #include "zero/status.h"
 
 namespace zero::testing {
@@ -40,6 +41,17 @@ inline const std::vector<std::pair<std::string, std::vector<ParamSpec>>>& Synthe
       {"d", {{"w", {64, 33}}}},
   };
   return *u;
+}
+
+// The same units as zero::Estimate takes them (a name and an element count each).
+inline std::vector<EstimateUnit> SyntheticEstimateUnits() {
+  std::vector<EstimateUnit> units;
+  for (const auto& [name, specs] : SyntheticUnits()) {
+    int64_t n = 0;
+    for (const ParamSpec& p : specs) n += p.numel();
+    units.push_back({.name = name, .numel = n});
+  }
+  return units;
 }
 
 inline float SyntheticInit(const std::string& unit, const std::string& param, int64_t i) {

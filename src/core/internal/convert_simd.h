@@ -1,5 +1,5 @@
-// core/internal/convert_simd.h — the vectorized casts behind zero::ConvertBuffer, and control over which SIMD
-// target the host kernels run (ZERO_SIMD_TARGET, tests and benchmarks).
+// core/internal/convert_simd.h — the vectorized casts behind zero::ConvertBuffer, a streaming copy, and control
+// over which SIMD target the host kernels run (ZERO_SIMD_TARGET, tests and benchmarks).
 //
 // ConvertSimd is Google Highway code compiled for several x86/Arm targets and chosen at run time
 // (HWY_DYNAMIC_DISPATCH); every target produces bit for bit what zero/dtype.h's scalar conversions produce.
