@@ -6,13 +6,16 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--bf16] [--ranks-per-host L]
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
-                                   [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3]
+                                   [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor]
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
 --seed S runs every job with zero-gpt --seed S. --seeds runs the exact job again with each of those zero-gpt --seed
 values (other initial weights and batches; threads only) and prints how far their losses lie from the exact run's,
-measured the same way: the spread a ZeRO++ gap is to be read against.
+measured the same way: the spread a ZeRO++ gap is to be read against. --floor runs the exact job again at half the
+world with gradient_accumulation_steps 2 (threads only): each step trains the same samples from the same weights
+(zero-gpt's data order does not depend on the split), only summed in another order, so its gap is what rounding
+alone, a perturbation of about 1e-7, grows into over the run: the floor below which no quantization can be judged.
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
@@ -35,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def config(zeropp, bf16, extra, recipe=None):
+def config(zeropp, bf16, extra, recipe=None, accumulation=1):
     c = {"train_micro_batch_size_per_gpu": 2,
          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
@@ -45,11 +48,14 @@ def config(zeropp, bf16, extra, recipe=None):
     if bf16:
         c["bf16"] = {"enabled": True}
     c.update(recipe or {})
+    if accumulation > 1:
+        c["gradient_accumulation_steps"] = accumulation
     return c
 
 
-def run(args, mode, cfg, seed=None):
+def run(args, mode, cfg, seed=None, world=None):
     seed = seed if seed is not None else args.seed
+    world = world or args.world
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         path = f.name
@@ -60,9 +66,9 @@ def run(args, mode, cfg, seed=None):
     if seed is not None:
         gpt += ["--seed", str(seed)]
     if mode == "threads":
-        cmd = gpt + ["--world", str(args.world)]
+        cmd = gpt + ["--world", str(world)]
     else:
-        cmd = [os.path.join(args.build, "bin/zero-run"), "-n", str(args.world), "--"] + gpt
+        cmd = [os.path.join(args.build, "bin/zero-run"), "-n", str(world), "--"] + gpt
     p = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)
     if p.returncode != 0:
@@ -89,6 +95,7 @@ def main():
     ap.add_argument("--ranks-per-host", type=int, default=0)
     ap.add_argument("--recipe", default="{}")
     ap.add_argument("--seeds", default="")
+    ap.add_argument("--floor", action="store_true", help="the exact job at --world/2 with 2 accumulation steps too")
     ap.add_argument("--seed", type=int, default=None, help="zero-gpt --seed for every run (default: zero-gpt's, 1)")
     args = ap.parse_args()
     extra = json.loads(args.extra_config)
@@ -113,6 +120,14 @@ def main():
         if "threads" not in exact:
             exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
         compare(exact["threads"], q, f"seed {seed}")
+    if args.floor:
+        if args.world % 2 != 0:
+            sys.exit("--floor needs an even --world")
+        cmd_f, q = run(args, "threads", config(None, args.bf16, extra, recipe, accumulation=2), world=args.world // 2)
+        print(f"\n### threads, exact at world {args.world // 2} with 2 accumulation steps: {cmd_f}")
+        if "threads" not in exact:
+            exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
+        compare(exact["threads"], q, "re-summed")
 
 
 def compare(e, q, name):

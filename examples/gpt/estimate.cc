@@ -41,11 +41,19 @@ Status CheckRepresentable(const GptConfig& m, int B, int T) {
 
 }  // namespace
 
+std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<ParamSpec>& specs) {
+  std::vector<zero::ParamSpec> out;
+  for (const auto& s : specs) out.push_back({s.name, s.shape});
+  return out;
+}
+
 std::vector<EstimateUnit> EstimateUnits(const GptConfig& model) {
   std::vector<EstimateUnit> units;
-  units.push_back({.name = kRootUnit, .numel = UnitNumel(RootParams(model)), .scopes_per_pass = 1});
-  const int64_t block = UnitNumel(BlockParams(model));
-  for (int l = 0; l < model.layers; ++l) units.push_back({.name = BlockUnitName(l), .numel = block});
+  const std::vector<zero::ParamSpec> root = ToEngineSpecs(RootParams(model)), block = ToEngineSpecs(BlockParams(model));
+  units.push_back({.name = kRootUnit, .numel = UnitNumel(RootParams(model)), .scopes_per_pass = 1, .params = root});
+  for (int l = 0; l < model.layers; ++l) {
+    units.push_back({.name = BlockUnitName(l), .numel = UnitNumel(BlockParams(model)), .params = block});
+  }
   return units;
 }
 

@@ -26,6 +26,9 @@
 
 namespace zero::gpt {
 
+// The model's parameter specs as the engine's (Engine::AddUnit, EstimateUnit::params).
+std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<ParamSpec>& specs);
+
 // The units TrainRank registers, in order: the root (embeddings, final layernorm, tied head; held open in one
 // Backward scope for the whole pass) and one per block (a Forward and a Backward scope per pass).
 std::vector<EstimateUnit> EstimateUnits(const GptConfig& model);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "data.h"
+#include "estimate.h"
 #include "model.h"
 #include "zero/advanced/engine_stats.h"
 #include "zero/checkpoint.h"
@@ -23,12 +24,6 @@
 namespace zero::gpt {
 
 namespace internal {
-
-std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<gpt::ParamSpec>& specs) {
-  std::vector<zero::ParamSpec> out;
-  for (const auto& s : specs) out.push_back({s.name, s.shape});
-  return out;
-}
 
 // CPU time of this process so far: unlike wall time, it does not grow while other tenants of a shared machine
 // hold the cores.
@@ -277,7 +272,6 @@ StatusOr<std::vector<float>> FinalParams(Engine& engine, const GptUnits& units) 
 namespace {
 
 using internal::GatherReports;
-using internal::ToEngineSpecs;
 
 // The model's math is fp32. Under fp16/bf16 the engine hands out 16-bit parameters and gradient buffers: the
 // trainer computes on an fp32 copy of the (rounded) 16-bit weights and adds its fp32 gradients, times the

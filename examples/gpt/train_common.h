@@ -19,8 +19,6 @@
 
 namespace zero::gpt::internal {
 
-// The model's parameter specs as the engine's.
-std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<gpt::ParamSpec>& specs);
 // CPU time of this process so far: unlike wall time, it does not grow while other tenants of a shared machine
 // hold the cores.
 double ProcessCpuMs();

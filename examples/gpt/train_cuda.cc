@@ -20,7 +20,6 @@ namespace {
 
 namespace gc = ::zero::gpt::cuda;
 using internal::GatherReports;
-using internal::ToEngineSpecs;
 
 Status Cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();

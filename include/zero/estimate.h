@@ -55,6 +55,11 @@ struct EstimateUnit {
   // 1 for a unit held open across the whole pass (the reference GPT's root unit). At stage 3 each scope of a
   // sharded unit is one gather.
   int scopes_per_pass = 2;
+  // Optional: the unit's parameters as Engine::AddUnit will get them (names, shapes, in order). Only
+  // zero_quantized_gradients reads them: qgZ reduces a unit's 1-D parameters exact, in f32 beside its quantized
+  // blocks, and how many of them land in one shard sizes every record. Without them the estimate counts none. When
+  // given, numel is their sum (0 there means "their sum"; another value is an error).
+  std::vector<ParamSpec> params;
 };
 
 // Bytes the trainer allocates through the engine's tracker (Engine::memory_tracker()), at their peak.

@@ -405,8 +405,9 @@ const KeySpec kSchema[] = {
      .ref = FIELD(zero.zero_quantized_weights),
      .doc = "ZeRO++ qwZ: stage 3's parameter gathers, forward and backward as in DeepSpeed, move int8 blocks with "
             "one fp32 scale each (about a quarter of fp32's bytes, half of bf16's), dequantized into the gathered "
-            "parameters, so both scopes see the same quantized weights; the shards and the master stay exact (with "
-            "zero_hpz_partition_size, backward gathers the forward's dequantized values inside the host). Stage 3, "
+            "parameters, so both scopes see the same quantized weights; the shards and the master stay exact. A "
+            "unit's 1-D parameters (biases, norm gains) go exact beside the blocks, where a norm gain of about 1 "
+            "would set the scale of the weights next to it (with zero_hpz_partition_size, backward gathers the forward's dequantized values inside the host). Stage 3, "
             "host (Gloo) engine; a unit gathered in chunks (larger than allgather_bucket_size) is gathered exact, "
             "and the log says which."},
     {.path = "zero_optimization.zero_quantized_weights_block_size", .type = T::kInt, .default_json = "4096",
@@ -421,8 +422,9 @@ const KeySpec kSchema[] = {
             "each, by all-to-all: inside the host first (EngineOptions::local_world_size, LOCAL_WORLD_SIZE), each "
             "rank summing the dequantized parts of the shards it forwards, then across hosts, requantized; one hop "
             "when the ranks are one host, or the hosts are uneven, or under mics_shard_size (over the shard group). "
-            "Sums are f32. With LoCo error feedback (on by default) each rank carries what quantization lost into "
-            "its next reduction. Host (Gloo) engine, Engine and ShardedOptimizer; a unit larger than "
+            "Sums are f32. A unit's 1-D parameters (biases, norm gains) go exact, in f32 beside the blocks, as "
+            "DeepSpeed reduces 1-D tensors exact. With LoCo error feedback (on by default) each rank carries what "
+            "quantization lost into its next reduction. Host (Gloo) engine, Engine and ShardedOptimizer; a unit larger than "
             "reduce_bucket_size is reduced exact, in chunks, and the log says which."},
     {.path = "zero_optimization.zero_quantized_gradients_bits", .type = T::kInt, .default_json = "8", .min = 4,
      .max = 8, .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_bits),

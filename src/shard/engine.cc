@@ -156,12 +156,15 @@ UnitId Engine::Impl::FindUnit(const std::string& name) const {
 internal::StagePlan Engine::Impl::Plan() const {
   std::vector<int64_t> numels;
   std::vector<bool> trainer_owned, frozen;
+  std::vector<std::vector<internal::ExactParam>> params;
   for (const auto& u : ctx.units) {
     numels.push_back(u.layout.numel);
     trainer_owned.push_back(u.trainer_params != nullptr);
     frozen.push_back(u.frozen);
+    std::vector<internal::ExactParam>& v = params.emplace_back();
+    for (const internal::ParamSlot& s : u.layout.params) v.push_back({s.offset, s.numel, s.spec.shape.size()});
   }
-  return internal::MakePlan(ctx.policy, numels, trainer_owned, frozen);
+  return internal::MakePlan(ctx.policy, numels, trainer_owned, frozen, params);
 }
 
 Status Engine::Impl::Finalize(const ParamInit& init) {
@@ -178,6 +181,27 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   // do not go on into the initial values' collectives and wait there for this one until the timeout.
   const internal::StagePlan plan = Plan();
   ctx.policy = plan.policy;  // with the caps that keep the saving at any bucket size (ApplySavingCaps)
+  if (ctx.policy.qgz_bits > 0 || ctx.policy.qwz_block > 0) {  // what they send exact (internal::ExactSpans), once
+    int64_t exact = 0, most = 0;
+    int with = 0;
+    for (const internal::UnitPlan& up : plan.units) {
+      int64_t n = 0;
+      for (const auto& shard : up.exact_spans) {
+        for (const internal::ExactSpan& sp : shard) n += sp.end - sp.begin;
+      }
+      exact += n;
+      with += n > 0 ? 1 : 0;
+      most = std::max(most, up.exact_max);
+    }
+    if (exact > 0) {
+      ZERO_LOG_ONCE(INFO) << (ctx.policy.qgz_bits > 0 ? "zero_quantized_gradients" : "")
+                          << (ctx.policy.qgz_bits > 0 && ctx.policy.qwz_block > 0 ? ", " : "")
+                          << (ctx.policy.qwz_block > 0 ? "zero_quantized_weights" : "") << ": " << exact
+                          << " elements of 1-D parameters (biases, norm gains) in " << with
+                          << " units are sent exact beside the quantized blocks, as DeepSpeed's qgZ reduces 1-D "
+                          << "tensors (at most " << most << " per shard)";
+    }
+  }
   Status allocated = [&]() -> Status {
     for (size_t i = 0; i < ctx.units.size(); ++i) {
       Unit& u = ctx.units[i];

@@ -112,7 +112,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
       const int64_t forwards = (units[i].scopes_per_pass - 1) * ga;
       const bool quantized =
           p.qwz_block > 0 && internal::ChunkPerRank(u.padded, static_cast<int>(N), p.allgather_bucket) == 0;
-      add(gathers, forwards, S, (N - 1) * (quantized ? internal::QwzMessageBytes(S, p.qwz_block) : S * cds));
+      add(gathers, forwards, S, (N - 1) * (quantized ? internal::QwzUnitMessageBytes(p, u) : S * cds));
       if (p.hpz > 1 && forwards > 0) {  // a unit with no forward scope has no fresh secondary copy
         add(hpz_gathers, ga, u.padded / p.hpz, (p.hpz - 1) * (u.padded / p.hpz) * cds);
       } else {
@@ -124,7 +124,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
     } else if (internal::QgzWhole(p, u.padded)) {
-      const int64_t L = p.qgz_local, M = N / L, R = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);
+      const int64_t L = p.qgz_local, M = N / L, R = internal::QgzUnitRecordBytes(p, u);
       add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
       if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
     } else {
@@ -181,7 +181,7 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
       // qwZ quantizes every gather of a unit gathered whole, forward and backward (shard/gather.cc).
       auto gather = [&](int64_t calls) {
         if (p.qwz_block > 0 && whole) {
-          add(K::kAllGather, DType::kF16, internal::QwzMessageBytes(S, p.qwz_block) / 2, calls, N, grank, group_of);
+          add(K::kAllGather, DType::kF16, internal::QwzUnitMessageBytes(p, u) / 2, calls, N, grank, group_of);
         } else {
           add(K::kAllGather, p.compute, S, calls, N, grank, group_of);
         }
@@ -202,7 +202,7 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
     } else if (internal::QgzWhole(p, u.padded)) {
       // qgZ: inside the host group of L (the shard group in one hop), then across the M ranks of this local index.
       const int L = p.qgz_local, M = N / L;
-      const int64_t Rb = internal::QgzRecordBytes(S, p.qgz_block, p.qgz_bits);
+      const int64_t Rb = internal::QgzUnitRecordBytes(p, u);
       add(K::kAllToAll, DType::kF16, M * Rb / 2, reductions, L, grank % L,
           [&](int i) { return group_of(grank / L * L + i); });
       add(K::kAllToAll, DType::kF16, Rb / 2, reductions, M, grank / L,
@@ -282,15 +282,31 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   if (units.empty()) return absl::InvalidArgumentError("Estimate: no units");
   std::vector<int64_t> numels;
   std::vector<bool> frozen;
+  std::vector<std::vector<internal::ExactParam>> params;
   for (const EstimateUnit& u : units) {
-    if (u.numel <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("Estimate: unit \"", u.name, "\" has ", u.numel, " elements"));
+    std::vector<internal::ExactParam>& v = params.emplace_back();
+    int64_t numel = 0;
+    for (const ParamSpec& ps : u.params) {
+      if (ps.numel() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Estimate: unit \"", u.name, "\", parameter \"", ps.name, "\" has ", ps.numel(), " elements"));
+      }
+      v.push_back({numel, ps.numel(), ps.shape.size()});
+      numel += ps.numel();
+    }
+    if (!u.params.empty() && u.numel != 0 && u.numel != numel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Estimate: unit \"", u.name, "\" has numel ", u.numel, " but its params add up to ", numel));
+    }
+    if (u.params.empty()) numel = u.numel;
+    if (numel <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Estimate: unit \"", u.name, "\" has ", numel, " elements"));
     }
     if (u.scopes_per_pass < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("Estimate: unit \"", u.name, "\": scopes_per_pass must be >= 1, got ", u.scopes_per_pass));
     }
-    numels.push_back(u.numel);
+    numels.push_back(numel);
     frozen.push_back(u.frozen);
   }
   for (const TrainerBytes& t : options.trainer) {
@@ -322,7 +338,7 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
     return absl::InvalidArgumentError(
         "optimizer: the config has no \"optimizer\" section; give one, or EstimateOptions::optimizer_states");
   }
-  const internal::StagePlan plan = internal::MakePlan(policy, numels, {}, frozen);
+  const internal::StagePlan plan = internal::MakePlan(policy, numels, {}, frozen, params);
   if (plan.param_too_large >= 0) {  // Finalize refuses it (Engine::Impl::CreateNvmeParamTier): so does the estimate
     const internal::UnitPlan& u = plan.units[static_cast<size_t>(plan.param_too_large)];
     return absl::InvalidArgumentError(absl::StrCat(

@@ -77,11 +77,13 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     // forward used. (Backward gathers exact, the first version, trained the small GPT 6 % above the exact run's loss
     // after 300 steps; quantized, 1.2 %: bench/results/zeropp.md.) With hpZ the backward gathers the secondary copy,
     // which holds the forward's dequantized values: the same values again.
+    // A shard's 1-D parameters (UnitPlan::exact_spans) go exact after the codes, in the compute dtype; the
+    // quantized shard has them zeroed, so that a norm gain (about 1) does not set the scale of the weights beside it.
     const int64_t S = u.layout.shard, blocks = static_cast<int64_t>(QuantBlocks(S, block));
-    const int64_t P = QwzMessageBytes(S, block);
-    u.qwz_send = qwz_pool_.Take(P, /*zero=*/false);
+    const int64_t P = QwzUnitMessageBytes(c.policy, u.plan), scratch = QwzScratchBytes(c.policy, u.plan);
+    u.qwz_send = qwz_pool_.Take(P + scratch, /*zero=*/false);
     u.qwz_recv = qwz_pool_.Take(P * c.world, /*zero=*/false);
-    Status s = c.AllocStatus(u.qwz_send, P, "qwZ send buffer", u);
+    Status s = c.AllocStatus(u.qwz_send, P + scratch, "qwZ send buffer", u);
     if (s.ok()) s = c.AllocStatus(u.qwz_recv, P * c.world, "qwZ receive buffer", u);
     if (!s.ok()) {
       ReleaseQwz(u, /*quarantine=*/false);
@@ -90,8 +92,24 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
       return s;
     }
     auto* msg = static_cast<uint8_t*>(u.qwz_send.data());
-    QuantizeInt8(send, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks), reinterpret_cast<float*>(msg));
-    std::fill(msg + 4 * blocks + S, msg + P, uint8_t{0});  // the padding, so every message's bytes are defined
+    const size_t cds = DTypeSize(c.cd());
+    uint8_t* tail = msg + QwzMessageBytes(S, block);
+    const std::vector<ExactSpan>& spans = ShardSpans(u.plan, c.rank);
+    const void* quantized = send;
+    if (!spans.empty()) {
+      auto* zeroed = msg + P;  // the scratch: the shard with its spans zeroed (0 bits: 0.0 in every float dtype)
+      std::memcpy(zeroed, send, static_cast<size_t>(S) * cds);
+      for (const ExactSpan& sp : spans) {
+        std::memcpy(tail, static_cast<const uint8_t*>(send) + sp.begin * cds, (sp.end - sp.begin) * cds);
+        std::memset(zeroed + sp.begin * cds, 0, (sp.end - sp.begin) * cds);
+        tail += (sp.end - sp.begin) * cds;
+      }
+      quantized = zeroed;
+    }
+    QuantizeInt8(quantized, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks),
+                 reinterpret_cast<float*>(msg));
+    std::fill(msg + 4 * blocks + S, msg + QwzMessageBytes(S, block), uint8_t{0});  // padding: every byte defined
+    std::fill(tail, msg + P, uint8_t{0});
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(msg, u.qwz_recv.data(), P / 2, DType::kF16, c.stream()));
   } else if (hpz) {
     CommLabel hpz_label(c.hpz_comm.get(), absl::StrCat("hpZ backward gather of unit ", u.name()));
@@ -122,12 +140,18 @@ Status GatherScheduler::Wait(Unit& u) {
     // Every rank's message into its slice of the full buffer: the same bytes on every rank, so the same values.
     EngineContext& c = *ctx_;
     const int64_t S = u.layout.shard, block = c.policy.qwz_block;
-    const int64_t blocks = static_cast<int64_t>(QuantBlocks(S, block)), P = QwzMessageBytes(S, block);
+    const int64_t blocks = static_cast<int64_t>(QuantBlocks(S, block)), P = QwzUnitMessageBytes(c.policy, u.plan);
     const size_t cds = DTypeSize(c.cd());
     for (int r = 0; r < c.world; ++r) {
       const auto* msg = static_cast<const uint8_t*>(u.qwz_recv.data()) + r * P;
+      auto* out = static_cast<uint8_t*>(u.gather.data()) + r * S * cds;
       DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks), reinterpret_cast<const float*>(msg), S, block,
-                     static_cast<uint8_t*>(u.gather.data()) + r * S * cds, c.cd());
+                     out, c.cd());
+      const uint8_t* tail = msg + QwzMessageBytes(S, block);
+      for (const ExactSpan& sp : ShardSpans(u.plan, r)) {
+        std::memcpy(out + sp.begin * cds, tail, (sp.end - sp.begin) * cds);
+        tail += (sp.end - sp.begin) * cds;
+      }
     }
     ReleaseQwz(u, /*quarantine=*/false);
   }

@@ -251,8 +251,35 @@ void ApplySavingCaps(PlanPolicy* p, const std::vector<int64_t>& padded, const st
   }
 }
 
+std::vector<std::vector<ExactSpan>> ExactSpans(const std::vector<ExactParam>& params, int64_t shard, int shards,
+                                               int64_t* max_exact) {
+  std::vector<std::vector<ExactSpan>> spans(static_cast<size_t>(shards));
+  *max_exact = 0;
+  const bool shaped = std::any_of(params.begin(), params.end(), [](const ExactParam& q) { return q.dims >= 2; });
+  if (!shaped || shard <= 0) return spans;
+  std::vector<int64_t> count(static_cast<size_t>(shards), 0);
+  for (const ExactParam& q : params) {
+    if (q.dims >= 2 || q.numel <= 0) continue;
+    // The parameter's elements, cut at the shard boundaries (a span may merge with the one before it).
+    for (int64_t a = q.offset, end = q.offset + q.numel; a < end;) {
+      const int64_t r = a / shard, b = std::min(end, (r + 1) * shard);
+      std::vector<ExactSpan>& v = spans[static_cast<size_t>(r)];
+      const ExactSpan sp{a - r * shard, b - r * shard};
+      if (!v.empty() && v.back().end == sp.begin) {
+        v.back().end = sp.end;
+      } else {
+        v.push_back(sp);
+      }
+      count[static_cast<size_t>(r)] += b - a;
+      a = b;
+    }
+  }
+  *max_exact = *std::max_element(count.begin(), count.end());
+  return spans;
+}
+
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,
-                   const std::vector<bool>& frozen) {
+                   const std::vector<bool>& frozen, const std::vector<std::vector<ExactParam>>& params) {
   StagePlan plan;
   plan.policy = policy;
   int64_t persistent_total = 0, max_host = 0;
@@ -267,6 +294,11 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
     }
     const bool is_frozen = i < frozen.size() && frozen[i];
     plan.units.push_back(PlanUnit(policy, numel, persistent, owned_by_trainer, is_frozen));
+    UnitPlan& u = plan.units.back();
+    if (policy.qgz_bits > 0 || policy.qwz_block > 0) {
+      u.exact_spans =
+          ExactSpans(i < params.size() ? params[i] : std::vector<ExactParam>{}, u.shard, policy.world, &u.exact_max);
+    }
     max_host = std::max(max_host, plan.units.back().host_n);
   }
   {
@@ -443,13 +475,14 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   const int64_t ag_chunk =
       std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
   dev.staging = in.ag_strided ? 0 : (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
-  // qwZ: each gather in flight holds its message and every rank's, (N + 1) messages of QwzMessageBytes, in
+  // qwZ: each gather in flight holds its message and every rank's, (N + 1) messages of QwzUnitMessageBytes (and
+  // the send buffer's scratch where the unit has exact elements), in
   // a pool like the gathers' (one unit gathered in chunks is never quantized); within the same live window.
   if (p.qwz_block > 0) {
     std::vector<std::pair<int64_t, int64_t>> messages;
     for (const UnitPlan& u : plan.units) {
       if (u.sharded_params && ChunkPerRank(u.padded, N, p.allgather_bucket) == 0) {
-        messages.emplace_back(u.padded, (N + 1) * QwzMessageBytes(u.shard, p.qwz_block));
+        messages.emplace_back(u.padded, (N + 1) * QwzUnitMessageBytes(p, u) + QwzScratchBytes(p, u));
       }
     }
     dev.staging += PoolBound(messages, window);
@@ -487,7 +520,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     if (QgzWhole(p, u.padded)) {
       // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop, the partial
       // sums and the scratch; no wire copy, and no reduce-scatter staged by the communicator.
-      const int64_t M = N / p.qgz_local, R = QgzRecordBytes(u.shard, p.qgz_block, p.qgz_bits);
+      const int64_t M = N / p.qgz_local, R = QgzUnitRecordBytes(p, u);
       recvs.emplace_back(u.padded, u.shard * 4);
       qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * u.shard * 4 + 3 * u.shard * 4);
       continue;

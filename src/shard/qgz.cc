@@ -13,21 +13,33 @@
 
 namespace zero::internal {
 
-int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits); }
+int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits) + 4 * exact; }
 
-void QgzFormat::Encode(const float* x, void* err, DType err_dtype, float beta, uint8_t* rec, float* scratch) const {
+void QgzFormat::Encode(const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype, float beta,
+                       uint8_t* rec, float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
   auto* scales = reinterpret_cast<float*>(rec);
   uint8_t* codes = rec + 4 * blocks;
-  float* e = scratch;             // the residual, in f32
-  float* y = scratch + S;         // what is quantized: x plus the residual
-  float* sent = scratch + 2 * S;  // what the record reads back
+  uint8_t* tail = rec + QgzRecordBytes(S, block, bits);  // the exact values (2-byte aligned: copied, not cast)
+  float* e = scratch;                                    // the residual, in f32
+  float* y = scratch + S;                                // what is quantized: x plus the residual
+  float* sent = scratch + 2 * S;                         // what the record reads back
   if (err != nullptr) {
     ConvertBuffer(err, err_dtype, e, DType::kF32, static_cast<size_t>(S));
     for (int64_t i = 0; i < S; ++i) y[i] = x[i] + e[i];
+  } else if (!spans.empty()) {
+    std::memcpy(y, x, static_cast<size_t>(S) * 4);  // the spans are zeroed below: not in the caller's x
   } else {
     y = const_cast<float*>(x);  // read only
   }
+  // The exact elements go to the tail as they are (their residual is zero) and count as zeros in their blocks.
+  int64_t k = 0;
+  for (const ExactSpan& sp : spans) {
+    std::memcpy(tail + 4 * k, y + sp.begin, static_cast<size_t>(sp.end - sp.begin) * 4);
+    std::fill(y + sp.begin, y + sp.end, 0.0f);
+    k += sp.end - sp.begin;
+  }
+  std::fill(tail + 4 * k, tail + 4 * exact, uint8_t{0});
   if (bits == 8) {
     QuantizeInt8(y, DType::kF32, static_cast<size_t>(S), static_cast<size_t>(block), reinterpret_cast<int8_t*>(codes),
                  scales);
@@ -35,29 +47,38 @@ void QgzFormat::Encode(const float* x, void* err, DType err_dtype, float beta, u
     QuantizeInt4(y, static_cast<size_t>(S), static_cast<size_t>(block), codes, scales);
   }
   const int64_t used = 4 * blocks + (bits == 8 ? S : (S + 1) / 2);
-  std::fill(rec + used, rec + record_bytes(), uint8_t{0});  // the padding: every byte sent is defined
+  std::fill(rec + used, tail, uint8_t{0});  // the padding: every byte sent is defined
   if (err == nullptr) return;
   // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction.
   // A non-finite gradient (an fp16 overflow the loss scaler will skip) must not stay in the residual, where it would
-  // make every later reduction of the unit non-finite too: such a residual restarts at zero.
-  Decode(rec, sent, /*acc=*/false, nullptr);
+  // make every later reduction of the unit non-finite too: such a residual restarts at zero. On the spans y was
+  // zeroed and sent is exact: their residual stays zero.
+  Decode(rec, {}, sent, /*acc=*/false, nullptr);
   for (int64_t i = 0; i < S; ++i) {
     const float next = beta * e[i] + (1.0f - beta) * (y[i] - sent[i]);
     e[i] = std::isfinite(next) ? next : 0.0f;
   }
+  for (const ExactSpan& sp : spans) std::fill(e + sp.begin, e + sp.end, 0.0f);
   ConvertBuffer(e, DType::kF32, err, err_dtype, static_cast<size_t>(S));
 }
 
-void QgzFormat::Decode(const uint8_t* rec, float* out, bool acc, float* scratch) const {
+void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
+                       float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
   const auto* scales = reinterpret_cast<const float*>(rec);
   const uint8_t* codes = rec + 4 * blocks;
+  const uint8_t* tail = rec + QgzRecordBytes(S, block, bits);
   float* dst = acc ? scratch : out;
   if (bits == 8) {
     DequantizeInt8(reinterpret_cast<const int8_t*>(codes), scales, static_cast<size_t>(S), static_cast<size_t>(block),
                    dst, DType::kF32);
   } else {
     DequantizeInt4(codes, scales, static_cast<size_t>(S), static_cast<size_t>(block), dst);
+  }
+  int64_t k = 0;
+  for (const ExactSpan& sp : spans) {
+    std::memcpy(dst + sp.begin, tail + 4 * k, static_cast<size_t>(sp.end - sp.begin) * 4);
+    k += sp.end - sp.begin;
   }
   if (acc) {
     for (int64_t i = 0; i < S; ++i) out[i] += dst[i];
@@ -83,8 +104,8 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
   out_ = out;
   EngineContext& c = *ctx;
   const PlanPolicy& p = c.policy;
-  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, u.layout.shard};
   const int N = c.world;
+  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, u.layout.shard, u.plan.exact_max};
   L_ = p.qgz_local;
   M_ = N / L_;
   const int64_t S = fmt_.S, R = fmt_.record_bytes();
@@ -123,7 +144,8 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
                     static_cast<size_t>(S));
       void* err =
           p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds) : nullptr;
-      fmt_.Encode(x, err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
+      fmt_.Encode(x, ShardSpans(u.plan, shard), err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R,
+                  scratch);
     }
   }
   Communicator* intra = c.qgz_intra();
@@ -144,9 +166,11 @@ Status QgzReduce::FinishHop1() {
   float* partial = partial_.as<float>();
   const auto* recv = static_cast<const uint8_t*>(recv1_.data());
   // Partial h: the sum over this host's ranks j (in order) of their records of shard h·L + local rank.
+  const int l = c.rank % L_;
   for (int h = 0; h < M_; ++h) {
     for (int j = 0; j < L_; ++j) {
-      fmt_.Decode(recv + (static_cast<int64_t>(j) * M_ + h) * R, partial + h * S, /*acc=*/j > 0, scratch);
+      fmt_.Decode(recv + (static_cast<int64_t>(j) * M_ + h) * R, ShardSpans(unit_->plan, h * L_ + l), partial + h * S,
+                  /*acc=*/j > 0, scratch);
     }
   }
   if (M_ == 1) return absl::OkStatus();
@@ -157,7 +181,7 @@ Status QgzReduce::FinishHop1() {
   for (int h = 0; h < M_; ++h) {
     void* err =
         p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds) : nullptr;
-    fmt_.Encode(partial + h * S, err, ed, p.loco_beta, send + h * R, scratch);
+    fmt_.Encode(partial + h * S, ShardSpans(unit_->plan, h * L_ + l), err, ed, p.loco_beta, send + h * R, scratch);
   }
   Communicator* inter = c.qgz_across.get();
   CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts"));
@@ -176,7 +200,8 @@ Status QgzReduce::FinishHop2() {
     auto* scratch = scratch_.as<float>();
     float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
     const auto* recv = static_cast<const uint8_t*>(recv2_.data());
-    for (int h = 0; h < M_; ++h) fmt_.Decode(recv + h * R, total, /*acc=*/h > 0, scratch);
+    const std::vector<ExactSpan>& mine = ShardSpans(unit_->plan, ctx_->rank);
+    for (int h = 0; h < M_; ++h) fmt_.Decode(recv + h * R, mine, total, /*acc=*/h > 0, scratch);
     sum = total;
   }
   const float n = static_cast<float>(ctx_->world);

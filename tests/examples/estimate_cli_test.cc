@@ -175,6 +175,30 @@ TEST(EstimateCliTest, UnitsFile) {
   const ProgramRun bad = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/bad.json"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.all.find("unit 1 (\"b\")"), std::string::npos) << bad.all;
+
+  // With "shapes", qgZ's records carry the unit's 1-D parameters exact: here b's 64 elements, all in shard 3 of
+  // 1632, so every record grows by 64 f32 values. Rank 0 of 2 hosts of 2 sends 2 records inside its host and 1
+  // across hosts per reduction.
+  const std::string qgz =
+      " --world 4 --ranks-per-host 2 --stage 2 --set zero_optimization.zero_quantized_gradients=true --json";
+  zero::testing::WriteWholeFile(dir + "/flat.json", R"([{"name": "u", "params": 6464}])");
+  zero::testing::WriteWholeFile(dir + "/shaped.json",
+                                R"([{"name": "u", "params": 6464, "shapes": [[100, 64], [64]]}])");
+  const ProgramRun flat = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/flat.json", qgz));
+  const ProgramRun shaped = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/shaped.json", qgz));
+  ASSERT_EQ(flat.exit_code, 0) << flat.all;
+  ASSERT_EQ(shaped.exit_code, 0) << shaped.all;
+  const json hs = LastJson(shaped)["host_bytes_per_step"], hf = LastJson(flat)["host_bytes_per_step"];
+  EXPECT_EQ(hs["inter"].get<int64_t>() - hf["inter"].get<int64_t>(), 64 * 4);
+  EXPECT_EQ(hs["intra"].get<int64_t>() - hf["intra"].get<int64_t>(), 2 * 64 * 4);
+  for (const auto& [file, want] :
+       {std::pair{R"([{"name": "u", "params": 6464, "shapes": [[100, 64], [60]]}])", "add up to 6460"},
+        std::pair{R"([{"name": "u", "params": 6464, "shapes": [[100, 0]]}])", "\"shapes\""}}) {
+    zero::testing::WriteWholeFile(dir + "/bad_shapes.json", file);
+    const ProgramRun b = Exec(absl::StrCat(ZERO_ESTIMATE, " --units ", dir, "/bad_shapes.json", qgz));
+    EXPECT_EQ(b.exit_code, 1) << file;
+    EXPECT_NE(b.all.find(want), std::string::npos) << b.all;
+  }
 }
 
 // A Hugging Face DeepSpeed config is estimated as it is: "auto" on keys that change no byte is left alone (said on

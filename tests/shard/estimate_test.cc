@@ -353,6 +353,14 @@ TEST(EstimateTest, ErrorsNameWhatIsWrong) {
   EXPECT_THAT(Estimate(none, {{.name = "a", .numel = 1}}, {.world = 2}).status(),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("optimizer")));
   ASSERT_OK(Estimate(none, {{.name = "a", .numel = 1}}, {.world = 2, .optimizer_states = 1}));
+  // A unit's parameters, where given, are its numel (0: their sum); a parameter of no elements is named.
+  const std::vector<ParamSpec> wb = {{"w", {10, 10}}, {"b", {10}}};
+  EXPECT_THAT(Estimate(cfg, {{.name = "a", .numel = 100, .params = wb}}, {.world = 2}).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("add up to 110")));
+  EXPECT_THAT(Estimate(cfg, {{.name = "a", .params = {{"w", {10, 0}}}}}, {.world = 2}).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("parameter \"w\"")));
+  ASSERT_OK_AND_ASSIGN(const RankEstimate sum, Estimate(cfg, {{.name = "a", .params = wb}}, {.world = 2}));
+  EXPECT_EQ(sum.params, 110);
 }
 
 // More blocks never fit in less memory, and the answer is the largest that fits.

@@ -4,7 +4,8 @@
 // same two numbers for every rank. The formula, per unit of shard S (f32 parameters, padded / N over the N ranks
 // of the shard group), per step (one forward and one backward scope):
 // - each all-gather (Gloo's ring) sends (N - 1) blocks to the next rank of the group: 2 (N - 1) S · 4 bytes, or
-//   2 (N - 1) P with qwZ, which quantizes the forward and the backward gather (P: the message, QwzMessageBytes);
+//   2 (N - 1) P with qwZ, which quantizes the forward and the backward gather (P: the message, QwzMessageBytes, and
+//   the 1-D parameters' elements of a unit with a 2-D one, exact: as many f32 as the fullest shard holds);
 // - the gradient reduce-scatter (Gloo's halving-doubling, f32) sends N S / 2 elements to rank XOR 1, then (N = 4)
 //   S to rank XOR 2, and S to the bit-reversed rank when that is another (ranks 1 and 2 of 4);
 // - hybrid: the replicas' all-reduce (Gloo's ring over R = 2 replicas) sends 2 (R - 1) / R of the shard, 4 S
@@ -15,6 +16,7 @@
 // - check mode's fingerprint all-gather before each op (below).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -89,9 +91,25 @@ std::array<int64_t, 2> Formula(int world, int N, int w, bool qwz) {
   auto member = [&](int i) { return base + (i + N) % N; };
   for (const auto& [name, specs] : testing::SyntheticUnits()) {
     int64_t n = 0;
-    for (const ParamSpec& p : specs) n += p.numel();
+    bool shaped = false;
+    for (const ParamSpec& p : specs) {
+      n += p.numel();
+      shaped |= p.shape.size() >= 2;
+    }
     const int64_t q = 32 * N, S = (n + q - 1) / q * q / N;
-    const int64_t gathered = (N - 1) * (qwz ? internal::QwzMessageBytes(S, kBlock) : S * 4);
+    // qwZ sends the 1-D parameters of a unit that also has a 2-D one exact after the codes, in f32: every message
+    // has room for the most any shard holds.
+    int64_t most = 0;
+    for (int r = 0; r < N && shaped; ++r) {
+      int64_t in_shard = 0, at = 0;
+      for (const ParamSpec& p : specs) {
+        if (p.shape.size() < 2)
+          in_shard += std::max<int64_t>(0, std::min(at + p.numel(), (r + 1) * S) - std::max(at, r * S));
+        at += p.numel();
+      }
+      most = std::max(most, in_shard);
+    }
+    const int64_t gathered = (N - 1) * (qwz ? internal::QwzMessageBytes(S, kBlock) + (most * 4 + 3) / 4 * 4 : S * 4);
     to(member(g + 1), gathered);       // forward gather
     to(member(g + 1), gathered);       // backward gather
     to(member(g ^ 1), N * S / 2 * 4);  // reduce-scatter, step 0

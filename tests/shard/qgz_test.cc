@@ -5,7 +5,8 @@
 // - LoCo's error feedback removes the bias of a constant gradient: over 50 steps the applied updates average to
 //   the exact gradient far closer than without it;
 // - the record format: int8 and int4 read back within half a step of their block, and the LoCo residual update is
-//   e ← β·e + (1 − β)·(x + e − sent);
+//   e ← β·e + (1 − β)·(x + e − sent); a record's exact spans read back bit for bit and set no block's scale;
+// - a unit's 1-D parameters (biases, norm gains) are reduced exact, as DeepSpeed does; their spans per shard;
 // - units of constants and with an outlier of 1e4 train without a NaN; the tiny GPT trains to the exact run's
 //   losses (int8, two hops, LoCo) within the drift of two runs;
 // - a checkpoint saved with qgZ resumes at another world with it off;
@@ -55,25 +56,32 @@ Config QgzConfig(int stage, int bits, bool loco) {
   return c;
 }
 
-// Trains one unit "u" (kN elements, zero at first) `steps` steps on `world` thread-ranks with `per_host` ranks per
-// host, rank r adding grad(r, i) to its gradient each step; saves to `dir` (unless empty) after the last step;
-// returns the parameters then (rank 0's view, read in a forward scope) and checks every rank read the same.
+// Trains one unit "u" (kN elements, zero at first; `specs`' parameters, one after another) `steps` steps on `world`
+// thread-ranks with `per_host` ranks per host, rank r adding grad(r, i) to element i of its gradient each step;
+// saves to `dir` (unless empty) after the last step; returns the parameters then, flat (rank 0's view, read in a
+// forward scope) and checks every rank read the same.
 std::vector<float> TrainOneUnit(const Config& cfg, int world, int per_host, int steps,
-                                const std::function<float(int, int64_t)>& grad, const std::string& dir = "") {
+                                const std::function<float(int, int64_t)>& grad, const std::string& dir = "",
+                                const std::vector<ParamSpec>& specs = {{"w", {kN}}}) {
   std::vector<std::vector<float>> out(world);
   testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
     EngineOptions o;
     o.local_world_size = per_host;
     ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
-    ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w", {kN}}}));
-    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", specs));
+    ASSERT_OK(engine->Finalize(
+        [](const std::string&, const ParamSpec& spec, float* p) { std::fill_n(p, spec.numel(), 0.0f); }));
     for (int step = 0; step < steps; ++step) {
       { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
       {
         ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
-        ASSERT_OK_AND_ASSIGN(TensorView g, s.Grad("w"));
-        for (int64_t i = 0; i < kN; ++i)
-          StoreFromF32(g.data, g.dtype, i, LoadAsF32(g.data, g.dtype, i) + grad(rank, i));
+        int64_t base = 0;
+        for (const ParamSpec& spec : specs) {
+          ASSERT_OK_AND_ASSIGN(TensorView g, s.Grad(spec.name));
+          for (int64_t i = 0; i < spec.numel(); ++i)
+            StoreFromF32(g.data, g.dtype, i, LoadAsF32(g.data, g.dtype, i) + grad(rank, base + i));
+          base += spec.numel();
+        }
       }
       ASSERT_OK(engine->Step().status());
     }
@@ -81,9 +89,10 @@ std::vector<float> TrainOneUnit(const Config& cfg, int world, int per_host, int 
       ASSERT_OK(engine->Save(dir).status());
     }
     ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
-    ASSERT_OK_AND_ASSIGN(TensorView w, s.Param("w"));
-    out[rank].resize(kN);
-    for (int64_t i = 0; i < kN; ++i) out[rank][i] = LoadAsF32(w.data, w.dtype, i);
+    for (const ParamSpec& spec : specs) {
+      ASSERT_OK_AND_ASSIGN(TensorView w, s.Param(spec.name));
+      for (int64_t i = 0; i < spec.numel(); ++i) out[rank].push_back(LoadAsF32(w.data, w.dtype, i));
+    }
   });
   for (int r = 1; r < world; ++r) EXPECT_EQ(out[r], out[0]) << "rank " << r << " reads other parameters";
   return out[0];
@@ -242,8 +251,8 @@ TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
     e0 = e;
     std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
     const float beta = 0.8f;
-    f.Encode(x.data(), e.data(), DType::kF32, beta, rec.data(), scratch.data());
-    f.Decode(rec.data(), back.data(), /*acc=*/false, nullptr);
+    f.Encode(x.data(), {}, e.data(), DType::kF32, beta, rec.data(), scratch.data());
+    f.Decode(rec.data(), {}, back.data(), /*acc=*/false, nullptr);
     const float levels = bits == 8 ? 127.0f : 7.0f;
     for (int64_t b = 0; b * kBlock < f.S; ++b) {
       float m = 0;
@@ -257,6 +266,126 @@ TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
     // The padding after the codes is zeroed: every byte on the wire is defined.
     const int64_t used = 4 * ((f.S + kBlock - 1) / kBlock) + (bits == 8 ? f.S : (f.S + 1) / 2);
     for (int64_t i = used; i < f.record_bytes(); ++i) EXPECT_EQ(rec[i], 0) << "padding byte " << i;
+  }
+}
+
+// A record's exact spans (a unit's 1-D parameters): their values come back bit for bit, their residual stays zero,
+// and they count as zeros in their blocks: an outlier of 1e4 in a span does not coarsen the block's other elements.
+TEST(QgzFormat, ExactSpansReadBackBitForBitAndSetNoBlocksScale) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::vector<internal::ExactSpan> spans = {{3, 10}, {64, 70}, {990, 1000}};
+  std::vector<bool> in_span(1000, false);
+  for (const internal::ExactSpan& sp : spans) std::fill(in_span.begin() + sp.begin, in_span.begin() + sp.end, true);
+  for (int bits : {8, 4}) {
+    for (bool loco : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("int", bits, loco ? ", LoCo" : ""));
+      const internal::QgzFormat f{bits, kBlock, 1000, /*exact=*/30};  // 23 used: 7 slots of zeros after them
+      std::vector<float> x(f.S), e(f.S, 0.0f), back(f.S), scratch(3 * f.S);
+      for (float& v : x) v = dist(rng);
+      x[5] = 1e4f;  // in the first span, in block 0
+      const std::vector<float> x0 = x;
+      std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
+      f.Encode(x.data(), spans, loco ? e.data() : nullptr, DType::kF32, 0.8f, rec.data(), scratch.data());
+      ASSERT_EQ(x, x0) << "Encode wrote into its input";
+      f.Decode(rec.data(), spans, back.data(), /*acc=*/false, nullptr);
+      const float levels = bits == 8 ? 127.0f : 7.0f;
+      for (int64_t b = 0; b * kBlock < f.S; ++b) {
+        const int64_t lo = b * kBlock, hi = std::min(f.S, (b + 1) * kBlock);
+        float m = 0;  // the block's largest outside the spans
+        for (int64_t i = lo; i < hi; ++i) m = in_span[i] ? m : std::max(m, std::fabs(x[i]));
+        for (int64_t i = lo; i < hi; ++i) {
+          if (in_span[i]) {
+            ASSERT_EQ(back[i], x[i]) << "element " << i << " of a span";
+            ASSERT_EQ(e[i], 0.0f) << "the residual of element " << i << " of a span";
+          } else {
+            ASSERT_LE(std::fabs(back[i] - x[i]), 0.5f * m / levels * 1.0001f) << "element " << i;
+          }
+        }
+      }
+      if (loco) {
+        EXPECT_NE(e[0], 0.0f) << "no residual outside the spans";
+      }
+      // After the 23 exact values, the record's 7 spare slots are zero.
+      const int64_t tail = internal::QgzRecordBytes(f.S, kBlock, bits);
+      for (int64_t i = tail + 4 * 23; i < f.record_bytes(); ++i) EXPECT_EQ(rec[i], 0) << "spare byte " << i;
+    }
+  }
+}
+
+// Which elements are exact: every parameter of at most one dimension, cut at the shard boundaries (adjacent ones
+// merged), in a unit that also has a parameter of two dimensions or more; none in a unit of 1-D parameters only (a
+// trainer's flat buffer).
+TEST(ExactSpans, OneDimensionalParametersCutAtTheShards) {
+  using internal::ExactParam;
+  using internal::ExactSpan;
+  // w (2-D) [0, 100), b [100, 110), g [110, 140), v (2-D) [140, 300), s (0-D) [300, 301), c [301, 320); shards of 80.
+  const std::vector<ExactParam> params = {{0, 100, 2},   {100, 10, 1}, {110, 30, 1},
+                                          {140, 160, 2}, {300, 1, 0},  {301, 19, 1}};
+  int64_t most = -1;
+  const std::vector<std::vector<ExactSpan>> spans = internal::ExactSpans(params, 80, 4, &most);
+  ASSERT_EQ(spans.size(), 4u);
+  EXPECT_EQ(spans[0], std::vector<ExactSpan>{});
+  EXPECT_EQ(spans[1], (std::vector<ExactSpan>{{20, 60}}));  // b and g, merged
+  EXPECT_EQ(spans[2], std::vector<ExactSpan>{});
+  EXPECT_EQ(spans[3], (std::vector<ExactSpan>{{60, 80}}));  // s and c
+  EXPECT_EQ(most, 40);
+  // A 1-D parameter across a shard boundary.
+  const std::vector<std::vector<ExactSpan>> cut = internal::ExactSpans({{0, 70, 2}, {70, 20, 1}}, 80, 2, &most);
+  EXPECT_EQ(cut[0], (std::vector<ExactSpan>{{70, 80}}));
+  EXPECT_EQ(cut[1], (std::vector<ExactSpan>{{0, 10}}));
+  EXPECT_EQ(most, 10);
+  // 1-D parameters only: quantized whole.
+  const std::vector<std::vector<ExactSpan>> flat = internal::ExactSpans({{0, 100, 1}, {100, 60, 1}}, 80, 2, &most);
+  EXPECT_EQ(flat, (std::vector<std::vector<ExactSpan>>(2)));
+  EXPECT_EQ(most, 0);
+}
+
+// In the engine: a bias between two weight matrices, across a shard boundary, is reduced exact (its average of values
+// that sum exactly in any order comes back bit for bit) while the weights are quantized; an outlier of 1e4 in it
+// leaves the weights' error at their own scale. Registered with two dimensions ({1, n}), the same values are
+// quantized like a weight, and the outlier coarsens the weights in its blocks.
+TEST(QgzTraining, OneDimensionalParametersAreReducedExact) {
+  const std::vector<ParamSpec> specs = {{"w1", {30, 60}}, {"b", {240}}, {"w2", {30, 60}}};  // b: [1800, 2040)
+  const std::vector<ParamSpec> shaped = {{"w1", {30, 60}}, {"b", {1, 240}}, {"w2", {30, 60}}};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr int kWorld = 4;
+  std::vector<float> g(kN * kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t i = 0; i < kN; ++i) {
+      const bool bias = i >= 1800 && i < 2040;
+      // The bias: multiples of 1/8 below 2^10 (any order sums them exactly); one of them near 1e4.
+      g[r * kN + i] = bias ? static_cast<float>(static_cast<int>(i * 7 + r * 13) % 200 - 100) / 8.0f : dist(rng);
+    }
+    g[r * kN + 1810] = 8192.0f + 1024.0f * static_cast<float>(r);  // in a block with 8 elements of w1
+  }
+  std::vector<double> exact(kN, 0.0);  // minus the average: SGD at lr 1 from zero
+  for (int r = 0; r < kWorld; ++r) {
+    for (int64_t i = 0; i < kN; ++i) exact[i] -= static_cast<double>(g[r * kN + i]) / kWorld;
+  }
+  auto grad = [&](int r, int64_t i) { return g[r * kN + i]; };
+  for (int per_host : {4, 2}) {
+    SCOPED_TRACE(absl::StrCat(per_host, " ranks per host"));
+    auto weight_error = [&](const std::vector<float>& w) {
+      double worst = 0;
+      for (int64_t i = 0; i < kN; ++i) {
+        if (i < 1800 || i >= 2040) worst = std::max(worst, std::fabs(w[i] - exact[i]));
+      }
+      return worst;
+    };
+    const std::vector<float> w = TrainOneUnit(QgzConfig(2, 8, true), kWorld, per_host, 1, grad, "", specs);
+    for (int64_t i = 1800; i < 2040; ++i) {
+      ASSERT_EQ(w[i], static_cast<float>(exact[i])) << "bias element " << i - 1800;
+    }
+    const double exact_bias = weight_error(w);
+    EXPECT_GT(exact_bias, 0.0) << "the weights are not quantized";
+    EXPECT_LT(exact_bias, 0.1);
+    const std::vector<float> q = TrainOneUnit(QgzConfig(2, 8, true), kWorld, per_host, 1, grad, "", shaped);
+    int inexact = 0;
+    for (int64_t i = 1800; i < 2040; ++i) inexact += q[i] != static_cast<float>(exact[i]) ? 1 : 0;
+    EXPECT_GT(inexact, 0) << "a {1, n} parameter is reduced exact";
+    EXPECT_GT(weight_error(q), 10 * exact_bias) << "the outlier did not share a block with a weight";
   }
 }
 

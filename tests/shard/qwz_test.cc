@@ -2,6 +2,7 @@
 // - forward and backward scopes see exactly the blockwise-quantized shards (each rank's shard quantized on its own,
 //   in its blocks, and dequantized into the gathered buffer: core/internal/quantize.h), the same on every rank and
 //   in both, as DeepSpeed quantizes every gather; every gather's bytes on the wire are the quantized message's;
+// - a unit's 1-D parameters (a norm gain between two weights) are gathered exact, and set no block's scale;
 // - units of constants and with an outlier of 1e4 gather finite values within half a step of their block, and
 //   train 30 steps without a NaN;
 // - the tiny GPT trains to the unquantized run's losses within 1 % (every 10 steps) at 4 thread-ranks;
@@ -141,6 +142,64 @@ INSTANTIATE_TEST_SUITE_P(Worlds, QwzGatherTest,
                            return absl::StrCat("world", info.param.world, info.param.bf16 ? "_bf16" : "_f32");
                          });
 
+// A unit's 1-D parameters go exact beside the quantized blocks: here a norm gain g of ones between two weight
+// matrices of std 0.02. In the blocks it would set the scale (1/127, a third of the weights' spread); sent exact, the
+// gathered g is bit for bit the parameter and the weights are quantized as if g were zeros. Registered as {1, 100}
+// it is quantized with them, as a weight. The message grows by the most exact elements of any shard.
+TEST(QwzGather, OneDimensionalParametersGoExact) {
+  constexpr int64_t kG0 = 600, kG1 = 700;  // g's elements in the unit
+  std::mt19937 rng(8);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  std::vector<float> w0(kN);
+  for (int64_t i = 0; i < kN; ++i)
+    w0[i] = i >= kG0 && i < kG1 ? 1.0f + 0.001f * static_cast<float>(i - kG0) : dist(rng);
+  for (const auto& [world, bf16] : {std::pair{2, false}, std::pair{3, true}}) {
+    for (bool shaped : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("world ", world, bf16 ? " bf16" : " f32", shaped ? ", g as {1, 100}" : ""));
+      const DType cd = bf16 ? DType::kBF16 : DType::kF32;
+      const size_t cds = DTypeSize(cd);
+      const int64_t padded = (kN + world * 32 - 1) / (world * 32) * (world * 32), S = padded / world;
+      std::vector<uint8_t> want(padded * cds, 0);
+      for (int64_t i = 0; i < kN; ++i) StoreFromF32(want.data(), cd, i, w0[i]);
+      int64_t most = 0;
+      for (int r = 0; r < world; ++r) {
+        const int64_t lo = std::max(kG0, r * S), hi = std::min(kG1, (r + 1) * S);  // g in shard r
+        std::vector<uint8_t> shard(want.begin() + r * S * cds, want.begin() + (r + 1) * S * cds), g;
+        if (!shaped && lo < hi) {
+          g.assign(shard.begin() + (lo - r * S) * cds, shard.begin() + (hi - r * S) * cds);
+          std::fill(shard.begin() + (lo - r * S) * cds, shard.begin() + (hi - r * S) * cds, uint8_t{0});
+          most = std::max(most, hi - lo);
+        }
+        std::vector<int8_t> q(S);
+        std::vector<float> scales(internal::QuantBlocks(S, kBlock));
+        internal::QuantizeInt8Scalar(shard.data(), cd, S, kBlock, q.data(), scales.data());
+        internal::DequantizeInt8Scalar(q.data(), scales.data(), S, kBlock, want.data() + r * S * cds, cd);
+        std::copy(g.begin(), g.end(), want.begin() + lo * cds);
+      }
+      const int64_t message = internal::QwzMessageBytes(S, kBlock) + (most * static_cast<int64_t>(cds) + 3) / 4 * 4;
+      testing::RunRanks(world, [&](Communicator& comm_ref, int rank) {
+        auto comm = testing::Borrow(comm_ref);
+        ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(QwzConfig(3, bf16), comm));
+        const std::vector<int64_t> g_shape = shaped ? std::vector<int64_t>{1, 100} : std::vector<int64_t>{100};
+        ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w1", {20, 30}}, {"g", g_shape}, {"w2", {10, 30}}}));
+        ASSERT_OK(engine->Finalize([&](const std::string&, const ParamSpec& p, float* out) {
+          const int64_t at = p.name == "w1" ? 0 : p.name == "g" ? kG0 : kG1;
+          std::memcpy(out, w0.data() + at, p.numel() * sizeof(float));
+        }));
+        const int64_t before = comm->bus_bytes();
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
+        if (world > 1) {
+          const internal::OpDesc op{
+              .kind = internal::OpKind::kAllGather, .dtype = DType::kF16, .count = static_cast<uint64_t>(message / 2)};
+          EXPECT_EQ(comm->bus_bytes() - before, internal::BusBytes(op, world));
+        }
+        ASSERT_OK_AND_ASSIGN(TensorView w1, s.Param("w1"));  // the unit's flat buffer starts at w1
+        ASSERT_EQ(0, std::memcmp(w1.data, want.data(), kN * cds)) << "rank " << rank;
+      });
+    }
+  }
+}
+
 // The degenerate case, trained: a unit of constants (every element 0.5, where the block's scale is exact)
 // and a unit whose one outlier of 1e4 stretches its block's step, pulled by AdamW towards a target for 30 steps
 // with qwZ at 2 and 4 ranks. Nothing becomes NaN or infinite (the forward's quantized weights, the gradients the
@@ -203,9 +262,11 @@ TEST(QwzConfig, BelowStage3IsAnErrorNamingTheKey) {
   EXPECT_OK(ok.Validate(4));
 }
 
-// The tiny GPT with qwZ trains to the unquantized run's losses at 4 thread-ranks (fp32), over 100 steps: the mean
-// loss of each 10 steps within 6 % of the unquantized run's, the last 10 steps' within 1 % (measured: at most
-// 0.76 %, the last 0.60 %). A single step's loss is one batch's and the runs' weights drift apart, hence the means.
+// The tiny GPT with qwZ trains to the unquantized run's losses at 4 thread-ranks (fp32), over 100 steps with a linear
+// warmup over 20 steps to lr 3e-3: the mean loss of each 10 steps within 6 % of the unquantized run's, the last 10
+// steps' within 1 % (measured with 1-D parameters exact: at most 1.75 %, the last 0.22 %). A single step's loss is one
+// batch's and the runs' weights drift apart, hence the means. Without the warmup one of the two runs spikes
+// somewhere: with 1-D parameters exact the qwZ run did in steps 31-40 (that window 20.9 % apart, the last 0.19 %).
 // bf16 is not held to it: there both runs spike at lr 3e-3 and the gap reached 9.9 % (steps 31-40) and 1.8 % at the
 // end (bench/results/zeropp.md).
 TEST(QwzGpt, TrainsToTheUnquantizedLosses) {
@@ -213,6 +274,11 @@ TEST(QwzGpt, TrainsToTheUnquantizedLosses) {
   for (bool bf16 : {false}) {
     Config exact = testing::TrainConfig(3, 2);
     exact.bf16.enabled = bf16;
+    exact.scheduler.type = "WarmupLR";  // to lr 3e-3 over 20 steps
+    exact.scheduler.warmup_type = "linear";
+    exact.scheduler.warmup_min_lr = 0.0;
+    exact.scheduler.warmup_max_lr = 3e-3;
+    exact.scheduler.warmup_num_steps = 20;
     Config qwz = exact;
     qwz.zero.zero_quantized_weights = true;
     const gpt::TrainResult a = testing::TrainTinyGpt(4, exact, kSteps);

@@ -43,13 +43,13 @@ inline const std::vector<std::pair<std::string, std::vector<ParamSpec>>>& Synthe
   return *u;
 }
 
-// The same units as zero::Estimate takes them (a name and an element count each).
+// The same units as zero::Estimate takes them (a name, an element count and the parameters each).
 inline std::vector<EstimateUnit> SyntheticEstimateUnits() {
   std::vector<EstimateUnit> units;
   for (const auto& [name, specs] : SyntheticUnits()) {
     int64_t n = 0;
     for (const ParamSpec& p : specs) n += p.numel();
-    units.push_back({.name = name, .numel = n});
+    units.push_back({.name = name, .numel = n, .params = specs});
   }
   return units;
 }

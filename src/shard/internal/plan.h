@@ -171,6 +171,18 @@ struct PlannedBuffer {
   int64_t bytes() const { return elems * static_cast<int64_t>(DTypeSize(dtype)); }
 };
 
+// Elements [begin, end) of one shard that the quantized collectives carry exact beside their blocks: qgZ's records
+// (f32, shard/internal/qgz.h) and qwZ's messages (the compute dtype, shard/gather.cc).
+struct ExactSpan {
+  int64_t begin = 0, end = 0;
+  bool operator==(const ExactSpan&) const = default;
+};
+// A parameter as ExactSpans sees it: where it lies in its unit's flat buffer, and its number of dimensions.
+struct ExactParam {
+  int64_t offset = 0, numel = 0;
+  size_t dims = 0;
+};
+
 struct UnitPlan {
   int64_t numel = 0;            // Ψ_u, unpadded
   int64_t padded = 0;           // numel rounded up to world × 32
@@ -181,6 +193,10 @@ struct UnitPlan {
   bool frozen = false;          // parameters only: no gradient, master or optimizer state
   int64_t host_n = 0;           // optimizer offload: elements [0, host_n) of the rank's range live on the host
   DType grad_shard_dtype = DType::kF32;
+  // qgZ and qwZ: each shard's elements sent exact (ExactSpans), and the most of them any shard has, the slots of
+  // the unit's records and messages (QgzUnitRecordBytes, QwzUnitMessageBytes).
+  std::vector<std::vector<ExactSpan>> exact_spans;
+  int64_t exact_max = 0;
   std::vector<PlannedBuffer> buffers;  // in allocation order
 
   const PlannedBuffer* Find(BufferRole role, int state_index = -1) const;
@@ -231,9 +247,11 @@ void ApplySavingCaps(PlanPolicy* policy, const std::vector<int64_t>& padded, con
 // order, as the engine registers units, against stage3_model_persistence_threshold. Units flagged in
 // `trainer_owned` (stages 0-2) use the trainer's parameter and gradient buffers: those are listed, marked, at
 // every stage (at stage 2 the trainer's full gradient is what the reduce-scatter reads).
-// Units flagged in `frozen` hold their parameters only.
+// Units flagged in `frozen` hold their parameters only. `params[i]`, where given, lays out unit i's parameters
+// (their numels sum to numels[i]): with qgZ or qwZ its 1-D ones are sent exact (ExactSpans).
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
-                   const std::vector<bool>& trainer_owned = {}, const std::vector<bool>& frozen = {});
+                   const std::vector<bool>& trainer_owned = {}, const std::vector<bool>& frozen = {},
+                   const std::vector<std::vector<ExactParam>>& params = {});
 
 // qwZ's message per rank for a shard of S elements in blocks of `block`: the blocks' fp32 scales, then the S int8
 // codes, padded to 4 bytes (the all-gather moves it as 16-bit words).
@@ -248,6 +266,32 @@ inline int64_t QgzRecordBytes(int64_t S, int64_t block, int bits) {
   const int64_t blocks = (S + block - 1) / block;
   const int64_t codes = bits == 8 ? S : (S + 1) / 2;
   return (4 * blocks + codes + 1) / 2 * 2;
+}
+// Which elements qgZ and qwZ send exact, as DeepSpeed's all_to_all_quant_reduce reduces every 1-D tensor exact: a
+// unit's parameters of at most one dimension (biases, norm gains), when the unit also has one of two or more. A
+// unit of 1-D parameters only is a trainer's flat buffer, whose shape says nothing of what it holds: it is quantized
+// whole. In a block a norm gain's value (about 1) or its gradient would set the scale of the weights beside it.
+// Returns the spans of each of the `shards` shards of `shard` elements (shard-local, in order, adjacent ones
+// merged); `max_exact`: the most elements any shard has in them.
+std::vector<std::vector<ExactSpan>> ExactSpans(const std::vector<ExactParam>& params, int64_t shard, int shards,
+                                               int64_t* max_exact);
+// Shard `shard`'s exact spans (none where the plan lists none for the unit).
+inline const std::vector<ExactSpan>& ShardSpans(const UnitPlan& u, int64_t shard) {
+  static const std::vector<ExactSpan> kNone;
+  return static_cast<size_t>(shard) < u.exact_spans.size() ? u.exact_spans[static_cast<size_t>(shard)] : kNone;
+}
+// A unit's qgZ record: the quantized shard (QgzRecordBytes), then exact_max f32 values.
+inline int64_t QgzUnitRecordBytes(const PlanPolicy& p, const UnitPlan& u) {
+  return QgzRecordBytes(u.shard, p.qgz_block, p.qgz_bits) + 4 * u.exact_max;
+}
+// A unit's qwZ message: the quantized shard (QwzMessageBytes), then exact_max values of the compute dtype, padded to
+// 4 bytes; QwzScratchBytes more in the send buffer where a shard has exact elements (the shard with them zeroed,
+// which is what is quantized).
+inline int64_t QwzUnitMessageBytes(const PlanPolicy& p, const UnitPlan& u) {
+  return QwzMessageBytes(u.shard, p.qwz_block) + (u.exact_max * static_cast<int64_t>(DTypeSize(p.compute)) + 3) / 4 * 4;
+}
+inline int64_t QwzScratchBytes(const PlanPolicy& p, const UnitPlan& u) {
+  return u.exact_max > 0 ? u.shard * static_cast<int64_t>(DTypeSize(p.compute)) : 0;
 }
 // The ranks of qgZ's first hop: the host's (`ranks_per_host`) when the world spans whole hosts of more than one rank
 // (two hops: inside each host, then across hosts), else the whole world (one hop); `hybrid`: over the shard group,

@@ -2,7 +2,8 @@
 // QgzFormat, QgzReduce.
 //
 // The unit's full gradient (N shards of S elements, shard r owned by rank r) is reduced to this rank's shard, on
-// the wire as records of one shard each (QgzRecordBytes: int8 or int4 blocks with one f32 scale each):
+// the wire as records of one shard each (QgzUnitRecordBytes: int8 or int4 blocks with one f32 scale each, then the
+// shard's 1-D parameters' elements exact, in f32: UnitPlan::exact_spans):
 //  - one hop (the ranks are one host, or the hosts are uneven, or hybrid sharding's shard group): rank r receives
 //    every rank's record of shard r by one all-to-all over the N ranks, and sums their dequantized values in f32,
 //    rank order;
@@ -26,8 +27,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "shard/internal/buffer_pool.h"
+#include "shard/internal/plan.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
 #include "zero/status.h"
@@ -38,17 +41,21 @@ namespace zero::internal {
 struct EngineContext;
 struct Unit;
 
-// One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element.
+// One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
+// shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
+// elements count as zeros in their blocks, so they neither take a code's precision nor set a block's scale.
 struct QgzFormat {
   int bits = 8;
   int64_t block = 1024;
   int64_t S = 0;
+  int64_t exact = 0;
   int64_t record_bytes() const;
-  // Quantizes x[0, S) into `rec`. With `err` (S elements of `err_dtype`), first adds it to x and then updates it
-  // with what the record loses (β = beta): the LoCo step. `scratch`: 3·S floats.
-  void Encode(const float* x, void* err, DType err_dtype, float beta, uint8_t* rec, float* scratch) const;
+  // Quantizes x[0, S) into `rec`, `spans` exact. With `err` (S elements of `err_dtype`), first adds it to x and then
+  // updates it with what the record loses (β = beta): the LoCo step (zero on the spans). `scratch`: 3·S floats.
+  void Encode(const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype, float beta, uint8_t* rec,
+              float* scratch) const;
   // out[0, S) = the record's values (acc: out += them, through `scratch`, S floats).
-  void Decode(const uint8_t* rec, float* out, bool acc, float* scratch) const;
+  void Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc, float* scratch) const;
 };
 
 class QgzReduce {
