@@ -6,7 +6,7 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--bf16] [--ranks-per-host L]
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
-                                   [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor]
+                                   [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor] [--no-zeropp]
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
@@ -96,11 +96,12 @@ def main():
     ap.add_argument("--recipe", default="{}")
     ap.add_argument("--seeds", default="")
     ap.add_argument("--floor", action="store_true", help="the exact job at --world/2 with 2 accumulation steps too")
-    ap.add_argument("--seed", type=int, default=None, help="zero-gpt --seed for every run (default: zero-gpt's, 1)")
+    ap.add_argument("--no-zeropp", action="store_true", help="no ZeRO++ run: the exact one, with --seeds / --floor")
+    ap.add_argument("--seed", type=int, default=None, help="zero-gpt --seed for every run (default: zero-gpt's, 1234)")
     args = ap.parse_args()
     extra = json.loads(args.extra_config)
     recipe = json.loads(args.recipe)
-    zeropps = [json.loads(z) for z in (args.zeropp or ['{"zero_quantized_weights": true}'])]
+    zeropps = [] if args.no_zeropp else [json.loads(z) for z in (args.zeropp or ['{"zero_quantized_weights": true}'])]
     print(f"config (exact run): {json.dumps(config(None, args.bf16, extra, recipe))}")
     exact = {}
     for mode in args.modes.split(","):
