@@ -55,10 +55,10 @@ struct EstimateUnit {
   // 1 for a unit held open across the whole pass (the reference GPT's root unit). At stage 3 each scope of a
   // sharded unit is one gather.
   int scopes_per_pass = 2;
-  // Optional: the unit's parameters as Engine::AddUnit will get them (names, shapes, in order). Only
-  // zero_quantized_gradients reads them: qgZ reduces a unit's 1-D parameters exact, in f32 beside its quantized
-  // blocks, and how many of them land in one shard sizes every record. Without them the estimate counts none. When
-  // given, numel is their sum (0 there means "their sum"; another value is an error).
+  // Optional: the unit's parameters as Engine::AddUnit will get them (names, shapes, in order). Only ZeRO++
+  // (zero_quantized_gradients, zero_quantized_weights) reads them: it sends a unit's 1-D parameters exact beside its
+  // quantized blocks, and how many of them land in one shard sizes every record and message. Without them the
+  // estimate counts none. When given, numel is their sum (0 there means "their sum"; another value is an error).
   std::vector<ParamSpec> params;
 };
 
