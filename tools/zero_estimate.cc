@@ -16,9 +16,9 @@
 // size of a GPT shape), and otherwise an error that names the key and asks for --set.
 //
 // A GPT shape is the reference GPT of examples/gpt (its units, and its activations as it allocates them:
-// examples/gpt/estimate.h). A units file is a JSON list of {"name", "params", "shapes"?, "frozen"?, "scopes"?} (or an
-// object
-// {"units": [...], "activation_bytes": N, "open_params": N}); its activations are what it says, none otherwise.
+// examples/gpt/estimate.h). A units file is a JSON list of {"name", "params", "shapes"?, "frozen"?, "scopes"?}
+// (or an object {"units": [...], "activation_bytes": N, "open_params": N}); its activations are what it says, none
+// otherwise.
 // --json prints one object: {"memory": {TAG: {"tier", "bytes"}, "peak_total": {..}}, ...} with zero-gpt's tag names.
 #include <algorithm>
 #include <cmath>
@@ -49,10 +49,8 @@ constexpr const char* kUsage =
     "  --ranks-per-host L  ranks per host, laid out host by host (LOCAL_WORLD_SIZE; default 1): the bytes rank R\n"
     "                   (--rank, default 0) sends per step inside its host and across hosts\n"
     "  --model       the reference GPT's presets (as zero-gpt); --seq / --micro-batch override theirs\n"
-    "  --units FILE  a JSON list of units {\"name\", \"params\", \"shapes\"?, \"frozen\"?, \"scopes\"?} in "
-    "registration\n"
-    "                order (shapes: the parameters' shapes, [[C], [C, 3C], ...], which zero_quantized_gradients "
-    "needs)\n"
+    "  --units FILE  a JSON list of units {\"name\", \"params\", \"shapes\"?, \"frozen\"?, \"scopes\"?}\n"
+    "                in registration order (shapes: the parameters', [[C], [C, 3C], ...], for ZeRO++)\n"
     "  --config      a DeepSpeed JSON config (default: zero-gpt's embedded one); --stage, --bf16 override it\n"
     "  --set K=V     set config key K to V (JSON; a bare word is a string), validated; repeatable\n"
     "  --recompute   recompute every block (the config's activation_checkpointing decides how), as zero-gpt\n"
@@ -200,7 +198,7 @@ zero::StatusOr<UnitsFile> ReadUnits(const std::string& path) {
       }
       e.frozen = u["frozen"].get<bool>();
     }
-    if (u.contains("shapes")) {  // the parameters' shapes, in order: qgZ sends the 1-D ones exact
+    if (u.contains("shapes")) {  // the parameters' shapes, in order: ZeRO++ sends the 1-D ones exact
       const nlohmann::json& shapes = u["shapes"];
       bool ok = shapes.is_array() && !shapes.empty();
       for (size_t k = 0; ok && k < shapes.size(); ++k) {

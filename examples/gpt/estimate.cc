@@ -49,10 +49,10 @@ std::vector<zero::ParamSpec> ToEngineSpecs(const std::vector<ParamSpec>& specs) 
 
 std::vector<EstimateUnit> EstimateUnits(const GptConfig& model) {
   std::vector<EstimateUnit> units;
-  const std::vector<zero::ParamSpec> root = ToEngineSpecs(RootParams(model)), block = ToEngineSpecs(BlockParams(model));
-  units.push_back({.name = kRootUnit, .numel = UnitNumel(RootParams(model)), .scopes_per_pass = 1, .params = root});
+  const std::vector<ParamSpec> root = RootParams(model), block = BlockParams(model);
+  units.push_back({.name = kRootUnit, .numel = UnitNumel(root), .scopes_per_pass = 1, .params = ToEngineSpecs(root)});
   for (int l = 0; l < model.layers; ++l) {
-    units.push_back({.name = BlockUnitName(l), .numel = UnitNumel(BlockParams(model)), .params = block});
+    units.push_back({.name = BlockUnitName(l), .numel = UnitNumel(block), .params = ToEngineSpecs(block)});
   }
   return units;
 }

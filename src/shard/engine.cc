@@ -161,8 +161,7 @@ internal::StagePlan Engine::Impl::Plan() const {
     numels.push_back(u.layout.numel);
     trainer_owned.push_back(u.trainer_params != nullptr);
     frozen.push_back(u.frozen);
-    std::vector<internal::ExactParam>& v = params.emplace_back();
-    for (const internal::ParamSlot& s : u.layout.params) v.push_back({s.offset, s.numel, s.spec.shape.size()});
+    params.push_back(internal::ExactParams(u.specs));
   }
   return internal::MakePlan(ctx.policy, numels, trainer_owned, frozen, params);
 }

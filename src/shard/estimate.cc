@@ -284,16 +284,15 @@ StatusOr<RankEstimate> Estimate(const Config& config, const std::vector<Estimate
   std::vector<bool> frozen;
   std::vector<std::vector<internal::ExactParam>> params;
   for (const EstimateUnit& u : units) {
-    std::vector<internal::ExactParam>& v = params.emplace_back();
     int64_t numel = 0;
     for (const ParamSpec& ps : u.params) {
       if (ps.numel() <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("Estimate: unit \"", u.name, "\", parameter \"", ps.name, "\" has ", ps.numel(), " elements"));
       }
-      v.push_back({numel, ps.numel(), ps.shape.size()});
       numel += ps.numel();
     }
+    params.push_back(internal::ExactParams(u.params));
     if (!u.params.empty() && u.numel != 0 && u.numel != numel) {
       return absl::InvalidArgumentError(
           absl::StrCat("Estimate: unit \"", u.name, "\" has numel ", u.numel, " but its params add up to ", numel));

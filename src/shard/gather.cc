@@ -97,13 +97,9 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     const std::vector<ExactSpan>& spans = ShardSpans(u.plan, c.rank);
     const void* quantized = send;
     if (!spans.empty()) {
-      auto* zeroed = msg + P;  // the scratch: the shard with its spans zeroed (0 bits: 0.0 in every float dtype)
+      uint8_t* zeroed = msg + P;  // the scratch: the shard with its spans zeroed
       std::memcpy(zeroed, send, static_cast<size_t>(S) * cds);
-      for (const ExactSpan& sp : spans) {
-        std::memcpy(tail, static_cast<const uint8_t*>(send) + sp.begin * cds, (sp.end - sp.begin) * cds);
-        std::memset(zeroed + sp.begin * cds, 0, (sp.end - sp.begin) * cds);
-        tail += (sp.end - sp.begin) * cds;
-      }
+      tail = PackExact(send, zeroed, cds, spans, tail);
       quantized = zeroed;
     }
     QuantizeInt8(quantized, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks),
@@ -147,11 +143,7 @@ Status GatherScheduler::Wait(Unit& u) {
       auto* out = static_cast<uint8_t*>(u.gather.data()) + r * S * cds;
       DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks), reinterpret_cast<const float*>(msg), S, block,
                      out, c.cd());
-      const uint8_t* tail = msg + QwzMessageBytes(S, block);
-      for (const ExactSpan& sp : ShardSpans(u.plan, r)) {
-        std::memcpy(out + sp.begin * cds, tail, (sp.end - sp.begin) * cds);
-        tail += (sp.end - sp.begin) * cds;
-      }
+      UnpackExact(msg + QwzMessageBytes(S, block), cds, ShardSpans(u.plan, r), out);
     }
     ReleaseQwz(u, /*quarantine=*/false);
   }

@@ -2,6 +2,7 @@
 #include "shard/internal/plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <tuple>
@@ -276,6 +277,34 @@ std::vector<std::vector<ExactSpan>> ExactSpans(const std::vector<ExactParam>& pa
   }
   *max_exact = *std::max_element(count.begin(), count.end());
   return spans;
+}
+
+std::vector<ExactParam> ExactParams(const std::vector<ParamSpec>& specs) {
+  std::vector<ExactParam> out;
+  int64_t offset = 0;
+  for (const ParamSpec& s : specs) {
+    out.push_back({offset, s.numel(), s.shape.size()});
+    offset += s.numel();
+  }
+  return out;
+}
+
+uint8_t* PackExact(const void* shard, void* zeroed, size_t elem, const std::vector<ExactSpan>& spans, uint8_t* tail) {
+  for (const ExactSpan& sp : spans) {
+    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem, at = static_cast<size_t>(sp.begin) * elem;
+    std::memcpy(tail, static_cast<const uint8_t*>(shard) + at, bytes);
+    std::memset(static_cast<uint8_t*>(zeroed) + at, 0, bytes);  // 0 bits: 0.0 in every float dtype
+    tail += bytes;
+  }
+  return tail;
+}
+
+void UnpackExact(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>& spans, void* shard) {
+  for (const ExactSpan& sp : spans) {
+    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem;
+    std::memcpy(static_cast<uint8_t*>(shard) + static_cast<size_t>(sp.begin) * elem, tail, bytes);
+    tail += bytes;
+  }
 }
 
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,

@@ -33,13 +33,7 @@ void QgzFormat::Encode(const float* x, const std::vector<ExactSpan>& spans, void
     y = const_cast<float*>(x);  // read only
   }
   // The exact elements go to the tail as they are (their residual is zero) and count as zeros in their blocks.
-  int64_t k = 0;
-  for (const ExactSpan& sp : spans) {
-    std::memcpy(tail + 4 * k, y + sp.begin, static_cast<size_t>(sp.end - sp.begin) * 4);
-    std::fill(y + sp.begin, y + sp.end, 0.0f);
-    k += sp.end - sp.begin;
-  }
-  std::fill(tail + 4 * k, tail + 4 * exact, uint8_t{0});
+  std::fill(PackExact(y, y, 4, spans, tail), tail + 4 * exact, uint8_t{0});
   if (bits == 8) {
     QuantizeInt8(y, DType::kF32, static_cast<size_t>(S), static_cast<size_t>(block), reinterpret_cast<int8_t*>(codes),
                  scales);
@@ -75,11 +69,7 @@ void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, 
   } else {
     DequantizeInt4(codes, scales, static_cast<size_t>(S), static_cast<size_t>(block), dst);
   }
-  int64_t k = 0;
-  for (const ExactSpan& sp : spans) {
-    std::memcpy(dst + sp.begin, tail + 4 * k, static_cast<size_t>(sp.end - sp.begin) * 4);
-    k += sp.end - sp.begin;
-  }
+  UnpackExact(tail, 4, spans, dst);
   if (acc) {
     for (int64_t i = 0; i < S; ++i) out[i] += dst[i];
   }

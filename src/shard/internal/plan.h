@@ -33,6 +33,7 @@
 
 #include "zero/config.h"
 #include "zero/dtype.h"
+#include "zero/engine.h"
 #include "zero/memory.h"
 #include "zero/status.h"
 
@@ -275,6 +276,13 @@ inline int64_t QgzRecordBytes(int64_t S, int64_t block, int bits) {
 // merged); `max_exact`: the most elements any shard has in them.
 std::vector<std::vector<ExactSpan>> ExactSpans(const std::vector<ExactParam>& params, int64_t shard, int shards,
                                                int64_t* max_exact);
+// A unit's parameters as ExactSpans takes them, one after another as BuildUnitLayout packs them.
+std::vector<ExactParam> ExactParams(const std::vector<ParamSpec>& specs);
+// The spans' elements (of `elem` bytes, in `shard`) copied one after another to `tail`, and zeroed in `zeroed` (a copy
+// of the shard that is quantized next, or the shard itself); returns the end of what was written. UnpackExact puts
+// them back over `shard`.
+uint8_t* PackExact(const void* shard, void* zeroed, size_t elem, const std::vector<ExactSpan>& spans, uint8_t* tail);
+void UnpackExact(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>& spans, void* shard);
 // Shard `shard`'s exact spans (none where the plan lists none for the unit).
 inline const std::vector<ExactSpan>& ShardSpans(const UnitPlan& u, int64_t shard) {
   static const std::vector<ExactSpan> kNone;
