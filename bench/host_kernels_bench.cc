@@ -39,16 +39,17 @@ using zero::DType;
 constexpr size_t kSmall = size_t{256} << 10;
 constexpr size_t kLarge = size_t{128} << 20;
 
-// One zero-initialized, page-touched buffer per (slot, bytes), reused by every benchmark of that size so the
-// large ones are allocated and faulted in once.
+// One zero-initialized, page-touched, 64-byte aligned buffer per (slot, bytes) (aligned as MemoryTracker aligns the
+// library's buffers: the streamed kernels take their fast path on aligned outputs), reused by every benchmark of that
+// size so the large ones are allocated and faulted in once.
 uint8_t* Buffer(int slot, size_t bytes) {
   static std::map<std::pair<int, size_t>, std::unique_ptr<uint8_t[]>> pool;
   auto& p = pool[{slot, bytes}];
   if (!p) {
-    p.reset(new uint8_t[bytes]);
-    std::memset(p.get(), 0, bytes);
+    p.reset(new uint8_t[bytes + 64]);
+    std::memset(p.get(), 0, bytes + 64);
   }
-  return p.get();
+  return p.get() + (64 - reinterpret_cast<uintptr_t>(p.get()) % 64) % 64;
 }
 
 // n random gradient-like values (normal range, both signs) of type t.

@@ -105,19 +105,43 @@ HWY_INLINE uint32_t MaxAbsBits(const void* x, size_t begin, size_t end) {
   }
 }
 
-// Dequantized outputs of at least this many bytes are written with non-temporal stores (where aligned): they cannot
-// stay in cache anyway, and an ordinary store first reads each line it writes (a read-for-ownership), for f32 half
-// as much traffic again (measured: 0.40 -> 0.95 of memcpy). Smaller outputs stay in cache for whoever reads them
-// next (the forward reads the gathered parameters at once). Quantize's codes are stored as usual: streaming them,
-// four vectors at a time through a stack buffer, measured slower (0.45-0.50 against 0.57 of memcpy, before the
-// prefetch below).
+// Outputs of at least this many bytes are written with non-temporal stores (where aligned): they cannot stay in
+// cache anyway, and an ordinary store first reads each line it writes (a read-for-ownership): for dequantize's f32
+// half as much traffic again (measured: 0.40 -> 0.95 of memcpy). Smaller outputs stay in cache for whoever reads them
+// next (the forward reads the gathered parameters at once; a shard's codes are sent at once). Quantize's codes:
+// see StreamCodes4.
 constexpr size_t kStreamBytes = size_t{4} << 20;
 
-// Quantize reads its input this many bytes ahead of the maximum pass (software prefetch into L1): this VM's hardware
-// prefetchers alone leave the single stream far short of the memory's rate (measured, f32, blocks of 4096, one run:
-// 1 KiB ahead 0.58 of memcpy, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68; none, another run: 0.35). A prefetch past the end
-// of the input is harmless: prefetches do not fault.
+// Quantize reads its input ahead of the maximum pass twice: into L1 this many bytes ahead, and into L2 the second
+// distance ahead. This VM's hardware prefetchers alone leave the single stream far short of the memory's rate
+// (measured, f32, blocks of 4096, L1 alone, one run: 1 KiB ahead 0.58 of memcpy, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68;
+// none, another run: 0.35); the L2 prefetch further ahead added about 0.04 in a throwaway AVX-512 loop (medians of
+// nine, 0.68 against 0.64; bench/results/zeropp.md). A prefetch past the end of the input is harmless: prefetches
+// do not fault.
 constexpr size_t kQuantizePrefetchBytes = 4096;
+constexpr size_t kQuantizePrefetchL2Bytes = 16384;
+
+// x rounded to the nearest integer, ties to even. On x86 one cvtps2dq: under the default MXCSR it rounds as
+// std::nearbyint does in the scalar reference. Highway 1.0.3's NearestInt adds a round and an overflow fix-up per
+// vector (vrndscaleps, vcvttps2dq and compares) that products within ±127.5 never need. Outside x86, NearestInt.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+HWY_INLINE __m128i CvtNearest(__m128 v) { return _mm_cvtps_epi32(v); }
+#if HWY_TARGET <= HWY_AVX2
+HWY_INLINE __m256i CvtNearest(__m256 v) { return _mm256_cvtps_epi32(v); }
+#endif
+#if HWY_TARGET <= HWY_AVX3
+HWY_INLINE __m512i CvtNearest(__m512 v) { return _mm512_cvtps_epi32(v); }
+#endif
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF> > RoundToInt(DF, hn::Vec<DF> v) {
+  return hn::Vec<hn::RebindToSigned<DF> >{CvtNearest(v.raw)};
+}
+#else
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF> > RoundToInt(DF, hn::Vec<DF> v) {
+  return hn::NearestInt(v);
+}
+#endif
 
 // f32 values of elements [i, i + Lanes(df)) for coding. f16 through vcvtph2ps alone where F16C exists
 // (LoadF16Value): only finite blocks are coded, so the NaN payloads it does not keep never matter; LoadF16's fix-up
@@ -131,7 +155,34 @@ HWY_INLINE hn::Vec<DF> LoadForCoding(DF df, const void* x, size_t i) {
   }
 }
 
-// Block b is coded from cache while the maximum of block b + 1 is read from memory, a vector of each per iteration:
+// The int8 codes of elements [i, i + Lanes(df)) of a finite block whose factor is inv.
+template <DType kT, class DF>
+HWY_INLINE hn::Vec<hn::Rebind<int8_t, DF> > CodeVec(DF df, const void* x, size_t i, hn::Vec<DF> inv) {
+  return hn::DemoteTo(hn::Rebind<int8_t, DF>(), RoundToInt(df, hn::Mul(LoadForCoding<kT>(df, x, i), inv)));
+}
+
+// Codes of outputs of at least kStreamBytes are stored non-temporally on AVX-512, four vectors narrowed into one
+// 64-byte line: the line is not read before it is written, and the codes would not stay in cache anyway. Measured
+// in a throwaway loop (f32, with the L2 prefetch; medians of nine): 0.72 of memcpy against 0.66 with the same
+// 64-byte stores cached and 0.68 with a 16-byte store per vector. The second version's streaming through a stack
+// buffer was slower (0.45-0.50 against 0.57). Elsewhere, and for smaller outputs, the codes are stored as usual.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kStreamCodes = true;
+template <DType kT, class DF>
+HWY_INLINE void StreamCodes4(DF df, const void* x, size_t i, hn::Vec<DF> inv, int8_t* q) {
+  const size_t L = hn::Lanes(df);  // 16
+  const __m512i lo =
+      _mm512_castsi256_si512(_mm256_set_m128i(CodeVec<kT>(df, x, i + L, inv).raw, CodeVec<kT>(df, x, i, inv).raw));
+  const __m256i hi = _mm256_set_m128i(CodeVec<kT>(df, x, i + 3 * L, inv).raw, CodeVec<kT>(df, x, i + 2 * L, inv).raw);
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(q + i), _mm512_inserti64x4(lo, hi, 1));
+}
+#else
+constexpr bool kStreamCodes = false;
+template <DType kT, class DF>
+HWY_INLINE void StreamCodes4(DF, const void*, size_t, hn::Vec<DF>, int8_t*) {}
+#endif
+
+// Block b is coded from cache while the maximum of block b + 1 is read from memory, a vector of each per step:
 // the memory stream does not stop while the core codes (the two passes one after the other left the memory idle
 // during the coding pass, or, with the next block prefetched into L2 then, the core idle during the maximum pass).
 // The coding pass needs no clamp to [-127, 127]: |x| <= max, so |x · (127 / max)| <= 127 · (1 + 2^-24) rounds to at
@@ -147,7 +198,9 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
   const size_t L = hn::Lanes(df);
   const auto* p = static_cast<const TU*>(x);
   const char* ahead = static_cast<const char*>(x) + kQuantizePrefetchBytes;
+  const char* ahead_l2 = static_cast<const char*>(x) + kQuantizePrefetchL2Bytes;
   const auto mask = hn::Set(du, kMask);
+  const bool stream = kStreamCodes && n >= kStreamBytes;
   uint32_t next_max = MaxAbsBits<kT>(x, 0, std::min(n, block));
   for (size_t b = 0, begin = 0; begin < n; ++b, begin += block) {
     const size_t end = std::min(n, begin + block);
@@ -156,17 +209,36 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
     scales[b] = s.scale;
     auto vmax = hn::Zero(du);
     size_t i = begin, j = end;  // j: the next block's maximum pass
+    // One vector of the next block's maximum, with the prefetches for the line it starts.
+    auto max_step = [&] {
+      if (j + L <= next_end) {
+        if ((j * kElemBytes) % 64 == 0) {
+          __builtin_prefetch(ahead + j * kElemBytes, 0, 3);
+          __builtin_prefetch(ahead_l2 + j * kElemBytes, 0, 2);
+        }
+        vmax = hn::Max(vmax, hn::And(hn::LoadU(du, p + j), mask));
+        j += L;
+      }
+    };
     if (s.inv == 0.0f) {
       std::fill(q + begin, q + end, int8_t{0});
     } else {
       const auto inv = hn::Set(df, s.inv);
-      for (; i + L <= end; i += L) {
-        if (j + L <= next_end) {
-          if ((j * kElemBytes) % 64 == 0) __builtin_prefetch(ahead + j * kElemBytes, 0, 3);
-          vmax = hn::Max(vmax, hn::And(hn::LoadU(du, p + j), mask));
-          j += L;
+      if (stream) {
+        for (; i + L <= end && reinterpret_cast<uintptr_t>(q + i) % 64 != 0; i += L) {
+          max_step();
+          hn::StoreU(CodeVec<kT>(df, x, i, inv), d8, q + i);
         }
-        hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(LoadForCoding<kT>(df, x, i), inv))), d8, q + i);
+        if (reinterpret_cast<uintptr_t>(q + i) % 64 == 0) {
+          for (; i + 4 * L <= end; i += 4 * L) {
+            for (int k = 0; k < 4; ++k) max_step();
+            StreamCodes4<kT>(df, x, i, inv, q);
+          }
+        }
+      }
+      for (; i + L <= end; i += L) {
+        max_step();
+        hn::StoreU(CodeVec<kT>(df, x, i, inv), d8, q + i);
       }
       for (; i < end; ++i) q[i] = QuantizeOne(LoadAsF32(x, kT, i), s.inv);
     }
@@ -180,6 +252,7 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
       next_max = FloatBits(LoadAsF32(&m, kT, 0));  // see MaxAbsBits
     }
   }
+  if (stream) hwy::FlushStream();  // the codes are visible before the caller (or another thread) reads them
 }
 
 // Dequantize to bf16 reads its codes this many bytes ahead.
@@ -205,30 +278,73 @@ HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantBF16Pairs(DF df, const
   return hn::BitCast(hn::Repartition<uint16_t, DF>(), hn::Or(even_r, odd_r));
 }
 
+// f16 bits of 2·Lanes(df) consecutive values q[k..] · scale, in order, as one full vector (AVX-512: two vcvtps2ph
+// halves joined), for DequantizeLoop's streamed stores. Only where F16C exists; elsewhere f16 is not streamed.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && !defined(HWY_DISABLE_F16C)
+constexpr bool kStreamF16 = true;
+template <class DF>
+HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantF16Halves(DF df, const int8_t* q, hn::Vec<DF> vs) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  const size_t L = hn::Lanes(df);
+  auto values = [&](const int8_t* c) { return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, c))), vs); };
+  const __m256i lo = _mm512_cvtps_ph(values(q).raw, _MM_FROUND_TO_NEAREST_INT);
+  const __m256i hi = _mm512_cvtps_ph(values(q + L).raw, _MM_FROUND_TO_NEAREST_INT);
+  return hn::Vec<hn::Repartition<uint16_t, DF> >{_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)};
+}
+#else
+constexpr bool kStreamF16 = false;
+template <class DF>
+HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantF16Halves(DF, const int8_t*, hn::Vec<DF>) {
+  return hn::Zero(hn::Repartition<uint16_t, DF>());
+}
+#endif
+
 template <DType kT>
 HWY_NOINLINE void DequantizeLoop(const int8_t* q, const float* scales, size_t n, size_t block, void* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
+  const hn::Repartition<uint16_t, decltype(df)> dw;  // a full vector of 16-bit outputs: 2·Lanes(df)
   const size_t L = hn::Lanes(df);
-  // f32 out only: its values are whole vectors. 16-bit outputs measured no faster streamed, through a stack buffer
-  // (bf16: 0.30 against 0.46 of memcpy) or as whole vectors built in registers (one run: bf16 pairs below 0.48
-  // against 0.58 stored as usual, the codes prefetched in both; f16 0.62 against 0.64), so they are stored as usual.
-  const bool stream = kT == DType::kF32 && n * 4 >= kStreamBytes;
+  constexpr size_t kOutBytes = kT == DType::kF32 ? 4 : 2;
+  // Large outputs are streamed (non-temporal stores, see kStreamBytes) in whole vectors: f32 on every target, from
+  // the first vector boundary of each block; 16-bit outputs on targets that build one full vector per 2·Lanes(df)
+  // codes (bf16 on every target, f16 on AVX-512), in blocks whose outputs start on that vector's boundary, as the
+  // engine's do (shards of multiples of 32 elements in 64-byte aligned buffers), with the codes prefetched.
+  // Measured, AVX-512, 64-byte aligned buffers, one run of three rounds: bf16 0.84-0.86 of memcpy streamed against
+  // 0.64-0.69 stored as usual, f16 0.85-0.88 against 0.59-0.64. Outputs 16 bytes past a line (malloc's) measured
+  // slower streamed (bf16 0.55-0.58 against 0.61-0.62: each block's unaligned ends mix ordinary and streamed stores
+  // in one line), so such blocks are stored as usual.
+  const bool stream = (kT != DType::kF16 || kStreamF16) && n * kOutBytes >= kStreamBytes;
+  const size_t per_store = kT == DType::kF32 ? L : 2 * L;  // outputs per streamed vector
+  const size_t align = per_store * kOutBytes;
+  auto* const o = static_cast<uint8_t*>(out);
   for (size_t b = 0, begin = 0; begin < n; ++b, begin += block) {
     const size_t end = std::min(n, begin + block);
     const float scale = scales[b];
     const auto vs = hn::Set(df, scale);
     auto values = [&](size_t k) { return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + k))), vs); };
     size_t i = begin;
-    if constexpr (kT == DType::kF32) {
-      if (stream) {
-        // One at a time up to the first element on a vector boundary, then whole vectors streamed.
-        float* const o = static_cast<float*>(out);
-        for (; i < end && reinterpret_cast<uintptr_t>(o + i) % (L * 4) != 0; ++i)
-          o[i] = static_cast<float>(q[i]) * scale;
-        if (reinterpret_cast<uintptr_t>(o + i) % (L * 4) == 0) {
-          for (; i + L <= end; i += L) hn::Stream(values(i), df, o + i);
+    const bool block_aligned = reinterpret_cast<uintptr_t>(o + begin * kOutBytes) % align == 0;
+    if (stream && (kT == DType::kF32 || (block_aligned && std::isfinite(scale)))) {
+      // One at a time up to the first element on a vector boundary (f32), then whole vectors streamed. (A NaN
+      // scale's block takes the loops below: dtype.h's NaN rounding is StoreBF16's, not DequantBF16Pairs'.)
+      for (; i < end && reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align != 0; ++i)
+        StoreFromF32(out, kT, i, static_cast<float>(q[i]) * scale);
+      if (reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align == 0) {
+        for (; i + per_store <= end; i += per_store) {
+          if constexpr (kT == DType::kF32) {
+            hn::Stream(values(i), df, reinterpret_cast<float*>(o) + i);
+          } else {
+            if (i % 64 == 0) __builtin_prefetch(q + i + kDequantizePrefetchBytes, 0, 3);
+            auto* const o16 = reinterpret_cast<uint16_t*>(o) + i;
+            if constexpr (kT == DType::kBF16) {
+              hn::Stream(DequantBF16Pairs(df, q + i, vs), dw, o16);
+            } else {
+              hn::Stream(DequantF16Halves(df, q + i, vs), dw, o16);
+            }
+          }
         }
       }
     } else if constexpr (kT == DType::kBF16) {
@@ -236,11 +352,10 @@ HWY_NOINLINE void DequantizeLoop(const int8_t* q, const float* scales, size_t n,
         // Two vectors of values per full vector of bf16, no narrowing shuffle (in cache 19.7 GiB/s against 14.2),
         // with the codes read kDequantizePrefetchBytes ahead: one run, 0.51 of memcpy before, 0.62 with the
         // prefetch alone, 0.65 with both.
-        const hn::Repartition<uint16_t, decltype(df)> dw;
-        auto* const o = static_cast<uint16_t*>(out);
+        auto* const o16 = static_cast<uint16_t*>(out);
         for (; i + 2 * L <= end; i += 2 * L) {
           if (i % 64 == 0) __builtin_prefetch(q + i + kDequantizePrefetchBytes, 0, 3);
-          hn::StoreU(DequantBF16Pairs(df, q + i, vs), dw, o + i);
+          hn::StoreU(DequantBF16Pairs(df, q + i, vs), dw, o16 + i);
         }
       }
     }

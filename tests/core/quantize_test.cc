@@ -174,10 +174,10 @@ TEST(QuantizeInt8, SpecialBlocksBetweenOrdinaryOnesOnEveryTarget) {
   }
 }
 
-// Outputs of 4 MiB and more take the non-temporal path (kStreamBytes in quantize.cc): one element at a time up to
-// the first vector boundary, then whole vectors streamed. The same bits as the scalar reference on every target,
-// with the outputs at every offset from a 64-byte boundary that matters (0, 1, 16, 33 bytes), and nothing written
-// outside them.
+// Outputs of 4 MiB and more take the non-temporal path (kStreamBytes in quantize.cc; Quantize's codes on AVX-512
+// only): one element (Dequantize) or vector (Quantize) at a time up to the first aligned position, then whole
+// vectors streamed. The same bits as the scalar reference on every target, with the outputs at every offset from a
+// 64-byte boundary that matters (0, 1, 16, 33 bytes), and nothing written outside them.
 TEST(QuantizeInt8, LargeOutputsStreamTheSameBits) {
   const std::vector<internal::SimdTarget> targets = internal::AvailableSimdTargets();
   const size_t n = (size_t{4} << 20) + 4109;
