@@ -47,6 +47,19 @@ if(EXPECT_TOOLS)
   endforeach()
 endif()
 
+# ---- the exported link interfaces name targets, never a library file of the machine that built zero ----
+# (liburing was exported as /usr/lib/x86_64-linux-gnu/liburing.a until zeroConfig.cmake found it itself.)
+file(GLOB exported_files ${prefix}/lib*/cmake/zero/*Targets*.cmake)
+if(NOT exported_files)
+  message(FATAL_ERROR "no zero*Targets*.cmake under ${prefix}/lib*/cmake/zero")
+endif()
+foreach(f IN LISTS exported_files)
+  file(READ ${f} exported)
+  if(exported MATCHES "INTERFACE_LINK_LIBRARIES \"([^\"]*;)?/[^\";]*\\.(a|so)[\";]")
+    message(FATAL_ERROR "${f} links a library by absolute path: ${CMAKE_MATCH_0}")
+  endif()
+endforeach()
+
 # ---- the CPU library references no CUDA symbol; the CUDA component is an archive of its own ----
 file(GLOB_RECURSE libzero ${prefix}/lib*/libzero.a)
 file(GLOB_RECURSE libzero_cuda ${prefix}/lib*/libzero_cuda.a)
