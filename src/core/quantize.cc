@@ -258,6 +258,14 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
 // Dequantize to bf16 reads its codes this many bytes ahead.
 constexpr size_t kDequantizePrefetchBytes = 2048;
 
+// The values q[0..Lanes(df)) · scale in f32.
+template <class DF>
+HWY_INLINE hn::Vec<DF> CodesTimes(DF df, const int8_t* q, hn::Vec<DF> vs) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), vs);
+}
+
 // bf16 bits of 2·Lanes(df) consecutive values q[k..] · scale, in order, as one full vector of u16, for a finite
 // scale (no NaN among the products, so dtype.h's rounding is the carry alone). The codes are widened to 16 bits, so
 // each 32-bit lane holds an even and an odd element: the even one rounds into the low half (shifted down), the odd
@@ -284,12 +292,8 @@ HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantBF16Pairs(DF df, const
 constexpr bool kStreamF16 = true;
 template <class DF>
 HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantF16Halves(DF df, const int8_t* q, hn::Vec<DF> vs) {
-  const hn::RebindToSigned<DF> di;
-  const hn::Rebind<int8_t, DF> d8;
-  const size_t L = hn::Lanes(df);
-  auto values = [&](const int8_t* c) { return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, c))), vs); };
-  const __m256i lo = _mm512_cvtps_ph(values(q).raw, _MM_FROUND_TO_NEAREST_INT);
-  const __m256i hi = _mm512_cvtps_ph(values(q + L).raw, _MM_FROUND_TO_NEAREST_INT);
+  const __m256i lo = _mm512_cvtps_ph(CodesTimes(df, q, vs).raw, _MM_FROUND_TO_NEAREST_INT);
+  const __m256i hi = _mm512_cvtps_ph(CodesTimes(df, q + hn::Lanes(df), vs).raw, _MM_FROUND_TO_NEAREST_INT);
   return hn::Vec<hn::Repartition<uint16_t, DF> >{_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)};
 }
 #else
@@ -303,8 +307,6 @@ HWY_INLINE hn::Vec<hn::Repartition<uint16_t, DF> > DequantF16Halves(DF, const in
 template <DType kT>
 HWY_NOINLINE void DequantizeLoop(const int8_t* q, const float* scales, size_t n, size_t block, void* out) {
   const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<int8_t, decltype(df)> d8;
   const hn::Repartition<uint16_t, decltype(df)> dw;  // a full vector of 16-bit outputs: 2·Lanes(df)
   const size_t L = hn::Lanes(df);
   constexpr size_t kOutBytes = kT == DType::kF32 ? 4 : 2;
@@ -324,42 +326,41 @@ HWY_NOINLINE void DequantizeLoop(const int8_t* q, const float* scales, size_t n,
     const size_t end = std::min(n, begin + block);
     const float scale = scales[b];
     const auto vs = hn::Set(df, scale);
-    auto values = [&](size_t k) { return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + k))), vs); };
     size_t i = begin;
-    const bool block_aligned = reinterpret_cast<uintptr_t>(o + begin * kOutBytes) % align == 0;
-    if (stream && (kT == DType::kF32 || (block_aligned && std::isfinite(scale)))) {
-      // One at a time up to the first element on a vector boundary (f32), then whole vectors streamed. (A NaN
-      // scale's block takes the loops below: dtype.h's NaN rounding is StoreBF16's, not DequantBF16Pairs'.)
-      for (; i < end && reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align != 0; ++i)
-        StoreFromF32(out, kT, i, static_cast<float>(q[i]) * scale);
-      if (reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align == 0) {
-        for (; i + per_store <= end; i += per_store) {
-          if constexpr (kT == DType::kF32) {
-            hn::Stream(values(i), df, reinterpret_cast<float*>(o) + i);
-          } else {
-            if (i % 64 == 0) __builtin_prefetch(q + i + kDequantizePrefetchBytes, 0, 3);
-            auto* const o16 = reinterpret_cast<uint16_t*>(o) + i;
-            if constexpr (kT == DType::kBF16) {
-              hn::Stream(DequantBF16Pairs(df, q + i, vs), dw, o16);
-            } else {
-              hn::Stream(DequantF16Halves(df, q + i, vs), dw, o16);
-            }
-          }
+    if constexpr (kT == DType::kF32) {
+      if (stream) {
+        // One at a time up to the first element on a vector boundary, then whole vectors streamed.
+        for (; i < end && reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align != 0; ++i)
+          StoreFromF32(out, kT, i, static_cast<float>(q[i]) * scale);
+        if (reinterpret_cast<uintptr_t>(o + i * kOutBytes) % align == 0) {
+          for (; i + L <= end; i += L) hn::Stream(CodesTimes(df, q + i, vs), df, reinterpret_cast<float*>(o) + i);
         }
       }
-    } else if constexpr (kT == DType::kBF16) {
-      if (std::isfinite(scale)) {
-        // Two vectors of values per full vector of bf16, no narrowing shuffle (in cache 19.7 GiB/s against 14.2),
-        // with the codes read kDequantizePrefetchBytes ahead: one run, 0.51 of memcpy before, 0.62 with the
-        // prefetch alone, 0.65 with both.
+    } else {
+      // 16-bit outputs as full vectors of 2·Lanes(df) values (a NaN scale's block takes the loops below:
+      // dtype.h's NaN rounding is StoreBF16's, not DequantBF16Pairs'): bf16 as the pairs, streamed or cached (no
+      // narrowing shuffle: in cache 19.7 GiB/s against 14.2; the codes read kDequantizePrefetchBytes ahead: one
+      // run, 0.51 of memcpy before, 0.62 with the prefetch alone, 0.65 with both); f16 only where streamed.
+      const bool streamed = stream && reinterpret_cast<uintptr_t>(o + begin * kOutBytes) % align == 0;
+      if (std::isfinite(scale) && (kT == DType::kBF16 || streamed)) {
         auto* const o16 = static_cast<uint16_t*>(out);
         for (; i + 2 * L <= end; i += 2 * L) {
           if (i % 64 == 0) __builtin_prefetch(q + i + kDequantizePrefetchBytes, 0, 3);
-          hn::StoreU(DequantBF16Pairs(df, q + i, vs), dw, o16 + i);
+          hn::Vec<decltype(dw)> v;
+          if constexpr (kT == DType::kBF16) {
+            v = DequantBF16Pairs(df, q + i, vs);
+          } else {
+            v = DequantF16Halves(df, q + i, vs);
+          }
+          if (streamed) {
+            hn::Stream(v, dw, o16 + i);
+          } else {
+            hn::StoreU(v, dw, o16 + i);
+          }
         }
       }
     }
-    for (; i + L <= end; i += L) StoreF32VecAs<kT>(df, values(i), out, i);
+    for (; i + L <= end; i += L) StoreF32VecAs<kT>(df, CodesTimes(df, q + i, vs), out, i);
     for (; i < end; ++i) StoreFromF32(out, kT, i, static_cast<float>(q[i]) * scale);
   }
   if (stream) hwy::FlushStream();  // the values are visible before the caller (or another thread) reads them
