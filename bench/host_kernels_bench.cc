@@ -12,12 +12,14 @@
 //   Fill/bytes              bytes written (memset)                   the write bound
 //   Quantize/<type>/n       n * size(type) read, n int8 + n/4096 scales written (ZeRO++'s wire format, blocks of 4096)
 //   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
+//   Crc32c/bytes            bytes read, checksummed in the checkpoint's 1 MiB blocks (ReadSum: its bound)
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
 // Two sizes: 256 Ki elements (1 MiB of f32, cache-resident on most x86 L2s) and 128 Mi elements (512 MiB of f32,
 // beyond the last-level cache: a memory-bandwidth measurement). Single thread.
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/internal/crc32c.h"
 #include "core/internal/convert_simd.h"
 #include "core/internal/quantize.h"
 #include "zero/dtype.h"
@@ -195,6 +198,20 @@ void BM_ReadSum(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
 
+// CRC-32C of the buffer ReadSum reads, in the checkpoint's 1 MiB blocks (each its own checksum, as a save computes
+// them): bytes read, against ReadSum's bound.
+void BM_Crc32c(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const uint8_t* src = Buffer(20, bytes);
+  constexpr size_t kBlock = size_t{1} << 20;
+  for (auto _ : state) {
+    uint32_t x = 0;
+    for (size_t b = 0; b < bytes; b += kBlock) x ^= zero::ckpt::Crc32c(0, src + b, std::min(kBlock, bytes - b));
+    benchmark::DoNotOptimize(x);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+
 // The write-only bound: memset of the buffer Memcpy writes (glibc's best stores for the size, non-temporal where it
 // judges the buffer too large for the cache).
 void BM_Fill(benchmark::State& state) {
@@ -242,6 +259,7 @@ void Register() {
       benchmark::RegisterBenchmark("ReadSum", BM_ReadSum)->Arg(bytes);
       benchmark::RegisterBenchmark("Fill", BM_Fill)->Arg(bytes);
     }
+    benchmark::RegisterBenchmark("Crc32c", BM_Crc32c)->Arg(4 * count);
   }
 }
 

@@ -47,10 +47,13 @@ TEST(Crc32cTest, ReferenceValuesAndHardwareEqualsTable) {
   const std::string zeros(32, '\0');
   EXPECT_EQ(ckpt::Crc32c(0, zeros.data(), 32), 0x8A9136AAu);  // RFC 3720 B.4: 32 bytes of zeros
   std::mt19937 rng(7);
-  std::vector<unsigned char> buf(5000);
+  std::vector<unsigned char> buf(60000);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
+  // The hardware version runs three chains over lanes of 8 KiB, then of 256 bytes, then one chain (crc32c.cc):
+  // lengths at and around each of those edges, and ones that take every kind of chunk at once.
   for (size_t off : {0, 1, 3, 7}) {
-    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 1000, 4093}) {
+    for (size_t n : {0, 1, 7, 8, 9, 63, 64, 767, 768, 769, 1000, 4093, 24575, 24576, 24577, 24576 + 768 + 13,
+                     2 * 24576 + 5 * 256 + 7, 59993}) {
       EXPECT_EQ(ckpt::Crc32c(0, buf.data() + off, n), ckpt::internal::Crc32cPortable(0, buf.data() + off, n))
           << off << " " << n;
       // Continuation: the checksum of a then b is the checksum of ab.
