@@ -65,19 +65,17 @@ constexpr ZeroShift MakeZeroShift(size_t bytes) {
 // bytes for what is left, then one chain for the last bytes; each join costs eight table reads.
 constexpr size_t kLongLane = 8192;
 constexpr size_t kShortLane = 256;
-constexpr ZeroShift kShiftLong = MakeZeroShift(kLongLane);
-constexpr ZeroShift kShiftShort = MakeZeroShift(kShortLane);
 
-__attribute__((target("sse4.2"))) inline uint64_t Load64(const unsigned char* p) {
+inline uint64_t Load64(const unsigned char* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
 }
 
-// The raw register after chunks of three lanes of `lane` bytes, as many as fit in n.
+// The raw register after chunks of three lanes of kLane bytes, as many as fit in n.
 template <size_t kLane>
-__attribute__((target("sse4.2"))) uint32_t ThreeLanes(uint32_t reg, const unsigned char*& p, size_t& n,
-                                                      const ZeroShift& shift) {
+__attribute__((target("sse4.2"))) uint32_t ThreeLanes(uint32_t reg, const unsigned char*& p, size_t& n) {
+  static constexpr ZeroShift shift = MakeZeroShift(kLane);
   while (n >= 3 * kLane) {
     uint64_t a = reg, b = 0, c = 0;
     for (size_t i = 0; i < kLane; i += 8) {
@@ -94,8 +92,8 @@ __attribute__((target("sse4.2"))) uint32_t ThreeLanes(uint32_t reg, const unsign
 
 __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(uint32_t crc, const void* data, size_t n) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint32_t reg = ThreeLanes<kLongLane>(~crc, p, n, kShiftLong);
-  reg = ThreeLanes<kShortLane>(reg, p, n, kShiftShort);
+  uint32_t reg = ThreeLanes<kLongLane>(~crc, p, n);
+  reg = ThreeLanes<kShortLane>(reg, p, n);
   uint64_t c = reg;
   for (; n >= 8; p += 8, n -= 8) c = __builtin_ia32_crc32di(c, Load64(p));
   uint32_t c32 = static_cast<uint32_t>(c);
