@@ -4,7 +4,7 @@ every 10 steps, run without saving, with synchronous saves and with --save-async
 (--rounds times each) in one invocation, each save into a fresh folder on the same disk.
 
     bench/scripts/async_save_bench.py [--build build] [--steps 60] [--every 10] [--rounds 2] [--dir /tmp]
-                                      [--extra "--world 2 --stage 2"]
+                                      [--extra "--world 2 --stage 2"] [--rate MB/S]
 
 Figures (zero-gpt --json: each step's step_ms and whether an asynchronous save was in flight when it began; the
 summary's "saves": the time each Save call held the trainer, and the final WaitForSave):
@@ -14,8 +14,12 @@ summary's "saves": the time each Save call held the trainer, and the final WaitF
   in-run       the same run's steps that began with a save in flight over its steps (after step 2) that began
                with none: the same process minutes apart at most, so less moved by a shared machine's load
 Two asynchronous modes run: "async" (the writer at SCHED_IDLE, zero-gpt's default) and "async_normal"
-(--save-priority normal); each gets its blocked, slowdown and total figures.
+(--save-priority normal), and with --rate a third, "async_paced" (idle priority, --save-rate MB/S: the write
+spread over file bytes / rate seconds); each gets its blocked, slowdown and total figures.
   total        wall time of all steps plus all Save calls (and the final wait), each mode over the no-save run
+  steal        CPU time the hypervisor took from this machine's cores during each run (/proc/stat's steal column,
+               all CPUs, in ms), mean per run: on a VM whose disk is emulated by the host, what a write costs the
+               host's cores shows up here, out of the guest scheduler's reach
 Steps 1-2 (warm-up) are left out of the step means.
 """
 import argparse
@@ -38,7 +42,11 @@ def run(args, mode):
             cmd.append("--save-async")
         if mode == "async_normal":
             cmd += ["--save-priority", "normal"]
+        if mode == "async_paced":
+            cmd += ["--save-rate", str(args.rate)]
+    steal0 = steal_ms()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    steal = steal_ms() - steal0
     if folder:
         shutil.rmtree(folder)
     steps, summary = {}, None
@@ -49,7 +57,15 @@ def run(args, mode):
             steps[j["step"]] = j
         elif line.startswith('{"params"'):
             summary = json.loads(line)
-    return {"cmd": " ".join(cmd), "steps": steps, "saves": summary["saves"]}
+    return {"cmd": " ".join(cmd), "steps": steps, "saves": summary["saves"], "steal_ms": steal}
+
+
+def steal_ms():
+    """The machine's stolen CPU time so far, in ms (0 where /proc/stat has no steal column)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    ticks = int(fields[8]) if len(fields) > 8 else 0
+    return ticks * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 def main():
@@ -60,8 +76,9 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--dir", default="/tmp")
     p.add_argument("--extra", default="")
+    p.add_argument("--rate", type=float, default=0, help="MB/s: also run async_paced at this write rate")
     args = p.parse_args()
-    modes = ("none", "sync", "async", "async_normal")
+    modes = ("none", "sync", "async", "async_normal") + (("async_paced",) if args.rate > 0 else ())
     runs = {m: [] for m in modes}
     for _ in range(args.rounds):
         for mode in modes:
@@ -84,8 +101,13 @@ def main():
     total = {m: statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"]) +
                                 r["saves"]["final_wait_ms"] for r in runs[m]) for m in runs}
     res["total_ms"] = total
+    # The same without the final WaitForSave: a run's last save is waited for once, however long the run.
+    res["total_ratio_without_final_wait"] = {
+        m: statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"]) for r in runs[m]) /
+        statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) for r in runs["none"]) for m in runs}
+    res["steal_ms_per_run"] = {m: statistics.mean(r["steal_ms"] for r in runs[m]) for m in runs}
     res["total_ratio_sync"] = total["sync"] / total["none"]
-    for mode in ("async", "async_normal"):
+    for mode in [m for m in modes if m.startswith("async")]:
         inflight = [(k, s["step_ms"]) for r in runs[mode] for k, s in r["steps"].items()
                     if k > 2 and s.get("save_in_flight")]
         saves = [ms for r in runs[mode] for ms in r["saves"]["ms"]]

@@ -51,6 +51,7 @@ struct Flags {
   int64_t save_every = 0;
   bool save_async = false;
   std::string save_priority = "idle";
+  double save_rate_mb = 0;
   int64_t host_limit = 0;
   bool params_hash = false;
   bool live = false;
@@ -61,7 +62,7 @@ void Usage() {
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--save-async]\n"
-               "                [--save-priority idle|normal]\n"
+               "                [--save-priority idle|normal] [--save-rate MB/S]\n"
                "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
                "                [--host-limit BYTES] [--ranks-per-host L]\n"
@@ -80,6 +81,8 @@ void Usage() {
                "               background while training goes on (zero/checkpoint.h, SaveOptions::async)\n"
                "  --save-priority idle|normal  the background writer's CPU priority (SaveOptions::writer_priority;\n"
                "               default idle: it runs on cores training leaves idle)\n"
+               "  --save-rate MB/S  the background write at most this many MB (10^6 bytes) per second\n"
+               "               (SaveOptions::max_write_bytes_per_s; default 0: as fast as the disk)\n"
                "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
                "               step to stop at, so a resumed run stops where the uninterrupted one does; a DIR\n"
                "               with no checkpoint starts at step 0, one with complete checkpoints but no usable\n"
@@ -204,6 +207,13 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
         std::fprintf(stderr, "zero-gpt: --save-priority \"%s\": one of idle, normal\n", v);
         return Parsed::kUsageError;
       }
+    } else if (a == "--save-rate") {
+      char* end = nullptr;
+      f->save_rate_mb = std::strtod(v, &end);
+      if (has_value && (end == v || *end != '\0' || !(f->save_rate_mb >= 0))) {
+        std::fprintf(stderr, "zero-gpt: --save-rate \"%s\": MB per second, 0 or more\n", v);
+        return Parsed::kUsageError;
+      }
     } else if (a == "--save-every") {
       f->save_every = std::atoll(v);
     } else if (a == "--resume") {
@@ -320,6 +330,7 @@ int main(int argc, char** argv) {
   opt.save_async = flags.save_async;
   opt.save_priority = flags.save_priority == "normal" ? zero::SaveOptions::WriterPriority::kNormal
                                                       : zero::SaveOptions::WriterPriority::kIdle;
+  opt.save_bytes_per_s = static_cast<int64_t>(flags.save_rate_mb * 1e6);
   opt.host_limit = flags.host_limit;
   opt.resume_dir = flags.resume_dir;
   opt.init_from = flags.init_from;

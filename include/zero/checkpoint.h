@@ -66,6 +66,13 @@ struct SaveOptions {
   // save still waits for (or refuses, by if_in_flight) the one before it, whatever the priority.
   enum class WriterPriority : uint8_t { kIdle, kNormal };
   WriterPriority writer_priority = WriterPriority::kIdle;
+  // An asynchronous save's write rate, in bytes per second; 0: as fast as the disk takes it. The background thread
+  // writes in chunks of about 20 ms each and starts none before the rate allows, so the work a write costs (the
+  // kernel's, and on a VM the host's emulation of the disk, which the guest sees only as stolen time) is spread
+  // over rank_file_bytes / rate seconds instead of falling on the one or two steps beside a fast write. The total
+  // is the same; the checkpoint becomes `latest` later. Pick a rate that ends the write before the next save, or
+  // that save waits for it (if_in_flight).
+  int64_t max_write_bytes_per_s = 0;
 };
 
 struct LoadOptions {

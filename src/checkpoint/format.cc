@@ -465,11 +465,12 @@ void RankFileHeader(int rank, int world, char out[kRankHeaderBytes]) {
   std::memcpy(out + 8, fields, sizeof(fields));
 }
 
-std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes) {
+std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes, void (*between_blocks)()) {
   std::vector<uint32_t> crc;
   const char* p = static_cast<const char*>(data);
   for (int64_t b = 0; b < bytes; b += kBlockBytes) {
     crc.push_back(Crc32c(0, p + b, static_cast<size_t>(std::min(kBlockBytes, bytes - b))));
+    if (between_blocks != nullptr) between_blocks();
   }
   return crc;
 }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -126,6 +127,16 @@ std::string TheirName(const LoadOptions& options, const std::string& mine) {
 std::function<void(int world_rank)>& internal::AsyncSaveTestHook() {
   static std::function<void(int)> hook;
   return hook;
+}
+
+std::function<void(int, int64_t, int64_t, double)>& internal::AsyncSavePaceHook() {
+  static std::function<void(int, int64_t, int64_t, double)> hook;
+  return hook;
+}
+
+int64_t internal::PacedChunkBytes(int64_t bytes_per_s, int64_t align) {
+  constexpr int64_t kMax = int64_t{8} << 20;
+  return std::max(align, std::min(bytes_per_s / 50, kMax) / align * align);
 }
 
 size_t Engine::Impl::PieceElems() const {
@@ -325,6 +336,11 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   // before rank 0 writes meta.json and `latest`.
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Save"));
+    if (options.max_write_bytes_per_s < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Save: SaveOptions::max_write_bytes_per_s is ",
+                                                     options.max_write_bytes_per_s,
+                                                     "; a rate in bytes per second, or 0 for as fast as the disk"));
+    }
     if (!ckpt::SafeTag(tag)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Save: tag \"", tag, "\" is not a plain folder name (nor \"", ckpt::kLatestFile, "\")"));
@@ -336,7 +352,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     }
     if (!writer) return absl::OkStatus();
     ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(folder));
-    if (options.async) return StartAsyncSave(dir, tag, options.writer_priority);
+    if (options.async) return StartAsyncSave(dir, tag, options);
     ckpt::RankFileWriter w;
     ZERO_RETURN_IF_ERROR(
         w.Open(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)), ctx.rank, ctx.world));
@@ -383,6 +399,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     const StatusOr<std::string> agreed = AgreeOnStatus(local, "Save");
     internal::AsyncSave& a = async_save;
     if (!agreed.ok()) {
+      a.SetPace(internal::AsyncSave::Pace::kCancel);
       if (a.worker.joinable()) a.worker.join();
       if (writer && local.ok() && a.result.ok()) {
         ::unlink(absl::StrCat(folder, "/", ckpt::RankFileName(ctx.rank, ctx.world)).c_str());
@@ -403,8 +420,9 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
   return tag;
 }
 
-Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& tag,
-                                    SaveOptions::WriterPriority priority) {
+Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& tag, const SaveOptions& options) {
+  const SaveOptions::WriterPriority priority = options.writer_priority;
+  const int64_t rate = options.max_write_bytes_per_s;
   internal::AsyncSave& a = async_save;
   if (a.plan_rank != ctx.rank || a.plan_world != ctx.world) {
     // The write plan: the sections in the order the synchronous writer appends them, so the file is the same.
@@ -503,10 +521,11 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   a.done = false;
   a.result = absl::OkStatus();
   a.written = {};
+  a.SetPace(internal::AsyncSave::Pace::kPaced);
   const std::string path = absl::StrCat(dir, "/", tag, "/", ckpt::RankFileName(ctx.rank, ctx.world));
   const int world_rank = ctx.world_rank;
   const int64_t step_now = step.applied_steps();
-  a.worker = std::thread([&a, path, world_rank, step_now, priority] {
+  a.worker = std::thread([&a, path, world_rank, step_now, priority, rate] {
     if (priority == SaveOptions::WriterPriority::kIdle) {
       // This thread only (pid 0 is the caller): SCHED_IDLE, and the io_uring workers it starts inherit it. A
       // refusal (a seccomp policy) leaves it at normal priority: slower steps, never a failed save.
@@ -521,18 +540,46 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     meta.bytes = a.file_bytes;
     for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
       const int64_t bytes = (sec.end - sec.begin) * static_cast<int64_t>(DTypeSize(sec.dtype));
-      meta.sections.push_back(
-          {sec.unit, sec.stream, sec.begin, sec.end, sec.offset, ckpt::SectionCrcs(a.image + sec.offset, bytes)});
+      // A yield after each 1 MiB block (about 0.1 ms of checksum): a trainer whose threads wait for each other
+      // by spinning on sched_yield (OpenBLAS's do, thousands of times a step) hands its core to any runnable
+      // thread, SCHED_IDLE or not, and gets it back only when that thread yields or its slice ends. Checksumming
+      // a whole section at once held the core for milliseconds at each such hand-over: with training on both
+      // cores, the checksum of a 124 MiB file slowed the step beside it 1.14x, and 1.03-1.04x yielding
+      // (bench/results/io.md, "Where the steps beside a write lose their time").
+      meta.sections.push_back({sec.unit, sec.stream, sec.begin, sec.end, sec.offset,
+                               ckpt::SectionCrcs(a.image + sec.offset, bytes, [] { ::sched_yield(); })});
     }
     const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
     if (internal::AsyncSaveTestHook()) internal::AsyncSaveTestHook()(world_rank);
     Status st = [&]() -> Status {
       ZERO_ASSIGN_OR_RETURN(io::IoFile f, io::IoFile::Open(tmp, io::IoFile::Mode::kTruncate));
+      // [lo, hi) of the image: at once, or paced (chunk k not before t0 + its offset / rate).
+      const int64_t chunk = rate > 0 ? internal::PacedChunkBytes(rate, 4096) : 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto write = [&](int64_t lo, int64_t hi) -> Status {
+        for (int64_t at = lo; at < hi;) {
+          const int64_t n = chunk > 0 ? std::min(chunk, hi - at) : hi - at;
+          if (chunk > 0) {
+            const double not_before = static_cast<double>(at) / static_cast<double>(rate);
+            if (internal::AsyncSavePaceHook()) internal::AsyncSavePaceHook()(world_rank, at, n, not_before);
+            const auto when = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(not_before));
+            std::unique_lock<std::mutex> lock(a.pace_mu);
+            a.pace_cv.wait_until(lock, when, [&] { return a.pace != internal::AsyncSave::Pace::kPaced; });
+            if (a.pace == internal::AsyncSave::Pace::kCancel) {
+              return absl::CancelledError("the ranks did not agree to this save; its paced write was stopped");
+            }
+          }
+          ZERO_RETURN_IF_ERROR(a.io->Write(f, at, a.image + at, n));
+          at += n;
+        }
+        return absl::OkStatus();
+      };
       // Half the file, then the fault point (tests kill a process here), then the rest.
       const int64_t half = a.file_bytes / 2 / 4096 * 4096;
-      if (half > 0) ZERO_RETURN_IF_ERROR(a.io->Write(f, 0, a.image, half));
+      ZERO_RETURN_IF_ERROR(write(0, half));
       internal::MaybeInjectFault("save_async", world_rank, step_now);
-      ZERO_RETURN_IF_ERROR(a.io->Write(f, half, a.image + half, a.file_bytes - half));
+      ZERO_RETURN_IF_ERROR(write(half, a.file_bytes));
       ZERO_RETURN_IF_ERROR(f.Sync());
       f.Close();
       if (::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -551,7 +598,10 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
 StatusOr<bool> Engine::Impl::FinishSave(bool wait, const char* what) {
   internal::AsyncSave& a = async_save;
   if (!a.in_flight) return true;
-  if (wait && a.worker.joinable()) a.worker.join();
+  if (wait && a.worker.joinable()) {
+    a.SetPace(internal::AsyncSave::Pace::kHurry);
+    a.worker.join();
+  }
   const bool done = a.done.load(std::memory_order_acquire);
   std::string mine = !done ? "R" : a.result.ok() ? "" : absl::StrCat("E", a.result.message());
   std::vector<std::string> all;

@@ -347,6 +347,95 @@ TEST(AsyncSaveBehaviourTest, TheWriterRunsAtTheAskedPriority) {
   ASSERT_OK(VerifyCheckpoint(dir, "normal"));
 }
 
+// SaveOptions::max_write_bytes_per_s: the background thread writes the file in chunks of PacedChunkBytes, in order,
+// each asked to start no earlier than its offset / rate after the first (the schedule, seen through the pace hook;
+// how long the write then takes is the clock's business, not asserted), and the file is the unpaced save's, byte
+// for byte. A negative rate on one rank fails the save on every rank, naming the option; the other rank's write,
+// paced at 1 byte per second, is stopped and leaves no file. A write paced at 1 byte per second finishes at the
+// disk's speed once WaitForSave waits for it (pacing spares the steps beside a write, not a trainer that waits).
+TEST(AsyncSaveBehaviourTest, APacedWriteKeepsItsScheduleAndWritesTheSameFile) {
+  const std::string dir = MakeTempDir();
+  struct Chunk {
+    int rank;
+    int64_t offset, bytes;
+    double not_before;
+  };
+  std::mutex mu;
+  std::vector<Chunk> chunks;
+  int64_t file_bytes = 0, rate = 0;
+  testing::RunRanks(2, [&](Communicator& comm, int rank) {
+    ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(0, 1), Borrow(comm)));
+    SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 1, 1, testing::HostViewIo(), &t));
+    auto refused = e->Save(dir, {.tag = "negative", .async = true, .max_write_bytes_per_s = rank == 0 ? 1 : -1});
+    EXPECT_EQ(refused.status().code(), rank == 1 ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kAborted)
+        << refused.status();
+    EXPECT_NE(std::string(refused.status().message()).find("max_write_bytes_per_s is -1"), std::string::npos)
+        << refused.status();
+    EXPECT_FALSE(e->save_in_flight());
+    ASSERT_OK(e->Save(dir, {.tag = "fast", .async = true}).status());
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK(comm.Barrier().Wait());
+    if (rank == 0) {
+      ASSERT_OK_AND_ASSIGN(file_bytes, FileBytes(dir + "/fast/rank-00000-of-00002.bin"));
+      // A rate whose chunk is 4 KiB (20 ms of it): the small model's file takes several.
+      rate = 50 * 4096;
+      internal::AsyncSavePaceHook() = [&](int world_rank, int64_t offset, int64_t bytes, double not_before) {
+        std::lock_guard<std::mutex> lock(mu);
+        chunks.push_back({world_rank, offset, bytes, not_before});
+      };
+    }
+    ASSERT_OK(comm.Barrier().Wait());
+    ASSERT_OK(e->Save(dir, {.tag = "paced", .async = true, .max_write_bytes_per_s = rate}).status());
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK(comm.Barrier().Wait());
+    if (rank == 0) internal::AsyncSavePaceHook() = nullptr;
+    ASSERT_OK(comm.Barrier().Wait());
+    ASSERT_OK(e->Save(dir, {.tag = "crawling", .async = true, .max_write_bytes_per_s = 1}).status());
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 1, 1, testing::HostViewIo(), &t, 1));
+    EXPECT_TRUE(e->save_in_flight()) << "a file written at 1 byte per second, done within a step";
+    ASSERT_OK(e->WaitForSave());
+    ASSERT_OK_AND_ASSIGN(std::string latest, LatestCheckpointTag(dir));
+    EXPECT_EQ(latest, "crawling");
+  });
+  internal::AsyncSavePaceHook() = nullptr;
+  EXPECT_FALSE(FileExists(dir + "/negative/rank-00000-of-00002.bin"));
+  EXPECT_FALSE(FileExists(dir + "/negative/rank-00000-of-00002.bin.tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(FileExists(dir + "/negative/meta.json"));
+  ASSERT_OK(VerifyCheckpoint(dir, "paced"));
+  ASSERT_OK(VerifyCheckpoint(dir, "crawling"));
+  ASSERT_GT(rate, 0);
+  const int64_t chunk = internal::PacedChunkBytes(rate, 4096);
+  ASSERT_GE(file_bytes, 4 * chunk) << "the synthetic model's file is too small to be written in four chunks";
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(const int64_t bytes, FileBytes(absl::StrCat(dir, "/paced/rank-0000", r, "-of-00002.bin")));
+    int64_t at = 0;
+    for (const Chunk& c : chunks) {
+      if (c.rank != r) continue;
+      EXPECT_EQ(c.offset, at) << "rank " << r;
+      EXPECT_LE(c.bytes, chunk) << "rank " << r << " at " << c.offset;
+      EXPECT_DOUBLE_EQ(c.not_before, static_cast<double>(c.offset) / static_cast<double>(rate))
+          << "rank " << r << " at " << c.offset;
+      at += c.bytes;
+    }
+    EXPECT_EQ(at, bytes) << "rank " << r << "'s chunks do not cover its file";
+  }
+  for (const char* name : {"rank-00000-of-00002.bin", "rank-00001-of-00002.bin"}) {
+    EXPECT_TRUE(ReadWholeFile(dir + "/fast/" + name) == ReadWholeFile(dir + "/paced/" + name)) << name;
+  }
+}
+
+// PacedChunkBytes: about 20 ms of writing at the rate, aligned down, at least the alignment and at most 8 MiB.
+TEST(AsyncSaveBehaviourTest, PacedChunksAreAboutTwentyMillisecondsAligned) {
+  EXPECT_EQ(internal::PacedChunkBytes(int64_t{200} * 1000 * 1000, 4096), 4000000 / 4096 * 4096);
+  EXPECT_EQ(internal::PacedChunkBytes(1, 4096), 4096);
+  EXPECT_EQ(internal::PacedChunkBytes(50 * 4096 + 49, 4096), 4096);
+  EXPECT_EQ(internal::PacedChunkBytes(50 * 3 * 4096 - 1, 4096), 2 * 4096);
+  EXPECT_EQ(internal::PacedChunkBytes(int64_t{1} << 40, 4096), int64_t{8} << 20);
+  EXPECT_EQ(internal::PacedChunkBytes(int64_t{200} * 1000 * 1000, 1 << 20), int64_t{3} << 20);
+  EXPECT_EQ(internal::PacedChunkBytes(1, 1 << 20), int64_t{1} << 20);
+}
+
 // The file system full: a tmpfs sized to hold the first checkpoint and less than either rank's next file. Both
 // ranks' background writes fail with ENOSPC; WaitForSave fails on both naming a rank and the error, `latest` keeps
 // the first checkpoint, which still verifies, and no temporary file is left to fill the disk further. Mounting

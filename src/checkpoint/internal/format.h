@@ -119,8 +119,9 @@ std::string DefaultTag(int64_t step);           // "step-00000100"
 // The 64-byte header of a rank file: magic, format version, rank, world, zeros.
 void RankFileHeader(int rank, int world, char out[kRankHeaderBytes]);
 // The block checksums of one section's bytes (one CRC-32C per kBlockBytes, the last block possibly shorter):
-// what RankFileWriter computes while appending, for a section staged whole (asynchronous saves).
-std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes);
+// what RankFileWriter computes while appending, for a section staged whole (asynchronous saves). between_blocks,
+// when set, is called after each block (the background writer yields its core there).
+std::vector<uint32_t> SectionCrcs(const void* data, int64_t bytes, void (*between_blocks)() = nullptr);
 
 // Writes one rank's file: sections appended in order, each with its block checksums.
 class RankFileWriter {

@@ -10,9 +10,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +29,15 @@ namespace zero::internal {
 // For tests: called on the background thread before it opens the file, with the rank (world) whose file it is: a
 // test holds a write in flight by blocking here. Empty: nothing is called. Set only while no save is in flight.
 std::function<void(int world_rank)>& AsyncSaveTestHook();
+// For tests: called on the background thread before each chunk of a paced write (SaveOptions::
+// max_write_bytes_per_s), with the rank (world) whose file it is, the chunk's offset and size in the file and the
+// earliest time it may start, in seconds after the write's first chunk started. Empty: nothing is called.
+std::function<void(int world_rank, int64_t offset, int64_t bytes, double not_before_s)>& AsyncSavePaceHook();
+
+// The chunk a paced write moves at once: about 20 ms of writing at `bytes_per_s` (so the work of a write is spread
+// evenly, and the write ends within 20 ms of its time), a multiple of `align` (every chunk but the last starts and
+// ends aligned for O_DIRECT) and at least `align`, at most 8 MiB.
+int64_t PacedChunkBytes(int64_t bytes_per_s, int64_t align);
 
 struct AsyncSave {
   // The write plan: where each (unit, saved stream) section lies in the rank file. Made at the first
@@ -60,12 +71,30 @@ struct AsyncSave {
   // A failure a Step's look found (every rank alike): returned by the next Save, WaitForSave or Load.
   Status failed;
 
+  // A paced write (SaveOptions::max_write_bytes_per_s) sleeps before each chunk until the chunk's time, or until
+  // `pace` leaves kPaced: kHurry once anything waits for the write (WaitForSave, Load, a Save that waits, the
+  // destructor): pacing only spares the steps that run beside it, so a trainer that waits gets the rest at the
+  // disk's speed; kCancel when the ranks did not agree to the save (another rank's Save failed): the write stops
+  // and its temporary file is removed.
+  enum class Pace : uint8_t { kPaced, kHurry, kCancel };
+  std::mutex pace_mu;
+  std::condition_variable pace_cv;
+  Pace pace = Pace::kPaced;  // under pace_mu
+  void SetPace(Pace p) {
+    {
+      std::lock_guard<std::mutex> lock(pace_mu);
+      pace = p;
+    }
+    pace_cv.notify_all();
+  }
+
   AsyncSave() = default;
   AsyncSave(const AsyncSave&) = delete;
   AsyncSave& operator=(const AsyncSave&) = delete;
   // Joins a worker still writing: its file is finished and renamed, but no meta.json is written for it (that
   // needs the other ranks), so the checkpoint stays incomplete and `latest` names the one before.
   ~AsyncSave() {
+    SetPace(Pace::kHurry);
     if (worker.joinable()) worker.join();
   }
 };

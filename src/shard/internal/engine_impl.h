@@ -134,7 +134,7 @@ class Engine::Impl {
   // Once all are done: a failure anywhere is returned on every rank (latest unchanged); else rank 0 writes
   // meta.json and latest, and true.
   Status CheckTagAgrees(const std::string& tag);  // collective: every rank's Save asks for the same tag
-  Status StartAsyncSave(const std::string& dir, const std::string& tag, SaveOptions::WriterPriority priority);
+  Status StartAsyncSave(const std::string& dir, const std::string& tag, const SaveOptions& options);
   StatusOr<bool> FinishSave(bool wait, const char* what);
   // Save's and Load's first step while a save is in flight: wait for it (or refuse, for a Save that asks),
   // returning its failure or one a Step found.
