@@ -863,6 +863,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
   }
+  ctx.RestartQgzResiduals();
+  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco && ctx.world_rank == 0) {
+    ZERO_LOG(INFO) << "Load: qgZ's LoCo residuals are not saved in checkpoints; they restart at zero, so the steps "
+                      "after this resume round their gradients otherwise than an uninterrupted run would";
+  }
   result.tag = saved.tag;
   result.saved_world_size = saved.world_size;
   result.saved_stage = saved.stage;

@@ -208,6 +208,54 @@ TEST(QgzCheckpoint, ResumesAtAnotherWorldWithQgzOff) {
   }
 }
 
+// The LoCo residuals are not in a checkpoint: a Load restarts them at zero (and the reset_T count with them), so an
+// engine that trained before it loads goes on exactly as a fresh engine loading the same checkpoint, never with the
+// residuals of the steps the checkpoint does not hold.
+TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
+  const std::string dir = testing::MakeTempDir("zero_qgz_residuals");
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> g(kN * 4 * 3);
+  for (float& x : g) x = dist(rng);
+  auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
+  Config cfg = QgzConfig(3, 8, true);
+  cfg.zero.zeropp_loco_reset_t = 5;  // reductions counted across the Load would reset at another step
+  TrainOneUnit(cfg, 4, 2, 3, grad(0), dir);
+  // Trains `before` steps on gradient set 1, loads `dir`, then trains 3 steps on gradient set 2.
+  auto resume = [&](int before) {
+    std::vector<std::vector<float>> out(4);
+    testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
+      EngineOptions o;
+      o.local_world_size = 2;
+      ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
+      ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w", {kN}}}));
+      ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+      for (int step = 0; step < before + 3; ++step) {
+        if (step == before) {
+          ASSERT_OK(engine->Load(dir).status());
+        }
+        const auto gr = grad(step < before ? 1 : 2);
+        { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
+        {
+          ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
+          ASSERT_OK_AND_ASSIGN(float* gw, s.Grad<float>("w"));
+          for (int64_t i = 0; i < kN; ++i) gw[i] += gr(rank, i);
+        }
+        ASSERT_OK(engine->Step().status());
+      }
+      ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
+      ASSERT_OK_AND_ASSIGN(float* w, s.Param<float>("w"));
+      out[rank].assign(w, w + kN);
+    });
+    return out[0];
+  };
+  const std::vector<float> fresh = resume(0), trained = resume(4);
+  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
+  int64_t differ = 0;
+  for (int64_t i = 0; i < kN; ++i) differ += fresh[i] != trained[i];
+  EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
+}
+
 // A constant gradient that does not quantize exactly: each step applies the same quantized value without error
 // feedback, a biased one; with it the residual carries the loss into the next step, so the sum of the updates tracks
 // the sum of the exact gradients (its error stays bounded, its mean error shrinks as 1/steps).
