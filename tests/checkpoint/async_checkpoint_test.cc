@@ -356,13 +356,19 @@ TEST(AsyncSaveBehaviourTest, TheWriterRunsAtTheAskedPriority) {
 TEST(AsyncSaveBehaviourTest, APacedWriteKeepsItsScheduleAndWritesTheSameFile) {
   const std::string dir = MakeTempDir();
   struct Chunk {
-    int rank;
     int64_t offset, bytes;
     double not_before;
   };
+  // Each rank's chunks, in the order its writer asked for them. Set before the ranks start and read after they
+  // end: the ranks' threads never hand anything to each other but through the communicator.
   std::mutex mu;
-  std::vector<Chunk> chunks;
-  int64_t file_bytes = 0, rate = 0;
+  std::vector<Chunk> chunks[2];
+  internal::AsyncSavePaceHook() = [&](int world_rank, int64_t offset, int64_t bytes, double not_before) {
+    std::lock_guard<std::mutex> lock(mu);
+    chunks[world_rank].push_back({offset, bytes, not_before});
+  };
+  // A rate whose chunk is 4 KiB (20 ms of it): the small model's file takes several.
+  constexpr int64_t kRate = 50 * 4096;
   testing::RunRanks(2, [&](Communicator& comm, int rank) {
     ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(TrainConfig(0, 1), Borrow(comm)));
     SyntheticTrace t;
@@ -375,22 +381,8 @@ TEST(AsyncSaveBehaviourTest, APacedWriteKeepsItsScheduleAndWritesTheSameFile) {
     EXPECT_FALSE(e->save_in_flight());
     ASSERT_OK(e->Save(dir, {.tag = "fast", .async = true}).status());
     ASSERT_OK(e->WaitForSave());
-    ASSERT_OK(comm.Barrier().Wait());
-    if (rank == 0) {
-      ASSERT_OK_AND_ASSIGN(file_bytes, FileBytes(dir + "/fast/rank-00000-of-00002.bin"));
-      // A rate whose chunk is 4 KiB (20 ms of it): the small model's file takes several.
-      rate = 50 * 4096;
-      internal::AsyncSavePaceHook() = [&](int world_rank, int64_t offset, int64_t bytes, double not_before) {
-        std::lock_guard<std::mutex> lock(mu);
-        chunks.push_back({world_rank, offset, bytes, not_before});
-      };
-    }
-    ASSERT_OK(comm.Barrier().Wait());
-    ASSERT_OK(e->Save(dir, {.tag = "paced", .async = true, .max_write_bytes_per_s = rate}).status());
+    ASSERT_OK(e->Save(dir, {.tag = "paced", .async = true, .max_write_bytes_per_s = kRate}).status());
     ASSERT_OK(e->WaitForSave());
-    ASSERT_OK(comm.Barrier().Wait());
-    if (rank == 0) internal::AsyncSavePaceHook() = nullptr;
-    ASSERT_OK(comm.Barrier().Wait());
     ASSERT_OK(e->Save(dir, {.tag = "crawling", .async = true, .max_write_bytes_per_s = 1}).status());
     ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 1, 1, testing::HostViewIo(), &t, 1));
     EXPECT_TRUE(e->save_in_flight()) << "a file written at 1 byte per second, done within a step";
@@ -404,21 +396,34 @@ TEST(AsyncSaveBehaviourTest, APacedWriteKeepsItsScheduleAndWritesTheSameFile) {
   EXPECT_FALSE(FileExists(dir + "/negative/meta.json"));
   ASSERT_OK(VerifyCheckpoint(dir, "paced"));
   ASSERT_OK(VerifyCheckpoint(dir, "crawling"));
-  ASSERT_GT(rate, 0);
-  const int64_t chunk = internal::PacedChunkBytes(rate, 4096);
-  ASSERT_GE(file_bytes, 4 * chunk) << "the synthetic model's file is too small to be written in four chunks";
+  const int64_t chunk = internal::PacedChunkBytes(kRate, 4096);
   for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
     ASSERT_OK_AND_ASSIGN(const int64_t bytes, FileBytes(absl::StrCat(dir, "/paced/rank-0000", r, "-of-00002.bin")));
-    int64_t at = 0;
-    for (const Chunk& c : chunks) {
-      if (c.rank != r) continue;
-      EXPECT_EQ(c.offset, at) << "rank " << r;
-      EXPECT_LE(c.bytes, chunk) << "rank " << r << " at " << c.offset;
-      EXPECT_DOUBLE_EQ(c.not_before, static_cast<double>(c.offset) / static_cast<double>(rate))
-          << "rank " << r << " at " << c.offset;
-      at += c.bytes;
+    ASSERT_GE(bytes, 4 * chunk) << "the synthetic model's file is too small to be written in four chunks";
+    // The writes, each starting at offset 0: rank 0's stopped "negative" one, then "paced" and "crawling".
+    std::vector<std::vector<Chunk>> writes;
+    for (const Chunk& c : chunks[r]) {
+      if (c.offset == 0) writes.emplace_back();
+      ASSERT_FALSE(writes.empty()) << "a write began at offset " << c.offset;
+      writes.back().push_back(c);
     }
-    EXPECT_EQ(at, bytes) << "rank " << r << "'s chunks do not cover its file";
+    ASSERT_EQ(writes.size(), r == 0 ? 3u : 2u);
+    auto covered = [&](const std::vector<Chunk>& w, int64_t rate) {
+      int64_t at = 0;
+      for (const Chunk& c : w) {
+        EXPECT_EQ(c.offset, at);
+        EXPECT_LE(c.bytes, internal::PacedChunkBytes(rate, 4096)) << "at " << c.offset;
+        EXPECT_DOUBLE_EQ(c.not_before, static_cast<double>(c.offset) / static_cast<double>(rate)) << "at " << c.offset;
+        at += c.bytes;
+      }
+      return at;
+    };
+    if (r == 0) {
+      EXPECT_LT(covered(writes[0], 1), bytes) << "the refused save's write was not stopped";
+    }
+    EXPECT_EQ(covered(writes[writes.size() - 2], kRate), bytes) << "the paced write does not cover the file";
+    EXPECT_EQ(covered(writes.back(), 1), bytes) << "the hurried write does not cover the file";
   }
   for (const char* name : {"rank-00000-of-00002.bin", "rank-00001-of-00002.bin"}) {
     EXPECT_TRUE(ReadWholeFile(dir + "/fast/" + name) == ReadWholeFile(dir + "/paced/" + name)) << name;
