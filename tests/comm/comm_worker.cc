@@ -37,10 +37,14 @@
 // one to match; and since Pair::read and Pair::write move every buffer, zero's included, they are matched here,
 // not in scripts/tsan.supp: in the in-process collective, engine and failure tests a race against Gloo's
 // transport is still reported. A longer history lets TSan restore the transport thread's stack, which moved
-// megabytes before the kill (without it one report in 120 runs had no stack to match).
+// megabytes before the kill (without it one report in 120 runs had no stack to match). Even the longest history
+// sometimes loses it (CI, 2026-12-05: "Previous write ... by thread T1: [failed to restore the stack]", T1 Gloo's
+// transport thread, against `delete[]` from libgloo.so's unnamed cleanup): then only the freeing side is left,
+// and it is matched by its module. So in this program no race with a frame in libgloo.so is reported at all;
+// zero's own code racing with Gloo stays checked in the in-process tests.
 extern "C" const char* __tsan_default_options() { return "history_size=7"; }
 extern "C" const char* __tsan_default_suppressions() {
-  return "race:gloo::transport::tcp::Pair::read\nrace:gloo::transport::tcp::Pair::write\n";
+  return "race:gloo::transport::tcp::Pair::read\nrace:gloo::transport::tcp::Pair::write\nrace:libgloo.so\n";
 }
 #endif
 
