@@ -242,6 +242,15 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
     const size_t base = from_input ? recvOffsets_[0] : 0;
     float* const work = from_input ? recvBuf_.data() : ptrs_[0];
     std::vector<gloo::transport::Buffer*> sent;  // sends of this run not yet waited for
+    // The step notifications this run sent, from the instance's own int (Gloo's dummy_). Gloo never waits for
+    // them; this run does before it returns, so no write from that int is left in the transport when the cache
+    // evicts and destroys the instance (ASan caught Gloo's thread writev()ing from the freed int once in CI,
+    // 2026-12-05). Each is waited for exactly once, so no completion is left over for a later run.
+    std::vector<gloo::transport::Buffer*> notified;
+    auto notify = [&](gloo::transport::Buffer* b) {
+      b->send();
+      notified.push_back(b);
+    };
 
     // Reduce-scatter within this rank's binary block (recursive halving).
     size_t buffer_offset = 0;
@@ -285,7 +294,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
         }
       }
       buffer_offset += items;
-      if (!step0_from_input) sendNotificationBufs_[i]->send();  // change 3: sent once W is released
+      if (!step0_from_input) notify(sendNotificationBufs_[i].get());  // change 3: sent once W is released
       items >>= 1;
     }
 
@@ -345,7 +354,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       }
       for (gloo::transport::Buffer* b : sent) b->waitSend();
       sent.clear();
-      sendNotificationBufs_[0]->send();
+      notify(sendNotificationBufs_[0].get());
     }
     index = 0;
     buffer_offset = 0;
@@ -353,7 +362,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       if (d.rank != my) {
         distRecvDataBufs_[index++]->waitRecv();
         CopyResult(&result[buffer_offset], &recvBufDist_[d.offset], d.itemCount);
-        sendNotificationBufs_[send_notify_offset++]->send();
+        notify(sendNotificationBufs_[send_notify_offset++].get());
       } else if (!from_input) {
         // Rank 0's piece is already in place; another's may overlap where it goes (one buffer): move, then divide.
         if (&result[buffer_offset] != &work[d.offset]) {
@@ -364,6 +373,7 @@ class RetargetableReduceScatter final : public gloo::ReduceScatterHalvingDoublin
       buffer_offset += d.itemCount;
     }
     for (gloo::transport::Buffer* b : sent) b->waitSend();
+    for (gloo::transport::Buffer* b : notified) b->waitSend();
     // Peers acknowledge consuming our data, so the next run cannot overwrite their receive buffers early.
     for (auto& b : recvNotificationBufs_) b->waitRecv();
     for (gloo::transport::Buffer* b : acks) b->waitRecv();
