@@ -98,13 +98,14 @@ def main():
         "save_ms_sync_median": statistics.median(sync_saves),
         "save_ms_sync": sync_saves,
     }
-    total = {m: statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"]) +
-                                r["saves"]["final_wait_ms"] for r in runs[m]) for m in runs}
+    def busy_ms(r):  # all steps plus all Save calls
+        return sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"])
+    total = {m: statistics.mean(busy_ms(r) + r["saves"]["final_wait_ms"] for r in runs[m]) for m in runs}
     res["total_ms"] = total
     # The same without the final WaitForSave: a run's last save is waited for once, however long the run.
     res["total_ratio_without_final_wait"] = {
-        m: statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) + sum(r["saves"]["ms"]) for r in runs[m]) /
-        statistics.mean(sum(s["step_ms"] for s in r["steps"].values()) for r in runs["none"]) for m in runs}
+        m: statistics.mean(busy_ms(r) for r in runs[m]) / statistics.mean(busy_ms(r) for r in runs["none"])
+        for m in runs}
     res["steal_ms_per_run"] = {m: statistics.mean(r["steal_ms"] for r in runs[m]) for m in runs}
     res["total_ratio_sync"] = total["sync"] / total["none"]
     for mode in [m for m in modes if m.startswith("async")]:

@@ -33,6 +33,7 @@
 #include "io/internal/io_engine.h"
 #include "optim/internal/thread_pool.h"
 #include "shard/internal/engine_impl.h"
+#include "shard/internal/qgz.h"
 #include "zero/logging.h"
 
 namespace zero {
@@ -554,12 +555,12 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     Status st = [&]() -> Status {
       ZERO_ASSIGN_OR_RETURN(io::IoFile f, io::IoFile::Open(tmp, io::IoFile::Mode::kTruncate));
       // [lo, hi) of the image: at once, or paced (chunk k not before t0 + its offset / rate).
-      const int64_t chunk = rate > 0 ? internal::PacedChunkBytes(rate, 4096) : 0;
+      const int64_t chunk = rate > 0 ? internal::PacedChunkBytes(rate, 4096) : a.file_bytes;
       const auto t0 = std::chrono::steady_clock::now();
       auto write = [&](int64_t lo, int64_t hi) -> Status {
         for (int64_t at = lo; at < hi;) {
-          const int64_t n = chunk > 0 ? std::min(chunk, hi - at) : hi - at;
-          if (chunk > 0) {
+          const int64_t n = std::min(chunk, hi - at);
+          if (rate > 0) {
             const double not_before = static_cast<double>(at) / static_cast<double>(rate);
             if (internal::AsyncSavePaceHook()) internal::AsyncSavePaceHook()(world_rank, at, n, not_before);
             const auto when = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -863,11 +864,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
   }
-  ctx.RestartQgzResiduals();
-  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco && ctx.world_rank == 0) {
-    ZERO_LOG(INFO) << "Load: qgZ's LoCo residuals are not saved in checkpoints; they restart at zero, so the steps "
-                      "after this resume round their gradients otherwise than an uninterrupted run would";
-  }
+  internal::RestartQgzResiduals(ctx);
   result.tag = saved.tag;
   result.saved_world_size = saved.world_size;
   result.saved_stage = saved.stage;

@@ -10,6 +10,7 @@
 #include "shard/internal/context.h"
 #include "shard/internal/plan.h"
 #include "zero/advanced/communicator_ext.h"
+#include "zero/logging.h"
 
 namespace zero::internal {
 
@@ -77,15 +78,30 @@ void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, 
 
 namespace {
 
-// The unit's residuals, zeroed every reset_T reductions (and, allocated by the plan, zero at first).
-void MaybeResetResiduals(const PlanPolicy& p, Unit& u, EngineContext& c) {
-  if (p.loco_reset <= 0 || u.qgz_rounds == 0 || u.qgz_rounds % p.loco_reset != 0) return;
+void ZeroResiduals(Unit& u, EngineContext& c) {
   for (Buffer* b : {&u.qgz_residual, &u.qgz_host_residual}) {
     if (!b->empty()) c.compute->Zero(b->data(), b->size());
   }
 }
 
+// The unit's residuals, zeroed every reset_T reductions (and, allocated by the plan, zero at first).
+void MaybeResetResiduals(const PlanPolicy& p, Unit& u, EngineContext& c) {
+  if (p.loco_reset <= 0 || u.qgz_rounds == 0 || u.qgz_rounds % p.loco_reset != 0) return;
+  ZeroResiduals(u, c);
+}
+
 }  // namespace
+
+void RestartQgzResiduals(EngineContext& c) {
+  for (Unit& u : c.units) {
+    ZeroResiduals(u, c);
+    u.qgz_rounds = 0;
+  }
+  if (c.policy.qgz_bits > 0 && c.policy.qgz_loco && c.world_rank == 0) {
+    ZERO_LOG(INFO) << "Load: qgZ's LoCo residuals are not saved in checkpoints; they restart at zero, so the steps "
+                      "after this resume round their gradients otherwise than an uninterrupted run would";
+  }
+}
 
 Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out) {
   ctx_ = ctx;

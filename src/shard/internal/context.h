@@ -169,17 +169,6 @@ struct EngineContext {
   void StaleSecondaries() {
     for (Unit& u : units) u.hpz_fresh = false;
   }
-  // qgZ's LoCo residuals are not in checkpoints (each rank's would add a whole unit per rank): a Load restarts them
-  // at zero, and the reset_T count with them, as a fresh engine has them, so a resume never goes on with the
-  // residuals of steps the checkpoint does not hold.
-  void RestartQgzResiduals() {
-    for (Unit& u : units) {
-      for (Buffer* b : {&u.qgz_residual, &u.qgz_host_residual}) {
-        if (!b->empty()) compute->Zero(b->data(), b->size());
-      }
-      u.qgz_rounds = 0;
-    }
-  }
   void Defer(const Status& s) {
     if (deferred.ok() && !s.ok()) deferred = s;
   }

@@ -41,6 +41,11 @@ namespace zero::internal {
 struct EngineContext;
 struct Unit;
 
+// qgZ's LoCo residuals are not in checkpoints (each rank's would add a whole unit per rank): a Load restarts every
+// unit's at zero, and its reset_T count with them, as a fresh engine has them, so a resume never goes on with the
+// residuals of steps the checkpoint does not hold; rank 0 logs it when LoCo is on.
+void RestartQgzResiduals(EngineContext& c);
+
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
 // shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
 // elements count as zeros in their blocks, so they neither take a code's precision nor set a block's scale.
