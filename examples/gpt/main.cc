@@ -50,6 +50,7 @@ struct Flags {
   std::string save_dir, resume_dir, init_from, init_map;
   int64_t save_every = 0;
   bool save_async = false;
+  bool save_qgz_residuals = false;
   std::string save_priority = "idle";
   double save_rate_mb = 0;
   int64_t host_limit = 0;
@@ -62,7 +63,7 @@ void Usage() {
                "usage: zero-gpt [--config FILE] [--model tiny|small] [--steps K] [--seed S] [--world N]\n"
                "                [--stage 0-3] [--seq T] [--data FILE] [--recompute] [--blas-threads N] [--json]\n"
                "                [--device cpu|cuda] [--bf16] [--save DIR] [--save-every K] [--save-async]\n"
-               "                [--save-priority idle|normal] [--save-rate MB/S]\n"
+               "                [--save-priority idle|normal] [--save-rate MB/S] [--save-qgz-residuals]\n"
                "                [--resume DIR]\n"
                "                [--init-from FILE.safetensors] [--init-map FILE] [--params-hash] [--live]\n"
                "                [--host-limit BYTES] [--ranks-per-host L]\n"
@@ -85,6 +86,9 @@ void Usage() {
                "               default idle: it runs on cores training leaves idle)\n"
                "  --save-rate MB/S  the background write at most this many MB (10^6 bytes) per second\n"
                "               (SaveOptions::max_write_bytes_per_s; default 0: as fast as the disk)\n"
+               "  --save-qgz-residuals  each rank's ZeRO++ qgZ error-feedback residuals in the checkpoints too, so a\n"
+               "               resume at the same world and --ranks-per-host is bit for bit (SaveOptions::\n"
+               "               save_qgz_residuals; a whole model of compute-dtype bytes more per rank)\n"
                "  --resume DIR continue from DIR's latest checkpoint (at any world size and stage); --steps K is the\n"
                "               step to stop at, so a resumed run stops where the uninterrupted one does; a DIR\n"
                "               with no checkpoint starts at step 0, one with complete checkpoints but no usable\n"
@@ -169,6 +173,8 @@ Parsed ParseFlags(int argc, char** argv, Flags* f) {
       f->recompute = true, takes_value = false;
     } else if (a == "--save-async") {
       f->save_async = true, takes_value = false;
+    } else if (a == "--save-qgz-residuals") {
+      f->save_qgz_residuals = true, takes_value = false;
     } else if (a == "--bf16") {
       f->bf16 = true, takes_value = false;
     } else if (a == "--params-hash") {
@@ -330,6 +336,7 @@ int main(int argc, char** argv) {
   opt.save_dir = flags.save_dir;
   opt.save_every = flags.save_every;
   opt.save_async = flags.save_async;
+  opt.save_qgz_residuals = flags.save_qgz_residuals;
   opt.save_priority = flags.save_priority == "normal" ? zero::SaveOptions::WriterPriority::kNormal
                                                       : zero::SaveOptions::WriterPriority::kIdle;
   opt.save_bytes_per_s = static_cast<int64_t>(flags.save_rate_mb * 1e6);

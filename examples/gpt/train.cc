@@ -241,6 +241,7 @@ Status MaybeSave(Engine& engine, const TrainOptions& options, int64_t next_step,
   so.async = options.save_async;
   so.writer_priority = options.save_priority;
   so.max_write_bytes_per_s = options.save_bytes_per_s;
+  so.save_qgz_residuals = options.save_qgz_residuals;
   const auto t0 = std::chrono::steady_clock::now();
   ZERO_ASSIGN_OR_RETURN(std::string tag, engine.Save(options.save_dir, so));
   result->save_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());

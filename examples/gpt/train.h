@@ -53,7 +53,8 @@ struct TrainOptions {
   // its end (Engine::WaitForSave).
   bool save_async = false;
   SaveOptions::WriterPriority save_priority = SaveOptions::WriterPriority::kIdle;  // the background writer's
-  int64_t save_bytes_per_s = 0;  // the background write's rate (SaveOptions::max_write_bytes_per_s; 0: the disk's)
+  int64_t save_bytes_per_s = 0;     // the background write's rate (SaveOptions::max_write_bytes_per_s; 0: the disk's)
+  bool save_qgz_residuals = false;  // ZeRO++ qgZ's residuals in the checkpoints (SaveOptions::save_qgz_residuals)
   // Load its latest checkpoint after Finalize and continue from it; a folder with no checkpoint at all: start
   // (ResumeCheckpointTag: complete checkpoints without a usable `latest` are an error naming the newest).
   std::string resume_dir;

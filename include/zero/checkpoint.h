@@ -73,6 +73,14 @@ struct SaveOptions {
   // is the same; the checkpoint becomes `latest` later. Pick a rate that ends the write before the next save, or
   // that save waits for it (if_in_flight).
   int64_t max_write_bytes_per_s = 0;
+  // ZeRO++ qgZ's LoCo residuals too (each rank's own: the error its quantized gradients still owe), so a run that
+  // loads the checkpoint at the same world, ranks per host, bits, block and dtype rounds its next gradients as the
+  // uninterrupted run would: a resume bit for bit. They cost compute-dtype bytes of the whole model per rank, plus
+  // 1/L of that with two hops (L ranks per host): more than the rank's shard of the model state at 4 ranks and
+  // above, hence off by default. Off, or loaded under another layout, the residuals restart at zero (logged).
+  // kInvalidArgument where there is nothing to save (qgZ's error feedback off) or it cannot be (hybrid sharding:
+  // every group keeps its own residuals, and only the first group writes).
+  bool save_qgz_residuals = false;
 };
 
 struct LoadOptions {

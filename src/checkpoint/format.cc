@@ -35,10 +35,9 @@ constexpr int64_t kMaxElems = int64_t{1} << 50;  // far above any model, far bel
 
 std::string Hex32(uint32_t v) { return absl::StrFormat("crc32c:%08x", v); }
 
-json RankJson(const RankFileMeta& r) {
-  json jr = {{"file", r.file}, {"bytes", r.bytes}};
+json SectionsJson(const std::vector<Section>& list) {
   json sections = json::array();
-  for (const Section& s : r.sections) {
+  for (const Section& s : list) {
     json crcs = json::array();
     for (uint32_t c : s.crc) crcs.push_back(c);
     sections.push_back({{"unit", s.unit},
@@ -48,7 +47,13 @@ json RankJson(const RankFileMeta& r) {
                         {"offset", s.offset},
                         {"crc32c", crcs}});
   }
-  jr["sections"] = sections;
+  return sections;
+}
+
+json RankJson(const RankFileMeta& r) {
+  json jr = {{"file", r.file}, {"bytes", r.bytes}};
+  jr["sections"] = SectionsJson(r.sections);
+  if (!r.rank_state.empty()) jr["rank_state"] = SectionsJson(r.rank_state);
   json ts = json::object();
   for (const auto& [k, v] : r.trainer_state) ts[k] = absl::Base64Escape(v);
   jr["trainer_state"] = ts;
@@ -95,6 +100,13 @@ json MetaJson(const Meta& m) {
     units.push_back(ju);
   }
   j["units"] = units;
+  if (m.qgz) {
+    j["qgz_residuals"] = {{"local", m.qgz->local},
+                          {"bits", m.qgz->bits},
+                          {"block", m.qgz->block},
+                          {"dtype", std::string(DTypeName(m.qgz->dtype))},
+                          {"rounds", m.qgz->rounds}};
+  }
   json ranks = json::array();
   for (const RankFileMeta& r : m.ranks) ranks.push_back(RankJson(r));
   j["ranks"] = ranks;
@@ -185,34 +197,51 @@ bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& 
     return p.Fail(absl::StrCat(where, ".file \"", Printable(r.file), "\" is not a plain file name"));
   }
   int64_t end_of_last = kRankHeaderBytes;
-  for (size_t si = 0; si < sections->size(); ++si) {
-    const json& js = (*sections)[si];
-    const std::string sw = absl::StrCat(where, ".sections[", si, "]");
-    Section s;
-    const json* crcs = nullptr;
-    if (!p.IntAs(js, "unit", sw, 0, static_cast<int64_t>(m.units.size()) - 1, &s.unit)) return false;
-    const UnitMeta& u = m.units[s.unit];
-    if (!p.IntAs(js, "stream", sw, 0, static_cast<int64_t>(u.streams.size()) - 1, &s.stream) ||
-        !p.Int(js, "begin", sw, 0, u.numel, &s.begin) || !p.Int(js, "end", sw, s.begin, u.numel, &s.end) ||
-        !p.Int(js, "offset", sw, end_of_last, r.bytes, &s.offset) || !p.Array(js, "crc32c", sw, &crcs)) {
-      return false;
-    }
-    const int64_t bytes = (s.end - s.begin) * static_cast<int64_t>(DTypeSize(u.streams[s.stream].dtype));
-    if (s.offset + bytes > r.bytes) {
-      return p.Fail(absl::StrCat(sw, " ends at byte ", s.offset + bytes, ", past the file's ", r.bytes));
-    }
-    end_of_last = s.offset + bytes;
-    const int64_t blocks = (bytes + kBlockBytes - 1) / kBlockBytes;
-    if (static_cast<int64_t>(crcs->size()) != blocks) {
-      return p.Fail(absl::StrCat(sw, " has ", crcs->size(), " checksums for ", blocks, " blocks"));
-    }
-    for (const json& c : *crcs) {
-      if (!c.is_number_unsigned() || c.get<uint64_t>() > 0xFFFFFFFFull) {
-        return p.Fail(absl::StrCat(sw, ".crc32c holds ", c.dump()));
+  // The sections, then the rank-state sections after them: in file order, inside the file, checksummed per block.
+  auto parse = [&](const json& list, const char* key, bool rank_state, std::vector<Section>& out) {
+    for (size_t si = 0; si < list.size(); ++si) {
+      const json& js = list[si];
+      const std::string sw = absl::StrCat(where, ".", key, "[", si, "]");
+      Section s;
+      s.rank_state = rank_state;
+      const json* crcs = nullptr;
+      if (!p.IntAs(js, "unit", sw, 0, static_cast<int64_t>(m.units.size()) - 1, &s.unit)) return false;
+      const UnitMeta& u = m.units[s.unit];
+      const int64_t streams = rank_state ? kRankStateStreamCount : static_cast<int64_t>(u.streams.size());
+      const int64_t limit = rank_state ? kMaxElems : u.numel;
+      if (!p.IntAs(js, "stream", sw, 0, streams - 1, &s.stream) || !p.Int(js, "begin", sw, 0, limit, &s.begin) ||
+          !p.Int(js, "end", sw, s.begin, limit, &s.end) || !p.Int(js, "offset", sw, end_of_last, r.bytes, &s.offset) ||
+          !p.Array(js, "crc32c", sw, &crcs)) {
+        return false;
       }
-      s.crc.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
+      const DType dt = rank_state ? m.qgz->dtype : u.streams[s.stream].dtype;
+      const int64_t bytes = (s.end - s.begin) * static_cast<int64_t>(DTypeSize(dt));
+      if (s.offset + bytes > r.bytes) {
+        return p.Fail(absl::StrCat(sw, " ends at byte ", s.offset + bytes, ", past the file's ", r.bytes));
+      }
+      end_of_last = s.offset + bytes;
+      const int64_t blocks = (bytes + kBlockBytes - 1) / kBlockBytes;
+      if (static_cast<int64_t>(crcs->size()) != blocks) {
+        return p.Fail(absl::StrCat(sw, " has ", crcs->size(), " checksums for ", blocks, " blocks"));
+      }
+      for (const json& c : *crcs) {
+        if (!c.is_number_unsigned() || c.get<uint64_t>() > 0xFFFFFFFFull) {
+          return p.Fail(absl::StrCat(sw, ".crc32c holds ", c.dump()));
+        }
+        s.crc.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
+      }
+      out.push_back(std::move(s));
     }
-    r.sections.push_back(std::move(s));
+    return true;
+  };
+  if (!parse(*sections, "sections", false, r.sections)) return false;
+  if (jr.contains("rank_state")) {
+    const json* rs = nullptr;
+    if (!p.Array(jr, "rank_state", where, &rs)) return false;
+    if (!m.qgz && !rs->empty()) {
+      return p.Fail(absl::StrCat(where, ".rank_state lists sections, but meta.json has no \"qgz_residuals\""));
+    }
+    if (!parse(*rs, "rank_state", true, r.rank_state)) return false;
   }
   const json* ts = p.Field(jr, "trainer_state", where);
   if (ts == nullptr) return false;
@@ -328,6 +357,28 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
     }
     if (next != u.numel) return p.Fail(absl::StrCat(where, ".numel is ", u.numel, " but its parameters hold ", next));
     m.units.push_back(std::move(u));
+  }
+  if (j.contains("qgz_residuals")) {
+    const json& jq = j["qgz_residuals"];
+    QgzStateMeta q;
+    const json* rounds = nullptr;
+    if (!p.IntAs(jq, "local", "qgz_residuals", 1, m.world_size, &q.local) ||
+        !p.IntAs(jq, "bits", "qgz_residuals", 4, 8, &q.bits) ||
+        !p.Int(jq, "block", "qgz_residuals", 1, kMaxElems, &q.block) ||
+        !p.Dtype(jq, "dtype", "qgz_residuals", &q.dtype) || !p.Array(jq, "rounds", "qgz_residuals", &rounds)) {
+      return false;
+    }
+    if (rounds->size() != m.units.size()) {
+      return p.Fail(
+          absl::StrCat("qgz_residuals.rounds lists ", rounds->size(), " counts for ", m.units.size(), " units"));
+    }
+    for (const json& c : *rounds) {
+      if (!c.is_number_integer() || c.get<int64_t>() < 0) {
+        return p.Fail(absl::StrCat("qgz_residuals.rounds holds ", c.dump()));
+      }
+      q.rounds.push_back(c.get<int64_t>());
+    }
+    m.qgz = std::move(q);
   }
   const json* ranks = nullptr;
   if (!p.Array(j, "ranks", "meta", &ranks)) return false;
@@ -505,6 +556,12 @@ Status RankFileWriter::BeginSection(int unit, int stream, int64_t begin, int64_t
   return absl::OkStatus();
 }
 
+Status RankFileWriter::BeginRankStateSection(int unit, int stream, int64_t elems) {
+  ZERO_RETURN_IF_ERROR(BeginSection(unit, stream, 0, elems, DType::kF32));
+  impl_->cur.rank_state = true;
+  return absl::OkStatus();
+}
+
 Status RankFileWriter::Append(const void* data, size_t bytes) {
   Impl& m = *impl_;
   const char* p = static_cast<const char*>(data);
@@ -527,7 +584,7 @@ Status RankFileWriter::Append(const void* data, size_t bytes) {
 Status RankFileWriter::EndSection() {
   Impl& m = *impl_;
   if (m.block_fill > 0) m.cur.crc.push_back(m.block_crc);
-  m.meta.sections.push_back(std::move(m.cur));
+  (m.cur.rank_state ? m.meta.rank_state : m.meta.sections).push_back(std::move(m.cur));
   m.open_section = false;
   return absl::OkStatus();
 }
@@ -582,8 +639,14 @@ StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const std::st
 
 std::string CheckpointReader::SectionName(int rank, const Section& s) const {
   const UnitMeta& u = meta_.units[s.unit];
-  return absl::StrCat(folder_, "/", meta_.ranks[rank].file, " (unit ", u.name, ", ", u.streams[s.stream].name,
-                      ", elements ", s.begin, "-", s.end, ")");
+  return absl::StrCat(folder_, "/", meta_.ranks[rank].file, " (unit ", u.name, ", ",
+                      s.rank_state ? kRankStateStreams[s.stream] : u.streams[s.stream].name.c_str(), ", elements ",
+                      s.begin, "-", s.end, ")");
+}
+
+int64_t CheckpointReader::SectionBytes(const Section& s) const {
+  const DType dt = s.rank_state ? meta_.qgz->dtype : meta_.units[s.unit].streams[s.stream].dtype;
+  return (s.end - s.begin) * static_cast<int64_t>(DTypeSize(dt));
 }
 
 Status CheckpointReader::OpenRank(int rank) {
@@ -642,8 +705,7 @@ Status CheckpointReader::ReadBytes(int rank, const std::string& where, int64_t o
 Status CheckpointReader::ReadBlock(int rank, const Section& s, int64_t block, const std::string& where) {
   if (cache_rank_ == rank && cache_section_ == &s && cache_block_ == block) return absl::OkStatus();
   ZERO_RETURN_IF_ERROR(OpenRank(rank));
-  const int64_t bytes =
-      (s.end - s.begin) * static_cast<int64_t>(DTypeSize(meta_.units[s.unit].streams[s.stream].dtype));
+  const int64_t bytes = SectionBytes(s);
   const int64_t b0 = block * kBlockBytes, n = std::min(kBlockBytes, bytes - b0);
   cache_rank_ = -1;
   cache_.resize(static_cast<size_t>(n));
@@ -705,11 +767,24 @@ Status CheckpointReader::Read(int unit, int stream, int64_t begin, int64_t end, 
 Status CheckpointReader::VerifyAll() {
   for (size_t r = 0; r < meta_.ranks.size(); ++r) {
     ZERO_RETURN_IF_ERROR(OpenRank(static_cast<int>(r)));
-    for (const Section& s : meta_.ranks[r].sections) {
-      for (size_t b = 0; b < s.crc.size(); ++b) {
-        ZERO_RETURN_IF_ERROR(ReadBlock(static_cast<int>(r), s, static_cast<int64_t>(b), SectionName(r, s)));
+    for (const auto* list : {&meta_.ranks[r].sections, &meta_.ranks[r].rank_state}) {
+      for (const Section& s : *list) {
+        for (size_t b = 0; b < s.crc.size(); ++b) {
+          ZERO_RETURN_IF_ERROR(ReadBlock(static_cast<int>(r), s, static_cast<int64_t>(b), SectionName(r, s)));
+        }
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckpointReader::ReadRankState(int rank, const Section& s, void* dst) {
+  const std::string where = SectionName(rank, s);
+  const int64_t bytes = SectionBytes(s);
+  char* out = static_cast<char*>(dst);
+  for (int64_t block = 0; block * kBlockBytes < bytes; ++block) {
+    ZERO_RETURN_IF_ERROR(ReadBlock(rank, s, block, where));
+    std::memcpy(out + block * kBlockBytes, cache_.data(), cache_.size());
   }
   return absl::OkStatus();
 }

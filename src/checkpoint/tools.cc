@@ -328,6 +328,7 @@ Status ReshardCheckpoint(const std::string& dir, const std::string& tag, const s
   m.world_size = world_size;
   if (stage >= 0) m.stage = stage;
   m.ranks.clear();
+  m.qgz.reset();  // qgZ's residuals are each rank's own at its world: not resharded (a Load restarts them)
   // Written under a temporary name (skipped by every reader and by verify --all), then put in place whole.
   ZERO_RETURN_IF_ERROR(ckpt::MakeDirs(out_dir));
   const std::string final_folder = absl::StrCat(out_dir, "/", m.tag);

@@ -123,6 +123,26 @@ std::string TheirName(const LoadOptions& options, const std::string& mine) {
   return mapped == options.name_map.end() ? mine : mapped->second;
 }
 
+// SaveOptions::save_qgz_residuals: refused where there is nothing to save or it cannot be saved.
+Status CheckQgzResidualsSavable(const internal::EngineContext& c) {
+  if (c.policy.qgz_bits == 0 || !c.policy.qgz_loco) {
+    return absl::InvalidArgumentError(
+        "Save: SaveOptions::save_qgz_residuals is set, but this run keeps no qgZ residuals (they exist with "
+        "zero_quantized_gradients and its error feedback, zero_quantized_gradients_error_feedback, on)");
+  }
+  if (c.world_size != c.world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Save: SaveOptions::save_qgz_residuals with hybrid sharding (", c.world_size / c.world, " groups of ", c.world,
+        " ranks): every group keeps its own residuals and only the first group writes the checkpoint"));
+  }
+  return absl::OkStatus();
+}
+
+// The elements of a unit's residual for rank-state stream k (0 where it has none).
+int64_t QgzResidualElems(internal::EngineContext& c, Unit& u, int k) {
+  return static_cast<int64_t>(internal::QgzResidual(u, k).size() / DTypeSize(c.cd()));
+}
+
 }  // namespace
 
 std::function<void(int world_rank)>& internal::AsyncSaveTestHook() {
@@ -346,6 +366,7 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
       return absl::InvalidArgumentError(
           absl::StrCat("Save: tag \"", tag, "\" is not a plain folder name (nor \"", ckpt::kLatestFile, "\")"));
     }
+    if (options.save_qgz_residuals) ZERO_RETURN_IF_ERROR(CheckQgzResidualsSavable(ctx));
     if (ckpt::Exists(absl::StrCat(folder, "/", ckpt::kMetaFile))) {
       return absl::AlreadyExistsError(absl::StrCat("Save: checkpoint ", folder,
                                                    " already exists; choose another tag (a checkpoint is never "
@@ -390,6 +411,16 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
         internal::MaybeInjectFault("save", ctx.world_rank, step.applied_steps());  // a rank file half written
       }
     }
+    // This rank's qgZ residuals, after every unit's sections (host memory: qgZ runs on the host engine only).
+    for (size_t ui = 0; options.save_qgz_residuals && ui < ctx.units.size(); ++ui) {
+      for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
+        const Buffer& b = internal::QgzResidual(ctx.units[ui], k);
+        if (b.empty()) continue;
+        ZERO_RETURN_IF_ERROR(w.BeginRankStateSection(static_cast<int>(ui), k, QgzResidualElems(ctx, ctx.units[ui], k)));
+        ZERO_RETURN_IF_ERROR(w.Append(b.data(), b.size()));
+        ZERO_RETURN_IF_ERROR(w.EndSection());
+      }
+    }
     ZERO_ASSIGN_OR_RETURN(mine, w.Commit());
     mine.trainer_state = options.trainer_state;
     return absl::OkStatus();
@@ -410,14 +441,15 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
     a.in_flight = true;
     a.dir = dir;
     a.tag = tag;
-    a.meta = DescribeForCheckpoint(tag);  // now: Steps run on while the files are written
+    a.meta = DescribeForCheckpoint(tag, options.save_qgz_residuals);  // now: Steps run on while the files are written
     a.trainer_state = options.trainer_state;
     if (!writer) a.done = true;  // nothing to write: only the agreement
     return tag;
   }
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Save").status());
   // Every rank's file is durable. Rank 0 needs their sections and checksums for meta.json.
-  ZERO_RETURN_IF_ERROR(CommitSave(dir, DescribeForCheckpoint(tag), std::move(mine), "Save"));
+  ZERO_RETURN_IF_ERROR(
+      CommitSave(dir, DescribeForCheckpoint(tag, options.save_qgz_residuals), std::move(mine), "Save"));
   return tag;
 }
 
@@ -425,7 +457,7 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   const SaveOptions::WriterPriority priority = options.writer_priority;
   const int64_t rate = options.max_write_bytes_per_s;
   internal::AsyncSave& a = async_save;
-  if (a.plan_rank != ctx.rank || a.plan_world != ctx.world) {
+  if (a.plan_rank != ctx.rank || a.plan_world != ctx.world || a.plan_qgz != options.save_qgz_residuals) {
     // The write plan: the sections in the order the synchronous writer appends them, so the file is the same.
     a.plan.clear();
     int64_t offset = ckpt::kRankHeaderBytes;
@@ -439,9 +471,18 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
         offset += (end - begin) * static_cast<int64_t>(DTypeSize(streams[si].dtype));
       }
     }
+    for (size_t ui = 0; options.save_qgz_residuals && ui < ctx.units.size(); ++ui) {
+      for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
+        const int64_t n = QgzResidualElems(ctx, ctx.units[ui], k);
+        if (n == 0) continue;
+        a.plan.push_back({static_cast<int>(ui), k, 0, n, offset, ctx.cd(), /*rank_state=*/true});
+        offset += n * static_cast<int64_t>(DTypeSize(ctx.cd()));
+      }
+    }
     a.file_bytes = offset;
     a.plan_rank = ctx.rank;
     a.plan_world = ctx.world;
+    a.plan_qgz = options.save_qgz_residuals;
     a.staging.Reset();
   }
   if (a.io == nullptr) {
@@ -491,6 +532,11 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   };
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
     Unit& u = ctx.units[sec.unit];
+    if (sec.rank_state) {  // a residual, in host memory (no NVMe staging to change to)
+      const Buffer& b = internal::QgzResidual(u, sec.stream);
+      copies.push_back({a.image + sec.offset, static_cast<const char*>(b.data()), static_cast<int64_t>(b.size())});
+      continue;
+    }
     if (sec.unit != staged_unit) {
       run_copies();
       nvme.reset();
@@ -547,8 +593,9 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
       // a whole section at once held the core for milliseconds at each such hand-over: with training on both
       // cores, the checksum of a 124 MiB file slowed the step beside it 1.14x, and 1.03-1.04x yielding
       // (bench/results/io.md, "Where the steps beside a write lose their time").
-      meta.sections.push_back({sec.unit, sec.stream, sec.begin, sec.end, sec.offset,
-                               ckpt::SectionCrcs(a.image + sec.offset, bytes, [] { ::sched_yield(); })});
+      (sec.rank_state ? meta.rank_state : meta.sections)
+          .push_back({sec.unit, sec.stream, sec.begin, sec.end, sec.offset,
+                      ckpt::SectionCrcs(a.image + sec.offset, bytes, [] { ::sched_yield(); }), sec.rank_state});
     }
     const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
     if (internal::AsyncSaveTestHook()) internal::AsyncSaveTestHook()(world_rank);
@@ -627,7 +674,7 @@ StatusOr<bool> Engine::Impl::FinishSave(bool wait, const char* what) {
   return true;
 }
 
-ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
+ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag, bool with_qgz) const {
   ckpt::Meta m;
   m.tag = tag;
   bool wrapper = false;
@@ -664,6 +711,11 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag) const {
     for (const StreamDesc& s : SavedStreams(u)) um.streams.push_back({s.name, s.dtype});
     m.units.push_back(std::move(um));
   }
+  if (with_qgz) {
+    const internal::PlanPolicy& p = ctx.policy;
+    m.qgz = ckpt::QgzStateMeta{p.qgz_local, p.qgz_bits, p.qgz_block, ctx.cd(), {}};
+    for (const Unit& u : ctx.units) m.qgz->rounds.push_back(u.qgz_rounds);
+  }
   return m;
 }
 
@@ -674,6 +726,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   LoadResult result;
   ckpt::Meta saved;
   std::vector<bool> gather_after;
+  std::string qgz_why;  // why the qgZ residuals restart at zero; empty: restored, or none kept
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
     ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
@@ -843,6 +896,55 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       }
       ZERO_RETURN_IF_ERROR(nvme.WriteBack());
     }
+    // The qgZ residuals: restored where the checkpoint holds this rank's for the same layout, else why not.
+    qgz_why = [&]() -> std::string {
+      const internal::PlanPolicy& p = ctx.policy;
+      if (p.qgz_bits == 0 || !p.qgz_loco) return "";  // none kept here: nothing to restore or restart
+      if (!m.qgz) return "the checkpoint was saved without SaveOptions::save_qgz_residuals";
+      if (!options.load_optimizer_state) return "LoadOptions::load_optimizer_state is false";
+      const ckpt::QgzStateMeta& q = *m.qgz;
+      if (m.world_size != ctx.world || ctx.world_size != ctx.world || q.local != p.qgz_local) {
+        return absl::StrCat("saved at world ", m.world_size, " with ", q.local, " ranks per host, loaded at world ",
+                            ctx.world_size, ctx.world_size != ctx.world ? " under hybrid sharding" : "", " with ",
+                            p.qgz_local);
+      }
+      if (q.bits != p.qgz_bits || q.block != p.qgz_block || q.dtype != ctx.cd()) {
+        return absl::StrCat("saved as int", q.bits, " in blocks of ", q.block, " with ",
+                            std::string(DTypeName(q.dtype)), " residuals, loaded as int", p.qgz_bits, " in blocks of ",
+                            p.qgz_block, " with ", std::string(DTypeName(ctx.cd())));
+      }
+      bool same_units = m.units.size() == ctx.units.size();
+      for (size_t ui = 0; same_units && ui < ctx.units.size(); ++ui) {
+        const auto& r = runs[ui];
+        same_units = m.units[ui].numel == ctx.units[ui].layout.numel &&
+                     (r.empty() || (r.size() == 1 && r[0].unit == static_cast<int>(ui) && r[0].local == 0 &&
+                                    r[0].theirs == 0 && r[0].n == ctx.units[ui].layout.numel));
+      }
+      if (!same_units) return "the checkpoint's units are cut otherwise than this model's";
+      return "";
+    }();
+    if (qgz_why.empty() && m.qgz && ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco) {
+      const std::vector<ckpt::Section>& mine = m.ranks[ctx.rank].rank_state;
+      for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+        Unit& u = ctx.units[ui];
+        for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
+          const int64_t n = QgzResidualElems(ctx, u, k);
+          const ckpt::Section* sec = nullptr;
+          for (const ckpt::Section& x : mine) {
+            if (x.unit == static_cast<int>(ui) && x.stream == k) sec = &x;
+          }
+          if (n == 0 && sec == nullptr) continue;
+          if (sec == nullptr || sec->end - sec->begin != n) {
+            return absl::DataLossError(
+                absl::StrCat("Load: checkpoint ", from, " records qgZ residuals for this layout, but rank ", ctx.rank,
+                             "'s file ", sec == nullptr ? "has no " : "has another size of ",
+                             ckpt::kRankStateStreams[k], " for unit ", u.name(), " (", n, " elements here)"));
+          }
+          ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, *sec, internal::QgzResidual(u, k).data()));
+        }
+        u.qgz_rounds = m.qgz->rounds[ui];
+      }
+    }
     saved = m;
     return absl::OkStatus();
   }();
@@ -864,7 +966,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
   }
-  internal::RestartQgzResiduals(ctx);
+  if (!qgz_why.empty()) internal::RestartQgzResiduals(ctx, qgz_why);
   result.tag = saved.tag;
   result.saved_world_size = saved.world_size;
   result.saved_stage = saved.stage;

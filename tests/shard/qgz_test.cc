@@ -9,7 +9,8 @@
 // - a unit's 1-D parameters (biases, norm gains) are reduced exact, as DeepSpeed does; their spans per shard;
 // - units of constants and with an outlier of 1e4 train without a NaN; the tiny GPT trains to the exact run's
 //   losses (int8, two hops, LoCo) within the drift of two runs;
-// - a checkpoint saved with qgZ resumes at another world with it off;
+// - a checkpoint saved with qgZ resumes at another world with it off; saved with its residuals
+//   (SaveOptions::save_qgz_residuals) it resumes bit for bit at the same layout, and restarts them elsewhere;
 // - configs that cannot work are errors naming the keys.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/internal/format.h"
 #include "core/internal/quantize.h"
 #include "gpt/train.h"
 #include "shard/internal/plan.h"
@@ -254,6 +256,145 @@ TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
   int64_t differ = 0;
   for (int64_t i = 0; i < kN; ++i) differ += fresh[i] != trained[i];
   EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
+}
+
+// Steps [from, to) of one unit "u" (kN elements, zero at first) on 4 thread-ranks, 2 per host, rank r adding
+// grad(step, r, i) to element i of its gradient: loads `load_dir` first when set, and saves into `save_dir` with `so`
+// after the last step when set. Rank 0's parameters (every rank's are checked alike by the Forward's gather).
+std::vector<float> TrainSteps(const Config& cfg, int from, int to, const std::function<float(int, int, int64_t)>& grad,
+                              const std::string& load_dir = "", const std::string& save_dir = "",
+                              const SaveOptions& so = {}) {
+  std::vector<std::vector<float>> out(4);
+  testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
+    EngineOptions o;
+    o.local_world_size = 2;
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
+    ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w", {kN}}}));
+    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    if (!load_dir.empty()) {
+      ASSERT_OK(engine->Load(load_dir).status());
+    }
+    for (int step = from; step < to; ++step) {
+      { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
+      {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
+        ASSERT_OK_AND_ASSIGN(float* gw, s.Grad<float>("w"));
+        for (int64_t i = 0; i < kN; ++i) gw[i] += grad(step, rank, i);
+      }
+      ASSERT_OK(engine->Step().status());
+    }
+    if (!save_dir.empty()) {
+      ASSERT_OK(engine->Save(save_dir, so).status());
+      ASSERT_OK(engine->WaitForSave());
+    }
+    ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
+    ASSERT_OK_AND_ASSIGN(float* w, s.Param<float>("w"));
+    out[rank].assign(w, w + kN);
+  });
+  return out[0];
+}
+
+int64_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) differ += a[i] != b[i];
+  return differ;
+}
+
+// SaveOptions::save_qgz_residuals: the checkpoint holds each rank's LoCo residuals (both hops') and the units'
+// reset_T counts, so training 3 steps, saving, and training 3 more in another engine that loads it gives the
+// parameters of 6 uninterrupted steps bit for bit, from a synchronous save and from an asynchronous one, whose files
+// are the same bytes. reset_T = 4 falls after the cut: a count that restarted at the Load would reset at another
+// step. Without the option the resumed run differs (the residuals restart at zero): what the test can tell apart.
+TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> g(6 * 4 * kN);
+  for (float& x : g) x = dist(rng);
+  auto grad = [&](int step, int r, int64_t i) { return g[(static_cast<int64_t>(step) * 4 + r) * kN + i]; };
+  for (const int stage : {2, 3}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage));
+    Config cfg = QgzConfig(stage, 8, true);
+    cfg.zero.zeropp_loco_reset_t = 4;
+    const std::vector<float> whole = TrainSteps(cfg, 0, 6, grad);
+    std::string files[2];
+    for (const bool async : {false, true}) {
+      SCOPED_TRACE(async ? "asynchronous save" : "synchronous save");
+      const std::string dir = testing::MakeTempDir("zero_qgz_saved_residuals");
+      SaveOptions so;
+      so.save_qgz_residuals = true;
+      so.async = async;
+      TrainSteps(cfg, 0, 3, grad, "", dir, so);
+      for (int r = 0; r < 4; ++r)
+        files[async] += testing::ReadWholeFile(absl::StrCat(dir, "/step-00000003/", ckpt::RankFileName(r, 4)));
+      EXPECT_EQ(CountDiffering(TrainSteps(cfg, 3, 6, grad, dir), whole), 0) << "of " << kN << " parameters differ";
+      ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, ""));
+      ASSERT_TRUE(reader->meta().qgz.has_value());
+      EXPECT_EQ(reader->meta().qgz->rounds, std::vector<int64_t>{3});
+      EXPECT_EQ(reader->meta().ranks[1].rank_state.size(), 2u) << "both hops' residuals";
+      ASSERT_OK(reader->VerifyAll());
+    }
+    EXPECT_TRUE(files[0] == files[1]) << "the asynchronous save's rank files differ from the synchronous save's";
+    const std::string plain = testing::MakeTempDir("zero_qgz_unsaved_residuals");
+    TrainSteps(cfg, 0, 3, grad, "", plain);
+    EXPECT_GT(CountDiffering(TrainSteps(cfg, 3, 6, grad, plain), whole), 0)
+        << "residuals restarted at zero should round the steps after the resume otherwise";
+  }
+}
+
+// Saved residuals are only for the layout they were saved under: at another world (or with qgZ off) a Load restarts
+// them; a damaged residual block fails the Load naming it; asking to save them where there are none is an error
+// naming the option.
+TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
+  auto grad = [](int step, int r, int64_t i) { return std::sin(0.1f * static_cast<float>(i + 7 * r + 31 * step)); };
+  const Config cfg = QgzConfig(3, 8, true);
+  const std::string dir = testing::MakeTempDir("zero_qgz_residuals_checked");
+  SaveOptions so;
+  so.save_qgz_residuals = true;
+  TrainSteps(cfg, 0, 2, grad, "", dir, so);
+  // Another world (2 ranks, one host), with qgZ on and off: loads, the residuals restarted.
+  for (const bool qgz : {true, false}) {
+    Config c = cfg;
+    c.zero.zero_quantized_gradients = qgz;
+    testing::RunRanks(2, [&](Communicator& comm_ref, int) {
+      ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(c, testing::Borrow(comm_ref)));
+      ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
+      ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+      ASSERT_OK(engine->Load(dir).status());
+    });
+  }
+  // One byte of rank 1's host residual flipped: the Load fails on every rank, naming the section.
+  ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, ""));
+  const ckpt::RankFileMeta& r1 = reader->meta().ranks[1];
+  ASSERT_EQ(r1.rank_state.size(), 2u);
+  const std::string path = absl::StrCat(reader->folder(), "/", r1.file);
+  std::string bytes = testing::ReadWholeFile(path);
+  bytes[static_cast<size_t>(r1.rank_state[1].offset + 5)] ^= 0x40;
+  testing::WriteWholeFile(path, bytes);
+  testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
+    EngineOptions o;
+    o.local_world_size = 2;
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
+    ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
+    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    const Status st = engine->Load(dir).status();
+    EXPECT_FALSE(st.ok());
+    if (rank == 1) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+      EXPECT_NE(st.message().find("qgz_host_residual"), std::string::npos) << st;
+    }
+  });
+  // Nothing to save: error feedback off.
+  Config off = cfg;
+  off.zero.zero_quantized_gradients_error_feedback = false;
+  testing::RunRanks(2, [&](Communicator& comm_ref, int) {
+    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(off, testing::Borrow(comm_ref)));
+    ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
+    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    const Status st = engine->Save(testing::MakeTempDir("zero_qgz_nothing"), so).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("save_qgz_residuals"), std::string::npos) << st;
+  });
 }
 
 // A constant gradient that does not quantize exactly: each step applies the same quantized value without error

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,12 +65,29 @@ struct Section {
   int64_t begin = 0, end = 0;  // unit elements [begin, end)
   int64_t offset = 0;          // bytes, in the rank file
   std::vector<uint32_t> crc;   // one per kBlockBytes of the section's bytes
+  // A section of the rank's own state (RankFileMeta::rank_state): `stream` indexes kRankStateStreams, [begin, end)
+  // are elements of that rank's buffer, in QgzStateMeta::dtype. Not in the JSON: where the section is listed says it.
+  bool rank_state = false;
 };
+// The rank-state streams: ZeRO++ qgZ's LoCo residuals, each rank's own (not a shard of anything: every rank keeps
+// a residual for the whole gradient it sends, and with two hops one for the host partials it forwards).
+inline constexpr const char* kRankStateStreams[] = {"qgz_residual", "qgz_host_residual"};
+inline constexpr int kRankStateStreamCount = 2;
 struct RankFileMeta {
   std::string file;
   int64_t bytes = 0;
   std::vector<Section> sections;
+  std::vector<Section> rank_state;  // after the sections, in the file and in the JSON ("rank_state", optional)
   TrainerState trainer_state;
+};
+// What the rank-state sections were saved under (meta.json's "qgz_residuals", optional): they are valid only for a
+// run with the same world (Meta::world_size), ranks per host, bits, block and dtype, whose units reduced alike.
+struct QgzStateMeta {
+  int local = 1;  // ranks per host of the first hop
+  int bits = 8;
+  int64_t block = 0;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> rounds;  // per unit: its reductions counted toward zeropp_loco_param's reset_T
 };
 struct LossScalerMeta {
   double scale = 1.0;
@@ -97,6 +115,7 @@ struct Meta {
   std::vector<GroupMeta> param_groups;
   std::vector<UnitMeta> units;
   std::vector<RankFileMeta> ranks;
+  std::optional<QgzStateMeta> qgz;  // set where the rank files hold qgZ's residuals (SaveOptions::save_qgz_residuals)
 
   int64_t Shard(int unit) const;            // the unit's shard at this world size (the engine's padding rule)
   int Unit(const std::string& name) const;  // -1 if absent
@@ -130,6 +149,8 @@ class RankFileWriter {
   ~RankFileWriter();
   Status Open(const std::string& path, int rank, int world);
   Status BeginSection(int unit, int stream, int64_t begin, int64_t end, DType dtype);
+  // A rank-state section (RankFileMeta::rank_state): begun after the last section, appended and ended alike.
+  Status BeginRankStateSection(int unit, int stream, int64_t elems);
   Status Append(const void* data, size_t bytes);
   Status EndSection();
   // fsync + rename; the file's description for meta.json.
@@ -157,12 +178,15 @@ class CheckpointReader {
   Status Read(int unit, int stream, int64_t begin, int64_t end, DType dtype, void* dst);
   // Every rank file at its size and every block's checksum.
   Status VerifyAll();
+  // All of rank `rank`'s rank-state section `s` (one of meta().ranks[rank].rank_state), as stored, into dst.
+  Status ReadRankState(int rank, const Section& s, void* dst);
 
  private:
   CheckpointReader() = default;
   Status OpenRank(int rank);
   Status ReadBlock(int rank, const Section& s, int64_t block, const std::string& where);
   std::string SectionName(int rank, const Section& s) const;
+  int64_t SectionBytes(const Section& s) const;
   // n bytes of rank `rank`'s file at `offset` (opened), through the I/O engine when one is set.
   Status ReadBytes(int rank, const std::string& where, int64_t offset, void* dst, size_t n);
   Meta meta_;

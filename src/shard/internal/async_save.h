@@ -47,8 +47,10 @@ struct AsyncSave {
     int64_t begin = 0, end = 0;  // unit elements
     int64_t offset = 0;          // bytes, in the file
     DType dtype = DType::kF32;
+    bool rank_state = false;  // a qgZ residual (stream: ckpt::kRankStateStreams), after every unit's sections
   };
   int plan_rank = -1, plan_world = 0;
+  bool plan_qgz = false;  // the plan holds the qgZ residuals (SaveOptions::save_qgz_residuals)
   std::vector<PlannedSection> plan;
   int64_t file_bytes = 0;
 

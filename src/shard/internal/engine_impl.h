@@ -127,7 +127,8 @@ class Engine::Impl {
   // Every rank's outcome of a collective operation: this rank's error, or one naming the first rank that
   // failed, so a failure anywhere fails everywhere.
   StatusOr<std::string> AgreeOnStatus(const Status& mine, const char* what);
-  ckpt::Meta DescribeForCheckpoint(const std::string& tag) const;
+  // with_qgz: the description records the qgZ residuals' layout and reset_T counts (SaveOptions::save_qgz_residuals).
+  ckpt::Meta DescribeForCheckpoint(const std::string& tag, bool with_qgz = false) const;
   // Asynchronous saves (shard/checkpoint.cc). StartAsyncSave: this rank's part into the staging, the worker
   // started (local). FinishSave: the ranks' agreement on the save in flight (collective): `wait` joins this
   // rank's worker first; without it, returns false (nothing changed) while any rank's worker still writes.

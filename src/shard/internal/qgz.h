@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shard/internal/buffer_pool.h"
@@ -41,10 +42,15 @@ namespace zero::internal {
 struct EngineContext;
 struct Unit;
 
-// qgZ's LoCo residuals are not in checkpoints (each rank's would add a whole unit per rank): a Load restarts every
-// unit's at zero, and its reset_T count with them, as a fresh engine has them, so a resume never goes on with the
-// residuals of steps the checkpoint does not hold; rank 0 logs it when LoCo is on.
-void RestartQgzResiduals(EngineContext& c);
+// A unit's qgZ residual by rank-state stream (ckpt::kRankStateStreams: 0 the first hop's, 1 the host partials');
+// empty where the unit has none (LoCo off, one hop, a unit reduced exact).
+Buffer& QgzResidual(Unit& u, int stream);
+
+// qgZ's LoCo residuals are in a checkpoint only when saved with SaveOptions::save_qgz_residuals (each rank's adds a
+// whole unit per rank). A Load that cannot restore them restarts every unit's at zero, and its reset_T count with
+// them, as a fresh engine has them, so a resume never goes on with the residuals of steps the checkpoint does not
+// hold; rank 0 logs it, with `why`, when LoCo is on.
+void RestartQgzResiduals(EngineContext& c, const std::string& why);
 
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
 // shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
