@@ -160,6 +160,11 @@ StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::stri
   int64_t params = 0;
   for (const auto& u : m.units) params += u.numel;
   absl::StrAppend(&out, "  ", m.units.size(), " units, ", params, " parameters\n");
+  if (m.qgz) {
+    absl::StrAppend(&out, "  qgZ residuals of every rank (int", m.qgz->bits, " blocks of ", m.qgz->block, ", ",
+                    std::string(DTypeName(m.qgz->dtype)), ", ", m.qgz->local,
+                    " ranks per host): restored by a resume at this world and layout\n");
+  }
   for (const auto& g : m.param_groups) {
     absl::StrAppend(&out, "  group \"", Printable(g.match), "\": lr_scale ", g.lr_scale, g.frozen ? ", frozen" : "");
     for (const auto& [k, v] : g.overrides) absl::StrAppend(&out, ", ", k, " ", v);
@@ -180,6 +185,7 @@ StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::stri
   int64_t total = 0;
   for (const auto& r : m.ranks) {
     absl::StrAppend(&out, "  ", r.file, ": ", Bytes(r.bytes), ", ", r.sections.size(), " sections",
+                    r.rank_state.empty() ? "" : absl::StrCat(", ", r.rank_state.size(), " qgZ residuals"),
                     r.trainer_state.empty() ? "" : absl::StrCat(", trainer state: ", r.trainer_state.size(), " keys"),
                     "\n");
     total += r.bytes;

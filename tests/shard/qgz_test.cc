@@ -363,6 +363,16 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
       ASSERT_OK(engine->Load(dir).status());
     });
   }
+  // zero-ckpt inspect names them; a reshard (even to the same world) drops them: they belong to the saved ranks.
+  ASSERT_OK_AND_ASSIGN(const std::string described, DescribeCheckpoint(dir));
+  EXPECT_NE(described.find("qgZ residuals of every rank (int8 blocks of 64"), std::string::npos) << described;
+  const std::string resharded = testing::MakeTempDir("zero_qgz_residuals_resharded");
+  ASSERT_OK(ReshardCheckpoint(dir, "", resharded, 4));
+  {
+    ASSERT_OK_AND_ASSIGN(auto r, ckpt::CheckpointReader::Open(resharded, ""));
+    EXPECT_FALSE(r->meta().qgz.has_value());
+    EXPECT_TRUE(r->meta().ranks[1].rank_state.empty());
+  }
   // One byte of rank 1's host residual flipped: the Load fails on every rank, naming the section.
   ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, ""));
   const ckpt::RankFileMeta& r1 = reader->meta().ranks[1];
