@@ -210,71 +210,32 @@ TEST(QgzCheckpoint, ResumesAtAnotherWorldWithQgzOff) {
   }
 }
 
-// The LoCo residuals are not in a checkpoint: a Load restarts them at zero (and the reset_T count with them), so an
-// engine that trained before it loads goes on exactly as a fresh engine loading the same checkpoint, never with the
-// residuals of the steps the checkpoint does not hold.
-TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
-  const std::string dir = testing::MakeTempDir("zero_qgz_residuals");
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> g(kN * 4 * 3);
-  for (float& x : g) x = dist(rng);
-  auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
-  Config cfg = QgzConfig(3, 8, true);
-  cfg.zero.zeropp_loco_reset_t = 5;  // reductions counted across the Load would reset at another step
-  TrainOneUnit(cfg, 4, 2, 3, grad(0), dir);
-  // Trains `before` steps on gradient set 1, loads `dir`, then trains 3 steps on gradient set 2.
-  auto resume = [&](int before) {
-    std::vector<std::vector<float>> out(4);
-    testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
-      EngineOptions o;
-      o.local_world_size = 2;
-      ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
-      ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w", {kN}}}));
-      ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
-      for (int step = 0; step < before + 3; ++step) {
-        if (step == before) {
-          ASSERT_OK(engine->Load(dir).status());
-        }
-        const auto gr = grad(step < before ? 1 : 2);
-        { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
-        {
-          ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
-          ASSERT_OK_AND_ASSIGN(float* gw, s.Grad<float>("w"));
-          for (int64_t i = 0; i < kN; ++i) gw[i] += gr(rank, i);
-        }
-        ASSERT_OK(engine->Step().status());
-      }
-      ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
-      ASSERT_OK_AND_ASSIGN(float* w, s.Param<float>("w"));
-      out[rank].assign(w, w + kN);
-    });
-    return out[0];
-  };
-  const std::vector<float> fresh = resume(0), trained = resume(4);
-  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
-  int64_t differ = 0;
-  for (int64_t i = 0; i < kN; ++i) differ += fresh[i] != trained[i];
-  EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
+// An engine of one unit "u" (kN elements, zero at first) on `comm`, `per_host` ranks per host (0: the default).
+StatusOr<std::unique_ptr<Engine>> OneUnitEngine(const Config& cfg, Communicator& comm, int per_host) {
+  EngineOptions o;
+  o.local_world_size = per_host;
+  ZERO_ASSIGN_OR_RETURN(auto engine, Engine::Create(cfg, testing::Borrow(comm), o));
+  ZERO_RETURN_IF_ERROR(engine->AddUnit("u", {{"w", {kN}}}).status());
+  ZERO_RETURN_IF_ERROR(
+      engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+  return engine;
 }
 
 // Steps [from, to) of one unit "u" (kN elements, zero at first) on 4 thread-ranks, 2 per host, rank r adding
-// grad(step, r, i) to element i of its gradient: loads `load_dir` first when set, and saves into `save_dir` with `so`
-// after the last step when set. Rank 0's parameters (every rank's are checked alike by the Forward's gather).
+// grad(step, r, i) to element i of its gradient: loads `load_dir` when set before step `load_at` (-1: `from`), and
+// saves into `save_dir` with `so` after the last step when set. Rank 0's parameters (every rank's are checked alike
+// by the Forward's gather).
 std::vector<float> TrainSteps(const Config& cfg, int from, int to, const std::function<float(int, int, int64_t)>& grad,
                               const std::string& load_dir = "", const std::string& save_dir = "",
-                              const SaveOptions& so = {}) {
+                              const SaveOptions& so = {}, int load_at = -1) {
   std::vector<std::vector<float>> out(4);
   testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
-    EngineOptions o;
-    o.local_world_size = 2;
-    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
-    ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", {{"w", {kN}}}));
-    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
-    if (!load_dir.empty()) {
-      ASSERT_OK(engine->Load(load_dir).status());
-    }
+    ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(cfg, comm_ref, 2));
+    const UnitId u = 0;  // its only unit
     for (int step = from; step < to; ++step) {
+      if (!load_dir.empty() && step == (load_at < 0 ? from : load_at)) {
+        ASSERT_OK(engine->Load(load_dir).status());
+      }
       { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
       {
         ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
@@ -299,6 +260,31 @@ int64_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b)
   int64_t differ = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) differ += a[i] != b[i];
   return differ;
+}
+
+// A checkpoint saved without its LoCo residuals (the default): a Load restarts them at zero (and the reset_T count
+// with them), so an engine that trained before it loads goes on exactly as a fresh engine loading the same
+// checkpoint, never with the residuals of the steps the checkpoint does not hold.
+TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
+  const std::string dir = testing::MakeTempDir("zero_qgz_residuals");
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> g(kN * 4 * 3);
+  for (float& x : g) x = dist(rng);
+  auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
+  Config cfg = QgzConfig(3, 8, true);
+  cfg.zero.zeropp_loco_reset_t = 5;  // reductions counted across the Load would reset at another step
+  TrainOneUnit(cfg, 4, 2, 3, grad(0), dir);
+  // Trains `before` steps on gradient set 1, loads `dir`, then trains 3 steps on gradient set 2.
+  auto resume = [&](int before) {
+    return TrainSteps(
+        cfg, 0, before + 3, [&](int step, int r, int64_t i) { return grad(step < before ? 1 : 2)(r, i); }, dir, "", {},
+        before);
+  };
+  const std::vector<float> fresh = resume(0), trained = resume(4);
+  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
+  const int64_t differ = CountDiffering(fresh, trained);
+  EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
 }
 
 // SaveOptions::save_qgz_residuals: the checkpoint holds each rank's LoCo residuals (both hops') and the units'
@@ -357,9 +343,7 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
     Config c = cfg;
     c.zero.zero_quantized_gradients = qgz;
     testing::RunRanks(2, [&](Communicator& comm_ref, int) {
-      ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(c, testing::Borrow(comm_ref)));
-      ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
-      ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+      ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(c, comm_ref, 0));
       ASSERT_OK(engine->Load(dir).status());
     });
   }
@@ -382,11 +366,7 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   bytes[static_cast<size_t>(r1.rank_state[1].offset + 5)] ^= 0x40;
   testing::WriteWholeFile(path, bytes);
   testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
-    EngineOptions o;
-    o.local_world_size = 2;
-    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
-    ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
-    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(cfg, comm_ref, 2));
     const Status st = engine->Load(dir).status();
     EXPECT_FALSE(st.ok());
     if (rank == 1) {
@@ -398,9 +378,7 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   Config off = cfg;
   off.zero.zero_quantized_gradients_error_feedback = false;
   testing::RunRanks(2, [&](Communicator& comm_ref, int) {
-    ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(off, testing::Borrow(comm_ref)));
-    ASSERT_OK(engine->AddUnit("u", {{"w", {kN}}}).status());
-    ASSERT_OK(engine->Finalize([](const std::string&, const ParamSpec&, float* p) { std::fill_n(p, kN, 0.0f); }));
+    ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(off, comm_ref, 0));
     const Status st = engine->Save(testing::MakeTempDir("zero_qgz_nothing"), so).status();
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find("save_qgz_residuals"), std::string::npos) << st;
