@@ -329,8 +329,8 @@ TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
 }
 
 // Saved residuals are only for the layout they were saved under: at another world (or with qgZ off) a Load restarts
-// them; a damaged residual block fails the Load naming it; asking to save them where there are none is an error
-// naming the option.
+// them; a damaged residual block fails the Load naming it; asking to save them where there are none, or under hybrid
+// sharding, is an error naming the option or the reason.
 TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   auto grad = [](int step, int r, int64_t i) { return std::sin(0.1f * static_cast<float>(i + 7 * r + 31 * step)); };
   const Config cfg = QgzConfig(3, 8, true);
@@ -373,6 +373,15 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
       EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
       EXPECT_NE(st.message().find("qgz_host_residual"), std::string::npos) << st;
     }
+  });
+  // Hybrid sharding (groups of 2): every group has its own residuals, and only the first writes.
+  Config hybrid = cfg;
+  hybrid.zero.mics_shard_size = 2;
+  testing::RunRanks(4, [&](Communicator& comm_ref, int) {
+    ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(hybrid, comm_ref, 2));
+    const Status st = engine->Save(testing::MakeTempDir("zero_qgz_hybrid"), so).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("hybrid sharding"), std::string::npos) << st;
   });
   // Nothing to save: error feedback off.
   Config off = cfg;
