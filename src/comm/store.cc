@@ -10,6 +10,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -151,8 +152,13 @@ class FileStoreImpl final : public Store {
       return sum.status();
     }
     const int64_t value = *sum;
-    const std::string text = std::to_string(value);
-    bool ok = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size());
+    // One fixed-width write over the old value, never a truncate first: a process killed between a truncate and its
+    // write (live recovery's rank marking its group lost while zero-run SIGKILLs the group) left the file empty,
+    // which reads as 0, and the count was lost for every process (Store.FileAddSurvivesAProcessKilledInTheMiddle).
+    // A 20-byte write into one page is done whole or not at all, a kill included.
+    char text[32];
+    const int len = std::snprintf(text, sizeof(text), "%020lld", static_cast<long long>(value));
+    bool ok = ::pwrite(fd, text, static_cast<size_t>(len), 0) == static_cast<ssize_t>(len);
     const int err = errno;
     ::flock(fd, LOCK_UN);
     ::close(fd);

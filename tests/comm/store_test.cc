@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
@@ -94,6 +95,45 @@ TEST(Store, FileAddIsAtomicAcrossProcesses) {
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   EXPECT_EQ(*Store::File(dir)->Add("counter", 0), kProcs * kAdds);
+  std::filesystem::remove_all(dir);
+}
+
+// A process killed in the middle of an Add (live recovery's rank marking its group lost, as zero-run SIGKILLs the
+// group) must leave the counter at its value before or after that Add, never lose it: the live-recovery vote read an
+// emptied counter as 0, and waited its whole timeout for a group zero-run had already marked lost. A child adds in a
+// loop, reporting each value it got through a pipe; it is killed after a few hundred microseconds, 60 times over.
+TEST(Store, FileAddSurvivesAProcessKilledInTheMiddle) {
+  const std::string dir = TempDir("zero-store-add-kill");
+  int64_t expected = 0;  // the last value a killed child reported, or one more (the Add it was killed in, done)
+  for (int round = 0; round < 60; ++round) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      auto store = Store::File(dir);
+      for (;;) {
+        StatusOr<int64_t> v = store->Add("counter", 1);
+        if (!v.ok()) ::_exit(2);
+        const int64_t got = *v;
+        if (::write(fds[1], &got, sizeof(got)) != sizeof(got)) ::_exit(3);
+      }
+    }
+    ::close(fds[1]);
+    ::usleep(200 + 37 * static_cast<useconds_t>(round % 11));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited by itself: status " << status;
+    int64_t got = 0, last = expected;
+    while (::read(fds[0], &got, sizeof(got)) == sizeof(got)) last = got;
+    ::close(fds[0]);
+    const int64_t now = *Store::File(dir)->Add("counter", 0);
+    ASSERT_TRUE(now == last || now == last + 1)
+        << "round " << round << ": the counter reads " << now << " after the child last got " << last;
+    expected = now;
+  }
   std::filesystem::remove_all(dir);
 }
 
