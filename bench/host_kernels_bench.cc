@@ -15,7 +15,10 @@
 //   Crc32c/bytes            bytes read, checksummed in the checkpoint's 1 MiB blocks (ReadSum: its bound)
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
 // Two sizes: 256 Ki elements (1 MiB of f32, cache-resident on most x86 L2s) and 128 Mi elements (512 MiB of f32,
-// beyond the last-level cache: a memory-bandwidth measurement). Single thread.
+// beyond the last-level cache: a memory-bandwidth measurement). Single thread, and at the large size also on every
+// hardware thread at once (".../real_time/threads:T", each thread its own buffers, the rates summed over threads): a
+// host's ranks quantize their shards at the same moment, and one thread alone does not reach the memory's bandwidth
+// (it is bound by how many reads it keeps in flight), so the all-thread Memcpy/ReadSum/Fill are the host's bounds.
 
 #include <benchmark/benchmark.h>
 
@@ -25,8 +28,10 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "checkpoint/internal/crc32c.h"
@@ -44,9 +49,11 @@ constexpr size_t kLarge = size_t{128} << 20;
 
 // One zero-initialized, page-touched, 64-byte aligned buffer per (slot, bytes) (aligned as MemoryTracker aligns the
 // library's buffers: the streamed kernels take their fast path on aligned outputs), reused by every benchmark of that
-// size so the large ones are allocated and faulted in once.
+// size so the large ones are allocated and faulted in once. A benchmark's threads each take their own slots (Slot).
+std::mutex pool_mu;
 uint8_t* Buffer(int slot, size_t bytes) {
   static std::map<std::pair<int, size_t>, std::unique_ptr<uint8_t[]>> pool;
+  std::lock_guard<std::mutex> lock(pool_mu);
   auto& p = pool[{slot, bytes}];
   if (!p) {
     p.reset(new uint8_t[bytes + 64]);
@@ -55,15 +62,20 @@ uint8_t* Buffer(int slot, size_t bytes) {
   return p.get() + (64 - reinterpret_cast<uintptr_t>(p.get()) % 64) % 64;
 }
 
-// n random gradient-like values (normal range, both signs) of type t.
-const void* Source(DType t, size_t n) {
-  static std::map<std::pair<DType, size_t>, bool> filled;
-  uint8_t* p = Buffer(static_cast<int>(t), n * zero::DTypeSize(t));
-  if (!filled[{t, n}]) {
+// The slot of this benchmark thread's buffer `slot`: thread 0 uses the single-thread benchmarks' own.
+int Slot(const benchmark::State& state, int slot) { return slot + 1000 * state.thread_index(); }
+
+// n random gradient-like values (normal range, both signs) of type t, in buffer slot `slot` (the type by default).
+const void* Source(DType t, size_t n, int slot = -1) {
+  static std::map<std::pair<int, size_t>, bool> filled;
+  if (slot < 0) slot = static_cast<int>(t);
+  uint8_t* p = Buffer(slot, n * zero::DTypeSize(t));
+  std::lock_guard<std::mutex> lock(pool_mu);
+  if (!filled[{slot, n}]) {
     std::mt19937 rng(static_cast<unsigned>(n) + static_cast<unsigned>(t));
     std::normal_distribution<float> dist(0.0f, 1e-2f);
     for (size_t i = 0; i < n; ++i) zero::StoreFromF32(p, t, i, dist(rng));
-    filled[{t, n}] = true;
+    filled[{slot, n}] = true;
   }
   return p;
 }
@@ -95,9 +107,9 @@ constexpr size_t kQuantBlock = 4096;
 
 void BM_Quantize(benchmark::State& state, DType t) {
   const size_t n = static_cast<size_t>(state.range(0));
-  const void* x = Source(t, n);
-  auto* q = reinterpret_cast<int8_t*>(Buffer(30, n));
-  auto* scales = reinterpret_cast<float*>(Buffer(31, zero::internal::QuantBlocks(n, kQuantBlock) * 4));
+  const void* x = Source(t, n, Slot(state, static_cast<int>(t)));
+  auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
+  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, kQuantBlock) * 4));
   for (auto _ : state) {
     zero::internal::QuantizeInt8(x, t, n, kQuantBlock, q, scales);
     benchmark::ClobberMemory();
@@ -109,10 +121,11 @@ void BM_Quantize(benchmark::State& state, DType t) {
 
 void BM_Dequantize(benchmark::State& state, DType t) {
   const size_t n = static_cast<size_t>(state.range(0));
-  auto* q = reinterpret_cast<int8_t*>(Buffer(30, n));
-  auto* scales = reinterpret_cast<float*>(Buffer(31, zero::internal::QuantBlocks(n, kQuantBlock) * 4));
-  zero::internal::QuantizeInt8(Source(t, n), t, n, kQuantBlock, q, scales);  // real codes and scales
-  void* out = Buffer(10 + static_cast<int>(t), n * zero::DTypeSize(t));
+  auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
+  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, kQuantBlock) * 4));
+  zero::internal::QuantizeInt8(Source(t, n, Slot(state, static_cast<int>(t))), t, n, kQuantBlock, q,
+                               scales);  // real codes and scales
+  void* out = Buffer(Slot(state, 10 + static_cast<int>(t)), n * zero::DTypeSize(t));
   for (auto _ : state) {
     zero::internal::DequantizeInt8(q, scales, n, kQuantBlock, out, t);
     benchmark::ClobberMemory();
@@ -178,8 +191,8 @@ void BM_CastScalar(benchmark::State& state, DType from, DType to) {
 
 void BM_Memcpy(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
-  const uint8_t* src = Buffer(20, bytes);
-  uint8_t* dst = Buffer(21, bytes);
+  const uint8_t* src = Buffer(Slot(state, 20), bytes);
+  uint8_t* dst = Buffer(Slot(state, 21), bytes);
   for (auto _ : state) {
     std::memcpy(dst, src, bytes);
     benchmark::ClobberMemory();
@@ -189,7 +202,7 @@ void BM_Memcpy(benchmark::State& state) {
 
 void BM_ReadSum(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
-  const auto* src = reinterpret_cast<const uint64_t*>(Buffer(20, bytes));
+  const auto* src = reinterpret_cast<const uint64_t*>(Buffer(Slot(state, 20), bytes));
   for (auto _ : state) {
     uint64_t s = 0;
     for (size_t i = 0; i < bytes / 8; ++i) s += src[i];
@@ -216,7 +229,7 @@ void BM_Crc32c(benchmark::State& state) {
 // judges the buffer too large for the cache).
 void BM_Fill(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
-  uint8_t* dst = Buffer(21, bytes);
+  uint8_t* dst = Buffer(Slot(state, 21), bytes);
   int value = 0;
   for (auto _ : state) {
     std::memset(dst, ++value & 0xFF, bytes);
@@ -260,6 +273,26 @@ void Register() {
       benchmark::RegisterBenchmark("Fill", BM_Fill)->Arg(bytes);
     }
     benchmark::RegisterBenchmark("Crc32c", BM_Crc32c)->Arg(4 * count);
+  }
+  // The large size on every hardware thread at once, against the same bounds at the same thread count (real time:
+  // Google Benchmark divides the summed bytes by one thread's wall time).
+  const int threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads < 2) return;
+  const auto count = static_cast<int64_t>(kLarge);
+  for (const auto& t : kTypes) {
+    benchmark::RegisterBenchmark((std::string("Quantize/") + t.name).c_str(), BM_Quantize, t.t)
+        ->Arg(count)
+        ->Threads(threads)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("Dequantize/") + t.name).c_str(), BM_Dequantize, t.t)
+        ->Arg(count)
+        ->Threads(threads)
+        ->UseRealTime();
+  }
+  for (int64_t bytes : {4 * count, 2 * count, count}) {
+    benchmark::RegisterBenchmark("Memcpy", BM_Memcpy)->Arg(bytes)->Threads(threads)->UseRealTime();
+    benchmark::RegisterBenchmark("ReadSum", BM_ReadSum)->Arg(bytes)->Threads(threads)->UseRealTime();
+    benchmark::RegisterBenchmark("Fill", BM_Fill)->Arg(bytes)->Threads(threads)->UseRealTime();
   }
 }
 
