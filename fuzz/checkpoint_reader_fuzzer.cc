@@ -73,18 +73,30 @@ void Repair(uint8_t flags, json& meta, std::vector<std::string>& files) {
     const int64_t recorded = IntField(jr, "bytes");
     if ((flags & 2) && recorded > static_cast<int64_t>(f.size()) && recorded <= kMaxPad) f.resize(recorded, '\0');
     if (flags & 4) jr["bytes"] = f.size();
-    if (!(flags & 8) || !jr.contains("sections") || !jr["sections"].is_array()) continue;
-    for (json& js : jr["sections"]) {
-      const int64_t begin = IntField(js, "begin"), end = IntField(js, "end"), offset = IntField(js, "offset");
-      const int64_t es = StreamBytes(meta, IntField(js, "unit"), IntField(js, "stream"));
-      if (es == 0 || begin < 0 || end < begin || offset < 0 || end - begin > kMaxPad) continue;
-      const int64_t bytes = (end - begin) * es;
-      if (offset > static_cast<int64_t>(f.size()) || bytes > static_cast<int64_t>(f.size()) - offset) continue;
-      json crcs = json::array();
-      for (int64_t b = 0; b < bytes; b += ckpt::kBlockBytes) {
-        crcs.push_back(ckpt::Crc32c(0, f.data() + offset + b, std::min(ckpt::kBlockBytes, bytes - b)));
+    if (!(flags & 8)) continue;
+    // The rank-state sections' element size: meta.json's qgz_residuals.dtype.
+    int64_t rank_state_es = 0;
+    if (meta.contains("qgz_residuals") && meta["qgz_residuals"].is_object() &&
+        meta["qgz_residuals"].contains("dtype") && meta["qgz_residuals"]["dtype"].is_string()) {
+      zero::StatusOr<zero::DType> t = zero::ParseDType(meta["qgz_residuals"]["dtype"].get<std::string>());
+      rank_state_es = t.ok() ? static_cast<int64_t>(zero::DTypeSize(*t)) : 0;
+    }
+    for (const char* list : {"sections", "rank_state"}) {
+      if (!jr.contains(list) || !jr[list].is_array()) continue;
+      for (json& js : jr[list]) {
+        const int64_t begin = IntField(js, "begin"), end = IntField(js, "end"), offset = IntField(js, "offset");
+        const int64_t es = std::string(list) == "rank_state"
+                               ? rank_state_es
+                               : StreamBytes(meta, IntField(js, "unit"), IntField(js, "stream"));
+        if (es == 0 || begin < 0 || end < begin || offset < 0 || end - begin > kMaxPad) continue;
+        const int64_t bytes = (end - begin) * es;
+        if (offset > static_cast<int64_t>(f.size()) || bytes > static_cast<int64_t>(f.size()) - offset) continue;
+        json crcs = json::array();
+        for (int64_t b = 0; b < bytes; b += ckpt::kBlockBytes) {
+          crcs.push_back(ckpt::Crc32c(0, f.data() + offset + b, std::min(ckpt::kBlockBytes, bytes - b)));
+        }
+        js["crc32c"] = crcs;
       }
-      js["crc32c"] = crcs;
     }
   }
 }
@@ -120,6 +132,17 @@ std::map<std::pair<size_t, size_t>, std::vector<char>> CheckReads(ckpt::Checkpoi
         FUZZ_CHECK(std::memcmp(f32.data(), want.data(), want.size() * 4) == 0, what + ": an f32 read differs");
       }
       values[{u, s}] = std::move(whole);
+    }
+  }
+  // Each rank's own state (qgZ's residuals): read whole, and once verified, without an error.
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    for (const ckpt::Section& s : m.ranks[r].rank_state) {
+      if (s.end - s.begin > kMaxReadElems) continue;
+      std::vector<char> state(static_cast<size_t>(s.end - s.begin) * zero::DTypeSize(m.qgz->dtype));
+      const zero::Status st = reader.ReadRankState(static_cast<int>(r), s, state.data());
+      if (verified)
+        FUZZ_CHECK(st.ok(),
+                   absl::StrCat("rank ", r, ": VerifyAll passed but a rank-state read fails: ", st.ToString()));
     }
   }
   return values;

@@ -8,7 +8,8 @@
 //                      up to an overflow, an unknown command, a length over the limit
 // The checkpoints: a few tiny units (fp32 at world 1; bf16 with a frozen unit and trainer state at world 2, as
 // threads), trained one step, so every stream kind is there; and one unit of 300 000 elements whose sections
-// span two checksum blocks, its rank file cut after the header (the target pads it back with zeros).
+// span two checksum blocks, its rank file cut after the header (the target pads it back with zeros); and one saved
+// with ZeRO++ qgZ's residuals (4 ranks as 2 hosts of 2).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -65,6 +66,8 @@ struct Model {
   std::vector<zero::ParamGroup> groups;
   std::vector<std::string> frozen;  // units the groups freeze: no Backward scope
   bool train = true;
+  int per_host = 0;            // EngineOptions::local_world_size (0: the default)
+  bool qgz_residuals = false;  // saved with SaveOptions::save_qgz_residuals (the config turns qgZ on)
 };
 
 // Trains `m` one step on m.world thread-ranks and saves it to dir (tag "seed").
@@ -77,7 +80,8 @@ void SaveCheckpoint(const Model& m, const std::string& dir) {
     threads.emplace_back([&, rank] {
       auto comm = zero::Communicator::CreateGloo(store, rank, m.world);
       CHECK_OK(comm.status());
-      auto engine = zero::Engine::Create(*cfg, std::move(*comm), {.cpu_threads = 1, .param_groups = m.groups});
+      auto engine = zero::Engine::Create(*cfg, std::move(*comm),
+                                         {.cpu_threads = 1, .local_world_size = m.per_host, .param_groups = m.groups});
       CHECK_OK(engine.status());
       zero::Engine& e = **engine;
       std::vector<zero::UnitId> ids;
@@ -110,7 +114,10 @@ void SaveCheckpoint(const Model& m, const std::string& dir) {
         }
         CHECK_OK(e.Step().status());
       }
-      CHECK_OK(e.Save(dir, {.tag = "seed", .trainer_state = {{"data_pos", absl::StrCat(rank * 100)}}}).status());
+      CHECK_OK(e.Save(dir, {.tag = "seed",
+                            .trainer_state = {{"data_pos", absl::StrCat(rank * 100)}},
+                            .save_qgz_residuals = m.qgz_residuals})
+                   .status());
     });
   }
   for (auto& t : threads) t.join();
@@ -249,6 +256,15 @@ int main(int argc, char** argv) {
             .units = {{"big", {{"w", {300, 1000}}}}},
             .train = false};
   CheckpointSeeds(out, "two-blocks", big, true);
+  // ZeRO++ qgZ's residuals in the rank files (rank_state) and meta.json (qgz_residuals): 2 hosts of 2 ranks, so
+  // both the first hop's and the host partials' are there.
+  Model qgz{.config = absl::StrCat(R"({"train_micro_batch_size_per_gpu": 1, )", adam,
+                                   R"(, "zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})"),
+            .world = 4,
+            .units = {{"blk", {{"w", {16, 16}}, {"b", {16}}}}},
+            .per_host = 2,
+            .qgz_residuals = true};
+  CheckpointSeeds(out, "qgz-world4", qgz, false);
   StoreSeeds(out);
   std::printf("make_seeds: wrote the seeds under %s\n", out.c_str());
   return 0;
