@@ -1,7 +1,7 @@
 // zero-gpt and zero-flat-trainer run as a user runs them: --save at step k and --resume give the losses of an
 // uninterrupted run (and zero-gpt's final parameters, by hash), bit for bit, at every stage, fp32 and bf16, with
-// gradient accumulation and offload, with synchronous and asynchronous (--save-async) saves; and a checkpoint resumes
-// at another world size and stage.
+// gradient accumulation and offload, with synchronous and asynchronous (--save-async) saves, with ZeRO++ and its qgZ
+// residuals saved (--save-qgz-residuals); and a checkpoint resumes at another world size and stage.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -86,7 +86,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // background (the last one waited for at the end of the run).
                       GptCase{"s1_f32_async", "--stage 1 --save-async"},
                       GptCase{"s2_bf16_ga2_offload_async",
-                              "--stage 2 --bf16 --save-async --config " ZERO_CONFIGS "/ga2_offload.json"}),
+                              "--stage 2 --bf16 --save-async --config " ZERO_CONFIGS "/ga2_offload.json"},
+                      // ZeRO++ (the shipped examples/gpt/configs/zeropp.json: qwZ + hpZ + qgZ; 4 ranks as 2 hosts
+                      // of 2) with qgZ's residuals in the checkpoints: without them the steps after the resume
+                      // round their gradients otherwise.
+                      GptCase{"s3_zeropp_qgz_residuals",
+                              "--world 4 --ranks-per-host 2 --save-qgz-residuals --config " ZERO_EXAMPLE_CONFIGS
+                              "/zeropp.json"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Saved at world 2 and stage 3, resumed at world 3 and stage 1: it goes on from step 3, and from the first sample
