@@ -138,6 +138,14 @@ Status CheckQgzResidualsSavable(const internal::EngineContext& c) {
   return absl::OkStatus();
 }
 
+// Rank `rank`'s rank-state section of unit `unit`, stream k, in checkpoint `m` (null: none).
+const ckpt::Section* RankStateSection(const ckpt::Meta& m, int rank, int unit, int k) {
+  for (const ckpt::Section& s : m.ranks[rank].rank_state) {
+    if (s.unit == unit && s.stream == k) return &s;
+  }
+  return nullptr;
+}
+
 // The elements of a unit's residual for rank-state stream k (0 where it has none).
 int64_t QgzResidualElems(internal::EngineContext& c, Unit& u, int k) {
   return static_cast<int64_t>(internal::QgzResidual(u, k).size() / DTypeSize(c.cd()));
@@ -921,26 +929,28 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
                                     r[0].theirs == 0 && r[0].n == ctx.units[ui].layout.numel));
       }
       if (!same_units) return "the checkpoint's units are cut otherwise than this model's";
+      // Each residual this rank keeps, as large as the section that holds it in its file (a unit this run reduces
+      // exact, say under a smaller reduce_bucket_size, keeps none where the saving run kept one).
+      for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
+        for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
+          const ckpt::Section* sec = RankStateSection(m, ctx.rank, static_cast<int>(ui), k);
+          const int64_t saved_n = sec == nullptr ? 0 : sec->end - sec->begin;
+          const int64_t n = QgzResidualElems(ctx, ctx.units[ui], k);
+          if (saved_n != n) {
+            return absl::StrCat("unit ", ctx.units[ui].name(), "'s ", ckpt::kRankStateStreams[k], " holds ", saved_n,
+                                " elements in rank ", ctx.rank, "'s file and ", n, " here");
+          }
+        }
+      }
       return "";
     }();
     if (qgz_why.empty() && m.qgz && ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco) {
-      const std::vector<ckpt::Section>& mine = m.ranks[ctx.rank].rank_state;
       for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
         Unit& u = ctx.units[ui];
         for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
-          const int64_t n = QgzResidualElems(ctx, u, k);
-          const ckpt::Section* sec = nullptr;
-          for (const ckpt::Section& x : mine) {
-            if (x.unit == static_cast<int>(ui) && x.stream == k) sec = &x;
+          if (const ckpt::Section* sec = RankStateSection(m, ctx.rank, static_cast<int>(ui), k)) {
+            ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, *sec, internal::QgzResidual(u, k).data()));
           }
-          if (n == 0 && sec == nullptr) continue;
-          if (sec == nullptr || sec->end - sec->begin != n) {
-            return absl::DataLossError(
-                absl::StrCat("Load: checkpoint ", from, " records qgZ residuals for this layout, but rank ", ctx.rank,
-                             "'s file ", sec == nullptr ? "has no " : "has another size of ",
-                             ckpt::kRankStateStreams[k], " for unit ", u.name(), " (", n, " elements here)"));
-          }
-          ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, *sec, internal::QgzResidual(u, k).data()));
         }
         u.qgz_rounds = m.qgz->rounds[ui];
       }

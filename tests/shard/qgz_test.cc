@@ -328,9 +328,10 @@ TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
   }
 }
 
-// Saved residuals are only for the layout they were saved under: at another world (or with qgZ off) a Load restarts
-// them; a damaged residual block fails the Load naming it; asking to save them where there are none, or under hybrid
-// sharding, is an error naming the option or the reason.
+// Saved residuals are only for the layout they were saved under: at another world, with qgZ off, or where a unit
+// keeps none (reduced exact under a smaller reduce_bucket_size), a Load restarts them; a damaged residual block fails
+// the Load naming it; asking to save them where there are none, or under hybrid sharding, is an error naming the option
+// or the reason.
 TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   auto grad = [](int step, int r, int64_t i) { return std::sin(0.1f * static_cast<float>(i + 7 * r + 31 * step)); };
   const Config cfg = QgzConfig(3, 8, true);
@@ -344,6 +345,16 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
     c.zero.zero_quantized_gradients = qgz;
     testing::RunRanks(2, [&](Communicator& comm_ref, int) {
       ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(c, comm_ref, 0));
+      ASSERT_OK(engine->Load(dir).status());
+    });
+  }
+  // The same world and hosts with a reduce_bucket_size under the unit: it is reduced exact here and keeps no
+  // residual, so the saved ones do not fit it: restarted, not a failed Load.
+  {
+    Config c = cfg;
+    c.zero.reduce_bucket_size = 1024;
+    testing::RunRanks(4, [&](Communicator& comm_ref, int) {
+      ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(c, comm_ref, 2));
       ASSERT_OK(engine->Load(dir).status());
     });
   }
