@@ -214,8 +214,7 @@ bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& 
           !p.Array(js, "crc32c", sw, &crcs)) {
         return false;
       }
-      const DType dt = rank_state ? m.qgz->dtype : u.streams[s.stream].dtype;
-      const int64_t bytes = (s.end - s.begin) * static_cast<int64_t>(DTypeSize(dt));
+      const int64_t bytes = m.SectionBytes(s);
       if (s.offset + bytes > r.bytes) {
         return p.Fail(absl::StrCat(sw, " ends at byte ", s.offset + bytes, ", past the file's ", r.bytes));
       }
@@ -452,6 +451,11 @@ int64_t Meta::Shard(int unit) const {
   return (units[unit].numel + q - 1) / q * q / world_size;
 }
 
+int64_t Meta::SectionBytes(const Section& s) const {
+  const DType dt = s.rank_state ? qgz->dtype : units[s.unit].streams[s.stream].dtype;
+  return (s.end - s.begin) * static_cast<int64_t>(DTypeSize(dt));
+}
+
 int Meta::Unit(const std::string& n) const {
   for (size_t i = 0; i < units.size(); ++i) {
     if (units[i].name == n) return static_cast<int>(i);
@@ -644,11 +648,6 @@ std::string CheckpointReader::SectionName(int rank, const Section& s) const {
                       s.begin, "-", s.end, ")");
 }
 
-int64_t CheckpointReader::SectionBytes(const Section& s) const {
-  const DType dt = s.rank_state ? meta_.qgz->dtype : meta_.units[s.unit].streams[s.stream].dtype;
-  return (s.end - s.begin) * static_cast<int64_t>(DTypeSize(dt));
-}
-
 Status CheckpointReader::OpenRank(int rank) {
   if (fds_[rank] >= 0) return absl::OkStatus();
   const RankFileMeta& rf = meta_.ranks[rank];
@@ -705,7 +704,7 @@ Status CheckpointReader::ReadBytes(int rank, const std::string& where, int64_t o
 Status CheckpointReader::ReadBlock(int rank, const Section& s, int64_t block, const std::string& where) {
   if (cache_rank_ == rank && cache_section_ == &s && cache_block_ == block) return absl::OkStatus();
   ZERO_RETURN_IF_ERROR(OpenRank(rank));
-  const int64_t bytes = SectionBytes(s);
+  const int64_t bytes = meta_.SectionBytes(s);
   const int64_t b0 = block * kBlockBytes, n = std::min(kBlockBytes, bytes - b0);
   cache_rank_ = -1;
   cache_.resize(static_cast<size_t>(n));
@@ -780,7 +779,7 @@ Status CheckpointReader::VerifyAll() {
 
 Status CheckpointReader::ReadRankState(int rank, const Section& s, void* dst) {
   const std::string where = SectionName(rank, s);
-  const int64_t bytes = SectionBytes(s);
+  const int64_t bytes = meta_.SectionBytes(s);
   char* out = static_cast<char*>(dst);
   for (int64_t block = 0; block * kBlockBytes < bytes; ++block) {
     ZERO_RETURN_IF_ERROR(ReadBlock(rank, s, block, where));

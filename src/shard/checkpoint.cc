@@ -151,6 +151,22 @@ int64_t QgzResidualElems(internal::EngineContext& c, Unit& u, int k) {
   return static_cast<int64_t>(internal::QgzResidual(u, k).size() / DTypeSize(c.cd()));
 }
 
+// This rank's qgZ residuals in the order its rank file holds them (by unit, then rank-state stream), those it keeps.
+struct ResidualRef {
+  int unit, stream;
+  int64_t elems;
+};
+std::vector<ResidualRef> KeptQgzResiduals(internal::EngineContext& c) {
+  std::vector<ResidualRef> out;
+  for (size_t ui = 0; ui < c.units.size(); ++ui) {
+    for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
+      const int64_t n = QgzResidualElems(c, c.units[ui], k);
+      if (n > 0) out.push_back({static_cast<int>(ui), k, n});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::function<void(int world_rank)>& internal::AsyncSaveTestHook() {
@@ -420,11 +436,10 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
       }
     }
     // This rank's qgZ residuals, after every unit's sections (host memory: qgZ runs on the host engine only).
-    for (size_t ui = 0; options.save_qgz_residuals && ui < ctx.units.size(); ++ui) {
-      for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
-        const Buffer& b = internal::QgzResidual(ctx.units[ui], k);
-        if (b.empty()) continue;
-        ZERO_RETURN_IF_ERROR(w.BeginRankStateSection(static_cast<int>(ui), k, QgzResidualElems(ctx, ctx.units[ui], k)));
+    if (options.save_qgz_residuals) {
+      for (const ResidualRef& r : KeptQgzResiduals(ctx)) {
+        const Buffer& b = internal::QgzResidual(ctx.units[r.unit], r.stream);
+        ZERO_RETURN_IF_ERROR(w.BeginRankStateSection(r.unit, r.stream, r.elems));
         ZERO_RETURN_IF_ERROR(w.Append(b.data(), b.size()));
         ZERO_RETURN_IF_ERROR(w.EndSection());
       }
@@ -479,12 +494,10 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
         offset += (end - begin) * static_cast<int64_t>(DTypeSize(streams[si].dtype));
       }
     }
-    for (size_t ui = 0; options.save_qgz_residuals && ui < ctx.units.size(); ++ui) {
-      for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
-        const int64_t n = QgzResidualElems(ctx, ctx.units[ui], k);
-        if (n == 0) continue;
-        a.plan.push_back({static_cast<int>(ui), k, 0, n, offset, ctx.cd(), /*rank_state=*/true});
-        offset += n * static_cast<int64_t>(DTypeSize(ctx.cd()));
+    if (options.save_qgz_residuals) {
+      for (const ResidualRef& r : KeptQgzResiduals(ctx)) {
+        a.plan.push_back({r.unit, r.stream, 0, r.elems, offset, ctx.cd(), /*rank_state=*/true});
+        offset += r.elems * static_cast<int64_t>(DTypeSize(ctx.cd()));
       }
     }
     a.file_bytes = offset;
@@ -905,9 +918,10 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       ZERO_RETURN_IF_ERROR(nvme.WriteBack());
     }
     // The qgZ residuals: restored where the checkpoint holds this rank's for the same layout, else why not.
+    const internal::PlanPolicy& p = ctx.policy;
+    const bool keeps_residuals = p.qgz_bits > 0 && p.qgz_loco;  // else nothing to restore or restart
     qgz_why = [&]() -> std::string {
-      const internal::PlanPolicy& p = ctx.policy;
-      if (p.qgz_bits == 0 || !p.qgz_loco) return "";  // none kept here: nothing to restore or restart
+      if (!keeps_residuals) return "";
       if (!m.qgz) return "the checkpoint was saved without SaveOptions::save_qgz_residuals";
       if (!options.load_optimizer_state) return "LoadOptions::load_optimizer_state is false";
       const ckpt::QgzStateMeta& q = *m.qgz;
@@ -944,16 +958,12 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       }
       return "";
     }();
-    if (qgz_why.empty() && m.qgz && ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco) {
-      for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
-        Unit& u = ctx.units[ui];
-        for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
-          if (const ckpt::Section* sec = RankStateSection(m, ctx.rank, static_cast<int>(ui), k)) {
-            ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, *sec, internal::QgzResidual(u, k).data()));
-          }
-        }
-        u.qgz_rounds = m.qgz->rounds[ui];
+    if (keeps_residuals && qgz_why.empty()) {  // every section matches a residual this rank keeps, in size
+      for (const ckpt::Section& sec : m.ranks[ctx.rank].rank_state) {
+        ZERO_RETURN_IF_ERROR(
+            reader->ReadRankState(ctx.rank, sec, internal::QgzResidual(ctx.units[sec.unit], sec.stream).data()));
       }
+      for (size_t ui = 0; ui < ctx.units.size(); ++ui) ctx.units[ui].qgz_rounds = m.qgz->rounds[ui];
     }
     saved = m;
     return absl::OkStatus();

@@ -79,8 +79,9 @@ void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, 
 namespace {
 
 void ZeroResiduals(Unit& u, EngineContext& c) {
-  for (Buffer* b : {&u.qgz_residual, &u.qgz_host_residual}) {
-    if (!b->empty()) c.compute->Zero(b->data(), b->size());
+  for (int k = 0; k < 2; ++k) {  // QgzResidual's two streams
+    Buffer& b = QgzResidual(u, k);
+    if (!b.empty()) c.compute->Zero(b.data(), b.size());
   }
 }
 

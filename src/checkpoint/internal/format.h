@@ -117,8 +117,9 @@ struct Meta {
   std::vector<RankFileMeta> ranks;
   std::optional<QgzStateMeta> qgz;  // set where the rank files hold qgZ's residuals (SaveOptions::save_qgz_residuals)
 
-  int64_t Shard(int unit) const;            // the unit's shard at this world size (the engine's padding rule)
-  int Unit(const std::string& name) const;  // -1 if absent
+  int64_t Shard(int unit) const;                 // the unit's shard at this world size (the engine's padding rule)
+  int64_t SectionBytes(const Section& s) const;  // its bytes in the rank file (a rank-state one's in qgz->dtype)
+  int Unit(const std::string& name) const;       // -1 if absent
 };
 
 // The canonical JSON text, with "checksum" = the CRC-32C of the text without it.
@@ -186,7 +187,6 @@ class CheckpointReader {
   Status OpenRank(int rank);
   Status ReadBlock(int rank, const Section& s, int64_t block, const std::string& where);
   std::string SectionName(int rank, const Section& s) const;
-  int64_t SectionBytes(const Section& s) const;
   // n bytes of rank `rank`'s file at `offset` (opened), through the I/O engine when one is set.
   Status ReadBytes(int rank, const std::string& where, int64_t offset, void* dst, size_t n);
   Meta meta_;
