@@ -986,7 +986,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
   }
-  if (!qgz_why.empty()) internal::RestartQgzResiduals(ctx, qgz_why);
+  if (!qgz_why.empty()) internal::RestartQgzResiduals(ctx, "Load", qgz_why);
   result.tag = saved.tag;
   result.saved_world_size = saved.world_size;
   result.saved_stage = saved.stage;
@@ -1042,6 +1042,12 @@ Status Engine::Impl::LoadSafetensors(const std::string& path, const LoadOptions&
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "LoadSafetensors").status());
   for (Unit& u : ctx.units) {
     if (u.sharded_params() && u.status != internal::UnitStatus::kNotAvailable) gathers.Release(u);
+  }
+  // qgZ's LoCo residuals are the rounding errors of gradients of the parameters just replaced: fed back into the
+  // next reductions they would correct errors the new parameters never made. They restart at zero, as after a
+  // Load that does not restore them (a fresh engine has them so already: nothing to say then).
+  if (std::any_of(ctx.units.begin(), ctx.units.end(), [](const Unit& u) { return u.qgz_rounds > 0; })) {
+    internal::RestartQgzResiduals(ctx, "LoadSafetensors", "they were kept for the parameters it replaced");
   }
   return absl::OkStatus();
 }

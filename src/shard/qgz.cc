@@ -95,15 +95,14 @@ void MaybeResetResiduals(const PlanPolicy& p, Unit& u, EngineContext& c) {
 
 Buffer& QgzResidual(Unit& u, int stream) { return stream == 0 ? u.qgz_residual : u.qgz_host_residual; }
 
-void RestartQgzResiduals(EngineContext& c, const std::string& why) {
+void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& why) {
   for (Unit& u : c.units) {
     ZeroResiduals(u, c);
     u.qgz_rounds = 0;
   }
   if (c.policy.qgz_bits > 0 && c.policy.qgz_loco && c.world_rank == 0) {
-    ZERO_LOG(INFO) << "Load: qgZ's LoCo residuals restart at zero (" << why
-                   << "), so the steps after this resume round their gradients otherwise than an uninterrupted run "
-                      "would";
+    ZERO_LOG(INFO) << what << ": qgZ's LoCo residuals restart at zero (" << why
+                   << "), so the steps after it round their gradients otherwise than an uninterrupted run would";
   }
 }
 

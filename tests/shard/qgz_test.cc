@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/internal/format.h"
 #include "core/internal/quantize.h"
@@ -34,6 +35,7 @@
 #include "support/gpt_run.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "zero/checkpoint.h"
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/sharded_optimizer.h"
@@ -222,7 +224,8 @@ StatusOr<std::unique_ptr<Engine>> OneUnitEngine(const Config& cfg, Communicator&
 }
 
 // Steps [from, to) of one unit "u" (kN elements, zero at first) on 4 thread-ranks, 2 per host, rank r adding
-// grad(step, r, i) to element i of its gradient: loads `load_dir` when set before step `load_at` (-1: `from`), and
+// grad(step, r, i) to element i of its gradient: loads `load_dir` when set before step `load_at` (-1: `from`; a path
+// ending in .safetensors with Engine::LoadSafetensors, anything else with Engine::Load), and
 // saves into `save_dir` with `so` after the last step when set. Rank 0's parameters (every rank's are checked alike
 // by the Forward's gather).
 std::vector<float> TrainSteps(const Config& cfg, int from, int to, const std::function<float(int, int, int64_t)>& grad,
@@ -234,7 +237,11 @@ std::vector<float> TrainSteps(const Config& cfg, int from, int to, const std::fu
     const UnitId u = 0;  // its only unit
     for (int step = from; step < to; ++step) {
       if (!load_dir.empty() && step == (load_at < 0 ? from : load_at)) {
-        ASSERT_OK(engine->Load(load_dir).status());
+        if (absl::EndsWith(load_dir, ".safetensors")) {
+          ASSERT_OK(engine->LoadSafetensors(load_dir));
+        } else {
+          ASSERT_OK(engine->Load(load_dir).status());
+        }
       }
       { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
       {
@@ -285,6 +292,31 @@ TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
   ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
   const int64_t differ = CountDiffering(fresh, trained);
   EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
+}
+
+// Engine::LoadSafetensors replaces the parameters mid-run: the LoCo residuals (rounding errors of the old
+// parameters' gradients) and the reset_T count restart with them, so an engine that trained before the load goes on
+// exactly as a fresh engine loading the same file. The engine that kept them (the code before this test) failed it.
+TEST(QgzCheckpoint, LoadSafetensorsRestartsTheResiduals) {
+  const std::string dir = testing::MakeTempDir("zero_qgz_safetensors");
+  std::mt19937 rng(12);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> g(kN * 4 * 3);
+  for (float& x : g) x = dist(rng);
+  auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
+  Config cfg = QgzConfig(3, 8, true);
+  cfg.zero.zeropp_loco_reset_t = 5;
+  TrainOneUnit(cfg, 4, 2, 3, grad(0), dir + "/ckpt");
+  const std::string file = dir + "/weights.safetensors";
+  ASSERT_OK(ExportSafetensors(dir + "/ckpt", file));
+  auto resume = [&](int before) {
+    return TrainSteps(
+        cfg, 0, before + 3, [&](int step, int r, int64_t i) { return grad(step < before ? 1 : 2)(r, i); }, file, "", {},
+        before);
+  };
+  const std::vector<float> fresh = resume(0), trained = resume(4);
+  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
+  EXPECT_EQ(CountDiffering(fresh, trained), 0) << "of " << kN << " parameters differ after the same load and steps";
 }
 
 // SaveOptions::save_qgz_residuals: the checkpoint holds each rank's LoCo residuals (both hops') and the units'

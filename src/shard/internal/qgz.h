@@ -49,8 +49,8 @@ Buffer& QgzResidual(Unit& u, int stream);
 // qgZ's LoCo residuals are in a checkpoint only when saved with SaveOptions::save_qgz_residuals (each rank's adds a
 // whole unit per rank). A Load that cannot restore them restarts every unit's at zero, and its reset_T count with
 // them, as a fresh engine has them, so a resume never goes on with the residuals of steps the checkpoint does not
-// hold; rank 0 logs it, with `why`, when LoCo is on.
-void RestartQgzResiduals(EngineContext& c, const std::string& why);
+// hold; rank 0 logs it, naming the call (`what`: "Load", "LoadSafetensors") and `why`, when LoCo is on.
+void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& why);
 
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
 // shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
