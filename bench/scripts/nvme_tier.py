@@ -207,15 +207,21 @@ def main():
     busy_s = nv["io_busy_ms"] / 1e3
     same = all(a["loss"] == b["loss"] for a, b in zip(runs["cpu"][-1]["steps"], n["steps"]))
 
-    # The budget: a quarter of the way from the NVMe tier's host peak to CPU offload's. CPU offload's master and
-    # state are allocated at Finalize, before the communicator's staging (counted in the host tier but never
-    # refused) has grown to its peak, so the budget must lie well below CPU offload's peak to refuse them.
+    # The budget: the NVMe tier's host peak and 1 % more, the least it trains under. CPU offload's master and state
+    # are allocated at Finalize, before the communicator's staging (counted in the host tier but never refused) has
+    # grown to its peak; so the budget refuses CPU offload only where those allocations alone pass it. With large
+    # sub-groups the NVMe tier's staging buffers (buffer_count × sub_group_size) can hold as much as CPU offload's
+    # state of a small model: then no budget tells the two apart, and the report says so instead of a refusal.
     cpu_sum, nvme_sum = runs["cpu"][-1]["summary"], n["summary"]
     cpu_peak, nvme_peak = cpu_sum["memory"]["peak_total"]["host"], nvme_sum["memory"]["peak_total"]["host"]
-    budget = nvme_peak + (cpu_peak - nvme_peak) // 4
+    budget = nvme_peak + nvme_peak // 100
     refused = zero_gpt(args, config(args, "cpu"), host_limit=budget, check=False)
     fits = zero_gpt(args, config(args, "nvme"), host_limit=budget, check=False)
-    err = next((l for l in refused["stderr"].splitlines() if "budget" in l), "(no error naming the budget)")
+    err = next((l for l in refused["stderr"].splitlines() if "budget" in l), None)
+    if err is None:
+        err = (f"(not refused: CPU offload's allocations fit under the NVMe tier's own host peak at these settings, so "
+               f"this run does not show a model that fits only with the NVMe tier)" if refused["rc"] == 0
+               else "(failed without naming the budget)")
     fit_same = fits["rc"] == 0 and all(a["loss"] == b["loss"]
                                       for a, b in zip(runs["cpu"][-1]["steps"], fits["steps"]))
 
