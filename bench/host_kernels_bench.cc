@@ -38,6 +38,7 @@
 #include "core/internal/convert_simd.h"
 #include "core/internal/quantize.h"
 #include "zero/dtype.h"
+#include "zero/memory.h"
 #include "zero/mixed_precision.h"
 
 namespace {
@@ -47,19 +48,18 @@ using zero::DType;
 constexpr size_t kSmall = size_t{256} << 10;
 constexpr size_t kLarge = size_t{128} << 20;
 
-// One zero-initialized, page-touched, 64-byte aligned buffer per (slot, bytes) (aligned as MemoryTracker aligns the
-// library's buffers: the streamed kernels take their fast path on aligned outputs), reused by every benchmark of that
-// size so the large ones are allocated and faulted in once. A benchmark's threads each take their own slots (Slot).
+// One zero-initialized, page-touched buffer per (slot, bytes), allocated as the library allocates the engine's
+// buffers (zero::Buffer::Host, 64-byte aligned: the streamed kernels take their fast path on aligned outputs), so the
+// kernels and the Memcpy/ReadSum/Fill bounds all run on the memory the engine's calls see; reused by every benchmark
+// of that size so the large ones are allocated and faulted in once. A benchmark's threads each take their own slots
+// (Slot).
 std::mutex pool_mu;
 uint8_t* Buffer(int slot, size_t bytes) {
-  static std::map<std::pair<int, size_t>, std::unique_ptr<uint8_t[]>> pool;
+  static std::map<std::pair<int, size_t>, zero::Buffer> pool;
   std::lock_guard<std::mutex> lock(pool_mu);
-  auto& p = pool[{slot, bytes}];
-  if (!p) {
-    p.reset(new uint8_t[bytes + 64]);
-    std::memset(p.get(), 0, bytes + 64);
-  }
-  return p.get() + (64 - reinterpret_cast<uintptr_t>(p.get()) % 64) % 64;
+  zero::Buffer& b = pool[{slot, bytes}];
+  if (b.empty()) b = zero::Buffer::Host(nullptr, zero::MemTag::kStaging, bytes);
+  return b.as<uint8_t>();
 }
 
 // The slot of this benchmark thread's buffer `slot`: thread 0 uses the single-thread benchmarks' own.
