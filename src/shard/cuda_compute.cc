@@ -109,6 +109,18 @@ class CudaCompute final : public ComputeTier {
     UseDevice();  // launches go to a stream of the current device
     Keep(cuda::StochasticRoundToBF16(src, dst, n, key, first_index, stream_), "");
   }
+  void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0)
+      Keep(cuda::QuantizeInt8(x, dt, static_cast<size_t>(n), static_cast<size_t>(block), q, scales, stream_), "");
+  }
+  void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0) {
+      Keep(cuda::DequantizeInt8(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out, dt, stream_), "");
+    }
+  }
+
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     UseDevice();

@@ -95,11 +95,6 @@ Status Engine::Impl::Init() {
                                                                ctx.policy.loco_reset, ")")
                                                 : std::string("off"));
   }
-  if (ctx.compute->device() && ctx.policy.qwz_block > 0) {
-    return absl::UnimplementedError(
-        "zero_optimization.zero_quantized_weights with an NCCL communicator: the quantized gather runs on the host "
-        "(Gloo) engine; the CUDA engine does not call its quantize kernels (zero::cuda::QuantizeInt8) yet");
-  }
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());

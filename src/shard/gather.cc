@@ -10,6 +10,20 @@
 #include "zero/logging.h"
 
 namespace zero::internal {
+namespace {
+
+// qwZ's exact spans moved in the compute tier, on its stream: a copy of whole compute-dtype elements is a
+// same-dtype Convert (a memcpy on the host, cudaMemcpyAsync on a device).
+auto TierCopy(EngineContext& c) {
+  return [&c](void* dst, const void* src, size_t bytes) {
+    c.compute->Convert(src, c.cd(), dst, c.cd(), static_cast<int64_t>(bytes / DTypeSize(c.cd())));
+  };
+}
+auto TierZero(EngineContext& c) {
+  return [&c](void* p, size_t bytes) { c.compute->Zero(p, bytes); };
+}
+
+}  // namespace
 
 Status GatherScheduler::Issue(Unit& u, bool backward) {
   ZERO_CHECK(u.status == UnitStatus::kNotAvailable) << "unit " << u.name();
@@ -91,21 +105,21 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
       GiveParamSlot(u);
       return s;
     }
+    // Every byte moves through the compute tier (the CUDA engine's messages are device memory, on its stream).
     auto* msg = static_cast<uint8_t*>(u.qwz_send.data());
-    const size_t cds = DTypeSize(c.cd());
     uint8_t* tail = msg + QwzMessageBytes(S, block);
     const std::vector<ExactSpan>& spans = ShardSpans(u.plan, c.rank);
     const void* quantized = send;
     if (!spans.empty()) {
       uint8_t* zeroed = msg + P;  // the scratch: the shard with its spans zeroed
-      std::memcpy(zeroed, send, static_cast<size_t>(S) * cds);
-      tail = PackExact(send, zeroed, cds, spans, tail);
+      c.compute->Convert(send, c.cd(), zeroed, c.cd(), S);
+      tail = PackExactWith(send, zeroed, cds, spans, tail, TierCopy(c), TierZero(c));
       quantized = zeroed;
     }
-    QuantizeInt8(quantized, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks),
-                 reinterpret_cast<float*>(msg));
-    std::fill(msg + 4 * blocks + S, msg + QwzMessageBytes(S, block), uint8_t{0});  // padding: every byte defined
-    std::fill(tail, msg + P, uint8_t{0});
+    c.compute->QuantizeInt8(quantized, c.cd(), S, block, reinterpret_cast<int8_t*>(msg + 4 * blocks),
+                            reinterpret_cast<float*>(msg));
+    c.compute->Zero(msg + 4 * blocks + S, QwzMessageBytes(S, block) - 4 * blocks - S);  // padding: every byte defined
+    c.compute->Zero(tail, static_cast<size_t>(msg + P - tail));
     u.gather_op = UnitCollective(ctx_, c.comm->AllGather(msg, u.qwz_recv.data(), P / 2, DType::kF16, c.stream()));
   } else if (hpz) {
     CommLabel hpz_label(c.hpz_comm.get(), absl::StrCat("hpZ backward gather of unit ", u.name()));
@@ -141,9 +155,9 @@ Status GatherScheduler::Wait(Unit& u) {
     for (int r = 0; r < c.world; ++r) {
       const auto* msg = static_cast<const uint8_t*>(u.qwz_recv.data()) + r * P;
       auto* out = static_cast<uint8_t*>(u.gather.data()) + r * S * cds;
-      DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks), reinterpret_cast<const float*>(msg), S, block,
-                     out, c.cd());
-      UnpackExact(msg + QwzMessageBytes(S, block), cds, ShardSpans(u.plan, r), out);
+      c.compute->DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks), reinterpret_cast<const float*>(msg),
+                                S, block, out, c.cd());
+      UnpackExactWith(msg + QwzMessageBytes(S, block), cds, ShardSpans(u.plan, r), out, TierCopy(c));
     }
     ReleaseQwz(u, /*quarantine=*/false);
   }

@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "core/internal/cuda_backend.h"
+#include "core/internal/quantize.h"
 #include "shard/internal/compute.h"
 #include "zero/dtype.h"
 
@@ -69,6 +70,13 @@ class HostCompute final : public ComputeTier {
   void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
     StochasticRoundToBF16(src, dst, n, key, first_index);
   }
+  void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) override {
+    if (n > 0) internal::QuantizeInt8(x, dt, static_cast<size_t>(n), static_cast<size_t>(block), q, scales);
+  }
+  void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
+    if (n > 0) internal::DequantizeInt8(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out, dt);
+  }
+
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(host_dst, src, bytes);
   }

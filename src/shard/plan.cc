@@ -290,21 +290,13 @@ std::vector<ExactParam> ExactParams(const std::vector<ParamSpec>& specs) {
 }
 
 uint8_t* PackExact(const void* shard, void* zeroed, size_t elem, const std::vector<ExactSpan>& spans, uint8_t* tail) {
-  for (const ExactSpan& sp : spans) {
-    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem, at = static_cast<size_t>(sp.begin) * elem;
-    std::memcpy(tail, static_cast<const uint8_t*>(shard) + at, bytes);
-    std::memset(static_cast<uint8_t*>(zeroed) + at, 0, bytes);  // 0 bits: 0.0 in every float dtype
-    tail += bytes;
-  }
-  return tail;
+  return PackExactWith(
+      shard, zeroed, elem, spans, tail, [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); },
+      [](void* p, size_t n) { std::memset(p, 0, n); });
 }
 
 void UnpackExact(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>& spans, void* shard) {
-  for (const ExactSpan& sp : spans) {
-    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem;
-    std::memcpy(static_cast<uint8_t*>(shard) + static_cast<size_t>(sp.begin) * elem, tail, bytes);
-    tail += bytes;
-  }
+  UnpackExactWith(tail, elem, spans, shard, [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); });
 }
 
 StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels, const std::vector<bool>& trainer_owned,

@@ -161,6 +161,12 @@ class AsyncTier final : public internal::ComputeTier {
   void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) override {
     stream_.Enqueue([=] { StochasticRoundToBF16(src, dst, n, key, first_index); });
   }
+  void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) override {
+    stream_.Enqueue([=, this] { host_->QuantizeInt8(x, dt, n, block, q, scales); });
+  }
+  void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
+    stream_.Enqueue([=, this] { host_->DequantizeInt8(q, scales, n, block, out, dt); });
+  }
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     stream_.Drain();
     if (bytes > 0) std::memcpy(host_dst, src, bytes);
@@ -297,7 +303,8 @@ struct Case {
   int offload = 0;  // 1: offload_optimizer; 2: + offload_param
   double ratio = 1.0;
   double clip = 1.0;
-  bool chunked = false;  // 200-element buckets: units move in chunks (shard/internal/collective.h)
+  bool chunked = false;   // 200-element buckets: units move in chunks (shard/internal/collective.h)
+  int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements: the gathers' messages built on the stream
 };
 
 Config CaseConfig(const Case& c) {
@@ -313,6 +320,10 @@ Config CaseConfig(const Case& c) {
   }
   if (c.offload >= 2) cfg.zero.offload_param.device = OffloadDevice::kCpu;
   if (c.chunked) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = 200;
+  if (c.qwz_block > 0) {
+    cfg.zero.zero_quantized_weights = true;
+    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
+  }
   return cfg;
 }
 
@@ -399,7 +410,12 @@ INSTANTIATE_TEST_SUITE_P(
              true},
         Case{"w3_s2_f32_chunked", 3, 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, true},
         Case{"w3_s3_bf16_ga2_chunked", 3, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
-             true}),
+             true},
+        Case{"w2_s3_f32_qwz", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false, 32},
+        Case{"w3_s3_bf16_ga2_qwz", 3, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false,
+             48},
+        Case{"w2_s3_bf16_offload_all_qwz", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2, 1.0, 1.0,
+             false, 32}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned

@@ -45,8 +45,9 @@ struct Case {
   GradAccumulationMode mode;
   bool stochastic;
   double clip;
-  int offload = 0;     // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
-  double ratio = 1.0;  // offload_optimizer.ratio (Twin-Flow below 1)
+  int offload = 0;        // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
+  double ratio = 1.0;     // offload_optimizer.ratio (Twin-Flow below 1)
+  int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements (the quantized gathers on the device)
 };
 
 Config CaseConfig(const Case& c) {
@@ -63,6 +64,10 @@ Config CaseConfig(const Case& c) {
   if (c.offload >= 2) {
     cfg.zero.offload_param.device = OffloadDevice::kCpu;
     cfg.zero.offload_param.pin_memory = true;
+  }
+  if (c.qwz_block > 0) {
+    cfg.zero.zero_quantized_weights = true;
+    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
   }
   return cfg;
 }
@@ -135,28 +140,31 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Stages, CudaEngineTest,
-    ::testing::Values(Case{"s0_f32", 0, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s1_f32", 1, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s2_f32", 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s3_f32", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s0_bf16_ga2", 0, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s1_bf16_ga2", 1, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s2_bf16", 2, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s2_bf16_ga3_lowcomm", 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication, false,
-                           0},
-                      Case{"s3_bf16_ga2", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
-                      Case{"s3_bf16_sr", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true, 0},
-                      Case{"s3_f16", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0},
-                      // fp32: with clipping a 1-ulp difference of the norm may flip a bf16 rounding, which the
-                      // next step's gradient (0.1 p) would carry past the tolerance.
-                      Case{"s3_f32_clip", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1.0},
-                      Case{"s1_bf16_offload", 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
-                      Case{"s2_f32_offload_ga2", 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1},
-                      Case{"s3_bf16_offload", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
-                      Case{"s3_bf16_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
-                      Case{"s3_f32_offload_all", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
-                      Case{"s3_bf16_twinflow", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 0.5},
-                      Case{"s3_bf16_sr_offload", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, true, 0, 1}),
+    ::testing::Values(
+        Case{"s0_f32", 0, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s1_f32", 1, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s2_f32", 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s3_f32", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s0_bf16_ga2", 0, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s1_bf16_ga2", 1, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s2_bf16", 2, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s2_bf16_ga3_lowcomm", 2, DType::kBF16, 3, GradAccumulationMode::kLowCommunication, false, 0},
+        Case{"s3_bf16_ga2", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0},
+        Case{"s3_bf16_sr", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, true, 0},
+        Case{"s3_f16", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0},
+        // fp32: with clipping a 1-ulp difference of the norm may flip a bf16 rounding, which the
+        // next step's gradient (0.1 p) would carry past the tolerance.
+        Case{"s3_f32_clip", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1.0},
+        Case{"s1_bf16_offload", 1, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
+        Case{"s2_f32_offload_ga2", 2, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1},
+        Case{"s3_bf16_offload", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1},
+        Case{"s3_bf16_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
+        Case{"s3_f32_offload_all", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 2},
+        Case{"s3_bf16_twinflow", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 0.5},
+        Case{"s3_bf16_sr_offload", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, true, 0, 1},
+        // qwZ: zero::cuda's quantize kernels give the host's bits, so the gathers match exactly.
+        Case{"s3_f32_qwz", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32},
+        Case{"s3_bf16_qwz_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2, 1.0, 48}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 class CudaEngineRefusesTest : public ::testing::Test {

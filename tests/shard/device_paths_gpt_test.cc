@@ -38,6 +38,12 @@ class HostAsDevice final : public internal::ComputeTier {
   void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first) override {
     h_->StochasticRound(src, dst, n, key, first);
   }
+  void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) override {
+    h_->QuantizeInt8(x, dt, n, block, q, scales);
+  }
+  void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
+    h_->DequantizeInt8(q, scales, n, block, out, dt);
+  }
   void CopyToHostSync(void* d, const void* s, size_t bytes) override { h_->CopyToHostSync(d, s, bytes); }
   void CopyFromHostSync(void* d, const void* s, size_t bytes) override { h_->CopyFromHostSync(d, s, bytes); }
   void CopyFromHost(void* d, const void* s, size_t bytes) override { h_->CopyFromHost(d, s, bytes); }
@@ -54,13 +60,18 @@ class HostAsDevice final : public internal::ComputeTier {
 struct Case {
   const char* name;
   int world, stage, ga;
+  bool qwz = false;  // ZeRO++ qwZ (blocks of 64): the quantized gathers through the tier, 1-D parameters exact
+  bool bf16 = false;
 };
 
 class DevicePathsGptTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
   const Case& c = GetParam();
-  const Config cfg = testing::TrainConfig(c.stage, 2, c.ga, 3e-3, 1.0, GradAccumulationMode::kLowMemory);
+  Config cfg = testing::TrainConfig(c.stage, 2, c.ga, 3e-3, 1.0, GradAccumulationMode::kLowMemory);
+  cfg.zero.zero_quantized_weights = c.qwz;
+  cfg.zero.zero_quantized_weights_block_size = 64;
+  cfg.bf16.enabled = c.bf16;
   const gpt::TrainResult host = testing::TrainTinyGpt(c.world, cfg, 3);
   internal::SetGlooEngineComputeForTesting([](MemoryTracker* t) { return std::make_unique<HostAsDevice>(t); });
   const gpt::TrainResult dev = testing::TrainTinyGpt(c.world, cfg, 3);
@@ -71,12 +82,17 @@ TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
     EXPECT_EQ(dev.steps[k].grad_norm, host.steps[k].grad_norm) << "step " << k;
   }
   EXPECT_EQ(dev.final_params, host.final_params);
+  if (c.qwz) {  // the gathers were quantized: the parameters are not the exact run's
+    cfg.zero.zero_quantized_weights = false;
+    EXPECT_NE(testing::TrainTinyGpt(c.world, cfg, 3).final_params, host.final_params);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, DevicePathsGptTest,
                          ::testing::Values(Case{"w1_s0", 1, 0, 2}, Case{"w1_s1", 1, 1, 2}, Case{"w1_s2", 1, 2, 2},
                                            Case{"w1_s3", 1, 3, 2}, Case{"w1_s2_ga1", 1, 2, 1}, Case{"w2_s2", 2, 2, 2},
-                                           Case{"w2_s3", 2, 3, 1}),
+                                           Case{"w2_s3", 2, 3, 1}, Case{"w2_s3_qwz", 2, 3, 1, true},
+                                           Case{"w3_s3_qwz_bf16", 3, 3, 2, true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -61,6 +61,11 @@ class ComputeTier {
   // One optimizer step over a shard of compute-tier buffers (ShardUpdate's pointers in this tier).
   virtual void Update(const ElementwiseOptimizer& opt, const ShardUpdate& u, int threads, size_t tile) = 0;
   virtual void StochasticRound(const float* src, uint16_t* dst, size_t n, uint64_t key, int64_t first_index) = 0;
+  // ZeRO++ qwZ's blockwise int8 codes (core/internal/quantize.h's format: one f32 scale per `block` elements): n
+  // elements of `x` into `q` and `scales`, and back into `out`. The host kernels and the CUDA kernels
+  // (zero::cuda::QuantizeInt8 / DequantizeInt8) give the same bits.
+  virtual void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) = 0;
+  virtual void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) = 0;
   // Copies between host memory and the compute tier; the host waits until the copy is done.
   virtual void CopyToHostSync(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) = 0;

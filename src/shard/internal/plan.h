@@ -280,7 +280,27 @@ std::vector<std::vector<ExactSpan>> ExactSpans(const std::vector<ExactParam>& pa
 std::vector<ExactParam> ExactParams(const std::vector<ParamSpec>& specs);
 // The spans' elements (of `elem` bytes, in `shard`) copied one after another to `tail`, and zeroed in `zeroed` (a copy
 // of the shard that is quantized next, or the shard itself); returns the end of what was written. UnpackExact puts
-// them back over `shard`.
+// them back over `shard`. The bytes move with copy(dst, src, bytes) and zero(p, bytes): memcpy and memset in host
+// memory (PackExact, UnpackExact), a compute tier's stream operations in a device's (qwZ on the CUDA engine).
+template <typename Copy, typename Zero>
+uint8_t* PackExactWith(const void* shard, void* zeroed, size_t elem, const std::vector<ExactSpan>& spans, uint8_t* tail,
+                       Copy copy, Zero zero) {
+  for (const ExactSpan& sp : spans) {
+    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem, at = static_cast<size_t>(sp.begin) * elem;
+    copy(tail, static_cast<const uint8_t*>(shard) + at, bytes);
+    zero(static_cast<uint8_t*>(zeroed) + at, bytes);  // 0 bits: 0.0 in every float dtype
+    tail += bytes;
+  }
+  return tail;
+}
+template <typename Copy>
+void UnpackExactWith(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>& spans, void* shard, Copy copy) {
+  for (const ExactSpan& sp : spans) {
+    const size_t bytes = static_cast<size_t>(sp.end - sp.begin) * elem;
+    copy(static_cast<uint8_t*>(shard) + static_cast<size_t>(sp.begin) * elem, tail, bytes);
+    tail += bytes;
+  }
+}
 uint8_t* PackExact(const void* shard, void* zeroed, size_t elem, const std::vector<ExactSpan>& spans, uint8_t* tail);
 void UnpackExact(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>& spans, void* shard);
 // Shard `shard`'s exact spans (none where the plan lists none for the unit).
