@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -197,6 +199,9 @@ bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& 
     return p.Fail(absl::StrCat(where, ".file \"", Printable(r.file), "\" is not a plain file name"));
   }
   int64_t end_of_last = kRankHeaderBytes;
+  // A rank's state holds each (unit, stream) once: a Load reads every listed section into the one residual it names,
+  // sized from the first, so a second would write past it.
+  std::set<std::pair<int, int>> state_seen;
   // The sections, then the rank-state sections after them: in file order, inside the file, checksummed per block.
   auto parse = [&](const json& list, const char* key, bool rank_state, std::vector<Section>& out) {
     for (size_t si = 0; si < list.size(); ++si) {
@@ -213,6 +218,9 @@ bool ParseRank(const json& jr, const std::string& where, const Meta& m, Parser& 
           !p.Int(js, "end", sw, s.begin, limit, &s.end) || !p.Int(js, "offset", sw, end_of_last, r.bytes, &s.offset) ||
           !p.Array(js, "crc32c", sw, &crcs)) {
         return false;
+      }
+      if (rank_state && !state_seen.insert({s.unit, s.stream}).second) {
+        return p.Fail(absl::StrCat(sw, " lists unit ", s.unit, "'s ", kRankStateStreams[s.stream], " a second time"));
       }
       const int64_t bytes = m.SectionBytes(s);
       if (s.offset + bytes > r.bytes) {
@@ -372,7 +380,8 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
           absl::StrCat("qgz_residuals.rounds lists ", rounds->size(), " counts for ", m.units.size(), " units"));
     }
     for (const json& c : *rounds) {
-      if (!c.is_number_integer() || c.get<int64_t>() < 0) {
+      // Bounded as element counts are: the engine adds one per reduction, which must not overflow.
+      if (!c.is_number_integer() || c.get<int64_t>() < 0 || c.get<int64_t>() > kMaxElems) {
         return p.Fail(absl::StrCat("qgz_residuals.rounds holds ", c.dump()));
       }
       q.rounds.push_back(c.get<int64_t>());

@@ -400,8 +400,21 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
     EXPECT_FALSE(r->meta().qgz.has_value());
     EXPECT_TRUE(r->meta().ranks[1].rank_state.empty());
   }
-  // One byte of rank 1's host residual flipped: the Load fails on every rank, naming the section.
+  // A meta.json that lists one residual of a rank twice, the second larger: refused when it is parsed (a Load would
+  // read every listed section into the residual the first one sized).
   ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, ""));
+  {
+    ckpt::Meta m = reader->meta();
+    ckpt::RankFileMeta& r = m.ranks[1];
+    ckpt::Section twice = r.rank_state[0];
+    twice.offset = r.bytes;
+    twice.end = twice.begin + 2 * (twice.end - twice.begin);
+    r.bytes += m.SectionBytes(twice);
+    r.rank_state.push_back(twice);
+    EXPECT_THAT(ckpt::MetaFromJson(ckpt::MetaToJson(m), "meta.json").status(),
+                testing::StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("qgz_residual a second time")));
+  }
+  // One byte of rank 1's host residual flipped: the Load fails on every rank, naming the section.
   const ckpt::RankFileMeta& r1 = reader->meta().ranks[1];
   ASSERT_EQ(r1.rank_state.size(), 2u);
   const std::string path = absl::StrCat(reader->folder(), "/", r1.file);
