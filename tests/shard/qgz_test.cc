@@ -271,7 +271,9 @@ int64_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b)
 
 // A checkpoint saved without its LoCo residuals (the default): a Load restarts them at zero (and the reset_T count
 // with them), so an engine that trained before it loads goes on exactly as a fresh engine loading the same
-// checkpoint, never with the residuals of the steps the checkpoint does not hold.
+// checkpoint, never with the residuals of the steps the checkpoint does not hold. Engine::LoadSafetensors, which
+// replaces the parameters mid-run, restarts them too: they are the rounding errors of the old parameters' gradients
+// (the engine that kept them, the code before that case, failed it).
 TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
   const std::string dir = testing::MakeTempDir("zero_qgz_residuals");
   std::mt19937 rng(11);
@@ -281,42 +283,20 @@ TEST(QgzCheckpoint, ALoadRestartsTheResidualsAsAFreshEngineHasThem) {
   auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
   Config cfg = QgzConfig(3, 8, true);
   cfg.zero.zeropp_loco_reset_t = 5;  // reductions counted across the Load would reset at another step
-  TrainOneUnit(cfg, 4, 2, 3, grad(0), dir);
-  // Trains `before` steps on gradient set 1, loads `dir`, then trains 3 steps on gradient set 2.
-  auto resume = [&](int before) {
-    return TrainSteps(
-        cfg, 0, before + 3, [&](int step, int r, int64_t i) { return grad(step < before ? 1 : 2)(r, i); }, dir, "", {},
-        before);
-  };
-  const std::vector<float> fresh = resume(0), trained = resume(4);
-  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
-  const int64_t differ = CountDiffering(fresh, trained);
-  EXPECT_EQ(differ, 0) << "of " << kN << " parameters differ after the same Load and steps";
-}
-
-// Engine::LoadSafetensors replaces the parameters mid-run: the LoCo residuals (rounding errors of the old
-// parameters' gradients) and the reset_T count restart with them, so an engine that trained before the load goes on
-// exactly as a fresh engine loading the same file. The engine that kept them (the code before this test) failed it.
-TEST(QgzCheckpoint, LoadSafetensorsRestartsTheResiduals) {
-  const std::string dir = testing::MakeTempDir("zero_qgz_safetensors");
-  std::mt19937 rng(12);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> g(kN * 4 * 3);
-  for (float& x : g) x = dist(rng);
-  auto grad = [&](int set) { return [&g, set](int r, int64_t i) { return g[(set * 4 + r) * kN + i]; }; };
-  Config cfg = QgzConfig(3, 8, true);
-  cfg.zero.zeropp_loco_reset_t = 5;
   TrainOneUnit(cfg, 4, 2, 3, grad(0), dir + "/ckpt");
-  const std::string file = dir + "/weights.safetensors";
-  ASSERT_OK(ExportSafetensors(dir + "/ckpt", file));
-  auto resume = [&](int before) {
-    return TrainSteps(
-        cfg, 0, before + 3, [&](int step, int r, int64_t i) { return grad(step < before ? 1 : 2)(r, i); }, file, "", {},
-        before);
-  };
-  const std::vector<float> fresh = resume(0), trained = resume(4);
-  ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
-  EXPECT_EQ(CountDiffering(fresh, trained), 0) << "of " << kN << " parameters differ after the same load and steps";
+  ASSERT_OK(ExportSafetensors(dir + "/ckpt", dir + "/weights.safetensors"));
+  for (const std::string& from : {dir + "/ckpt", dir + "/weights.safetensors"}) {
+    SCOPED_TRACE(from);
+    // Trains `before` steps on gradient set 1, loads `from`, then trains 3 steps on gradient set 2.
+    auto resume = [&](int before) {
+      return TrainSteps(
+          cfg, 0, before + 3, [&](int step, int r, int64_t i) { return grad(step < before ? 1 : 2)(r, i); }, from, "",
+          {}, before);
+    };
+    const std::vector<float> fresh = resume(0), trained = resume(4);
+    ASSERT_EQ(fresh.size(), static_cast<size_t>(kN));
+    EXPECT_EQ(CountDiffering(fresh, trained), 0) << "of " << kN << " parameters differ after the same load and steps";
+  }
 }
 
 // SaveOptions::save_qgz_residuals: the checkpoint holds each rank's LoCo residuals (both hops') and the units'
