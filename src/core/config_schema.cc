@@ -399,7 +399,7 @@ const KeySpec kSchema[] = {
      .doc = "ZeRO++ hpZ: H > 1 keeps, after each stage-3 forward gather, a secondary copy of the unit's parameters "
             "(compute dtype) sharded over the H consecutive ranks of the host group, and backward gathers it inside "
             "that group; Ψ/H more parameter memory per rank. H must divide the world size and the ranks per host "
-            "(EngineOptions::local_world_size, LOCAL_WORLD_SIZE). Stage 3, host (Gloo) engine; not with "
+            "(EngineOptions::local_world_size, LOCAL_WORLD_SIZE). Stage 3; on the CUDA engine (NCCL) built and proven on an emulated device tier, not yet run on GPUs; not with "
             "mics_shard_size or offload_param. 0 and 1: off."},
     {.path = "zero_optimization.zero_quantized_weights", .type = T::kBool, .default_json = "false",
      .ref = FIELD(zero.zero_quantized_weights),

@@ -60,11 +60,6 @@ Status Engine::Impl::Init() {
                            "copy stream's copies are memcpys; the tiers are kept and reported apart";
   }
   if (ctx.comm->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
-  if (ctx.compute->device() && ctx.hpz_comm != nullptr) {
-    return absl::UnimplementedError(
-        "zero_optimization.zero_hpz_partition_size > 1 with an NCCL communicator: hpZ runs on the host (Gloo) "
-        "engine; the CUDA engine's secondary copy is not built");
-  }
   if (ctx.policy.qgz_bits > 0) {
     if (ctx.compute->device()) {
       return absl::UnimplementedError(

@@ -2,7 +2,6 @@
 #include "shard/internal/gather.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/internal/fault.h"
@@ -12,8 +11,8 @@
 namespace zero::internal {
 namespace {
 
-// qwZ's exact spans moved in the compute tier, on its stream: a copy of whole compute-dtype elements is a
-// same-dtype Convert (a memcpy on the host, cudaMemcpyAsync on a device).
+// qwZ's exact spans and hpZ's secondary copy move in the compute tier, on its stream: a copy of whole
+// compute-dtype elements is a same-dtype Convert (a memcpy on the host, cudaMemcpyAsync on a device).
 auto TierCopy(EngineContext& c) {
   return [&c](void* dst, const void* src, size_t bytes) {
     c.compute->Convert(src, c.cd(), dst, c.cd(), static_cast<int64_t>(bytes / DTypeSize(c.cd())));
@@ -163,11 +162,13 @@ Status GatherScheduler::Wait(Unit& u) {
   }
   if (!u.gather_backward && !u.hpz_secondary.empty()) {
     // hpZ: this rank's part of what the forward computes with (dequantized under qwZ, as ZeRO++ copies its
-    // secondary tensor from the gathered parameter), for this step's backward gathers.
+    // secondary tensor from the gathered parameter), for this step's backward gathers. A copy in the compute tier,
+    // on its stream (device memory on the CUDA engine), after the gather it reads was joined into that stream; the
+    // backward's all-gather of the copy waits for the stream as every collective does.
     EngineContext& c = *ctx_;
     const int H = c.hpz_comm->world_size();
     const size_t part = static_cast<size_t>(u.layout.padded / H) * DTypeSize(c.cd());
-    std::memcpy(u.hpz_secondary.data(), static_cast<const uint8_t*>(u.gather.data()) + c.hpz_comm->rank() * part, part);
+    TierCopy(c)(u.hpz_secondary.data(), static_cast<const uint8_t*>(u.gather.data()) + c.hpz_comm->rank() * part, part);
     u.hpz_fresh = true;
   }
   u.status = UnitStatus::kAvailable;

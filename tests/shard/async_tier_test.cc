@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -208,8 +209,25 @@ class AsyncTier final : public internal::ComputeTier {
 // producer stream's event.
 class DrainingComm final : public testing::ForwardingComm {
  public:
-  explicit DrainingComm(Communicator& inner) : ForwardingComm(inner) {}
+  // `root`: the communicator this one was split from (its tier is bound later), or null for the rank's own.
+  explicit DrainingComm(Communicator& inner, const DrainingComm* root = nullptr)
+      : ForwardingComm(inner), root_(root != nullptr ? root : this) {}
   void Bind(AsyncTier* tier) { tier_ = tier; }
+
+  // The engine's split communicators (hpZ's host group) wait for the same late stream: Engine::Create splits
+  // before Init makes the tier, so they drain the tier bound to the root when they issue.
+  StatusOr<std::shared_ptr<Communicator>> Split(int color, int key) override {
+    StatusOr<std::shared_ptr<Communicator>> child = ForwardingComm::Split(color, key);
+    if (!child.ok()) return child.status();
+    struct Owned {
+      std::shared_ptr<Communicator> inner;
+      std::unique_ptr<DrainingComm> outer;
+    };
+    auto owned = std::make_shared<Owned>();
+    owned->inner = *std::move(child);
+    owned->outer = std::make_unique<DrainingComm>(*owned->inner, root_);
+    return std::shared_ptr<Communicator>(owned, owned->outer.get());
+  }
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
@@ -263,12 +281,13 @@ class DrainingComm final : public testing::ForwardingComm {
 
  private:
   void Drain() {
-    if (tier_ != nullptr) tier_->Drain();
+    if (root_->tier_ != nullptr) root_->tier_->Drain();
   }
   // NCCL would fail a null buffer and abort the communicator for every rank.
   static void CheckBuffers(const void* send, const void* recv, size_t count) {
     if (count > 0 && (send == nullptr || recv == nullptr)) ADD_FAILURE() << "a collective got a null buffer";
   }
+  const DrainingComm* root_;
   AsyncTier* tier_ = nullptr;
 };
 
@@ -305,6 +324,7 @@ struct Case {
   double clip = 1.0;
   bool chunked = false;   // 200-element buckets: units move in chunks (shard/internal/collective.h)
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements: the gathers' messages built on the stream
+  int hpz = 0;            // ZeRO++ hpZ with this H (all ranks on one host): the secondary copy in the compute tier
 };
 
 Config CaseConfig(const Case& c) {
@@ -324,7 +344,14 @@ Config CaseConfig(const Case& c) {
     cfg.zero.zero_quantized_weights = true;
     cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
   }
+  cfg.zero.zero_hpz_partition_size = std::max(1, c.hpz);
   return cfg;
+}
+
+EngineOptions CaseOptions(const Case& c) {
+  EngineOptions o;
+  o.local_world_size = c.world;  // one host: hpZ's groups are H consecutive ranks of it
+  return o;
 }
 
 class AsyncTierTest : public ::testing::TestWithParam<Case> {
@@ -341,7 +368,7 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
     SyntheticTrace host, async;
     {
       t_binding = nullptr;
-      auto e = testing::MakeSyntheticEngine(cfg, Borrow(comm));
+      auto e = testing::MakeSyntheticEngine(cfg, Borrow(comm), CaseOptions(c));
       ASSERT_OK(e);
       ASSERT_FALSE((*e)->on_device());
       ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kSteps, c.ga, testing::HostViewIo(), &host));
@@ -349,7 +376,7 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
     {
       DrainingComm draining(comm);
       t_binding = &draining;
-      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining));
+      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
       t_binding = nullptr;
       ASSERT_OK(e);
       ASSERT_TRUE((*e)->on_device());
@@ -415,7 +442,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"w3_s3_bf16_ga2_qwz", 3, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false,
              48},
         Case{"w2_s3_bf16_offload_all_qwz", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2, 1.0, 1.0,
-             false, 32}),
+             false, 32},
+        Case{"w2_s3_f32_hpz", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false, 0, 2},
+        Case{"w4_s3_bf16_ga2_hpz", 4, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false,
+             0, 2},
+        Case{"w4_s3_f16_hpz_qwz", 4, 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false, 32,
+             2},
+        Case{"w4_s3_bf16_offload_hpz_qwz", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1, 1.0, 1.0,
+             false, 32, 2}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned

@@ -62,6 +62,7 @@ struct Case {
   int world, stage, ga;
   bool qwz = false;  // ZeRO++ qwZ (blocks of 64): the quantized gathers through the tier, 1-D parameters exact
   bool bf16 = false;
+  int hpz = 1;  // ZeRO++ hpZ's H (every rank on one host): the secondary copy through the tier
 };
 
 class DevicePathsGptTest : public ::testing::TestWithParam<Case> {};
@@ -72,6 +73,7 @@ TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
   cfg.zero.zero_quantized_weights = c.qwz;
   cfg.zero.zero_quantized_weights_block_size = 64;
   cfg.bf16.enabled = c.bf16;
+  cfg.zero.zero_hpz_partition_size = c.hpz;
   const gpt::TrainResult host = testing::TrainTinyGpt(c.world, cfg, 3);
   internal::SetGlooEngineComputeForTesting([](MemoryTracker* t) { return std::make_unique<HostAsDevice>(t); });
   const gpt::TrainResult dev = testing::TrainTinyGpt(c.world, cfg, 3);
@@ -92,7 +94,9 @@ INSTANTIATE_TEST_SUITE_P(Stages, DevicePathsGptTest,
                          ::testing::Values(Case{"w1_s0", 1, 0, 2}, Case{"w1_s1", 1, 1, 2}, Case{"w1_s2", 1, 2, 2},
                                            Case{"w1_s3", 1, 3, 2}, Case{"w1_s2_ga1", 1, 2, 1}, Case{"w2_s2", 2, 2, 2},
                                            Case{"w2_s3", 2, 3, 1}, Case{"w2_s3_qwz", 2, 3, 1, true},
-                                           Case{"w3_s3_qwz_bf16", 3, 3, 2, true, true}),
+                                           Case{"w3_s3_qwz_bf16", 3, 3, 2, true, true},
+                                           Case{"w4_s3_hpz", 4, 3, 2, false, false, 2},
+                                           Case{"w4_s3_hpz_qwz_bf16", 4, 3, 1, true, true, 2}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace
