@@ -969,6 +969,16 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     return absl::OkStatus();
   }();
   ZERO_RETURN_IF_ERROR(AgreeOnStatus(local, "Load").status());
+  // The qgZ residuals restore on every rank or restart on every rank: each rank decides from its own sections of
+  // meta.json, which only a hand-edited file makes differ, and residuals restored on some ranks only would be a state
+  // no run had. One all-gather of the reasons; the first rank's that cannot restore is every rank's.
+  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco && ctx.world_size > 1) {
+    CommLabel label(ctx.world_comm.get(), "Load: whether every rank restores its qgZ residuals");
+    ZERO_ASSIGN_OR_RETURN(auto whys, world_host.AllGatherStrings(qgz_why));
+    for (int r = 0; r < ctx.world_size && qgz_why.empty(); ++r) {
+      if (!whys[r].empty()) qgz_why = absl::StrCat("rank ", r, " cannot restore its own: ", whys[r]);
+    }
+  }
   std::vector<Work> refresh;
   for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
     if (!gather_after[ui]) continue;

@@ -430,6 +430,35 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   });
 }
 
+// Whether a Load restores the residuals is one decision for every rank: a meta.json (hand-edited, its checksum
+// right) that lists rank 1's residuals nowhere while the other ranks' are listed makes rank 1 restart its own, and
+// then every rank restarts, as from a checkpoint saved without them; ranks 0, 2 and 3 restoring theirs beside rank
+// 1's zeros would train a state no run had (the Load before the agreement did, and failed this test).
+TEST(QgzCheckpoint, EveryRankRestoresTheResidualsOrNone) {
+  auto grad = [](int step, int r, int64_t i) { return std::sin(0.1f * static_cast<float>(i + 7 * r + 31 * step)); };
+  const Config cfg = QgzConfig(3, 8, true);
+  SaveOptions so;
+  so.save_qgz_residuals = true;
+  const std::string saved = testing::MakeTempDir("zero_qgz_agree_saved");
+  const std::string edited = testing::MakeTempDir("zero_qgz_agree_edited");
+  const std::string plain = testing::MakeTempDir("zero_qgz_agree_plain");
+  TrainSteps(cfg, 0, 2, grad, "", saved, so);
+  TrainSteps(cfg, 0, 2, grad, "", edited, so);
+  TrainSteps(cfg, 0, 2, grad, "", plain);
+  {
+    ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(edited, ""));
+    ckpt::Meta m = reader->meta();
+    ASSERT_EQ(m.ranks[1].rank_state.size(), 2u);
+    m.ranks[1].rank_state.clear();
+    testing::WriteWholeFile(absl::StrCat(reader->folder(), "/meta.json"), ckpt::MetaToJson(m));
+  }
+  const std::vector<float> restored = TrainSteps(cfg, 2, 4, grad, saved);
+  const std::vector<float> restarted = TrainSteps(cfg, 2, 4, grad, plain);
+  ASSERT_GT(CountDiffering(restored, restarted), 0) << "restored and restarted residuals should train apart";
+  EXPECT_EQ(CountDiffering(TrainSteps(cfg, 2, 4, grad, edited), restarted), 0)
+      << "of " << kN << " parameters differ from the run whose every rank restarted its residuals";
+}
+
 // A constant gradient that does not quantize exactly: each step applies the same quantized value without error
 // feedback, a biased one; with it the residual carries the loss into the next step, so the sum of the updates tracks
 // the sum of the exact gradients (its error stays bounded, its mean error shrinks as 1/steps).
