@@ -1,6 +1,8 @@
-// Hybrid sharding with ranks as processes: zero-gpt under zero-run at world 4 in groups of 2
-// (tests/examples/configs/hybrid_zero3.json) trains what full stage-3 sharding trains, and what the same hybrid job
-// trains with ranks as threads, bit for bit.
+// Sharding over split communicators with ranks as processes, zero-gpt under zero-run at world 4:
+//  - hybrid sharding in groups of 2 (tests/examples/configs/hybrid_zero3.json) trains what full stage-3 sharding
+//    trains, and what the same hybrid job trains with ranks as threads, bit for bit;
+//  - ZeRO++ laid out as 2 hosts of 2 ranks: hpZ alone (hpz_zero3.json) trains full stage 3's bits, and qwZ + hpZ +
+//    qgZ (examples/gpt/configs/zeropp.json) the thread run's bits.
 //
 // The two shardings sum each gradient in another order, so they agree only within a tolerance (label
 // `tolerance`; bench/results/cpu-targets.md has the measurements, under every SIMD target and seven OpenBLAS
@@ -32,6 +34,7 @@ namespace {
 struct Step {
   double loss = 0, grad_norm = 0;
   long long replica_bytes = -1;
+  long long host_bytes = -1;  // rank 0's bytes sent to the ranks of its host and of the others (--ranks-per-host)
 };
 struct ProgramRun {
   int status = -1;
@@ -53,6 +56,12 @@ ProgramRun Exec(const std::string& cmd) {
     if (std::sscanf(line.c_str(), "{\"step\": %*d, \"loss\": %lf, \"grad_norm\": %lf", &s.loss, &s.grad_norm) == 2) {
       if (const size_t b = line.find("\"replicas\": "); b != std::string::npos) {
         s.replica_bytes = std::stoll(line.substr(b + 12));
+      }
+      long long intra = 0, inter = 0;
+      if (const size_t b = line.find("\"host_bytes\": ");
+          b != std::string::npos &&
+          std::sscanf(line.c_str() + b, "\"host_bytes\": {\"intra\": %lld, \"inter\": %lld", &intra, &inter) == 2) {
+        s.host_bytes = intra + inter;
       }
       r.steps.push_back(s);
     }
@@ -92,6 +101,42 @@ TEST(HybridProcessesTest, MatchesFullShardingAndTheThreadRun) {
   // Processes and threads run the same collectives on the same values: the same parameters, bit for bit.
   EXPECT_FALSE(hybrid.hash.empty());
   EXPECT_EQ(hybrid.hash, threads.hash);
+}
+
+// ZeRO++'s groups in processes: hpZ's host groups and qgZ's two hops are communicators split across processes
+// (Gloo's rendezvous through the launcher's store), laid out as 2 hosts of 2 ranks. hpZ alone gathers the same values
+// as plain stage 3 (its secondary is a copy of the forward's gathered parameters), so the two train the same bits;
+// the three together (the example config) train with ranks as processes exactly what they train as threads, step by
+// step and to the last parameter bit. No tolerance: every run sums in the same order.
+TEST(ZeroppProcessesTest, HpzIsStage3AndAllThreeTrainTheThreadsBits) {
+  const std::string args = " --model tiny --seq 32 --steps 10 --json --params-hash --ranks-per-host 2 --config ";
+  const std::string launch = absl::StrCat(ZERO_RUN_PATH, " -n 4 -- ", ZERO_GPT, args);
+  const ProgramRun full = Exec(absl::StrCat(launch, ZERO_CONFIGS, "/full_zero3.json"));
+  const ProgramRun hpz = Exec(absl::StrCat(launch, ZERO_CONFIGS, "/hpz_zero3.json"));
+  const std::string zeropp_cfg = std::string(ZERO_EXAMPLE_CONFIGS) + "/zeropp.json";
+  const ProgramRun zeropp = Exec(launch + zeropp_cfg);
+  const ProgramRun threads = Exec(absl::StrCat(ZERO_GPT, " --world 4", args, zeropp_cfg));
+  for (const ProgramRun* r : {&full, &hpz, &zeropp, &threads}) {
+    ASSERT_EQ(r->status, 0) << r->output;
+    ASSERT_EQ(r->steps.size(), 10u) << r->output;
+    ASSERT_FALSE(r->hash.empty()) << r->output;
+  }
+  for (size_t k = 0; k < 10; ++k) {
+    SCOPED_TRACE(absl::StrCat("step ", k + 1));
+    EXPECT_EQ(hpz.steps[k].loss, full.steps[k].loss);
+    EXPECT_EQ(hpz.steps[k].grad_norm, full.steps[k].grad_norm);
+    // hpZ's backward gathers ran in the host group of 2: each sends rank 0's half of the unit once, where the
+    // world's gather sends it (N - 1) shards of a quarter, so rank 0 sends less. (Which host its bytes reach
+    // depends on the all-gather's ring, not on hpZ: tests/shard/host_traffic_test.cc counts those, every rank.)
+    EXPECT_GT(hpz.steps[k].host_bytes, 0);
+    EXPECT_LT(hpz.steps[k].host_bytes, full.steps[k].host_bytes);
+    EXPECT_EQ(zeropp.steps[k].loss, threads.steps[k].loss);
+    EXPECT_EQ(zeropp.steps[k].grad_norm, threads.steps[k].grad_norm);
+  }
+  EXPECT_EQ(hpz.hash, full.hash);
+  EXPECT_EQ(zeropp.hash, threads.hash);
+  // The example's quantized run is not the exact one (its log names the quantization).
+  EXPECT_NE(zeropp.output.find("zero_quantized_gradients: int8"), std::string::npos) << zeropp.output;
 }
 
 }  // namespace
