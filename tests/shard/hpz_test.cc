@@ -1,7 +1,7 @@
 // ZeRO++'s hpZ (zero_hpz_partition_size H) on the host engine at stage 3, 2 ranks per host, H = 2, threads over
 // real Gloo:
-// - it trains plain stage 3 bit for bit (fp32 and bf16, worlds 2 and 4): the backward gathers from the secondary
-//   copy move the values the forward gathered, which are the parameters;
+// - it trains plain stage 3 bit for bit (fp32 and bf16, worlds 2 and 4, with and without offload_optimizer): the
+//   backward gathers from the secondary copy move the values the forward gathered, which are the parameters;
 // - with qwZ the secondary copy holds the dequantized forward values (as ZeRO++ copies its secondary tensor from
 //   the gathered parameter), so a backward scope sees exactly its forward's quantized weights: training equals,
 //   bit for bit, plain qwZ with a trainer that computes its backward from the values its forward saw;
@@ -91,14 +91,16 @@ void ExpectBitwiseEqual(const testing::SyntheticTrace& a, const testing::Synthet
 struct Layout {
   int world;
   bool bf16;
+  bool offload = false;  // offload_optimizer "cpu": the step on the host, the parameters copied back each step
 };
 
 class HpzParityTest : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(HpzParityTest, TrainsPlainStage3BitForBit) {
-  const auto [world, bf16] = GetParam();
+  const auto [world, bf16, offload] = GetParam();
   Config base = TrainConfig(3, 1);
   base.bf16.enabled = bf16;
+  if (offload) base.zero.offload_optimizer.device = OffloadDevice::kCpu;
   const auto plain = Train(world, base);
   const auto hpz = Train(world, Hpz(base));
   for (int r = 0; r < world; ++r) {
@@ -109,9 +111,11 @@ TEST_P(HpzParityTest, TrainsPlainStage3BitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HpzParityTest,
-                         ::testing::Values(Layout{2, false}, Layout{4, false}, Layout{4, true}, Layout{2, true}),
+                         ::testing::Values(Layout{2, false}, Layout{4, false}, Layout{4, true}, Layout{2, true},
+                                           Layout{4, true, true}, Layout{2, false, true}),
                          [](const auto& info) {
-                           return absl::StrCat("world", info.param.world, info.param.bf16 ? "_bf16" : "_fp32");
+                           return absl::StrCat("world", info.param.world, info.param.bf16 ? "_bf16" : "_fp32",
+                                               info.param.offload ? "_offload_optimizer" : "");
                          });
 
 // The synthetic trainer's arithmetic (synthetic_trainer.h), the backward's gradient from the backward view's
