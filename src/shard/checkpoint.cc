@@ -748,12 +748,14 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   ckpt::Meta saved;
   std::vector<bool> gather_after;
   std::string qgz_why;  // why the qgZ residuals restart at zero; empty: restored, or none kept
+  // The rank files are read through the I/O engine: the asynchronous saves' (kept), or one for this Load, its
+  // staging counted in this engine's tracker while it lives. (Both outlive the lambda: the residuals are read after
+  // the ranks agree.)
+  std::unique_ptr<io::IoEngine> own_io;
+  std::unique_ptr<ckpt::CheckpointReader> reader;
   Status local = [&]() -> Status {
     ZERO_RETURN_IF_ERROR(CheckCheckpointable("Load"));
-    ZERO_ASSIGN_OR_RETURN(auto reader, ckpt::CheckpointReader::Open(dir, options.tag));
-    // The rank files are read through the I/O engine: the asynchronous saves' (kept), or one for this Load, its
-    // staging counted in this engine's tracker while it lives.
-    std::unique_ptr<io::IoEngine> own_io;
+    ZERO_ASSIGN_OR_RETURN(reader, ckpt::CheckpointReader::Open(dir, options.tag));
     io::IoEngine* io = async_save.io.get();
     if (io == nullptr) {
       io::IoOptions o = io::IoOptionsFromConfig(ctx.cfg);
@@ -958,13 +960,6 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
       }
       return "";
     }();
-    if (keeps_residuals && qgz_why.empty()) {  // every section matches a residual this rank keeps, in size
-      for (const ckpt::Section& sec : m.ranks[ctx.rank].rank_state) {
-        ZERO_RETURN_IF_ERROR(
-            reader->ReadRankState(ctx.rank, sec, internal::QgzResidual(ctx.units[sec.unit], sec.stream).data()));
-      }
-      for (size_t ui = 0; ui < ctx.units.size(); ++ui) ctx.units[ui].qgz_rounds = m.qgz->rounds[ui];
-    }
     saved = m;
     return absl::OkStatus();
   }();
@@ -972,11 +967,26 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   // The qgZ residuals restore on every rank or restart on every rank: each rank decides from its own sections of
   // meta.json, which only a hand-edited file makes differ, and residuals restored on some ranks only would be a state
   // no run had. One all-gather of the reasons; the first rank's that cannot restore is every rank's.
-  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco && ctx.world_size > 1) {
-    CommLabel label(ctx.world_comm.get(), "Load: whether every rank restores its qgZ residuals");
-    ZERO_ASSIGN_OR_RETURN(auto whys, world_host.AllGatherStrings(qgz_why));
-    for (int r = 0; r < ctx.world_size && qgz_why.empty(); ++r) {
-      if (!whys[r].empty()) qgz_why = absl::StrCat("rank ", r, " cannot restore its own: ", whys[r]);
+  // Only then are they read, so a Load that restarts them never reads them (a damaged block fails only a Load that
+  // restores them), and a failed read fails every rank.
+  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco) {
+    if (ctx.world_size > 1) {
+      CommLabel label(ctx.world_comm.get(), "Load: whether every rank restores its qgZ residuals");
+      ZERO_ASSIGN_OR_RETURN(auto whys, world_host.AllGatherStrings(qgz_why));
+      for (int r = 0; r < ctx.world_size && qgz_why.empty(); ++r) {
+        if (!whys[r].empty()) qgz_why = absl::StrCat("rank ", r, " cannot restore its own: ", whys[r]);
+      }
+    }
+    if (qgz_why.empty()) {  // every section of every rank matches a residual it keeps, in size
+      Status read = [&]() -> Status {
+        for (const ckpt::Section& sec : saved.ranks[ctx.rank].rank_state) {
+          ZERO_RETURN_IF_ERROR(
+              reader->ReadRankState(ctx.rank, sec, internal::QgzResidual(ctx.units[sec.unit], sec.stream).data()));
+        }
+        return absl::OkStatus();
+      }();
+      ZERO_RETURN_IF_ERROR(AgreeOnStatus(read, "Load").status());
+      for (size_t ui = 0; ui < ctx.units.size(); ++ui) ctx.units[ui].qgz_rounds = saved.qgz->rounds[ui];
     }
   }
   std::vector<Work> refresh;

@@ -136,10 +136,22 @@ Status ShardedStep::Drain() {
   if (ctx_->compute->device()) {
     // The scopes joined collectives with stream waits, which do not notice a dead or hung peer; this host wait
     // does (within comm_timeout_s, aborting the communicator), before anything below synchronizes a stream that
-    // would sit behind a hung collective forever.
-    Work fence = ctx_->comm->Fence();
-    if (Status s = fence.Wait(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("Step: waiting for this step's collectives: ", s.message()));
+    // would sit behind a hung collective forever. Every communicator the step used has its own stream (hpZ's
+    // backward gathers run on the host group's alone, and a step may end without another op on the shard group's
+    // behind them), so each is fenced.
+    const EngineContext& c = *ctx_;
+    for (Communicator* cm : c.Comms()) {
+      Work fence = cm->Fence();
+      if (Status s = fence.Wait(); !s.ok()) {
+        const char* which = cm == c.hpz_comm.get()       ? " on hpZ's host group"
+                            : cm == c.replica_comm.get() ? " on the replicas' communicator"
+                            : cm == c.qgz_host.get()     ? " on qgZ's communicator inside the host"
+                            : cm == c.qgz_across.get()   ? " on qgZ's communicator across hosts"
+                            : cm != c.comm.get()         ? " on the world's communicator"
+                                                         : "";
+        return absl::Status(s.code(),
+                            absl::StrCat("Step: waiting for this step's collectives", which, ": ", s.message()));
+      }
     }
   }
   ZERO_RETURN_IF_ERROR(reducer_->Drain());

@@ -210,7 +210,7 @@ class AsyncTier final : public internal::ComputeTier {
 class DrainingComm final : public testing::ForwardingComm {
  public:
   // `root`: the communicator this one was split from (its tier is bound later), or null for the rank's own.
-  explicit DrainingComm(Communicator& inner, const DrainingComm* root = nullptr)
+  explicit DrainingComm(Communicator& inner, DrainingComm* root = nullptr)
       : ForwardingComm(inner), root_(root != nullptr ? root : this) {}
   void Bind(AsyncTier* tier) { tier_ = tier; }
 
@@ -226,8 +226,10 @@ class DrainingComm final : public testing::ForwardingComm {
     auto owned = std::make_shared<Owned>();
     owned->inner = *std::move(child);
     owned->outer = std::make_unique<DrainingComm>(*owned->inner, root_);
+    root_->splits.push_back(owned->outer.get());
     return std::shared_ptr<Communicator>(owned, owned->outer.get());
   }
+  std::vector<DrainingComm*> splits;  // on the root: the communicators split from it and from them, in order
 
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
@@ -287,7 +289,7 @@ class DrainingComm final : public testing::ForwardingComm {
   static void CheckBuffers(const void* send, const void* recv, size_t count) {
     if (count > 0 && (send == nullptr || recv == nullptr)) ADD_FAILURE() << "a collective got a null buffer";
   }
-  const DrainingComm* root_;
+  DrainingComm* root_;
   AsyncTier* tier_ = nullptr;
 };
 
@@ -500,6 +502,39 @@ TEST(AsyncTierFailureTest, StepWaitsOnTheFenceAndReportsItsFailure) {
     }
     auto r = (*e)->Step();
     EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("waiting for this step's collectives")));
+  });
+  internal::SetGlooEngineComputeForTesting({});
+}
+
+// hpZ's backward gathers run on the host group's communicator, whose stream no shard-group op need follow: Step
+// fences it too, and a failed fence there is Step's error naming it (before, a hung peer inside the host group
+// went unnoticed until a stream synchronize waited behind the gather forever).
+TEST(AsyncTierFailureTest, StepFencesHpzsHostGroupToo) {
+  InstallAsyncTier();
+  Config cfg = TrainConfig(3, 1);
+  cfg.zero.zero_hpz_partition_size = 2;
+  EngineOptions o;
+  o.local_world_size = 2;
+  testing::RunRanks(2, [&](Communicator& comm, int) {
+    DrainingComm draining(comm);
+    t_binding = &draining;
+    auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), o);
+    t_binding = nullptr;
+    ASSERT_OK(e);
+    ASSERT_EQ(draining.splits.size(), 1u);  // hpZ's host group
+    DrainingComm& host_group = *draining.splits[0];
+    AsyncTier* tier = t_tier;
+    testing::SyntheticTrace t;
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, 2, 1, testing::HostViewIo([tier] { tier->Drain(); }), &t));
+    EXPECT_EQ(draining.fences, 2);  // one per step on each communicator
+    EXPECT_EQ(host_group.fences, 2);
+    host_group.fail_fence = true;
+    for (UnitId id = 0; id < 4; ++id) {
+      { ASSERT_OK((*e)->Forward(id).status()); }
+      ASSERT_OK((*e)->Backward(id).status());
+    }
+    auto r = (*e)->Step();
+    EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("collectives on hpZ's host group")));
   });
   internal::SetGlooEngineComputeForTesting({});
 }
