@@ -748,6 +748,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   ckpt::Meta saved;
   std::vector<bool> gather_after;
   std::string qgz_why;  // why the qgZ residuals restart at zero; empty: restored, or none kept
+  const bool keeps_residuals = ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco;  // else nothing to restore or restart
   // The rank files are read through the I/O engine: the asynchronous saves' (kept), or one for this Load, its
   // staging counted in this engine's tracker while it lives. (Both outlive the lambda: the residuals are read after
   // the ranks agree.)
@@ -921,7 +922,6 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     }
     // The qgZ residuals: restored where the checkpoint holds this rank's for the same layout, else why not.
     const internal::PlanPolicy& p = ctx.policy;
-    const bool keeps_residuals = p.qgz_bits > 0 && p.qgz_loco;  // else nothing to restore or restart
     qgz_why = [&]() -> std::string {
       if (!keeps_residuals) return "";
       if (!m.qgz) return "the checkpoint was saved without SaveOptions::save_qgz_residuals";
@@ -969,7 +969,7 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
   // no run had. One all-gather of the reasons; the first rank's that cannot restore is every rank's.
   // Only then are they read, so a Load that restarts them never reads them (a damaged block fails only a Load that
   // restores them), and a failed read fails every rank.
-  if (ctx.policy.qgz_bits > 0 && ctx.policy.qgz_loco) {
+  if (keeps_residuals) {
     if (ctx.world_size > 1) {
       CommLabel label(ctx.world_comm.get(), "Load: whether every rank restores its qgZ residuals");
       ZERO_ASSIGN_OR_RETURN(auto whys, world_host.AllGatherStrings(qgz_why));

@@ -15,7 +15,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -326,7 +325,7 @@ struct Case {
   double clip = 1.0;
   bool chunked = false;   // 200-element buckets: units move in chunks (shard/internal/collective.h)
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements: the gathers' messages built on the stream
-  int hpz = 0;            // ZeRO++ hpZ with this H (all ranks on one host): the secondary copy in the compute tier
+  int hpz = 1;            // ZeRO++ hpZ with this H (all ranks on one host): the secondary copy in the compute tier
 };
 
 Config CaseConfig(const Case& c) {
@@ -346,7 +345,7 @@ Config CaseConfig(const Case& c) {
     cfg.zero.zero_quantized_weights = true;
     cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
   }
-  cfg.zero.zero_hpz_partition_size = std::max(1, c.hpz);
+  cfg.zero.zero_hpz_partition_size = c.hpz;
   return cfg;
 }
 

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
@@ -262,6 +263,13 @@ std::vector<float> TrainSteps(const Config& cfg, int from, int to, const std::fu
   return out[0];
 }
 
+// Flips one bit of the byte at `offset` of the file: damage its checksum must catch.
+void DamageByte(const std::string& path, int64_t offset) {
+  std::string bytes = testing::ReadWholeFile(path);
+  bytes[static_cast<size_t>(offset)] ^= 0x40;
+  testing::WriteWholeFile(path, bytes);
+}
+
 int64_t CountDiffering(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   int64_t differ = 0;
@@ -397,10 +405,7 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   // One byte of rank 1's host residual flipped: the Load fails on every rank, naming the section.
   const ckpt::RankFileMeta& r1 = reader->meta().ranks[1];
   ASSERT_EQ(r1.rank_state.size(), 2u);
-  const std::string path = absl::StrCat(reader->folder(), "/", r1.file);
-  std::string bytes = testing::ReadWholeFile(path);
-  bytes[static_cast<size_t>(r1.rank_state[1].offset + 5)] ^= 0x40;
-  testing::WriteWholeFile(path, bytes);
+  DamageByte(absl::StrCat(reader->folder(), "/", r1.file), r1.rank_state[1].offset + 5);
   testing::RunRanks(4, [&](Communicator& comm_ref, int rank) {
     ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(cfg, comm_ref, 2));
     const Status st = engine->Load(dir).status();
@@ -444,7 +449,8 @@ TEST(QgzCheckpoint, EveryRankRestoresTheResidualsOrNone) {
   const std::string edited = testing::MakeTempDir("zero_qgz_agree_edited");
   const std::string plain = testing::MakeTempDir("zero_qgz_agree_plain");
   TrainSteps(cfg, 0, 2, grad, "", saved, so);
-  TrainSteps(cfg, 0, 2, grad, "", edited, so);
+  std::filesystem::copy(saved, edited,
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::copy_symlinks);
   TrainSteps(cfg, 0, 2, grad, "", plain);
   {
     ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(edited, ""));
@@ -452,10 +458,7 @@ TEST(QgzCheckpoint, EveryRankRestoresTheResidualsOrNone) {
     ASSERT_EQ(m.ranks[1].rank_state.size(), 2u);
     m.ranks[1].rank_state.clear();
     testing::WriteWholeFile(absl::StrCat(reader->folder(), "/meta.json"), ckpt::MetaToJson(m));
-    const std::string path = absl::StrCat(reader->folder(), "/", m.ranks[0].file);
-    std::string bytes = testing::ReadWholeFile(path);
-    bytes[static_cast<size_t>(m.ranks[0].rank_state[0].offset + 5)] ^= 0x40;
-    testing::WriteWholeFile(path, bytes);
+    DamageByte(absl::StrCat(reader->folder(), "/", m.ranks[0].file), m.ranks[0].rank_state[0].offset + 5);
   }
   const std::vector<float> restored = TrainSteps(cfg, 2, 4, grad, saved);
   const std::vector<float> restarted = TrainSteps(cfg, 2, 4, grad, plain);
