@@ -423,6 +423,27 @@ class NcclCommunicator final : public advanced::ExtendedCommunicator {
     });
   }
 
+  // NCCL has no all-to-all collective: one ncclSend and one ncclRecv per peer in one group, which NCCL runs as a
+  // single operation (its documented all-to-all); block `rank` goes through NCCL too (a send to self).
+  bool SupportsAllToAll() const override { return true; }
+  Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* stream) override {
+    OpDesc d{.kind = OpKind::kAllToAll, .dtype = dtype, .count = count};
+    const size_t block = count * DTypeSize(dtype);
+    const int world = world_;
+    return Issue(d, stream, [=](ncclComm_t comm, cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess) return r;
+      for (int p = 0; p < world && (r == ncclSuccess || r == ncclInProgress); ++p) {
+        r = ncclSend(static_cast<const char*>(send) + p * block, count, ToNccl(dtype), p, comm, s);
+        if (r == ncclSuccess || r == ncclInProgress) {
+          r = ncclRecv(static_cast<char*>(recv) + p * block, count, ToNccl(dtype), p, comm, s);
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();  // always closes the group, even after a failed call in it
+      return r == ncclSuccess || r == ncclInProgress ? end : r;
+    });
+  }
+
   int cuda_device() const override { return device_; }
   uint64_t IssuedOpsHash() const override { return history_.hash(); }
   std::vector<std::string> RecentOps() const override { return history_.Recent(); }

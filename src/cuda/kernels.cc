@@ -168,6 +168,57 @@ Status DequantizeInt8(const int8_t* d_q, const float* d_scales, size_t n, size_t
                       "DequantizeInt8", n);
 }
 
+Status QuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t* d_q, float* d_scales, float* d_scratch,
+                    Stream stream) {
+  if (block == 0) return absl::InvalidArgumentError("QuantizeInt4: block must be >= 1");
+  if (n == 0) return absl::OkStatus();
+  if (d_x == nullptr || d_q == nullptr || d_scales == nullptr || d_scratch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeInt4: null pointer (n=", n, ")"));
+  }
+  const size_t blocks = in::QuantBlockCount(n, block) * sizeof(float), codes = (n + 1) / 2;
+  if (Overlaps(d_x, n * 4, d_q, codes) || Overlaps(d_x, n * 4, d_scales, blocks) ||
+      Overlaps(d_x, n * 4, d_scratch, blocks) || Overlaps(d_q, codes, d_scales, blocks) ||
+      Overlaps(d_q, codes, d_scratch, blocks) || Overlaps(d_scales, blocks, d_scratch, blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeInt4: overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchQuantizeInt4(d_x, n, block, d_q, d_scales, d_scratch, stream), "QuantizeInt4", n);
+}
+
+Status DequantizeInt4(const uint8_t* d_q, const float* d_scales, size_t n, size_t block, float* d_out, Stream stream) {
+  if (block == 0) return absl::InvalidArgumentError("DequantizeInt4: block must be >= 1");
+  if (n == 0) return absl::OkStatus();
+  if (d_q == nullptr || d_scales == nullptr || d_out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("DequantizeInt4: null pointer (n=", n, ")"));
+  }
+  const size_t blocks = in::QuantBlockCount(n, block) * sizeof(float);
+  if (Overlaps(d_out, n * 4, d_q, (n + 1) / 2) || Overlaps(d_out, n * 4, d_scales, blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat("DequantizeInt4: overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchDequantizeInt4(d_q, d_scales, n, block, d_out, stream), "DequantizeInt4", n);
+}
+
+Status LocoResidual(const float* d_y, const float* d_sent, float* d_e, float beta, size_t n, Stream stream) {
+  if (n == 0) return absl::OkStatus();
+  if (d_y == nullptr || d_sent == nullptr || d_e == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("LocoResidual: null pointer (n=", n, ")"));
+  }
+  if (Overlaps(d_e, n * 4, d_y, n * 4) || Overlaps(d_e, n * 4, d_sent, n * 4)) {
+    return absl::InvalidArgumentError(absl::StrCat("LocoResidual: overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchLocoResidual(d_y, d_sent, d_e, beta, n, stream), "LocoResidual", n);
+}
+
+Status Divide(const float* d_src, float* d_dst, float divisor, size_t n, Stream stream) {
+  if (n == 0) return absl::OkStatus();
+  if (d_src == nullptr || d_dst == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("Divide: null pointer (n=", n, ")"));
+  }
+  if (d_src != d_dst && Overlaps(d_src, n * 4, d_dst, n * 4)) {
+    return absl::InvalidArgumentError(absl::StrCat("Divide: partly overlapping buffers (n=", n, ")"));
+  }
+  return LaunchStatus(in::LaunchDivide(d_src, d_dst, divisor, n, stream), "Divide", n);
+}
+
 Status AdamStep(const ShardUpdate& u, const AdamParams& p, Stream stream) {
   if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f) || !(p.beta2 >= 0.0f && p.beta2 < 1.0f)) {
     return absl::InvalidArgumentError(

@@ -435,12 +435,19 @@ StatusOr<std::string> Engine::Impl::Save(const std::string& dir, const SaveOptio
         internal::MaybeInjectFault("save", ctx.world_rank, step.applied_steps());  // a rank file half written
       }
     }
-    // This rank's qgZ residuals, after every unit's sections (host memory: qgZ runs on the host engine only).
+    // This rank's qgZ residuals, after every unit's sections (in the compute tier: read through `piece` there).
     if (options.save_qgz_residuals) {
+      const size_t es = DTypeSize(ctx.cd());
       for (const ResidualRef& r : KeptQgzResiduals(ctx)) {
         const Buffer& b = internal::QgzResidual(ctx.units[r.unit], r.stream);
         ZERO_RETURN_IF_ERROR(w.BeginRankStateSection(r.unit, r.stream, r.elems));
-        ZERO_RETURN_IF_ERROR(w.Append(b.data(), b.size()));
+        for (int64_t x = 0; x < r.elems; x += piece_elems) {
+          const int64_t n = std::min(piece_elems, r.elems - x);
+          if (piece.empty()) piece = Buffer::Host(&ctx.tracker, MemTag::kStaging, piece_elems * 4);
+          ReadBuffer(b, x, es, piece.data(), n);
+          ZERO_RETURN_IF_ERROR(ctx.compute->status());
+          ZERO_RETURN_IF_ERROR(w.Append(piece.data(), static_cast<size_t>(n) * es));
+        }
         ZERO_RETURN_IF_ERROR(w.EndSection());
       }
     }
@@ -553,9 +560,14 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
   };
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
     Unit& u = ctx.units[sec.unit];
-    if (sec.rank_state) {  // a residual, in host memory (no NVMe staging to change to)
+    if (sec.rank_state) {  // a residual, in the compute tier (no NVMe staging to change to)
       const Buffer& b = internal::QgzResidual(u, sec.stream);
-      copies.push_back({a.image + sec.offset, static_cast<const char*>(b.data()), static_cast<int64_t>(b.size())});
+      if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
+        copies.push_back({a.image + sec.offset, static_cast<const char*>(b.data()), static_cast<int64_t>(b.size())});
+      } else {
+        ReadBuffer(b, 0, 1, a.image + sec.offset, static_cast<int64_t>(b.size()));
+        ZERO_RETURN_IF_ERROR(ctx.compute->status());
+      }
       continue;
     }
     if (sec.unit != staged_unit) {
@@ -979,11 +991,22 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
     }
     if (qgz_why.empty()) {  // every section of every rank matches a residual it keeps, in size
       Status read = [&]() -> Status {
+        Buffer staging;  // a device's residuals are read into host memory first
         for (const ckpt::Section& sec : saved.ranks[ctx.rank].rank_state) {
-          ZERO_RETURN_IF_ERROR(
-              reader->ReadRankState(ctx.rank, sec, internal::QgzResidual(ctx.units[sec.unit], sec.stream).data()));
+          Buffer& b = internal::QgzResidual(ctx.units[sec.unit], sec.stream);
+          if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
+            ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, sec, b.data()));
+            continue;
+          }
+          if (staging.size() < b.size()) {
+            Status error;
+            staging = Buffer::Host(&ctx.tracker, MemTag::kStaging, b.size(), MemTier::kHost, &error);
+            ZERO_RETURN_IF_ERROR(error);
+          }
+          ZERO_RETURN_IF_ERROR(reader->ReadRankState(ctx.rank, sec, staging.data()));
+          WriteBuffer(b, 0, 1, staging.data(), static_cast<int64_t>(b.size()));
         }
-        return absl::OkStatus();
+        return ctx.compute->status();
       }();
       ZERO_RETURN_IF_ERROR(AgreeOnStatus(read, "Load").status());
       for (size_t ui = 0; ui < ctx.units.size(); ++ui) ctx.units[ui].qgz_rounds = saved.qgz->rounds[ui];

@@ -120,6 +120,25 @@ class CudaCompute final : public ComputeTier {
       Keep(cuda::DequantizeInt8(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out, dt, stream_), "");
     }
   }
+  void QuantizeInt4(const float* x, int64_t n, int64_t block, uint8_t* q, float* scales, float* scratch) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0) {
+      Keep(cuda::QuantizeInt4(x, static_cast<size_t>(n), static_cast<size_t>(block), q, scales, scratch, stream_), "");
+    }
+  }
+  void DequantizeInt4(const uint8_t* q, const float* scales, int64_t n, int64_t block, float* out) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0)
+      Keep(cuda::DequantizeInt4(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out, stream_), "");
+  }
+  void LocoResidual(const float* y, const float* sent, float* e, float beta, int64_t n) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0) Keep(cuda::LocoResidual(y, sent, e, beta, static_cast<size_t>(n), stream_), "");
+  }
+  void Divide(const float* src, float* dst, int64_t n, float divisor) override {
+    UseDevice();  // launches go to a stream of the current device
+    if (n > 0) Keep(cuda::Divide(src, dst, divisor, static_cast<size_t>(n), stream_), "");
+  }
 
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;

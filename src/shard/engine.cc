@@ -61,11 +61,6 @@ Status Engine::Impl::Init() {
   }
   if (ctx.comm->backend() == Backend::kNccl) ZERO_RETURN_IF_ERROR(InitDevice());
   if (ctx.policy.qgz_bits > 0) {
-    if (ctx.compute->device()) {
-      return absl::UnimplementedError(
-          "zero_optimization.zero_quantized_gradients with an NCCL communicator: the quantized reduction runs on the "
-          "host (Gloo) engine; the CUDA engine's is not built");
-    }
     const advanced::ExtendedCommunicator* x = advanced::Extended(*ctx.qgz_intra());
     if (x == nullptr || !x->SupportsAllToAll()) {
       return absl::UnimplementedError(absl::StrCat(

@@ -11,16 +11,9 @@
 namespace zero::internal {
 namespace {
 
-// qwZ's exact spans and hpZ's secondary copy move in the compute tier, on its stream: a copy of whole
-// compute-dtype elements is a same-dtype Convert (a memcpy on the host, cudaMemcpyAsync on a device).
-auto TierCopy(EngineContext& c) {
-  return [&c](void* dst, const void* src, size_t bytes) {
-    c.compute->Convert(src, c.cd(), dst, c.cd(), static_cast<int64_t>(bytes / DTypeSize(c.cd())));
-  };
-}
-auto TierZero(EngineContext& c) {
-  return [&c](void* p, size_t bytes) { c.compute->Zero(p, bytes); };
-}
+// qwZ's exact spans and hpZ's secondary copy: compute-dtype elements, in the compute tier.
+auto TierCopy(EngineContext& c) { return TierCopy(*c.compute, c.cd()); }
+auto TierZero(EngineContext& c) { return TierZero(*c.compute); }
 
 }  // namespace
 

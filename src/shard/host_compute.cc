@@ -1,4 +1,5 @@
 // The host compute tier: the Gloo engine computes in host DRAM (see shard/internal/compute.h).
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -9,6 +10,18 @@
 #include "zero/dtype.h"
 
 namespace zero::internal {
+
+void LocoResidualOnHost(const float* y, const float* sent, float* e, float beta, int64_t n) {
+  const float keep = 1.0f - beta;
+  for (int64_t i = 0; i < n; ++i) {
+    const float next = beta * e[i] + keep * (y[i] - sent[i]);
+    e[i] = std::isfinite(next) ? next : 0.0f;
+  }
+}
+
+void DivideOnHost(const float* src, float* dst, int64_t n, float divisor) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i] / divisor;
+}
 
 void LandOnHost(const void* src, DType sdt, void* dst, DType ddt, int64_t n, bool add) {
   if (n <= 0) return;
@@ -76,6 +89,16 @@ class HostCompute final : public ComputeTier {
   void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
     if (n > 0) internal::DequantizeInt8(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out, dt);
   }
+  void QuantizeInt4(const float* x, int64_t n, int64_t block, uint8_t* q, float* scales, float*) override {
+    if (n > 0) internal::QuantizeInt4(x, static_cast<size_t>(n), static_cast<size_t>(block), q, scales);
+  }
+  void DequantizeInt4(const uint8_t* q, const float* scales, int64_t n, int64_t block, float* out) override {
+    if (n > 0) internal::DequantizeInt4(q, scales, static_cast<size_t>(n), static_cast<size_t>(block), out);
+  }
+  void LocoResidual(const float* y, const float* sent, float* e, float beta, int64_t n) override {
+    LocoResidualOnHost(y, sent, e, beta, n);
+  }
+  void Divide(const float* src, float* dst, int64_t n, float divisor) override { DivideOnHost(src, dst, n, divisor); }
 
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     if (bytes > 0) std::memcpy(host_dst, src, bytes);

@@ -16,48 +16,46 @@ namespace zero::internal {
 
 int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits) + 4 * exact; }
 
-void QgzFormat::Encode(const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype, float beta,
-                       uint8_t* rec, float* scratch) const {
+void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype,
+                       float beta, uint8_t* rec, float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
   auto* scales = reinterpret_cast<float*>(rec);
   uint8_t* codes = rec + 4 * blocks;
   uint8_t* tail = rec + QgzRecordBytes(S, block, bits);  // the exact values (2-byte aligned: copied, not cast)
   float* e = scratch;                                    // the residual, in f32
   float* y = scratch + S;                                // what is quantized: x plus the residual
-  float* sent = scratch + 2 * S;                         // what the record reads back
+  float* sent = scratch + 2 * S;                         // what the record reads back (first, the int4 scratch)
+  const float* q = x;
   if (err != nullptr) {
-    ConvertBuffer(err, err_dtype, e, DType::kF32, static_cast<size_t>(S));
-    for (int64_t i = 0; i < S; ++i) y[i] = x[i] + e[i];
+    t.Convert(err, err_dtype, e, DType::kF32, S);
+    t.Convert(x, DType::kF32, y, DType::kF32, S);
+    t.Land(e, DType::kF32, y, DType::kF32, S, /*add=*/true);  // y = x + e
+    q = y;
   } else if (!spans.empty()) {
-    std::memcpy(y, x, static_cast<size_t>(S) * 4);  // the spans are zeroed below: not in the caller's x
-  } else {
-    y = const_cast<float*>(x);  // read only
+    t.Convert(x, DType::kF32, y, DType::kF32, S);  // the spans are zeroed below: not in the caller's x
+    q = y;
   }
   // The exact elements go to the tail as they are (their residual is zero) and count as zeros in their blocks.
-  std::fill(PackExact(y, y, 4, spans, tail), tail + 4 * exact, uint8_t{0});
+  uint8_t* filled = PackExactWith(q, const_cast<float*>(q), 4, spans, tail, TierCopy(t, DType::kF32), TierZero(t));
+  t.Zero(filled, static_cast<size_t>(tail + 4 * exact - filled));
   if (bits == 8) {
-    QuantizeInt8(y, DType::kF32, static_cast<size_t>(S), static_cast<size_t>(block), reinterpret_cast<int8_t*>(codes),
-                 scales);
+    t.QuantizeInt8(q, DType::kF32, S, block, reinterpret_cast<int8_t*>(codes), scales);
   } else {
-    QuantizeInt4(y, static_cast<size_t>(S), static_cast<size_t>(block), codes, scales);
+    t.QuantizeInt4(q, S, block, codes, scales, sent);
   }
   const int64_t used = 4 * blocks + (bits == 8 ? S : (S + 1) / 2);
-  std::fill(rec + used, tail, uint8_t{0});  // the padding: every byte sent is defined
+  t.Zero(rec + used, static_cast<size_t>(tail - (rec + used)));  // the padding: every byte sent is defined
   if (err == nullptr) return;
-  // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction.
-  // A non-finite gradient (an fp16 overflow the loss scaler will skip) must not stay in the residual, where it would
-  // make every later reduction of the unit non-finite too: such a residual restarts at zero. On the spans y was
-  // zeroed and sent is exact: their residual stays zero.
-  Decode(rec, {}, sent, /*acc=*/false, nullptr);
-  for (int64_t i = 0; i < S; ++i) {
-    const float next = beta * e[i] + (1.0f - beta) * (y[i] - sent[i]);
-    e[i] = std::isfinite(next) ? next : 0.0f;
-  }
-  for (const ExactSpan& sp : spans) std::fill(e + sp.begin, e + sp.end, 0.0f);
-  ConvertBuffer(e, DType::kF32, err, err_dtype, static_cast<size_t>(S));
+  // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction; a
+  // non-finite one restarts at zero (LocoResidualOnHost). On the spans y was zeroed and sent is exact: their residual
+  // stays zero.
+  Decode(t, rec, {}, sent, /*acc=*/false, nullptr);
+  t.LocoResidual(y, sent, e, beta, S);
+  for (const ExactSpan& sp : spans) t.Zero(e + sp.begin, static_cast<size_t>(sp.end - sp.begin) * 4);
+  t.Convert(e, DType::kF32, err, err_dtype, S);
 }
 
-void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
+void QgzFormat::Decode(ComputeTier& t, const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
                        float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
   const auto* scales = reinterpret_cast<const float*>(rec);
@@ -65,15 +63,12 @@ void QgzFormat::Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, 
   const uint8_t* tail = rec + QgzRecordBytes(S, block, bits);
   float* dst = acc ? scratch : out;
   if (bits == 8) {
-    DequantizeInt8(reinterpret_cast<const int8_t*>(codes), scales, static_cast<size_t>(S), static_cast<size_t>(block),
-                   dst, DType::kF32);
+    t.DequantizeInt8(reinterpret_cast<const int8_t*>(codes), scales, S, block, dst, DType::kF32);
   } else {
-    DequantizeInt4(codes, scales, static_cast<size_t>(S), static_cast<size_t>(block), dst);
+    t.DequantizeInt4(codes, scales, S, block, dst);
   }
-  UnpackExact(tail, 4, spans, dst);
-  if (acc) {
-    for (int64_t i = 0; i < S; ++i) out[i] += dst[i];
-  }
+  UnpackExactWith(tail, 4, spans, dst, TierCopy(t, DType::kF32));
+  if (acc) t.Land(dst, DType::kF32, out, DType::kF32, S, /*add=*/true);  // out += dst
 }
 
 namespace {
@@ -149,12 +144,12 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
   for (int j = 0; j < L_; ++j) {
     for (int h = 0; h < M_; ++h) {
       const int64_t shard = static_cast<int64_t>(h) * L_ + j;
-      ConvertBuffer(static_cast<const char*>(src) + shard * S * static_cast<int64_t>(ses), src_dtype, x, DType::kF32,
-                    static_cast<size_t>(S));
+      c.compute->Convert(static_cast<const char*>(src) + shard * S * static_cast<int64_t>(ses), src_dtype, x,
+                         DType::kF32, S);
       void* err =
           p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds) : nullptr;
-      fmt_.Encode(x, ShardSpans(u.plan, shard), err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R,
-                  scratch);
+      fmt_.Encode(*c.compute, x, ShardSpans(u.plan, shard), err, ed, p.loco_beta,
+                  send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
     }
   }
   Communicator* intra = c.qgz_intra();
@@ -167,7 +162,7 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
 Status QgzReduce::FinishHop1() {
   EngineContext& c = *ctx_;
   const PlanPolicy& p = c.policy;
-  Status s = hop1_.Wait();
+  Status s = c.compute->Join(hop1_);  // the host waits; a device stream-waits
   if (!s.ok()) return s;
   hop1_done_ = true;
   const int64_t S = fmt_.S, R = fmt_.record_bytes();
@@ -178,8 +173,8 @@ Status QgzReduce::FinishHop1() {
   const int l = c.rank % L_;
   for (int h = 0; h < M_; ++h) {
     for (int j = 0; j < L_; ++j) {
-      fmt_.Decode(recv + (static_cast<int64_t>(j) * M_ + h) * R, ShardSpans(unit_->plan, h * L_ + l), partial + h * S,
-                  /*acc=*/j > 0, scratch);
+      fmt_.Decode(*c.compute, recv + (static_cast<int64_t>(j) * M_ + h) * R, ShardSpans(unit_->plan, h * L_ + l),
+                  partial + h * S, /*acc=*/j > 0, scratch);
     }
   }
   if (M_ == 1) return absl::OkStatus();
@@ -190,7 +185,8 @@ Status QgzReduce::FinishHop1() {
   for (int h = 0; h < M_; ++h) {
     void* err =
         p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds) : nullptr;
-    fmt_.Encode(partial + h * S, ShardSpans(unit_->plan, h * L_ + l), err, ed, p.loco_beta, send + h * R, scratch);
+    fmt_.Encode(*c.compute, partial + h * S, ShardSpans(unit_->plan, h * L_ + l), err, ed, p.loco_beta, send + h * R,
+                scratch);
   }
   Communicator* inter = c.qgz_across.get();
   CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts"));
@@ -201,20 +197,20 @@ Status QgzReduce::FinishHop1() {
 }
 
 Status QgzReduce::FinishHop2() {
+  EngineContext& c = *ctx_;
   const int64_t S = fmt_.S, R = fmt_.record_bytes();
   const float* sum = partial_.as<float>();
   if (M_ > 1) {
-    Status s = hop2_.Wait();
+    Status s = c.compute->Join(hop2_);
     if (!s.ok()) return s;
     auto* scratch = scratch_.as<float>();
     float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
     const auto* recv = static_cast<const uint8_t*>(recv2_.data());
-    const std::vector<ExactSpan>& mine = ShardSpans(unit_->plan, ctx_->rank);
-    for (int h = 0; h < M_; ++h) fmt_.Decode(recv + h * R, mine, total, /*acc=*/h > 0, scratch);
+    const std::vector<ExactSpan>& mine = ShardSpans(unit_->plan, c.rank);
+    for (int h = 0; h < M_; ++h) fmt_.Decode(*c.compute, recv + h * R, mine, total, /*acc=*/h > 0, scratch);
     sum = total;
   }
-  const float n = static_cast<float>(ctx_->world);
-  for (int64_t i = 0; i < S; ++i) out_[i] = sum[i] / n;
+  c.compute->Divide(sum, out_, S, static_cast<float>(c.world));
   finished_ = true;
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "support/status_matchers.h"
+#include "zero/advanced/communicator_ext.h"
 #include "zero/communicator.h"
 
 namespace zero {
@@ -106,6 +107,28 @@ TEST_F(NcclTest, EveryOpAndDtypeAtWorldOne) {
   EXPECT_OK(b.Wait(absl::Seconds(30)));
   EXPECT_TRUE(b.IsCompleted());
   EXPECT_OK(b.status());
+}
+
+// The all-to-all (grouped ncclSend/ncclRecv) at world 1: the one block goes to this rank itself, as the 16-bit
+// words qgZ moves its records in; through advanced::ExtendedCommunicator, which the engine checks for it.
+TEST_F(NcclTest, AllToAllAtWorldOneDeliversTheBlockToItself) {
+  auto* x = advanced::Extended(*comm_);
+  ASSERT_NE(x, nullptr);
+  ASSERT_TRUE(x->SupportsAllToAll());
+  for (size_t n : {size_t{1}, size_t{4097}}) {
+    const auto host = Values(n, DType::kF16);
+    void* d_in = Device(n * 2);
+    void* d_out = Device(n * 2);
+    std::vector<uint8_t> back(n * 2);
+    ASSERT_EQ(cudaMemcpyAsync(d_in, host.data(), n * 2, cudaMemcpyHostToDevice, stream_), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(d_out, 0, n * 2, stream_), cudaSuccess);
+    Work w = x->AllToAll(d_in, d_out, n, DType::kF16, stream_);
+    ASSERT_OK(w.WaitStream(stream_));
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), d_out, n * 2, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ASSERT_OK(w.Wait());
+    EXPECT_EQ(std::memcmp(back.data(), host.data(), n * 2), 0) << n << " elements";
+  }
 }
 
 // ncclCommSplit at world 1 (the most one GPU allows): the child is a working communicator of its own (rank 0 of 1,

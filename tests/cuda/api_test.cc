@@ -127,6 +127,27 @@ TEST(CudaApiTest, QuantizeArgumentsAreChecked) {
   EXPECT_OK(cuda::DequantizeInt8(nullptr, nullptr, 0, 4, nullptr, DType::kF32, nullptr));
 }
 
+// qgZ's kernels' arguments: block >= 1, null and overlapping buffers; n == 0 is a no-op; Divide may run in place.
+TEST(CudaApiTest, QgzKernelArgumentsAreChecked) {
+  auto* q = reinterpret_cast<uint8_t*>(0x10000);
+  float* s = Fake(0x20000);
+  float* x = Fake(0x30000);
+  float* w = Fake(0x40000);
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(cuda::QuantizeInt4(x, 16, 0, q, s, w, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt4(x, 16, 4, q, s, nullptr, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt4(x, 16, 4, reinterpret_cast<uint8_t*>(x) + 60, s, w, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::QuantizeInt4(x, 16, 4, q, s, s + 2, nullptr), StatusIs(kInvalid));  // scratch over the scales
+  EXPECT_OK(cuda::QuantizeInt4(nullptr, 0, 4, nullptr, nullptr, nullptr, nullptr));
+  EXPECT_THAT(cuda::DequantizeInt4(q, s, 16, 0, x, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::DequantizeInt4(q, s, 16, 4, Fake(0x20000 - 8), nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::LocoResidual(x, s, nullptr, 0.8f, 16, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::LocoResidual(x, s, x + 8, 0.8f, 16, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::Divide(x, x + 1, 4.0f, 16, nullptr), StatusIs(kInvalid));
+  EXPECT_THAT(cuda::Divide(nullptr, x, 4.0f, 16, nullptr), StatusIs(kInvalid));
+  EXPECT_OK(cuda::Divide(nullptr, nullptr, 4.0f, 0, nullptr));
+}
+
 // Without a device, well-formed calls fail with a Status (the launch cannot happen) instead of crashing.
 TEST(CudaApiTest, WithoutDeviceCallsFailCleanly) {
   if (cuda::DeviceCount() > 0) GTEST_SKIP() << "a device is present (the fake pointers would be used)";

@@ -28,13 +28,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "checkpoint/internal/format.h"
 #include "comm/internal/work_state.h"
 #include "shard/internal/compute.h"
 #include "support/engine_helpers.h"
+#include "support/files.h"
 #include "support/forwarding_comm.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
+#include "zero/checkpoint.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
 #include "zero/engine.h"
@@ -167,6 +170,18 @@ class AsyncTier final : public internal::ComputeTier {
   void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
     stream_.Enqueue([=, this] { host_->DequantizeInt8(q, scales, n, block, out, dt); });
   }
+  void QuantizeInt4(const float* x, int64_t n, int64_t block, uint8_t* q, float* scales, float* scratch) override {
+    stream_.Enqueue([=, this] { host_->QuantizeInt4(x, n, block, q, scales, scratch); });
+  }
+  void DequantizeInt4(const uint8_t* q, const float* scales, int64_t n, int64_t block, float* out) override {
+    stream_.Enqueue([=, this] { host_->DequantizeInt4(q, scales, n, block, out); });
+  }
+  void LocoResidual(const float* y, const float* sent, float* e, float beta, int64_t n) override {
+    stream_.Enqueue([=] { internal::LocoResidualOnHost(y, sent, e, beta, n); });
+  }
+  void Divide(const float* src, float* dst, int64_t n, float divisor) override {
+    stream_.Enqueue([=] { internal::DivideOnHost(src, dst, n, divisor); });
+  }
   void CopyToHostSync(void* host_dst, const void* src, size_t bytes) override {
     stream_.Drain();
     if (bytes > 0) std::memcpy(host_dst, src, bytes);
@@ -260,6 +275,11 @@ class DrainingComm final : public testing::ForwardingComm {
     CheckBuffers(send, recv, count);
     return ForwardingComm::ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
   }
+  Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
+    Drain();
+    CheckBuffers(send, recv, count);
+    return ForwardingComm::AllToAll(send, recv, count, dtype, s);
+  }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(buf, buf, count);
@@ -326,7 +346,16 @@ struct Case {
   bool chunked = false;   // 200-element buckets: units move in chunks (shard/internal/collective.h)
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements: the gathers' messages built on the stream
   int hpz = 1;            // ZeRO++ hpZ with this H (all ranks on one host): the secondary copy in the compute tier
+  int qgz_bits = 0;       // ZeRO++ qgZ with these bits (blocks of 32, LoCo on): its records coded on the stream
+  int per_host = 0;       // ranks per host (0: all on one host); 2 of 4: qgZ's two hops, hpZ's groups inside
 };
+
+// `c` with qgZ at `bits`, its ranks laid out as hosts of `per_host`.
+Case Qgz(Case c, int bits, int per_host) {
+  c.qgz_bits = bits;
+  c.per_host = per_host;
+  return c;
+}
 
 Config CaseConfig(const Case& c) {
   Config cfg = TrainConfig(c.stage, /*micro=*/1, c.ga, 3e-3, c.clip, c.mode);
@@ -346,12 +375,17 @@ Config CaseConfig(const Case& c) {
     cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
   }
   cfg.zero.zero_hpz_partition_size = c.hpz;
+  if (c.qgz_bits > 0) {
+    cfg.zero.zero_quantized_gradients = true;
+    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
+    cfg.zero.zero_quantized_gradients_block_size = 32;
+  }
   return cfg;
 }
 
 EngineOptions CaseOptions(const Case& c) {
   EngineOptions o;
-  o.local_world_size = c.world;  // one host: hpZ's groups are H consecutive ranks of it
+  o.local_world_size = c.per_host > 0 ? c.per_host : c.world;  // hpZ's groups are H consecutive ranks of a host
   return o;
 }
 
@@ -450,8 +484,88 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"w4_s3_f16_hpz_qwz", 4, 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false, 32,
              2},
         Case{"w4_s3_bf16_offload_hpz_qwz", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 1, 1.0, 1.0,
-             false, 32, 2}),
+             false, 32, 2},
+        // qgZ: one hop over every rank, and two (2 hosts × 2 ranks), int8 and int4, with LoCo's residuals.
+        Qgz(Case{"w2_s1_f16_qgz", 2, 1, DType::kF16, 1}, 8, 0),
+        Qgz(Case{"w4_s3_f32_qgz_two_hops", 4, 3, DType::kF32, 1}, 8, 2),
+        Qgz(Case{"w4_s2_bf16_ga2_qgz4_two_hops", 4, 2, DType::kBF16, 2}, 4, 2),
+        Qgz(Case{"w4_s3_f32_offload_qgz_two_hops", 4, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1}, 8,
+            2),
+        Qgz(Case{"w4_s3_bf16_qgz_qwz_hpz", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
+                 false, 32, 2},
+            8, 2)),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// qgZ's LoCo residuals live in the compute tier, so a device engine saves and loads them through the tier's copies
+// (SaveOptions::save_qgz_residuals): its rank files, synchronous and asynchronous, are the host engine's byte for
+// byte, and a device engine that loads them trains on as the host engine does without a pause, bit for bit. (On this
+// emulated tier the memory is host memory, so a direct host read would read the right bytes too; what this proves
+// is the flow: the same bytes saved and restored where the device paths run.)
+TEST(AsyncTierCheckpointTest, QgzResidualsSaveAndResumeThroughTheTier) {
+  const Case c = Qgz(Case{"", 4, 3, DType::kBF16, 1}, 8, 2);
+  const Config cfg = CaseConfig(c);
+  constexpr int kBefore = 3, kAfter = 2;
+  const std::string dir = testing::MakeTempDir("zero_async_tier_qgz");
+  InstallAsyncTier();
+  SyntheticTrace whole[4], resumed[4];
+  testing::RunRanks(c.world, [&](Communicator& comm, int rank) {
+    // Host engine: kBefore steps, a save with the residuals, kAfter steps.
+    {
+      t_binding = nullptr;
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(cfg, Borrow(comm), CaseOptions(c)));
+      SyntheticTrace before;
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, kBefore, c.ga, testing::HostViewIo(), &before));
+      SaveOptions so;
+      so.save_qgz_residuals = true;
+      so.tag = "host";
+      ASSERT_OK(e->Save(dir, so).status());
+      ASSERT_NO_FATAL_FAILURE(
+          testing::TrainSynthetic(*e, kAfter, c.ga, testing::HostViewIo(), &whole[rank], /*first_step=*/kBefore));
+    }
+    // Device engines: the same kBefore steps and saves, synchronous and asynchronous; then one that loads.
+    for (const bool async : {false, true}) {
+      DrainingComm draining(comm);
+      t_binding = &draining;
+      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
+      t_binding = nullptr;
+      ASSERT_OK(e);
+      ASSERT_TRUE((*e)->on_device());
+      AsyncTier* tier = t_tier;
+      const auto io = testing::HostViewIo([tier] { tier->Drain(); });
+      SyntheticTrace before;
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kBefore, c.ga, io, &before));
+      SaveOptions so;
+      so.save_qgz_residuals = true;
+      so.async = async;
+      so.tag = async ? "device_async" : "device";
+      ASSERT_OK((*e)->Save(dir, so).status());
+      ASSERT_OK((*e)->WaitForSave());
+    }
+    DrainingComm draining(comm);
+    t_binding = &draining;
+    auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
+    t_binding = nullptr;
+    ASSERT_OK(e);
+    AsyncTier* tier = t_tier;
+    LoadOptions lo;
+    lo.tag = "device_async";
+    ASSERT_OK((*e)->Load(dir, lo).status());
+    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kAfter, c.ga, testing::HostViewIo([tier] { tier->Drain(); }),
+                                                    &resumed[rank], /*first_step=*/kBefore));
+  });
+  for (int r = 0; r < c.world; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    const std::string name = ckpt::RankFileName(r, c.world);
+    const std::string host = testing::ReadWholeFile(absl::StrCat(dir, "/host/", name));
+    EXPECT_GT(host.size(), 0u);
+    EXPECT_TRUE(testing::ReadWholeFile(absl::StrCat(dir, "/device/", name)) == host) << "synchronous save";
+    EXPECT_TRUE(testing::ReadWholeFile(absl::StrCat(dir, "/device_async/", name)) == host) << "asynchronous save";
+    testing::ExpectSameParams(resumed[r], whole[r]);
+  }
+  ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, "device_async"));
+  EXPECT_EQ(reader->meta().ranks[1].rank_state.size(), 2 * testing::SyntheticUnits().size())
+      << "both hops' residuals of every unit";
+}
 
 // A device out of memory while the engine fills its pools is an error naming the buffer and the unit, returned
 // before any collective sees a null buffer (NCCL would abort the communicator for every rank).

@@ -48,6 +48,7 @@ struct Case {
   int offload = 0;        // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
   double ratio = 1.0;     // offload_optimizer.ratio (Twin-Flow below 1)
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements (the quantized gathers on the device)
+  int qgz_bits = 0;  // ZeRO++ qgZ (blocks of 32, LoCo): the gradient records coded on the device, NCCL's all-to-all
 };
 
 Config CaseConfig(const Case& c) {
@@ -68,6 +69,11 @@ Config CaseConfig(const Case& c) {
   if (c.qwz_block > 0) {
     cfg.zero.zero_quantized_weights = true;
     cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
+  }
+  if (c.qgz_bits > 0) {
+    cfg.zero.zero_quantized_gradients = true;
+    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
+    cfg.zero.zero_quantized_gradients_block_size = 32;
   }
   return cfg;
 }
@@ -164,7 +170,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"s3_bf16_sr_offload", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, true, 0, 1},
         // qwZ: zero::cuda's quantize kernels give the host's bits, so the gathers match exactly.
         Case{"s3_f32_qwz", 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32},
-        Case{"s3_bf16_qwz_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2, 1.0, 48}),
+        Case{"s3_bf16_qwz_offload_all", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 2, 1.0, 48},
+        // qgZ at world 1 (one hop, NCCL's all-to-all to this rank itself): the int8 and int4 kernels and LoCo's
+        // step give the host's bits, so the reductions match exactly.
+        Case{"s2_f32_qgz", 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 0, 8},
+        Case{"s3_bf16_qgz4_qwz", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32, 4},
+        Case{"s3_f16_qgz_offload", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 1.0, 0, 8}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 class CudaEngineRefusesTest : public ::testing::Test {

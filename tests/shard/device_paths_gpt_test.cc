@@ -44,6 +44,16 @@ class HostAsDevice final : public internal::ComputeTier {
   void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) override {
     h_->DequantizeInt8(q, scales, n, block, out, dt);
   }
+  void QuantizeInt4(const float* x, int64_t n, int64_t block, uint8_t* q, float* scales, float* scratch) override {
+    h_->QuantizeInt4(x, n, block, q, scales, scratch);
+  }
+  void DequantizeInt4(const uint8_t* q, const float* scales, int64_t n, int64_t block, float* out) override {
+    h_->DequantizeInt4(q, scales, n, block, out);
+  }
+  void LocoResidual(const float* y, const float* sent, float* e, float beta, int64_t n) override {
+    h_->LocoResidual(y, sent, e, beta, n);
+  }
+  void Divide(const float* src, float* dst, int64_t n, float divisor) override { h_->Divide(src, dst, n, divisor); }
   void CopyToHostSync(void* d, const void* s, size_t bytes) override { h_->CopyToHostSync(d, s, bytes); }
   void CopyFromHostSync(void* d, const void* s, size_t bytes) override { h_->CopyFromHostSync(d, s, bytes); }
   void CopyFromHost(void* d, const void* s, size_t bytes) override { h_->CopyFromHost(d, s, bytes); }
@@ -62,7 +72,8 @@ struct Case {
   int world, stage, ga;
   bool qwz = false;  // ZeRO++ qwZ (blocks of 64): the quantized gathers through the tier, 1-D parameters exact
   bool bf16 = false;
-  int hpz = 1;  // ZeRO++ hpZ's H (every rank on one host): the secondary copy through the tier
+  int hpz = 1;       // ZeRO++ hpZ's H (every rank on one host): the secondary copy through the tier
+  bool qgz = false;  // ZeRO++ qgZ (int8 blocks of 64, LoCo, one hop): the gradient records coded through the tier
 };
 
 class DevicePathsGptTest : public ::testing::TestWithParam<Case> {};
@@ -74,6 +85,8 @@ TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
   cfg.zero.zero_quantized_weights_block_size = 64;
   cfg.bf16.enabled = c.bf16;
   cfg.zero.zero_hpz_partition_size = c.hpz;
+  cfg.zero.zero_quantized_gradients = c.qgz;
+  cfg.zero.zero_quantized_gradients_block_size = 64;
   const gpt::TrainResult host = testing::TrainTinyGpt(c.world, cfg, 3);
   internal::SetGlooEngineComputeForTesting([](MemoryTracker* t) { return std::make_unique<HostAsDevice>(t); });
   const gpt::TrainResult dev = testing::TrainTinyGpt(c.world, cfg, 3);
@@ -84,8 +97,9 @@ TEST_P(DevicePathsGptTest, MatchesTheHostEngineBitForBit) {
     EXPECT_EQ(dev.steps[k].grad_norm, host.steps[k].grad_norm) << "step " << k;
   }
   EXPECT_EQ(dev.final_params, host.final_params);
-  if (c.qwz) {  // the gathers were quantized: the parameters are not the exact run's
+  if (c.qwz || c.qgz) {  // the gathers or the reductions were quantized: the parameters are not the exact run's
     cfg.zero.zero_quantized_weights = false;
+    cfg.zero.zero_quantized_gradients = false;
     EXPECT_NE(testing::TrainTinyGpt(c.world, cfg, 3).final_params, host.final_params);
   }
 }
@@ -96,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(Stages, DevicePathsGptTest,
                                            Case{"w2_s3", 2, 3, 1}, Case{"w2_s3_qwz", 2, 3, 1, true},
                                            Case{"w3_s3_qwz_bf16", 3, 3, 2, true, true},
                                            Case{"w4_s3_hpz", 4, 3, 2, false, false, 2},
-                                           Case{"w4_s3_hpz_qwz_bf16", 4, 3, 1, true, true, 2}),
+                                           Case{"w4_s3_hpz_qwz_bf16", 4, 3, 1, true, true, 2},
+                                           Case{"w2_s2_qgz", 2, 2, 2, false, false, 1, true},
+                                           Case{"w4_s3_qgz_qwz_hpz_bf16", 4, 3, 1, true, true, 2, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 }  // namespace

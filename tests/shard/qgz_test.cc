@@ -29,6 +29,7 @@
 #include "checkpoint/internal/format.h"
 #include "core/internal/quantize.h"
 #include "gpt/train.h"
+#include "shard/internal/compute.h"
 #include "shard/internal/plan.h"
 #include "shard/internal/qgz.h"
 #include "support/engine_helpers.h"
@@ -499,6 +500,13 @@ TEST(QgzLoco, ErrorFeedbackRemovesTheBiasOfAConstantGradient) {
   }
 }
 
+// The host compute tier the records are coded on (the engine's, on the Gloo engine).
+internal::ComputeTier& HostTier() {
+  static MemoryTracker tracker;
+  static const std::unique_ptr<internal::ComputeTier> tier = internal::MakeHostCompute(&tracker);
+  return *tier;
+}
+
 TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -510,8 +518,8 @@ TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
     e0 = e;
     std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
     const float beta = 0.8f;
-    f.Encode(x.data(), {}, e.data(), DType::kF32, beta, rec.data(), scratch.data());
-    f.Decode(rec.data(), {}, back.data(), /*acc=*/false, nullptr);
+    f.Encode(HostTier(), x.data(), {}, e.data(), DType::kF32, beta, rec.data(), scratch.data());
+    f.Decode(HostTier(), rec.data(), {}, back.data(), /*acc=*/false, nullptr);
     const float levels = bits == 8 ? 127.0f : 7.0f;
     for (int64_t b = 0; b * kBlock < f.S; ++b) {
       float m = 0;
@@ -545,9 +553,9 @@ TEST(QgzFormat, ExactSpansReadBackBitForBitAndSetNoBlocksScale) {
       x[5] = 1e4f;  // in the first span, in block 0
       const std::vector<float> x0 = x;
       std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
-      f.Encode(x.data(), spans, loco ? e.data() : nullptr, DType::kF32, 0.8f, rec.data(), scratch.data());
+      f.Encode(HostTier(), x.data(), spans, loco ? e.data() : nullptr, DType::kF32, 0.8f, rec.data(), scratch.data());
       ASSERT_EQ(x, x0) << "Encode wrote into its input";
-      f.Decode(rec.data(), spans, back.data(), /*acc=*/false, nullptr);
+      f.Decode(HostTier(), rec.data(), spans, back.data(), /*acc=*/false, nullptr);
       const float levels = bits == 8 ? 127.0f : 7.0f;
       for (int64_t b = 0; b * kBlock < f.S; ++b) {
         const int64_t lo = b * kBlock, hi = std::min(f.S, (b + 1) * kBlock);

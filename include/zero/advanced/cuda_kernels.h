@@ -69,6 +69,29 @@ int DeviceCount();
 [[nodiscard]] Status DequantizeInt8(const int8_t* d_q, const float* d_scales, size_t n, size_t block, void* d_out,
                                     DType out_type, Stream stream);
 
+// ---- ZeRO++ qgZ's element work (its gradient records; the int8 ones use the two functions above) -----------
+//
+// int4 codes: block b's scale is max|x| / 7 and x becomes round-to-nearest-even(x · (7 / max|x|)) in [-7, 7], two's
+// complement in a nibble, element 2k in the low half of byte k and 2k + 1 in the high one; zero, subnormal-only and
+// non-finite blocks as for int8. Identical bit for bit to the host's int4 quantization. Two launches; d_scratch holds
+// ceil(n / block) floats. The buffers must not overlap.
+
+// d_q gets (n + 1) / 2 bytes, d_scales ceil(n / block) fp32 scales, from d_x (n f32 elements). block >= 1.
+[[nodiscard]] Status QuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t* d_q, float* d_scales,
+                                  float* d_scratch, Stream stream);
+
+// d_out[i] = float(code i) · d_scales[i / block] (f32). block >= 1.
+[[nodiscard]] Status DequantizeInt4(const uint8_t* d_q, const float* d_scales, size_t n, size_t block, float* d_out,
+                                    Stream stream);
+
+// LoCo's error feedback step: d_e[i] = β·d_e[i] + (1 − β)·(d_y[i] − d_sent[i]) in f32, each operation rounded once
+// (no FMA), 0 where the result is not finite. The host engine's step bit for bit.
+[[nodiscard]] Status LocoResidual(const float* d_y, const float* d_sent, float* d_e, float beta, size_t n,
+                                  Stream stream);
+
+// d_dst[i] = d_src[i] / divisor (f32, correctly rounded); d_dst may be d_src.
+[[nodiscard]] Status Divide(const float* d_src, float* d_dst, float divisor, size_t n, Stream stream);
+
 // ---- fused optimizer steps -------------------------------------------------------------------------------
 //
 // One pass over the shard `u`: g = grad[i] * u.grad_scale (grad in f32, f16 or bf16), then the update of

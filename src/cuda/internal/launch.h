@@ -16,6 +16,7 @@
 #include "cuda/internal/device_math.cuh"
 #include "cuda/internal/fused_optim.cuh"
 #include "cuda/internal/grad_stats.cuh"
+#include "cuda/internal/qgz.cuh"
 #include "cuda/internal/quantize.cuh"
 
 namespace zero::cuda::internal {
@@ -106,6 +107,18 @@ cudaError_t LaunchQuantizeInt8Shaped(const void* d_x, Dt dt, size_t n, size_t bl
                                      float* d_scales, cudaStream_t stream);
 cudaError_t LaunchDequantizeInt8Shaped(const int8_t* d_q, const float* d_scales, size_t n, size_t block,
                                        QuantShape shape, void* d_out, Dt dt, cudaStream_t stream);
+
+// ZeRO++ qgZ's element kernels (cuda/internal/qgz.cuh; the host tier's references bit for bit). Int4: d_q gets
+// (n + 1) / 2 bytes, d_scales QuantBlockCount(n, block) scales, d_inv as many floats of scratch (the factors the
+// second pass reads). LocoResidual: d_e[i] = β·d_e[i] + (1 − β)·(d_y[i] − d_sent[i]), 0 where not finite. Divide:
+// d_dst[i] = d_src[i] / divisor (d_dst may be d_src). block >= 1 (else cudaErrorInvalidValue).
+cudaError_t LaunchQuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t* d_q, float* d_scales, float* d_inv,
+                               cudaStream_t stream);
+cudaError_t LaunchDequantizeInt4(const uint8_t* d_q, const float* d_scales, size_t n, size_t block, float* d_out,
+                                 cudaStream_t stream);
+cudaError_t LaunchLocoResidual(const float* d_y, const float* d_sent, float* d_e, float beta, size_t n,
+                               cudaStream_t stream);
+cudaError_t LaunchDivide(const float* d_src, float* d_dst, float divisor, size_t n, cudaStream_t stream);
 
 // Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
 // its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.

@@ -66,6 +66,15 @@ class ComputeTier {
   // (zero::cuda::QuantizeInt8 / DequantizeInt8) give the same bits.
   virtual void QuantizeInt8(const void* x, DType dt, int64_t n, int64_t block, int8_t* q, float* scales) = 0;
   virtual void DequantizeInt8(const int8_t* q, const float* scales, int64_t n, int64_t block, void* out, DType dt) = 0;
+  // ZeRO++ qgZ's element work (shard/internal/qgz.h builds its records from these and the ops above): int4 codes in
+  // core/internal/quantize.h's format (two per byte, one f32 scale per `block` of the n f32 elements; `scratch`:
+  // QuantBlockCount(n, block) floats for the quantizer), LoCo's residual step e[i] = β·e[i] + (1 − β)·(y[i] −
+  // sent[i]) in f32 with a non-finite result stored as 0, and the average's division dst[i] = src[i] / divisor.
+  // The host tier runs the scalar references; the CUDA kernels (cuda/internal/qgz.cuh) give the same bits.
+  virtual void QuantizeInt4(const float* x, int64_t n, int64_t block, uint8_t* q, float* scales, float* scratch) = 0;
+  virtual void DequantizeInt4(const uint8_t* q, const float* scales, int64_t n, int64_t block, float* out) = 0;
+  virtual void LocoResidual(const float* y, const float* sent, float* e, float beta, int64_t n) = 0;
+  virtual void Divide(const float* src, float* dst, int64_t n, float divisor) = 0;
   // Copies between host memory and the compute tier; the host waits until the copy is done.
   virtual void CopyToHostSync(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void CopyFromHostSync(void* dst, const void* host_src, size_t bytes) = 0;
@@ -103,6 +112,24 @@ StatusOr<std::unique_ptr<ComputeTier>> MakeCudaCompute(MemoryTracker* tracker, i
 // Its implementation, in zero::cuda (shard/cuda_compute.cc): MakeCudaCompute calls it through the table of
 // core/internal/cuda_backend.h, which zero::cuda's registration fills.
 StatusOr<std::unique_ptr<ComputeTier>> MakeCudaComputeTier(MemoryTracker* tracker, int device, CUstream_st* stream);
+
+// A copy of whole elements of `dt` and a zero-fill in the compute tier, on its stream: PackExactWith's and
+// UnpackExactWith's copy and zero (shard/internal/plan.h) for qwZ's and qgZ's exact spans, and hpZ's secondary copy.
+// The copy is a same-dtype Convert (a memcpy on the host, cudaMemcpyAsync on a device).
+inline auto TierCopy(ComputeTier& t, DType dt) {
+  return [&t, dt](void* dst, const void* src, size_t bytes) {
+    t.Convert(src, dt, dst, dt, static_cast<int64_t>(bytes / DTypeSize(dt)));
+  };
+}
+inline auto TierZero(ComputeTier& t) {
+  return [&t](void* p, size_t bytes) { t.Zero(p, bytes); };
+}
+
+// The host tier's LocoResidual and Divide: the scalar references of the CUDA kernels (compiled without FMA
+// contraction, as the kernels compute). LoCo's step drops a non-finite residual (an fp16 overflow the loss scaler
+// will skip), which would otherwise make every later reduction of the unit non-finite too.
+void LocoResidualOnHost(const float* y, const float* sent, float* e, float beta, int64_t n);
+void DivideOnHost(const float* src, float* dst, int64_t n, float divisor);
 
 // The host engine's landing of reduced elements (ComputeTier::Land on the host): also what the copy stream
 // runs to land an offloaded shard in the host tier. The device kernel (zero::cuda::Add) matches it bit for bit.

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "shard/internal/buffer_pool.h"
+#include "shard/internal/compute.h"
 #include "shard/internal/plan.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
@@ -55,6 +56,8 @@ void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& 
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
 // shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
 // elements count as zeros in their blocks, so they neither take a code's precision nor set a block's scale.
+// Encode and Decode run as compute-tier operations (shard/internal/compute.h) on `t`'s stream: at once on the host,
+// enqueued on a device; every pointer is compute-tier memory, and `spans` (the unit plan's) outlive the ops.
 struct QgzFormat {
   int bits = 8;
   int64_t block = 1024;
@@ -63,10 +66,11 @@ struct QgzFormat {
   int64_t record_bytes() const;
   // Quantizes x[0, S) into `rec`, `spans` exact. With `err` (S elements of `err_dtype`), first adds it to x and then
   // updates it with what the record loses (β = beta): the LoCo step (zero on the spans). `scratch`: 3·S floats.
-  void Encode(const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype, float beta, uint8_t* rec,
-              float* scratch) const;
+  void Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype,
+              float beta, uint8_t* rec, float* scratch) const;
   // out[0, S) = the record's values (acc: out += them, through `scratch`, S floats).
-  void Decode(const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc, float* scratch) const;
+  void Decode(ComputeTier& t, const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
+              float* scratch) const;
 };
 
 class QgzReduce {
