@@ -44,11 +44,16 @@ struct BlockScale {
   float scale;
   float inv;
 };
+// A block whose factor 127 / max overflows (max below about 3.7e-37, subnormals included) quantizes to zeros like
+// an all-zero one: a factor of infinity would code 0 · inf = NaN and saturate the rest, which the vector kernels'
+// conversions and the device's would turn into different codes.
 inline BlockScale ScaleOfBits(uint32_t max_bits) {
   if (max_bits > kMaxFiniteBits) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
   if (max_bits < kMinNormalBits) return {0.0f, 0.0f};
   const float m = BitsToFloat(max_bits);
-  return {m / 127.0f, 127.0f / m};
+  const float inv = 127.0f / m;
+  if (inv > std::numeric_limits<float>::max()) return {0.0f, 0.0f};
+  return {m / 127.0f, inv};
 }
 
 inline int8_t QuantizeOne(float x, float inv) {

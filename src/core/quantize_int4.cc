@@ -28,13 +28,15 @@ void QuantizeInt4(const float* x, size_t n, size_t block, uint8_t* q, float* sca
     float inv = 0.0f;
     if (max_bits > 0x7F7FFFFFu) {
       scales[b] = std::numeric_limits<float>::quiet_NaN();
-    } else if (max_bits < 0x00800000u) {
-      scales[b] = 0.0f;
-    } else {
+    } else if (max_bits >= 0x00800000u) {
       float m;
       std::memcpy(&m, &max_bits, 4);
-      scales[b] = m / 7.0f;
       inv = 7.0f / m;
+      // A factor that overflows (max below about 2.1e-38) codes zeros, as a subnormal block does (int8's rule).
+      if (inv > std::numeric_limits<float>::max()) inv = 0.0f;
+      scales[b] = inv == 0.0f ? 0.0f : m / 7.0f;
+    } else {
+      scales[b] = 0.0f;
     }
     if (inv == 0.0f) continue;  // codes 0
     for (size_t i = begin; i < end; ++i) {

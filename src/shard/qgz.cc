@@ -216,7 +216,10 @@ Status QgzReduce::FinishHop2() {
 }
 
 Status QgzReduce::Advance() {
-  if (!status_.ok() || hop1_done_ || !hop1_.IsCompleted()) return status_;
+  // On a device the second hop waits for Join, which the reducer calls in program order (the same on every rank),
+  // not for this rank's host to see the first hop complete: NCCL's kernels of the world, host and across-host
+  // communicators are then issued in one order on every rank, as NCCL asks of communicators used concurrently.
+  if (!status_.ok() || hop1_done_ || ctx_->compute->device() || !hop1_.IsCompleted()) return status_;
   status_ = FinishHop1();
   return status_;
 }
@@ -243,7 +246,10 @@ bool QgzReduce::WaitInFlight() {
 bool QgzReduce::Unfinished() const { return !hop1_.IsCompleted() || (hop2_issued_ && !hop2_.IsCompleted()); }
 
 void QgzReduce::Release() {
-  const bool unfinished = ctx_ != nullptr && Unfinished();
+  // A finished reduction joined every hop into the compute stream (the host waited, on the host tier), so the pool's
+  // ordering covers the ops a device's communicator streams may still run: its buffers go back. Only one that failed
+  // with an op still in flight keeps them out (on a device, quarantining every finished one leaked them all).
+  const bool unfinished = ctx_ != nullptr && !finished_ && Unfinished();
   for (Buffer* b : {&send1_, &recv1_, &partial_, &scratch_, &send2_, &recv2_}) {
     if (b->empty()) continue;
     if (unfinished) {

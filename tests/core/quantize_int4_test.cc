@@ -26,9 +26,10 @@ TEST(QuantizeInt4, MatchesItsDefinitionAndReadsBackWithinHalfAStep) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(kN);
   for (float& v : x) v = dist(rng);
-  for (size_t i = 128; i < 192; ++i) x[i] = 1e-39f;  // a subnormal block: scale 0
-  x[300] = std::numeric_limits<float>::infinity();   // its block: scale NaN
-  for (size_t i = 448; i < 512; ++i) x[i] = -2.5f;   // constants: exact
+  for (size_t i = 128; i < 192; ++i) x[i] = 1e-39f;                        // a subnormal block: scale 0
+  x[300] = std::numeric_limits<float>::infinity();                         // its block: scale NaN
+  for (size_t i = 448; i < 512; ++i) x[i] = -2.5f;                         // constants: exact
+  for (size_t i = 576; i < 640; ++i) x[i] = (i & 1) ? 2e-38f : -1.5e-38f;  // normal, 7 / max overflows: scale 0
   std::vector<uint8_t> q(Int4Bytes(kN), 0xFF);
   std::vector<float> scales(QuantBlocks(kN, kBlock)), back(kN);
   QuantizeInt4(x.data(), kN, kBlock, q.data(), scales.data());
@@ -47,7 +48,7 @@ TEST(QuantizeInt4, MatchesItsDefinitionAndReadsBackWithinHalfAStep) {
       for (size_t i = begin; i < end; ++i) EXPECT_TRUE(std::isnan(back[i])) << "element " << i;
       continue;
     }
-    if (m < std::numeric_limits<float>::min()) {
+    if (!(7.0f / m <= std::numeric_limits<float>::max())) {  // zeros and subnormals too
       EXPECT_EQ(scales[b], 0.0f) << "block " << b;
       for (size_t i = begin; i < end; ++i) EXPECT_EQ(back[i], 0.0f) << "element " << i;
       continue;

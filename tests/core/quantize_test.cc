@@ -69,11 +69,12 @@ TEST(QuantizeInt8, ErrorIsAtMostHalfAStepOfItsBlock) {
 TEST(QuantizeInt8, ZeroSubnormalAndNonFiniteBlocks) {
   const size_t block = 4;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> x = {0,      0,       -0.0f, 0,        // zeros
-                                1e-40f, -2e-39f, 0,     1e-45f,   // subnormals only
-                                1,      nan,     2,     3,        // a NaN
-                                -inf,   1,       0,     0,        // an infinity
-                                0.5f,   -0.25f,  0,     1e-40f};  // normal, with a subnormal beside
+  const std::vector<float> x = {0,      0,       -0.0f, 0,          // zeros
+                                1e-40f, -2e-39f, 0,     1e-45f,     // subnormals only
+                                1,      nan,     2,     3,          // a NaN
+                                -inf,   1,       0,     0,          // an infinity
+                                0.5f,   -0.25f,  0,     1e-40f,     // normal, with a subnormal beside
+                                2e-37f, -1e-37f, 0,     1.5e-38f};  // normal, but 127 / max overflows
   std::vector<int8_t> q(x.size());
   std::vector<float> scales(QuantBlocks(x.size(), block)), back(x.size());
   QuantizeInt8Scalar(x.data(), DType::kF32, x.size(), block, q.data(), scales.data());
@@ -88,6 +89,11 @@ TEST(QuantizeInt8, ZeroSubnormalAndNonFiniteBlocks) {
   EXPECT_EQ(q[16], 127);
   EXPECT_EQ(q[17], -64) << "-0.25 * 254 = -63.5 rounds to the even -64";
   EXPECT_EQ(back[19], 0.0f);
+  // A factor of infinity would make 0 · inf a NaN and every other code saturate: the block reads back as zeros, as a
+  // subnormal one does (an error below 3.8e-37), on every target (SpecialBlocksBetweenOrdinaryOnesOnEveryTarget).
+  EXPECT_EQ(scales[5], 0.0f);
+  for (size_t i = 20; i < 24; ++i) EXPECT_EQ(q[i], 0) << i;
+  for (size_t i = 20; i < 24; ++i) EXPECT_EQ(back[i], 0.0f) << i;
 }
 
 // The scalar reference's codes, scales and read-back values of `src` (n elements of t) in blocks of `block`.
@@ -153,6 +159,8 @@ TEST(QuantizeInt8, SpecialBlocksBetweenOrdinaryOnesOnEveryTarget) {
       x[3 * block + 1] = -std::numeric_limits<float>::infinity();
       for (size_t i = 4 * block; i < 5 * block; ++i)
         x[i] = t == DType::kF32 ? 1e-40f * static_cast<float>(i % 7) : 0.0f;
+      // Normal values too small for 127 / max to be finite (bf16 holds them too; f16 rounds them to zero).
+      for (size_t i = 5 * block; i < 6 * block; ++i) x[i] = 1e-37f * static_cast<float>(static_cast<int>(i % 5) - 2);
       x[6 * block + 3] = t == DType::kF16 ? 6e4f : 1e4f;  // an outlier right after the special blocks
       const std::vector<uint8_t> src = As(x, t);
       const size_t nb = QuantBlocks(n, block);

@@ -51,14 +51,15 @@ std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) {
     const size_t b = i / block, j = i % block;
-    switch (b % 8) {
+    switch (b % 9) {
       case 0: x[i] = normal(rng); break;
       case 1: x[i] = (j == 0) ? 7.0f : static_cast<float>(static_cast<int>(j % 15) - 7) * 0.5f; break;  // ties
       case 2: x[i] = (j == 1) ? 1e4f : 1e-3f * normal(rng); break;                                      // an outlier
-      case 3: x[i] = 0.25f; break;                                                                       // constant
+      case 3: x[i] = 0.25f; break;                                                                      // constant
       case 4: x[i] = 0.0f; break;
       case 5: x[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(j % 5); break;  // subnormal
       case 6: x[i] = (j == 2) ? std::numeric_limits<float>::quiet_NaN() : normal(rng); break;
+      case 7: x[i] = (j % 2 == 0) ? 2e-38f : -1.5e-38f; break;  // normal, but 7 / max overflows: zeros
       default: x[i] = (j == 0) ? -std::numeric_limits<float>::infinity() : normal(rng); break;
     }
   }
@@ -66,8 +67,7 @@ std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
 }
 
 // Int4ScalesKernel then Int4CodesKernel, emulated.
-void EmulateQuantizeInt4(const Grid& g, const float* x, size_t n, size_t block, uint8_t* q, float* scales,
-                         float* inv) {
+void EmulateQuantizeInt4(const Grid& g, const float* x, size_t n, size_t block, uint8_t* q, float* scales, float* inv) {
   const size_t nblocks = in::QuantBlockCount(n, block);
   const size_t gb = g.blocks ? g.blocks : in::QuantGridBlocks(n, block);
   const size_t nt = g.threads;
@@ -160,8 +160,8 @@ TEST(QgzKernelsEmulation, LocoResidualAndDivideMatchTheHostReference) {
     internal::DivideOnHost(src.data(), ref.data(), static_cast<int64_t>(n), divisor);
     for (const Grid& g : kGrids) {
       std::vector<float> out(n, -7.0f);
-      EmulateElementwise(
-          g, n, [&](size_t t, size_t nt) { in::DivideThread(src.data(), out.data(), divisor, n, t, nt); });
+      EmulateElementwise(g, n,
+                         [&](size_t t, size_t nt) { in::DivideThread(src.data(), out.data(), divisor, n, t, nt); });
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(Bits(out[i]), Bits(ref[i])) << "divisor " << divisor << ", " << i;
     }
   }

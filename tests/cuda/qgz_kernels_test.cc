@@ -37,12 +37,13 @@ std::vector<float> Values(size_t n, std::mt19937& rng) {
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) x[i] = normal(rng);
   for (size_t i = 0; i + 40 < n; i += 97) x[i] = static_cast<float>(static_cast<int>(i % 15) - 7) * 0.5f;  // ties
-  if (n > 300) {
+  if (n > 3072) {
     x[100] = 1e4f;
     for (size_t i = 200; i < 240; ++i) x[i] = 0.0f;
     for (size_t i = 240; i < 260; ++i) x[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i);
     x[270] = std::numeric_limits<float>::quiet_NaN();
     x[290] = -std::numeric_limits<float>::infinity();
+    for (size_t i = 2048; i < 3072; ++i) x[i] = (i & 1) ? 2e-38f : -1.5e-38f;  // 7 / max overflows: zeros
   }
   return x;
 }
@@ -107,8 +108,8 @@ TEST_F(CudaQgzKernelsTest, LocoResidualAndDivideMatchTheHostReference) {
     std::vector<float> ref(n), got(n);
     internal::DivideOnHost(src.data(), ref.data(), static_cast<int64_t>(n), divisor);
     ZERO_ASSERT_CUDA(dout.Poison());
-    ASSERT_OK(cuda::Divide(reinterpret_cast<float*>(dsrc.get()), reinterpret_cast<float*>(dout.get()), divisor, n,
-                           nullptr));
+    ASSERT_OK(
+        cuda::Divide(reinterpret_cast<float*>(dsrc.get()), reinterpret_cast<float*>(dout.get()), divisor, n, nullptr));
     ZERO_ASSERT_CUDA(cudaDeviceSynchronize());
     ZERO_ASSERT_CUDA(dout.Download(got.data(), n * 4));
     for (size_t i = 0; i < n; ++i) ASSERT_TRUE(testing_cuda::SameFloat(got[i], ref[i])) << divisor << ", " << i;

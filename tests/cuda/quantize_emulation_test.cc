@@ -172,7 +172,7 @@ void EmulateDequantizeAny(const SimGrid& g, DType t, const int8_t* q, const floa
 }
 
 // The kinds of block the input cycles through.
-enum Kind { kRandom, kTies, kOutlier, kConstant, kZero, kSubnormal, kNaN, kInf, kNegInf, kKinds };
+enum Kind { kRandom, kTies, kOutlier, kConstant, kZero, kSubnormal, kTiny, kNaN, kInf, kNegInf, kKinds };
 
 // n f32 values in blocks of `block`, block b of kind (b + shift) % kKinds.
 std::vector<float> MakeInput(size_t n, size_t block, size_t shift, std::mt19937& rng) {
@@ -200,6 +200,8 @@ std::vector<float> MakeInput(size_t n, size_t block, size_t shift, std::mt19937&
         case kConstant: v = (b & 1) ? -0.37f : 0.37f; break;
         case kZero: v = (k & 1) ? -0.0f : 0.0f; break;
         case kSubnormal: v = (k % 3 == 0) ? 1e-40f : (k % 3 == 1 ? -3e-42f : 0.0f); break;
+        // Normal, but 127 / max overflows: zeros, not NaN or saturated codes (core/internal/quantize.h).
+        case kTiny: v = (k % 3 == 0) ? 2e-37f : (k % 3 == 1 ? -1.5e-38f : 0.0f); break;
         case kNaN: v = k == (end - begin - 1) ? std::numeric_limits<float>::quiet_NaN() : v; break;
         case kInf: v = k == 0 ? std::numeric_limits<float>::infinity() : v; break;
         case kNegInf: v = k == (end - begin) / 3 ? -std::numeric_limits<float>::infinity() : v; break;

@@ -44,7 +44,7 @@ std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
     for (size_t i = begin; i < end; ++i) {
       const size_t k = i - begin;
       float v = normal(rng);
-      switch (b % 9) {
+      switch (b % 10) {
         case 1: v = k == 0 ? 127.0f : (static_cast<float>(k % 126) + 0.5f) * ((k & 1) ? -1.0f : 1.0f); break;  // ties
         case 2: v = k == (end - begin) / 2 ? 1e4f : v; break;
         case 3: v = 0.37f; break;
@@ -53,6 +53,7 @@ std::vector<float> Input(size_t n, size_t block, std::mt19937& rng) {
         case 6: v = k == end - begin - 1 ? std::numeric_limits<float>::quiet_NaN() : v; break;
         case 7: v = k == 0 ? std::numeric_limits<float>::infinity() : v; break;
         case 8: v = k == (end - begin) / 3 ? -std::numeric_limits<float>::infinity() : v; break;
+        case 9: v = (k & 1) ? 2e-37f : -1.5e-38f; break;  // normal, but 127 / max overflows: zeros
         default: break;
       }
       x[i] = v;

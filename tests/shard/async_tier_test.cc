@@ -5,7 +5,9 @@
 //
 // What it proves about the device engine's logic (src/shard/engine.cc with ComputeTier::device() true): the
 // engine never reads or writes compute-tier memory on the host except through the tier (a direct access
-// would see the late stream's stale data), it joins every collective before enqueuing work on its output,
+// would see the late stream's stale data), it joins every collective before enqueuing work on its output (a join
+// is a wait on the late stream only, as on a GPU: the host runs on, so a buffer the engine reuses or gives back
+// while its collective may still run shows too),
 // collectives see their inputs complete (the wrapper communicator below drains the stream before issuing,
 // as the NCCL communicator makes its stream wait on the producer stream), offload's copy-stream tasks wait
 // for the compute stream's work queued before them (as the CUDA tier's recorded event makes them), and the
@@ -204,11 +206,11 @@ class AsyncTier final : public internal::ComputeTier {
   void CopyInOnCopyStream(void* dst, const void* host_src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, host_src, bytes);
   }
-  // Stronger than a stream wait (the host waits too), which changes no result.
-  Status Join(Work& w) override {
-    stream_.Drain();
-    return w.Wait();
-  }
+  // A stream wait, as the CUDA tier's (Work::WaitStream: cudaStreamWaitEvent): the host does not wait. The
+  // communicator's Works (DrainingComm's LateJoinState) queue their wait on this stream; any other Work (a
+  // completed one, an error) waits on the host, as Work::WaitStream does on the host path.
+  Status Join(Work& w) override { return w.WaitStream(nullptr); }
+  void EnqueueWait(std::function<void()> wait) { stream_.Enqueue(std::move(wait)); }
 
   void Drain() { stream_.Drain(); }
 
@@ -217,6 +219,28 @@ class AsyncTier final : public internal::ComputeTier {
   Status status_;
   GradStatsResult stats_;  // the late stream's only
   LateStream stream_{absl::Microseconds(50)};
+};
+
+// The Work of a DrainingComm op: WaitStream queues the wait on the late stream and returns at once (the CUDA
+// tier's Join), so the engine's host thread runs on while the op may still be in flight, as it does on a GPU: a
+// buffer the engine gives back or reuses before the op completed is then the bug it would be there.
+class LateJoinState final : public internal::WorkState, public std::enable_shared_from_this<LateJoinState> {
+ public:
+  LateJoinState(internal::OpDesc d, Work inner, std::function<AsyncTier*()> tier)
+      : WorkState(std::move(d)), inner_(std::move(inner)), tier_(std::move(tier)) {}
+  Status Wait(absl::Duration timeout) override { return inner_.Wait(timeout); }
+  Status WaitStream(CUstream_st*) override {
+    AsyncTier* t = tier_();
+    if (t == nullptr) return inner_.Wait();
+    t->EnqueueWait([self = shared_from_this()] { (void)self->inner_.Wait(); });  // errors surface at the fences
+    return absl::OkStatus();
+  }
+  bool IsCompleted() const override { return inner_.IsCompleted(); }
+  Status status() const override { return inner_.status(); }
+
+ private:
+  Work inner_;  // Work's methods are thread-safe (the late stream waits while the engine polls)
+  std::function<AsyncTier*()> tier_;
 };
 
 // A communicator whose ops first wait for the late stream, as the NCCL communicator's stream waits on the
@@ -248,18 +272,20 @@ class DrainingComm final : public testing::ForwardingComm {
   Work AllGather(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::AllGather(send, recv, count, dtype, s);
+    return Late(internal::OpKind::kAllGather, dtype, count, ForwardingComm::AllGather(send, recv, count, dtype, s));
   }
   Work ReduceScatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::ReduceScatter(send, recv, count, dtype, op, s);
+    return Late(internal::OpKind::kReduceScatter, dtype, count,
+                ForwardingComm::ReduceScatter(send, recv, count, dtype, op, s));
   }
   Work ReduceScatterDestructive(void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                                 CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s);
+    return Late(internal::OpKind::kReduceScatter, dtype, count,
+                ForwardingComm::ReduceScatterDestructive(send, recv, count, dtype, op, s));
   }
   // The strided ops too (Gloo has them; NCCL's communicator does not, but whichever the engine issues must wait):
   // without these the chunked configurations read shards the late stream was still writing (TSan's report).
@@ -267,27 +293,29 @@ class DrainingComm final : public testing::ForwardingComm {
                         CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::AllGatherStrided(send, recv, count, stride, dtype, s);
+    return Late(internal::OpKind::kAllGatherStrided, dtype, count,
+                ForwardingComm::AllGatherStrided(send, recv, count, stride, dtype, s));
   }
   Work ReduceScatterStrided(const void* send, void* recv, size_t count, size_t stride, DType dtype, ReduceOp op,
                             CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::ReduceScatterStrided(send, recv, count, stride, dtype, op, s);
+    return Late(internal::OpKind::kReduceScatterStrided, dtype, count,
+                ForwardingComm::ReduceScatterStrided(send, recv, count, stride, dtype, op, s));
   }
   Work AllToAll(const void* send, void* recv, size_t count, DType dtype, CUstream_st* s) override {
     Drain();
     CheckBuffers(send, recv, count);
-    return ForwardingComm::AllToAll(send, recv, count, dtype, s);
+    return Late(internal::OpKind::kAllToAll, dtype, count, ForwardingComm::AllToAll(send, recv, count, dtype, s));
   }
   Work AllReduce(void* buf, size_t count, DType dtype, ReduceOp op, CUstream_st* s) override {
     Drain();
     CheckBuffers(buf, buf, count);
-    return ForwardingComm::AllReduce(buf, count, dtype, op, s);
+    return Late(internal::OpKind::kAllReduce, dtype, count, ForwardingComm::AllReduce(buf, count, dtype, op, s));
   }
   Work Broadcast(void* buf, size_t count, DType dtype, int root, CUstream_st* s) override {
     Drain();
-    return ForwardingComm::Broadcast(buf, count, dtype, root, s);
+    return Late(internal::OpKind::kBroadcast, dtype, count, ForwardingComm::Broadcast(buf, count, dtype, root, s));
   }
   // What the NCCL communicator's fence reports when a peer died (tests set fail_fence); counts the calls.
   Work Fence() override {
@@ -303,6 +331,12 @@ class DrainingComm final : public testing::ForwardingComm {
  private:
   void Drain() {
     if (root_->tier_ != nullptr) root_->tier_->Drain();
+  }
+  Work Late(internal::OpKind kind, DType dtype, size_t count, Work inner) {
+    internal::OpDesc d{.kind = kind, .dtype = dtype, .count = count};
+    d.seq = inner.sequence();
+    DrainingComm* root = root_;
+    return Work(std::make_shared<LateJoinState>(std::move(d), std::move(inner), [root] { return root->tier_; }));
   }
   // NCCL would fail a null buffer and abort the communicator for every rank.
   static void CheckBuffers(const void* send, const void* recv, size_t count) {

@@ -56,10 +56,10 @@ int DeviceCount();
 // ---- blockwise int8 quantization (ZeRO++'s qwZ wire format) ------------------------------------------------
 //
 // Elements [b·block, min((b+1)·block, n)) form block b; its scale is max|x| / 127 (f32) and element x becomes
-// round-to-nearest-even(x · (127 / max|x|)) in [-127, 127]. A block whose |x| are all below FLT_MIN gets scale 0
-// and codes 0; a block holding a NaN or an infinity gets scale NaN and codes 0, so it reads back NaN. Identical
-// bit for bit to the host's blockwise quantization (the same codes and scales; dequantized values equal, NaN
-// payloads aside), deterministic, one launch, no workspace. The buffers must not overlap.
+// round-to-nearest-even(x · (127 / max|x|)) in [-127, 127]. A block whose |x| are all so small that 127 / max|x|
+// overflows (below about 3.7e-37) gets scale 0 and codes 0; a block holding a NaN or an infinity gets scale NaN and
+// codes 0, so it reads back NaN. Identical bit for bit to the host's blockwise quantization (the same codes and scales;
+// dequantized values equal, NaN payloads aside), deterministic, one launch, no workspace. The buffers must not overlap.
 
 // d_q gets n int8 codes, d_scales ceil(n / block) fp32 scales, from d_x (n elements of x_type). block >= 1.
 [[nodiscard]] Status QuantizeInt8(const void* d_x, DType x_type, size_t n, size_t block, int8_t* d_q, float* d_scales,
@@ -72,9 +72,9 @@ int DeviceCount();
 // ---- ZeRO++ qgZ's element work (its gradient records; the int8 ones use the two functions above) -----------
 //
 // int4 codes: block b's scale is max|x| / 7 and x becomes round-to-nearest-even(x · (7 / max|x|)) in [-7, 7], two's
-// complement in a nibble, element 2k in the low half of byte k and 2k + 1 in the high one; zero, subnormal-only and
-// non-finite blocks as for int8. Identical bit for bit to the host's int4 quantization. Two launches; d_scratch holds
-// ceil(n / block) floats. The buffers must not overlap.
+// complement in a nibble, element 2k in the low half of byte k and 2k + 1 in the high one; a block whose factor
+// 7 / max|x| overflows (below about 2.1e-38) and a non-finite block as for int8. Identical bit for bit to the host's
+// int4 quantization. Two launches; d_scratch holds ceil(n / block) floats. The buffers must not overlap.
 
 // d_q gets (n + 1) / 2 bytes, d_scales ceil(n / block) fp32 scales, from d_x (n f32 elements). block >= 1.
 [[nodiscard]] Status QuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t* d_q, float* d_scales,

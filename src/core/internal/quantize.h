@@ -11,8 +11,9 @@
 // q = round-to-nearest-even(x · (127 / max|x|)), in [-127, 127] (-128 unused, as DeepSpeed's symmetric int8); the
 // value read back is q · scale, rounded to the output type. So the error of each element is at most half a step,
 // max|x| / 254, plus the output type's rounding. Special blocks:
-//   * every |x| below the smallest normal f32 (zeros, subnormals): scale 0, q 0 — read back as 0 (an error below
-//     1.2e-38, and no division by a subnormal that would overflow);
+//   * every |x| so small that the factor 127 / max|x| overflows (below about 3.7e-37: zeros, subnormals, the
+//     smallest normals): scale 0, q 0 — read back as 0 (an error below 3.8e-37); a factor of infinity would code
+//     0 · inf = NaN and saturate the rest, which each target's conversion turns into other codes;
 //   * a NaN or an infinity in the block: scale NaN, q 0 — the whole block reads back as NaN, so a diverged
 //     parameter stays visible instead of being quantized into a finite one.
 //
@@ -44,8 +45,9 @@ void DequantizeInt8Scalar(const int8_t* q, const float* scales, size_t n, size_t
 // Blockwise symmetric int4, qgZ's optional wire format (zero_quantized_gradients_bits 4), from f32 only: a block's
 // scale is max|x| / 7 and x becomes round-to-nearest-even(x · (7 / max|x|)) in [-7, 7], stored as a 4-bit two's
 // complement nibble, element 2i in the low nibble of byte i and 2i + 1 in the high one (an odd n leaves the last high
-// nibble 0). The special blocks are int8's (scale 0 for a block below the smallest normal f32, NaN for a block with
-// a NaN or an infinity, codes 0). Scalar: the reduction it serves is bound by the network it saves.
+// nibble 0). The special blocks are int8's (scale 0 for a block whose factor 7 / max|x| would overflow, below about
+// 2.1e-38; NaN for a block with a NaN or an infinity; codes 0). Scalar: the reduction it serves is bound by the network
+// it saves.
 constexpr size_t Int4Bytes(size_t n) { return (n + 1) / 2; }
 void QuantizeInt4(const float* x, size_t n, size_t block, uint8_t* q, float* scales);
 // out[i] = code(i) · scales[i / block].

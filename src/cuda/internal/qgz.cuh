@@ -22,12 +22,15 @@
 
 namespace zero::cuda::internal {
 
-// The reference's int4 scale: NaN/inf -> (NaN, 0); every |x| below FLT_MIN -> (0, 0); else (m / 7, 7 / m).
+// The reference's int4 scale: NaN/inf -> (NaN, 0); every |x| below FLT_MIN, or so small that 7 / m overflows,
+// -> (0, 0); else (m / 7, 7 / m).
 ZERO_HD QuantScale Int4ScaleOfBits(uint32_t max_f32_bits) {
   if (max_f32_bits > kQuantMaxFiniteBits) return {FromBits(0x7FC00000u), 0.0f};
   if (max_f32_bits < kQuantMinNormalBits) return {0.0f, 0.0f};
   const float m = FromBits(max_f32_bits);
-  return {FDiv(m, 7.0f), FDiv(7.0f, m)};
+  const float inv = FDiv(7.0f, m);
+  if (Bits(inv) > kQuantMaxFiniteBits) return {0.0f, 0.0f};  // the factor overflows: zeros, as the reference
+  return {FDiv(m, 7.0f), inv};
 }
 
 // One element's nibble: round-to-nearest-even(x · inv) clamped to [-7, 7], two's complement in 4 bits; 0 when inv

@@ -88,14 +88,16 @@ ZERO_HD uint32_t QuantMaxAsF32Bits(uint32_t m) {
   }
 }
 
-// The reference's ScaleOfBits (src/core/quantize.cc): NaN/inf -> (NaN, 0); every |x| below FLT_MIN -> (0, 0)
-// (no division by a subnormal, which would overflow); else (m / 127, 127 / m), each one correctly rounded f32
+// The reference's ScaleOfBits (src/core/quantize.cc): NaN/inf -> (NaN, 0); every |x| below FLT_MIN, or so small
+// that 127 / m overflows (below about 3.7e-37) -> (0, 0); else (m / 127, 127 / m), each one correctly rounded f32
 // division.
 ZERO_HD QuantScale QuantScaleOfBits(uint32_t max_f32_bits) {
   if (max_f32_bits > kQuantMaxFiniteBits) return {FromBits(0x7FC00000u), 0.0f};
   if (max_f32_bits < kQuantMinNormalBits) return {0.0f, 0.0f};
   const float m = FromBits(max_f32_bits);
-  return {FDiv(m, 127.0f), FDiv(127.0f, m)};
+  const float inv = FDiv(127.0f, m);
+  if (Bits(inv) > kQuantMaxFiniteBits) return {0.0f, 0.0f};  // the factor overflows: zeros, as the reference
+  return {FDiv(m, 127.0f), inv};
 }
 
 // The reference's QuantizeOne: round-to-nearest-even(x · inv) clamped to [-127, 127]; 0 when inv is 0.

@@ -83,18 +83,19 @@ class QgzReduce {
   // first hop. The average lands in `out` (S floats) when the reduction is joined. Buffers from `pool`. An error
   // (an allocation) issues nothing.
   Status Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out);
-  // Without blocking: once the first hop has completed, finishes it and issues the second (two hops only).
+  // Without blocking: once the first hop has completed, finishes it and issues the second (two hops only). On a
+  // device it does nothing: Join issues the second hop, in the order the reducer retires (see qgz.cc).
   Status Advance();
   // Whether every hop is issued and has completed (Join would not block).
   bool Done() const;
   // Whether the first hop is finished (its sums taken, the second hop issued).
   bool Hop1Finished() const { return hop1_done_ || !status_.ok(); }
-  // Finishes every hop (the host waits), then writes the average into `out`. Idempotent.
+  // Finishes every hop (the host waits; a device's stream does), then writes the average into `out`. Idempotent.
   Status Join();
   // After a failure or at shutdown: waits for what is in flight; false if an op did not complete.
   bool WaitInFlight();
   bool Unfinished() const;
-  // Hands the buffers back to the pool, or quarantines them when an op in flight did not complete.
+  // Hands the buffers back to the pool, or, when the reduction failed with an op still in flight, quarantines them.
   void Release();
 
  private:
