@@ -32,16 +32,6 @@ __global__ void __launch_bounds__(kThreads)
   StochasticRoundThread(src, dst, n, mixed_key, first_index, tid, nthreads);
 }
 
-// At most one full wave of `kernel` for `work` thread-items (grid-stride kernels loop over the rest).
-cudaError_t Blocks(const void* kernel, size_t work, unsigned* blocks) {
-  int wave = 0;
-  if (cudaError_t e = FullWaveBlocks(kernel, kThreads, &wave); e != cudaSuccess) return e;
-  size_t b = (work + kThreads - 1) / kThreads;
-  if (b > static_cast<size_t>(wave)) b = static_cast<size_t>(wave);
-  *blocks = static_cast<unsigned>(b);
-  return cudaSuccess;
-}
-
 template <PairOp kOp, class S, class D>
 cudaError_t LaunchTyped(const void* src, void* dst, size_t n, cudaStream_t stream) {
   const PlanBuffer bufs[2] = {{src, sizeof(typename S::Elem)}, {dst, sizeof(typename D::Elem)}};
@@ -49,7 +39,8 @@ cudaError_t LaunchTyped(const void* src, void* dst, size_t n, cudaStream_t strea
   const size_t work = plan.nvec > plan.ScalarCount() ? plan.nvec : plan.ScalarCount();
   if (work == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&PairKernel<kOp, S, D>), work, &blocks); e != cudaSuccess) {
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&PairKernel<kOp, S, D>), work, &blocks);
+      e != cudaSuccess) {
     return e;
   }
   PairKernel<kOp, S, D><<<blocks, kThreads, 0, stream>>>(src, dst, plan);
@@ -93,7 +84,8 @@ cudaError_t LaunchStochasticRound(const float* d_src, uint16_t* d_dst, size_t n,
                                   cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = Blocks(reinterpret_cast<const void*>(&StochasticRoundKernel), n, &blocks); e != cudaSuccess) {
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&StochasticRoundKernel), n, &blocks);
+      e != cudaSuccess) {
     return e;
   }
   StochasticRoundKernel<<<blocks, kThreads, 0, stream>>>(d_src, d_dst, n, SplitMix(key), first_index);

@@ -77,6 +77,15 @@ cudaError_t FullWaveBlocks(const void* kernel, int threads, int* blocks) {
   return cudaSuccess;
 }
 
+cudaError_t GridStrideBlocks(const void* kernel, size_t work, unsigned* blocks) {
+  int wave = 0;
+  if (cudaError_t e = FullWaveBlocks(kernel, kThreads, &wave); e != cudaSuccess) return e;
+  size_t b = (work + kThreads - 1) / kThreads;
+  if (b > static_cast<size_t>(wave)) b = static_cast<size_t>(wave);
+  *blocks = static_cast<unsigned>(b > 0 ? b : 1);
+  return cudaSuccess;
+}
+
 VecPlan MakeFusedPlan(const FusedArgs& a, Dt grad_dt, OutDt out_dt, int states, size_t n) {
   const PlanBuffer bufs[5] = {
       {a.master, 4},

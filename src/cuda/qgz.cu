@@ -63,16 +63,6 @@ __global__ void __launch_bounds__(kThreads) DivideKernel(const float* src, float
                static_cast<size_t>(gridDim.x) * blockDim.x);
 }
 
-// At most one full wave of `kernel` for `work` thread-items (the grid-stride kernels loop over the rest).
-cudaError_t WaveBlocks(const void* kernel, size_t work, unsigned* blocks) {
-  int wave = 0;
-  if (cudaError_t e = FullWaveBlocks(kernel, kThreads, &wave); e != cudaSuccess) return e;
-  size_t b = (work + kThreads - 1) / kThreads;
-  if (b > static_cast<size_t>(wave)) b = static_cast<size_t>(wave);
-  *blocks = static_cast<unsigned>(b > 0 ? b : 1);
-  return cudaSuccess;
-}
-
 }  // namespace
 
 cudaError_t LaunchQuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t* d_q, float* d_scales, float* d_inv,
@@ -82,7 +72,7 @@ cudaError_t LaunchQuantizeInt4(const float* d_x, size_t n, size_t block, uint8_t
   Int4ScalesKernel<<<QuantGridBlocks(n, block), QuantThreads(block), 0, stream>>>(d_x, n, block, d_scales, d_inv);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   unsigned blocks = 0;
-  if (cudaError_t e = WaveBlocks(reinterpret_cast<const void*>(&Int4CodesKernel), (n + 1) / 2, &blocks);
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&Int4CodesKernel), (n + 1) / 2, &blocks);
       e != cudaSuccess) {
     return e;
   }
@@ -95,7 +85,8 @@ cudaError_t LaunchDequantizeInt4(const uint8_t* d_q, const float* d_scales, size
   if (n == 0) return cudaSuccess;
   if (block == 0) return cudaErrorInvalidValue;
   unsigned blocks = 0;
-  if (cudaError_t e = WaveBlocks(reinterpret_cast<const void*>(&DequantizeInt4Kernel), n, &blocks); e != cudaSuccess) {
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&DequantizeInt4Kernel), n, &blocks);
+      e != cudaSuccess) {
     return e;
   }
   DequantizeInt4Kernel<<<blocks, kThreads, 0, stream>>>(d_q, d_scales, n, block, d_out);
@@ -106,7 +97,8 @@ cudaError_t LaunchLocoResidual(const float* d_y, const float* d_sent, float* d_e
                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = WaveBlocks(reinterpret_cast<const void*>(&LocoResidualKernel), n, &blocks); e != cudaSuccess) {
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&LocoResidualKernel), n, &blocks);
+      e != cudaSuccess) {
     return e;
   }
   // keep = 1 − β once, on the host, as the reference computes it (one rounded f32 subtraction either way).
@@ -117,7 +109,8 @@ cudaError_t LaunchLocoResidual(const float* d_y, const float* d_sent, float* d_e
 cudaError_t LaunchDivide(const float* d_src, float* d_dst, float divisor, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   unsigned blocks = 0;
-  if (cudaError_t e = WaveBlocks(reinterpret_cast<const void*>(&DivideKernel), n, &blocks); e != cudaSuccess) return e;
+  if (cudaError_t e = GridStrideBlocks(reinterpret_cast<const void*>(&DivideKernel), n, &blocks); e != cudaSuccess)
+    return e;
   DivideKernel<<<blocks, kThreads, 0, stream>>>(d_src, d_dst, divisor, n);
   return cudaGetLastError();
 }

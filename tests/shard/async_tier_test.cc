@@ -366,6 +366,24 @@ void InstallAsyncTier(std::function<void(AsyncTier&)> configure = {}) {
       });
 }
 
+// An engine of the synthetic model over `draining`, its compute tier an AsyncTier (InstallAsyncTier), and the ViewIo a
+// trainer uses with it: its host accesses wait for the late stream first (its kernels would run on the stream).
+struct AsyncEngine {
+  std::unique_ptr<Engine> engine;
+  AsyncTier* tier = nullptr;
+  testing::ViewIo io() const {
+    AsyncTier* t = tier;
+    return testing::HostViewIo([t] { t->Drain(); });
+  }
+};
+StatusOr<AsyncEngine> MakeAsyncEngine(const Config& cfg, DrainingComm& draining, const EngineOptions& options) {
+  t_binding = &draining;
+  auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), options);
+  t_binding = nullptr;
+  if (!e.ok()) return e.status();
+  return AsyncEngine{*std::move(e), t_tier};
+}
+
 struct Case {
   const char* name;
   int world;
@@ -444,15 +462,9 @@ TEST_P(AsyncTierTest, BitwiseEqualToTheHostEngine) {
     }
     {
       DrainingComm draining(comm);
-      t_binding = &draining;
-      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
-      t_binding = nullptr;
-      ASSERT_OK(e);
-      ASSERT_TRUE((*e)->on_device());
-      // The trainer's host accesses wait for the late stream first (its kernels would run on the stream).
-      AsyncTier* tier = t_tier;
-      ASSERT_NO_FATAL_FAILURE(
-          testing::TrainSynthetic(**e, kSteps, c.ga, testing::HostViewIo([tier] { tier->Drain(); }), &async));
+      ASSERT_OK_AND_ASSIGN(AsyncEngine e, MakeAsyncEngine(cfg, draining, CaseOptions(c)));
+      ASSERT_TRUE(e.engine->on_device());
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e.engine, kSteps, c.ga, e.io(), &async));
     }
     for (int k = 0; k < kSteps; ++k) {
       SCOPED_TRACE(::testing::Message() << "step " << k);
@@ -559,33 +571,24 @@ TEST(AsyncTierCheckpointTest, QgzResidualsSaveAndResumeThroughTheTier) {
     // Device engines: the same kBefore steps and saves, synchronous and asynchronous; then one that loads.
     for (const bool async : {false, true}) {
       DrainingComm draining(comm);
-      t_binding = &draining;
-      auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
-      t_binding = nullptr;
-      ASSERT_OK(e);
-      ASSERT_TRUE((*e)->on_device());
-      AsyncTier* tier = t_tier;
-      const auto io = testing::HostViewIo([tier] { tier->Drain(); });
+      ASSERT_OK_AND_ASSIGN(AsyncEngine e, MakeAsyncEngine(cfg, draining, CaseOptions(c)));
+      ASSERT_TRUE(e.engine->on_device());
       SyntheticTrace before;
-      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kBefore, c.ga, io, &before));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e.engine, kBefore, c.ga, e.io(), &before));
       SaveOptions so;
       so.save_qgz_residuals = true;
       so.async = async;
       so.tag = async ? "device_async" : "device";
-      ASSERT_OK((*e)->Save(dir, so).status());
-      ASSERT_OK((*e)->WaitForSave());
+      ASSERT_OK(e.engine->Save(dir, so).status());
+      ASSERT_OK(e.engine->WaitForSave());
     }
     DrainingComm draining(comm);
-    t_binding = &draining;
-    auto e = testing::MakeSyntheticEngine(cfg, Borrow(draining), CaseOptions(c));
-    t_binding = nullptr;
-    ASSERT_OK(e);
-    AsyncTier* tier = t_tier;
+    ASSERT_OK_AND_ASSIGN(AsyncEngine e, MakeAsyncEngine(cfg, draining, CaseOptions(c)));
     LoadOptions lo;
     lo.tag = "device_async";
-    ASSERT_OK((*e)->Load(dir, lo).status());
-    ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(**e, kAfter, c.ga, testing::HostViewIo([tier] { tier->Drain(); }),
-                                                    &resumed[rank], /*first_step=*/kBefore));
+    ASSERT_OK(e.engine->Load(dir, lo).status());
+    ASSERT_NO_FATAL_FAILURE(
+        testing::TrainSynthetic(*e.engine, kAfter, c.ga, e.io(), &resumed[rank], /*first_step=*/kBefore));
   });
   for (int r = 0; r < c.world; ++r) {
     SCOPED_TRACE(::testing::Message() << "rank " << r);

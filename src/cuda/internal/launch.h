@@ -123,5 +123,8 @@ cudaError_t LaunchDivide(const float* d_src, float* d_dst, float divisor, size_t
 // Sets *blocks to the resident blocks of `threads` threads for `kernel` per SM of the current device, times
 // its SM count (cached per kernel and device). Grid-stride kernels launch exactly one full wave.
 cudaError_t FullWaveBlocks(const void* kernel, int threads, int* blocks);
+// The blocks of kThreads threads a grid-stride `kernel` is launched with for `work` thread-items: one per kThreads
+// items, at most one full wave (the kernel loops over the rest), at least one.
+cudaError_t GridStrideBlocks(const void* kernel, size_t work, unsigned* blocks);
 
 }  // namespace zero::cuda::internal

@@ -22,30 +22,9 @@
 
 namespace zero::cuda::internal {
 
-// The reference's int4 scale: NaN/inf -> (NaN, 0); every |x| below FLT_MIN, or so small that 7 / m overflows,
-// -> (0, 0); else (m / 7, 7 / m).
-ZERO_HD QuantScale Int4ScaleOfBits(uint32_t max_f32_bits) {
-  if (max_f32_bits > kQuantMaxFiniteBits) return {FromBits(0x7FC00000u), 0.0f};
-  if (max_f32_bits < kQuantMinNormalBits) return {0.0f, 0.0f};
-  const float m = FromBits(max_f32_bits);
-  const float inv = FDiv(7.0f, m);
-  if (Bits(inv) > kQuantMaxFiniteBits) return {0.0f, 0.0f};  // the factor overflows: zeros, as the reference
-  return {FDiv(m, 7.0f), inv};
-}
-
-// One element's nibble: round-to-nearest-even(x · inv) clamped to [-7, 7], two's complement in 4 bits; 0 when inv
-// is 0 (a zero, subnormal-only or non-finite block).
-ZERO_HD uint8_t QuantizeOneInt4(float x, float inv) {
-  if (inv == 0.0f) return 0;
-#ifdef __CUDA_ARCH__
-  int r = __float2int_rn(__fmul_rn(x, inv));
-#else
-  int r = static_cast<int>(std::nearbyint(x * inv));  // -ffp-contract=off in the test: one rounded product
-#endif
-  r = r < -7 ? -7 : r;
-  r = r > 7 ? 7 : r;
-  return static_cast<uint8_t>(r & 0xF);
-}
+// The reference's int4 scale and nibble: quantize.cuh's int8 rule with 7 levels, the code in 4-bit two's complement.
+ZERO_HD QuantScale Int4ScaleOfBits(uint32_t max_f32_bits) { return QuantScaleOfBits(max_f32_bits, 7.0f); }
+ZERO_HD uint8_t QuantizeOneInt4(float x, float inv) { return static_cast<uint8_t>(QuantizeOneLevels(x, inv, 7) & 0xF); }
 
 // Bytes k = tid, tid + nthreads, ... below Int4Bytes(n): elements 2k and 2k + 1 (0 past n), each with the factor of
 // its own block (`inv`, one per block, the first pass's).

@@ -89,31 +89,32 @@ ZERO_HD uint32_t QuantMaxAsF32Bits(uint32_t m) {
 }
 
 // The reference's ScaleOfBits (src/core/quantize.cc): NaN/inf -> (NaN, 0); every |x| below FLT_MIN, or so small
-// that 127 / m overflows (below about 3.7e-37) -> (0, 0); else (m / 127, 127 / m), each one correctly rounded f32
-// division.
-ZERO_HD QuantScale QuantScaleOfBits(uint32_t max_f32_bits) {
+// that levels / m overflows (below about 3.7e-37 for int8's 127 levels, 2.1e-38 for int4's 7) -> (0, 0); else
+// (m / levels, levels / m), each one correctly rounded f32 division.
+ZERO_HD QuantScale QuantScaleOfBits(uint32_t max_f32_bits, float levels = 127.0f) {
   if (max_f32_bits > kQuantMaxFiniteBits) return {FromBits(0x7FC00000u), 0.0f};
   if (max_f32_bits < kQuantMinNormalBits) return {0.0f, 0.0f};
   const float m = FromBits(max_f32_bits);
-  const float inv = FDiv(127.0f, m);
+  const float inv = FDiv(levels, m);
   if (Bits(inv) > kQuantMaxFiniteBits) return {0.0f, 0.0f};  // the factor overflows: zeros, as the reference
-  return {FDiv(m, 127.0f), inv};
+  return {FDiv(m, levels), inv};
 }
 
-// The reference's QuantizeOne: round-to-nearest-even(x · inv) clamped to [-127, 127]; 0 when inv is 0.
-ZERO_HD int8_t QuantizeOneInt8(float x, float inv) {
+// The reference's QuantizeOne: round-to-nearest-even(x · inv) clamped to [-levels, levels]; 0 when inv is 0.
+ZERO_HD int QuantizeOneLevels(float x, float inv, int levels) {
   if (inv == 0.0f) return 0;
 #ifdef __CUDA_ARCH__
-  // cvt.rni: round to nearest even, like nearbyint under the default rounding mode. |x · inv| <= 127 (up to one
+  // cvt.rni: round to nearest even, like nearbyint under the default rounding mode. |x · inv| <= levels (up to one
   // rounding), so the int never saturates; the clamp is the reference's, kept for the same bits in every case.
   int r = __float2int_rn(__fmul_rn(x, inv));
 #else
   int r = static_cast<int>(std::nearbyint(x * inv));  // -ffp-contract=off in the test: one rounded product
 #endif
-  r = r < -127 ? -127 : r;
-  r = r > 127 ? 127 : r;
-  return static_cast<int8_t>(r);
+  r = r < -levels ? -levels : r;
+  r = r > levels ? levels : r;
+  return r;
 }
+ZERO_HD int8_t QuantizeOneInt8(float x, float inv) { return static_cast<int8_t>(QuantizeOneLevels(x, inv, 127)); }
 
 // Quantizes the elements begin + tid, begin + tid + nthreads, ... below end with the block's factor (the scalar
 // path: the elements outside a block's vector body, or a whole block when there is none).
