@@ -558,16 +558,22 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
       internal::CopyStreaming(tiles[i].dst, tiles[i].src, static_cast<size_t>(tiles[i].bytes));
     });
   };
+  // n elements of `es` bytes from element `at` of `b` into the image at `dst`: host memory by the queued copies, a
+  // device's through the compute tier at once.
+  auto stage = [&](char* dst, const Buffer& b, int64_t at, size_t es, int64_t n) {
+    if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
+      copies.push_back(
+          {dst, static_cast<const char*>(b.data()) + at * static_cast<int64_t>(es), n * static_cast<int64_t>(es)});
+    } else {
+      ReadBuffer(b, at, es, dst, n);
+    }
+  };
   for (const internal::AsyncSave::PlannedSection& sec : a.plan) {
     Unit& u = ctx.units[sec.unit];
     if (sec.rank_state) {  // a residual, in the compute tier (no NVMe staging to change to)
       const Buffer& b = internal::QgzResidual(u, sec.stream);
-      if (b.tier() == MemTier::kHost || !ctx.compute->device()) {
-        copies.push_back({a.image + sec.offset, static_cast<const char*>(b.data()), static_cast<int64_t>(b.size())});
-      } else {
-        ReadBuffer(b, 0, 1, a.image + sec.offset, static_cast<int64_t>(b.size()));
-        ZERO_RETURN_IF_ERROR(ctx.compute->status());
-      }
+      stage(a.image + sec.offset, b, 0, 1, static_cast<int64_t>(b.size()));
+      ZERO_RETURN_IF_ERROR(ctx.compute->status());
       continue;
     }
     if (sec.unit != staged_unit) {
@@ -583,13 +589,7 @@ Status Engine::Impl::StartAsyncSave(const std::string& dir, const std::string& t
     for (const Segment& g : Segments(u, s, /*for_write=*/false)) {
       const int64_t lo = std::max(sec.begin, g.begin), hi = std::min(sec.end, g.begin + g.n);
       if (lo >= hi) continue;
-      char* dst = a.image + sec.offset + (lo - sec.begin) * static_cast<int64_t>(es);
-      if (g.buffer->tier() == MemTier::kHost || !ctx.compute->device()) {
-        copies.push_back({dst, static_cast<const char*>(g.buffer->data()) + (lo - g.begin) * static_cast<int64_t>(es),
-                          (hi - lo) * static_cast<int64_t>(es)});
-      } else {
-        ReadBuffer(*g.buffer, lo - g.begin, es, dst, hi - lo);
-      }
+      stage(a.image + sec.offset + (lo - sec.begin) * static_cast<int64_t>(es), *g.buffer, lo - g.begin, es, hi - lo);
       covered += hi - lo;
     }
     ZERO_CHECK(covered == sec.end - sec.begin)
