@@ -7,6 +7,7 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
                                    [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor] [--no-zeropp]
+                                   [--eval K]
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
@@ -16,6 +17,13 @@ measured the same way: the spread a ZeRO++ gap is to be read against. --floor ru
 world with gradient_accumulation_steps 2 (threads only): each step trains the same samples from the same weights
 (zero-gpt's data order does not depend on the split), only summed in another order, so its gap is what rounding
 alone, a perturbation of about 1e-7, grows into over the run: the floor below which no quantization can be judged.
+
+--eval K (threads only) judges the trained fp32 master weights rather than the training loss: every run saves a
+checkpoint after its last step, and each is then resumed for K more steps with the learning rate 0 (AdamW with lr 0
+moves no weight), so those steps' losses are the saved weights' losses on the next K batches, which no run trained
+on. Each trained model is read with the exact forward (ZeRO++ off), and a ZeRO++ run's also with its own ZeRO++
+config, whose forward gathers the weights quantized as in training: the first is the model a user keeps, the
+difference between the two is what reading the same weights through qwZ's int8 adds to the loss.
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
@@ -29,6 +37,7 @@ the curve within a stated band every 10 steps (the largest window gap is printed
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,14 +62,18 @@ def config(zeropp, bf16, extra, recipe=None, accumulation=1):
     return c
 
 
-def run(args, mode, cfg, seed=None, world=None):
+def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None):
     seed = seed if seed is not None else args.seed
     world = world or args.world
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
         path = f.name
-    gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(args.steps), "--config", path,
-           "--json"]
+    gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(steps or args.steps), "--config",
+           path, "--json"]
+    if save:
+        gpt += ["--save", save]
+    if resume:
+        gpt += ["--resume", resume]
     if args.ranks_per_host > 0:
         gpt += ["--ranks-per-host", str(args.ranks_per_host)]
     if seed is not None:
@@ -98,19 +111,33 @@ def main():
     ap.add_argument("--floor", action="store_true", help="the exact job at --world/2 with 2 accumulation steps too")
     ap.add_argument("--no-zeropp", action="store_true", help="no ZeRO++ run: the exact one, with --seeds / --floor")
     ap.add_argument("--seed", type=int, default=None, help="zero-gpt --seed for every run (default: zero-gpt's, 1234)")
+    ap.add_argument("--eval", type=int, default=0, metavar="K",
+                    help="threads: each trained model's loss on the next K steps' batches at lr 0, exact and quantized")
     args = ap.parse_args()
+    if args.eval and args.modes != "threads":
+        sys.exit("--eval runs with --modes threads")
+    ckpts = tempfile.mkdtemp(prefix="zeropp_parity_") if args.eval else None
+    trained = []  # (name, checkpoint dir, its ZeRO++ config or None)
+
+    def saved(name, zeropp=None):
+        if not ckpts:
+            return None
+        d = os.path.join(ckpts, str(len(trained)))
+        trained.append((name, d, zeropp))
+        return d
+
     extra = json.loads(args.extra_config)
     recipe = json.loads(args.recipe)
     zeropps = [] if args.no_zeropp else [json.loads(z) for z in (args.zeropp or ['{"zero_quantized_weights": true}'])]
     print(f"config (exact run): {json.dumps(config(None, args.bf16, extra, recipe))}")
     exact = {}
     for mode in args.modes.split(","):
-        cmd_e, e = run(args, mode, config(None, args.bf16, extra, recipe))
+        cmd_e, e = run(args, mode, config(None, args.bf16, extra, recipe), save=saved("exact"))
         exact[mode] = e
         print(f"\n## {mode}, exact: {cmd_e}")
         for zeropp in zeropps:
             cfg = config(zeropp, args.bf16, extra, recipe)
-            cmd_q, q = run(args, mode, cfg)
+            cmd_q, q = run(args, mode, cfg, save=saved(f"ZeRO++ {json.dumps(zeropp)}", zeropp))
             print(f"\n### {mode}, ZeRO++ {json.dumps(cfg['zero_optimization'])}: {cmd_q}")
             if any(x != x for x in q):  # NaN
                 print("ZeRO++ run has a NaN loss")
@@ -124,11 +151,41 @@ def main():
     if args.floor:
         if args.world % 2 != 0:
             sys.exit("--floor needs an even --world")
-        cmd_f, q = run(args, "threads", config(None, args.bf16, extra, recipe, accumulation=2), world=args.world // 2)
+        cmd_f, q = run(args, "threads", config(None, args.bf16, extra, recipe, accumulation=2), world=args.world // 2,
+                       save=saved("re-summed (the floor)"))
         print(f"\n### threads, exact at world {args.world // 2} with 2 accumulation steps: {cmd_f}")
         if "threads" not in exact:
             exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
         compare(exact["threads"], q, "re-summed")
+    if args.eval:
+        evaluate(args, extra, trained)
+        shutil.rmtree(ckpts)
+
+
+def evaluate(args, extra, trained):
+    """Each saved model resumed for --eval steps at lr 0: its fp32 weights' losses on batches no step trained on."""
+    def frozen(zeropp):
+        c = config(zeropp, args.bf16, extra)  # no scheduler, no clipping: the learning rate is 0 throughout
+        c["optimizer"]["params"]["lr"] = 0.0
+        return c
+
+    print(f"\n## the trained weights, each resumed for {args.eval} steps at lr 0 "
+          f"(steps {args.steps + 1}-{args.steps + args.eval}: the mean loss)")
+    print("| model | read exact | gap to the exact run's model | read with its ZeRO++ forward | gap |")
+    print("|---|---|---|---|---|")
+    base = None
+    for name, d, zeropp in trained:
+        _, e = run(args, "threads", frozen(None), resume=d, steps=args.steps + args.eval)
+        me = statistics.mean(e)
+        base = me if base is None else base
+        cells = [f"{me:.4f}", f"{100 * (me - base) / base:+.2f} %"]
+        if zeropp is not None:
+            _, q = run(args, "threads", frozen(zeropp), resume=d, steps=args.steps + args.eval)
+            mq = statistics.mean(q)
+            cells += [f"{mq:.4f}", f"{100 * (mq - base) / base:+.2f} %"]
+        else:
+            cells += ["", ""]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def compare(e, q, name):
