@@ -37,7 +37,6 @@ the curve within a stated band every 10 steps (the largest window gap is printed
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -116,13 +115,14 @@ def main():
     args = ap.parse_args()
     if args.eval and args.modes != "threads":
         sys.exit("--eval runs with --modes threads")
-    ckpts = tempfile.mkdtemp(prefix="zeropp_parity_") if args.eval else None
+    # Removed when the script ends, a run's failure (sys.exit) included: the checkpoints are a few hundred MB.
+    ckpts = tempfile.TemporaryDirectory(prefix="zeropp_parity_") if args.eval else None
     trained = []  # (name, checkpoint dir, its ZeRO++ config or None)
 
     def saved(name, zeropp=None):
         if not ckpts:
             return None
-        d = os.path.join(ckpts, str(len(trained)))
+        d = os.path.join(ckpts.name, str(len(trained)))
         trained.append((name, d, zeropp))
         return d
 
@@ -159,7 +159,6 @@ def main():
         compare(exact["threads"], q, "re-summed")
     if args.eval:
         evaluate(args, extra, trained)
-        shutil.rmtree(ckpts)
 
 
 def evaluate(args, extra, trained):
@@ -173,11 +172,11 @@ def evaluate(args, extra, trained):
           f"(steps {args.steps + 1}-{args.steps + args.eval}: the mean loss)")
     print("| model | read exact | gap to the exact run's model | read with its ZeRO++ forward | gap |")
     print("|---|---|---|---|---|")
-    base = None
+    base = None  # the exact run's model: saved first
     for name, d, zeropp in trained:
         _, e = run(args, "threads", frozen(None), resume=d, steps=args.steps + args.eval)
         me = statistics.mean(e)
-        base = me if base is None else base
+        base = base or me
         cells = [f"{me:.4f}", f"{100 * (me - base) / base:+.2f} %"]
         if zeropp is not None:
             _, q = run(args, "threads", frozen(zeropp), resume=d, steps=args.steps + args.eval)
