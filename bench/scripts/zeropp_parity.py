@@ -120,7 +120,7 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         s = json.loads(line[j:])
         losses.setdefault(s["step"], s["loss"])  # processes: every rank prints the same step; the first wins
     out = [losses[k] for k in sorted(losses)]
-    if cached:
+    if cached and out:  # a run that printed no step is not kept
         os.makedirs(args.cache, exist_ok=True)
         with open(cached, "w") as f:
             json.dump(out, f)
