@@ -41,6 +41,7 @@ ZeRO++ config against the same exact run costs one run, not two. Runs that save 
 run.
 """
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +51,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = "<config>"  # the command's config path until run() writes the file (a cache hit writes none)
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
@@ -68,13 +70,20 @@ def config(zeropp, bf16, extra, recipe=None, accumulation=1):
     return c
 
 
-def cache_path(args, cmd, cfg):
-    """Where --cache keeps a run's losses: keyed by the binaries' bytes, the command (less its config's temporary
-    path) and the config, so a rebuilt zero-gpt or any other flag or key runs again."""
+@functools.lru_cache(maxsize=None)
+def binaries_digest(build):
+    """The zero-gpt and zero-run binaries' sha256, read once per build directory."""
     h = hashlib.sha256()
     for b in ("bin/zero-gpt", "bin/zero-run"):
-        with open(os.path.join(args.build, b), "rb") as f:
+        with open(os.path.join(build, b), "rb") as f:
             h.update(f.read())
+    return h.hexdigest()
+
+
+def cache_path(args, cmd, cfg):
+    """Where --cache keeps a run's losses: keyed by the binaries' bytes, the command (its config's path a placeholder)
+    and the config, so a rebuilt zero-gpt or any other flag or key runs again."""
+    h = hashlib.sha256(binaries_digest(args.build).encode())
     h.update(json.dumps([c.replace(args.build, "BUILD") for c in cmd]).encode())  # not where the build lies
     h.update(json.dumps(cfg, sort_keys=True).encode())
     return os.path.join(args.cache, h.hexdigest()[:32] + ".json")
@@ -83,11 +92,8 @@ def cache_path(args, cmd, cfg):
 def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None):
     seed = seed if seed is not None else args.seed
     world = world or args.world
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cfg, f)
-        path = f.name
     gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(steps or args.steps), "--config",
-           path, "--json"]
+           CONFIG, "--json"]
     if save:
         gpt += ["--save", save]
     if resume:
@@ -102,12 +108,15 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         cmd = [os.path.join(args.build, "bin/zero-run"), "-n", str(world), "--"] + gpt
     # A run that saves or resumes a checkpoint always runs: --eval needs the checkpoint, not the losses.
     cached = None
-    if getattr(args, "cache", None) and not save and not resume:
-        cached = cache_path(args, [c for c in cmd if c != path], cfg)
+    if args.cache and not save and not resume:
+        cached = cache_path(args, cmd, cfg)
         if os.path.exists(cached):
-            os.unlink(path)
             with open(cached) as f:
                 return " ".join(cmd) + "  (losses from --cache)", json.load(f)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(cfg, f)
+        path = f.name
+    cmd = [path if c is CONFIG else c for c in cmd]
     p = subprocess.run(cmd, capture_output=True, text=True)
     os.unlink(path)
     if p.returncode != 0:
