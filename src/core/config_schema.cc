@@ -409,8 +409,8 @@ const KeySpec kSchema[] = {
             "unit's 1-D parameters (biases, norm gains) go exact beside the blocks, where a norm gain of about 1 "
             "would set the scale of the weights next to it (with zero_hpz_partition_size, backward gathers the forward's dequantized values inside the host). Stage 3, "
             "host (Gloo) engine; on the CUDA engine (NCCL) built and proven on an emulated device tier, not yet run "
-            "on a GPU; a unit gathered in chunks (larger than allgather_bucket_size) is gathered exact, and the log "
-            "says which."},
+            "on a GPU. A unit larger than allgather_bucket_size is gathered in quantized chunks of whole blocks, "
+            "bit for bit its whole gather."},
     {.path = "zero_optimization.zero_quantized_weights_block_size", .type = T::kInt, .default_json = "4096",
      .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_weights_block_size),
      .doc = "zero_quantized_weights: elements per quantization block (one fp32 scale each: 4 bytes per block on "

@@ -41,19 +41,38 @@ UnitCollective UnitCollective::ReduceScatter(EngineContext* ctx, BufferPool* sta
   return c;
 }
 
+UnitCollective UnitCollective::QuantizedAllGather(EngineContext* ctx, BufferPool* staging, const uint8_t* msgs,
+                                                  const QwzChunks* layout,
+                                                  std::function<void(int64_t k, const uint8_t* got)> unpack) {
+  UnitCollective c;
+  c.ctx_ = ctx;
+  c.pool_ = staging;
+  c.gather_ = true;
+  c.src_ = reinterpret_cast<const char*>(msgs);
+  c.src_dtype_ = c.dtype_ = DType::kF16;
+  c.S_ = layout->chunks();
+  c.chunk_ = 1;
+  c.qwz_ = layout;
+  c.unpack_ = std::move(unpack);
+  c.Start();
+  return c;
+}
+
 void UnitCollective::Start() {
   // Both staging buffers before any chunk: a failed allocation (a device out of memory) then issues nothing, so
   // no rank waits for a chunk this one never sends.
   EngineContext& c = *ctx_;
   label_ = c.comm->label();  // later chunks may be issued under another scope's label: they keep this one
   const advanced::ExtendedCommunicator* x = advanced::Extended(*c.comm);
-  in_place_ = gather_ ? x != nullptr && x->SupportsAllGatherStrided()
-                      : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); });
+  in_place_ = qwz_ != nullptr ? false
+              : gather_       ? x != nullptr && x->SupportsAllGatherStrided()
+                              : EveryChunkSize(S_, chunk_, [this](int64_t n) { return StridedReduce(n); });
   if (in_place_) {
     IssueWhileFree();  // every chunk in place: no staging, so nothing bounds what is in flight: all of them
     return;
   }
-  const size_t bytes = static_cast<size_t>(c.world * chunk_) * DTypeSize(dtype_);
+  const size_t bytes = qwz_ != nullptr ? static_cast<size_t>(c.world * qwz_->largest)
+                                       : static_cast<size_t>(c.world * chunk_) * DTypeSize(dtype_);
   for (int slot = 0; slot < (S_ > chunk_ ? 2 : 1); ++slot) {
     slots_[slot] = pool_->Take(bytes, /*zero=*/false);
     if (slots_[slot].empty()) {
@@ -74,7 +93,11 @@ Status UnitCollective::IssueNext() {
   char* buf = static_cast<char*>(slots_[slot].data());
   CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", a));
   Work w;
-  if (gather_ && in_place_) {
+  if (qwz_ != nullptr) {
+    // Chunk a's message, as 16-bit words (every rank's the same size).
+    w = c.comm->AllGather(src_ + qwz_->offset[static_cast<size_t>(a)], buf, static_cast<size_t>(qwz_->bytes(a) / 2),
+                          DType::kF16, c.stream());
+  } else if (gather_ && in_place_) {
     // in_place_: the communicator is an ExtendedCommunicator with the strided all-gather.
     w = advanced::Extended(*c.comm)->AllGatherStrided(src_ + a * es, dst_ + a * es, static_cast<size_t>(n),
                                                       static_cast<size_t>(S_), dtype_, c.stream());
@@ -105,10 +128,14 @@ Status UnitCollective::FinishFront() {
   Status s = c.compute->Join(f.work);  // the host waits; a device's stream waits
   if (!s.ok()) {
     const int64_t k = f.a / chunk_, chunks = (S_ + chunk_ - 1) / chunk_;
-    return absl::Status(s.code(), absl::StrCat("chunk ", k + 1, " of ", chunks, " (elements [", f.a, ", ", f.b,
-                                               ") of each rank's shard): ", s.message()));
+    const int64_t a = qwz_ != nullptr ? f.a * qwz_->chunk : f.a,
+                  b = qwz_ != nullptr ? std::min(qwz_->shard, a + qwz_->chunk) : f.b;
+    return absl::Status(s.code(), absl::StrCat(qwz_ != nullptr ? "quantized " : "", "chunk ", k + 1, " of ", chunks,
+                                               " (elements [", a, ", ", b, ") of each rank's shard): ", s.message()));
   }
-  if (gather_ && !in_place_) {
+  if (qwz_ != nullptr) {
+    unpack_(f.a, static_cast<const uint8_t*>(slots_[f.slot].data()));
+  } else if (gather_ && !in_place_) {
     const size_t es = DTypeSize(dtype_);
     const int64_t n = f.b - f.a;
     const char* buf = static_cast<const char*>(slots_[f.slot].data());

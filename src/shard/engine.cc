@@ -769,7 +769,8 @@ advanced::EngineStats advanced::Stats(const Engine& engine) {
   const auto& gathers = engine.impl_->gathers;
   EngineStats s{.prefetch_gathers = gathers.prefetch_gathers(),
                 .demand_gathers = gathers.demand_gathers(),
-                .peak_live_elements = gathers.peak_live_elements()};
+                .peak_live_elements = gathers.peak_live_elements(),
+                .qwz_chunk_gathers = gathers.qwz_chunk_gathers()};
   if (const internal::NvmeStore* nvme = engine.impl_->ctx.nvme.get()) {
     s.nvme_step_bytes_read = nvme->pass_bytes_read();
     s.nvme_step_bytes_written = nvme->pass_bytes_written();

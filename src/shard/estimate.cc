@@ -107,16 +107,17 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     const internal::UnitPlan& u = plan.units[i];
     const int64_t S = u.shard;
     if (u.sharded_params) {
-      // qwZ: a forward gather of a unit in one collective moves the int8 message; hpZ: the backward gather runs in
-      // the host group over the secondary copy (padded / H per rank).
+      // qwZ: every gather, forward and backward, moves the int8 messages (a chunked one, every chunk's); hpZ: the
+      // backward gather runs in the host group over the secondary copy (padded / H per rank).
       const int64_t forwards = (units[i].scopes_per_pass - 1) * ga;
-      const bool quantized =
-          p.qwz_block > 0 && internal::ChunkPerRank(u.padded, static_cast<int>(N), p.allgather_bucket) == 0;
-      add(gathers, forwards, S, (N - 1) * (quantized ? internal::QwzUnitMessageBytes(p, u) : S * cds));
+      const int64_t message = p.qwz_block == 0            ? S * cds
+                              : u.qwz_chunks.chunks() > 0 ? u.qwz_chunks.total()
+                                                          : internal::QwzUnitMessageBytes(p, u);
+      add(gathers, forwards, S, (N - 1) * message);
       if (p.hpz > 1 && forwards > 0) {  // a unit with no forward scope has no fresh secondary copy
         add(hpz_gathers, ga, u.padded / p.hpz, (p.hpz - 1) * (u.padded / p.hpz) * cds);
       } else {
-        add(gathers, ga, S, (N - 1) * S * cds);
+        add(gathers, ga, S, (N - 1) * message);
       }
     }
     if (u.frozen) continue;
@@ -177,10 +178,13 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
     const int64_t S = u.shard;
     if (u.sharded_params) {
       const int64_t forwards = (units[i].scopes_per_pass - 1) * ga, backwards = ga;
-      const bool whole = internal::ChunkPerRank(u.padded, N, cfg.zero.allgather_bucket_size) == 0;
-      // qwZ quantizes every gather of a unit gathered whole, forward and backward (shard/gather.cc).
+      // qwZ quantizes every gather, forward and backward (shard/gather.cc): one message, or one per chunk.
       auto gather = [&](int64_t calls) {
-        if (p.qwz_block > 0 && whole) {
+        if (p.qwz_block > 0 && u.qwz_chunks.chunks() > 0) {
+          for (int64_t k = 0; k < u.qwz_chunks.chunks(); ++k) {
+            add(K::kAllGather, DType::kF16, u.qwz_chunks.bytes(k) / 2, calls, N, grank, group_of);
+          }
+        } else if (p.qwz_block > 0) {
           add(K::kAllGather, DType::kF16, internal::QwzUnitMessageBytes(p, u) / 2, calls, N, grank, group_of);
         } else {
           add(K::kAllGather, p.compute, S, calls, N, grank, group_of);

@@ -70,13 +70,62 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     send = u.stage_in.data();
   }
   const int64_t block = c.policy.qwz_block;
-  if (block > 0 && chunk > 0 && !u.qwz_logged) {
-    u.qwz_logged = true;
-    ZERO_LOG(INFO) << "zero_quantized_weights: unit " << u.name() << " (" << u.layout.padded
-                   << " elements, above allgather_bucket_size " << c.cfg.zero.allgather_bucket_size
-                   << ") is gathered in chunks, exact, not quantized";
-  }
-  if (block > 0 && !hpz && chunk == 0) {
+  if (block > 0 && !hpz && chunk > 0) {
+    // qwZ on a unit above allgather_bucket_size: every chunk's message (QwzChunks: whole blocks, the chunk's exact
+    // elements after them) quantized now into one send buffer, a quarter of the f32 shard's bytes; the chunks
+    // all-gathered through two staging buffers of `world` messages, each dequantized into its place as it
+    // completes. The blocks are a whole gather's, so are the values, bit for bit.
+    const QwzChunks& qc = u.plan.qwz_chunks;
+    ZERO_CHECK(qc.chunks() > 0) << "unit " << u.name() << ": no qwZ chunk layout";
+    const int64_t S = u.layout.shard, scratch = QwzScratchBytes(c.policy, u.plan);
+    u.qwz_send = qwz_pool_.Take(qc.total() + scratch, /*zero=*/false);
+    if (Status s = c.AllocStatus(u.qwz_send, qc.total() + scratch, "qwZ send buffer", u); !s.ok()) {
+      ReleaseQwz(u, /*quarantine=*/false);
+      gather_pool_.Give(std::move(u.gather));
+      GiveParamSlot(u);
+      return s;
+    }
+    auto* msgs = static_cast<uint8_t*>(u.qwz_send.data());
+    const std::vector<ExactSpan>& spans = ShardSpans(u.plan, c.rank);
+    const auto* shard = static_cast<const uint8_t*>(send);
+    uint8_t* zeroed = msgs + qc.total();  // the scratch: the shard with its spans zeroed
+    if (!spans.empty()) c.compute->Convert(send, c.cd(), zeroed, c.cd(), S);
+    const uint8_t* quantized = spans.empty() ? shard : zeroed;
+    for (int64_t k = 0; k < qc.chunks(); ++k) {
+      const int64_t a = k * qc.chunk, n = std::min(S, a + qc.chunk) - a;
+      const int64_t blocks = static_cast<int64_t>(QuantBlocks(n, block)), codes = QwzMessageBytes(n, block);
+      uint8_t* msg = msgs + qc.offset[static_cast<size_t>(k)];
+      uint8_t* tail = msg + codes;
+      if (!spans.empty()) {
+        tail = PackExactWith(shard + a * cds, zeroed + a * cds, cds, SpansIn(spans, a, a + n), tail, TierCopy(c),
+                             TierZero(c));
+      }
+      c.compute->QuantizeInt8(quantized + a * cds, c.cd(), n, block, reinterpret_cast<int8_t*>(msg + 4 * blocks),
+                              reinterpret_cast<float*>(msg));
+      c.compute->Zero(msg + 4 * blocks + n, static_cast<size_t>(codes - 4 * blocks - n));  // every byte defined
+      c.compute->Zero(tail, static_cast<size_t>(msg + qc.bytes(k) - tail));
+    }
+    EngineContext* ctx = ctx_;
+    Unit* unit = &u;
+    auto unpack = [ctx, unit, block](int64_t k, const uint8_t* got) {
+      EngineContext& e = *ctx;
+      const QwzChunks& q = unit->plan.qwz_chunks;
+      const int64_t S = unit->layout.shard, a = k * q.chunk, n = std::min(S, a + q.chunk) - a, P = q.bytes(k);
+      const int64_t blocks = static_cast<int64_t>(QuantBlocks(n, block));
+      const size_t es = DTypeSize(e.cd());
+      for (int r = 0; r < e.world; ++r) {
+        const uint8_t* msg = got + r * P;
+        auto* out = static_cast<uint8_t*>(unit->gather.data()) + (r * S + a) * static_cast<int64_t>(es);
+        e.compute->DequantizeInt8(reinterpret_cast<const int8_t*>(msg + 4 * blocks),
+                                  reinterpret_cast<const float*>(msg), n, block, out, e.cd());
+        UnpackExactWith(msg + QwzMessageBytes(n, block), es, SpansIn(ShardSpans(unit->plan, r), a, a + n), out,
+                        TierCopy(e));
+      }
+    };
+    u.gather_op = UnitCollective::QuantizedAllGather(ctx_, &chunk_pool_, msgs, &qc, std::move(unpack));
+    qwz_chunk_gathers_ += qc.chunks();
+    chunked_ = static_cast<UnitId>(&u - c.units.data());
+  } else if (block > 0 && !hpz) {
     // qwZ: this rank's shard as int8 blocks with their scales, one message per rank, moved as 16-bit words. Every
     // gather, forward and backward, as DeepSpeed quantizes every gather of a quantized parameter: the shard does not
     // change between the two, so both scopes see the same values, and the gradient is the one of the weights the
@@ -151,8 +200,8 @@ Status GatherScheduler::Wait(Unit& u) {
                                 S, block, out, c.cd());
       UnpackExactWith(msg + QwzMessageBytes(S, block), cds, ShardSpans(u.plan, r), out, TierCopy(c));
     }
-    ReleaseQwz(u, /*quarantine=*/false);
   }
+  ReleaseQwz(u, /*quarantine=*/false);  // (a chunked gather's send buffer: its chunks were dequantized in Join)
   if (!u.gather_backward && !u.hpz_secondary.empty()) {
     // hpZ: this rank's part of what the forward computes with (dequantized under qwZ, as ZeRO++ copies its
     // secondary tensor from the gathered parameter), for this step's backward gathers. A copy in the compute tier,
@@ -217,6 +266,7 @@ Status GatherScheduler::FinishChunked() {
   ctx_->times.gather_wait_ms += MsSince(t0);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("gathering unit ", v.name(), ": ", s.message()));
   v.gather_op.ReleaseStaging();
+  ReleaseQwz(v, /*quarantine=*/false);  // a quantized chunked gather's messages: all sent and dequantized
   return absl::OkStatus();
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -319,6 +321,7 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
     if (policy.qgz_bits > 0 || policy.qwz_block > 0) {
       u.exact_spans =
           ExactSpans(i < params.size() ? params[i] : std::vector<ExactParam>{}, u.shard, policy.world, &u.exact_max);
+      u.qwz_chunks = QwzChunkLayout(policy, u);
     }
     max_host = std::max(max_host, plan.units.back().host_n);
   }
@@ -414,6 +417,38 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket) {
   return std::max<int64_t>(q, bucket / world / q * q);
 }
 
+std::vector<ExactSpan> SpansIn(const std::vector<ExactSpan>& spans, int64_t a, int64_t b) {
+  std::vector<ExactSpan> in;
+  for (const ExactSpan& sp : spans) {
+    const int64_t lo = std::max(sp.begin, a), hi = std::min(sp.end, b);
+    if (lo < hi) in.push_back(ExactSpan{lo - a, hi - a});
+  }
+  return in;
+}
+
+QwzChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
+  QwzChunks q;
+  const int64_t gather = ChunkPerRank(u.padded, p.world, p.allgather_bucket);
+  if (p.qwz_block <= 0 || !u.sharded_params || gather == 0) return q;
+  q.chunk = std::max(p.qwz_block, gather / p.qwz_block * p.qwz_block);
+  q.shard = u.shard;
+  const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute));
+  q.offset.push_back(0);
+  for (int64_t a = 0; a < u.shard; a += q.chunk) {
+    const int64_t b = std::min(u.shard, a + q.chunk);
+    int64_t exact = 0;  // the most elements of [a, b) any shard sends exact
+    for (const std::vector<ExactSpan>& spans : u.exact_spans) {
+      int64_t n = 0;
+      for (const ExactSpan& sp : SpansIn(spans, a, b)) n += sp.end - sp.begin;
+      exact = std::max(exact, n);
+    }
+    const int64_t bytes = QwzMessageBytes(b - a, p.qwz_block) + (exact * cds + 3) / 4 * 4;
+    q.largest = std::max(q.largest, bytes);
+    q.offset.push_back(q.offset.back() + bytes);
+  }
+  return q;
+}
+
 int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned) {
   const int64_t bucketed = ChunkPerRank(padded, p.world, p.reduce_bucket);
   if (!trainer_owned || p.world < 2) return bucketed;
@@ -487,22 +522,35 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
 
   // All-gather chunk staging, two buffers of one chunk's `world` blocks: the stage-3 gathers' and the step's
   // refresh of full parameters (stages 1-2, persistent stage-3 units) each keep their own.
+  // qwZ's chunked gathers (one at a time, as every chunked gather) stage `world` messages of their largest chunk
+  // instead: two buffers of each such size (one where the unit is one chunk), and one send buffer of each unit's
+  // size (every chunk's message and the scratch), given back once its chunks are joined.
   bool chunked_gather = false, chunked_refresh = false;
+  std::map<int64_t, int64_t> qwz_slots;  // staging bytes -> buffers of that size
+  std::set<int64_t> qwz_sends;
   for (const UnitPlan& u : plan.units) {
     if (ChunkPerRank(u.padded, N, p.allgather_bucket) == 0) continue;
-    if (u.sharded_params) chunked_gather = true;
+    if (u.sharded_params && u.qwz_chunks.chunks() > 0) {
+      int64_t& slots = qwz_slots[N * u.qwz_chunks.largest];
+      slots = std::max<int64_t>(slots, u.qwz_chunks.chunks() > 1 ? 2 : 1);
+      qwz_sends.insert(u.qwz_chunks.total() + QwzScratchBytes(p, u));
+    } else if (u.sharded_params) {
+      chunked_gather = true;
+    }
     if (p.stage >= 1 && !u.sharded_params && !u.frozen) chunked_refresh = true;
   }
   const int64_t ag_chunk =
       std::max<int64_t>(kShardAlignElems, p.allgather_bucket / N / kShardAlignElems * kShardAlignElems);
   dev.staging = in.ag_strided ? 0 : (chunked_gather + chunked_refresh) * 2 * N * ag_chunk * cds;
-  // qwZ: each gather in flight holds its message and every rank's, (N + 1) messages of QwzUnitMessageBytes (and
-  // the send buffer's scratch where the unit has exact elements), in
-  // a pool like the gathers' (one unit gathered in chunks is never quantized); within the same live window.
+  for (const auto& [bytes, slots] : qwz_slots) dev.staging += slots * bytes;
+  for (int64_t bytes : qwz_sends) dev.staging += bytes;
+  // qwZ: each whole gather in flight holds its message and every rank's, (N + 1) messages of QwzUnitMessageBytes
+  // (and the send buffer's scratch where the unit has exact elements), in a pool like the gathers'; within the same
+  // live window.
   if (p.qwz_block > 0) {
     std::vector<std::pair<int64_t, int64_t>> messages;
     for (const UnitPlan& u : plan.units) {
-      if (u.sharded_params && ChunkPerRank(u.padded, N, p.allgather_bucket) == 0) {
+      if (u.sharded_params && u.qwz_chunks.chunks() == 0) {
         messages.emplace_back(u.padded, (N + 1) * QwzUnitMessageBytes(p, u) + QwzScratchBytes(p, u));
       }
     }

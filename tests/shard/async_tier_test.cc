@@ -524,6 +524,11 @@ INSTANTIATE_TEST_SUITE_P(
              48},
         Case{"w2_s3_bf16_offload_all_qwz", 2, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 2, 1.0, 1.0,
              false, 32},
+        // qwZ in quantized chunks (200-element buckets): blocks of 48 in chunks of 48 per rank; with hpZ, blocks of 32.
+        Case{"w3_s3_bf16_ga2_qwz_chunked", 3, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
+             true, 48},
+        Case{"w4_s3_f16_hpz_qwz_chunked", 4, 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
+             true, 32, 2},
         Case{"w2_s3_f32_hpz", 2, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false, 0, 2},
         Case{"w4_s3_bf16_ga2_hpz", 4, 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0, false,
              0, 2},

@@ -207,6 +207,30 @@ TEST(HostTrafficQgzTest, EngineEqualsEstimateAndLessCrossesHosts) {
   }
 }
 
+// qwZ on units above allgather_bucket_size, gathered in quantized chunks (every unit but the smallest at bucket
+// 300), plain and with hybrid sharding: the engine's count equals zero::Estimate's, rank by rank, and fewer bytes cross
+// hosts than with the exact chunked gathers.
+TEST(HostTrafficQwzTest, ChunkedGathersEngineEqualsEstimate) {
+  for (bool hybrid : {false, true}) {
+    SCOPED_TRACE(hybrid ? "hybrid" : "stage 3");
+    Config exact = TrainConfig(3, 1);
+    exact.zero.allgather_bucket_size = 300;
+    if (hybrid) exact.zero.mics_shard_size = 2;
+    Config cfg = exact;
+    cfg.zero.zero_quantized_weights = true;
+    cfg.zero.zero_quantized_weights_block_size = kBlock;
+    std::vector<std::vector<StepResult>> steps, exact_steps;
+    Train(4, cfg, &steps);
+    Train(4, exact, &exact_steps);
+    ExpectEngineEqualsEstimate(cfg, steps);
+    for (int w = 0; w < 4; ++w) {
+      EXPECT_LT(steps[w][1].intra_host_bytes + steps[w][1].inter_host_bytes,
+                exact_steps[w][1].intra_host_bytes + exact_steps[w][1].inter_host_bytes)
+          << "rank " << w;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, HostTrafficTest,
                          ::testing::Values(Case{2, false, false}, Case{4, false, false}, Case{4, true, false},
                                            Case{4, true, true}, Case{2, false, true}),

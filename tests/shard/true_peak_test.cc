@@ -130,6 +130,7 @@ struct BoundCase {
   int64_t window = 0;  // stage3_max_live_parameters and stage3_prefetch_bucket_size (0: default)
   int64_t cache = 0;   // CommOptions::cache_bytes (0: default)
   bool offload = false;
+  int64_t qwz_block = 0;  // ZeRO++ qwZ's blocks (0: off)
 };
 
 class TruePeakBoundTest : public ::testing::TestWithParam<BoundCase> {};
@@ -140,6 +141,10 @@ TEST_P(TruePeakBoundTest, MeasuredTruePeakWithinTheBound) {
   cfg.bf16.enabled = c.bf16;
   if (c.bucket > 0) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = c.bucket;
   if (c.window > 0) cfg.zero.stage3_max_live_parameters = cfg.zero.stage3_prefetch_bucket_size = c.window;
+  if (c.qwz_block > 0) {
+    cfg.zero.zero_quantized_weights = true;
+    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
+  }
   if (c.offload) {
     cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
     if (c.stage == 3) cfg.zero.offload_param.device = OffloadDevice::kCpu;
@@ -180,7 +185,11 @@ INSTANTIATE_TEST_SUITE_P(
         BoundCase{"w3_s3_bf16_ga2_window_chunked", 3, 3, true, 2, GradAccumulationMode::kLowMemory, 500, 1500},
         BoundCase{"w4_s3_f32_cache", 4, 3, false, 1, GradAccumulationMode::kLowMemory, 0, 0, 20000},
         BoundCase{"w2_s3_f32_lowcomm_chunked", 2, 3, false, 2, GradAccumulationMode::kLowCommunication, 300},
-        BoundCase{"w3_s2_f32_offload_chunked", 3, 2, false, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, true}),
+        BoundCase{"w3_s2_f32_offload_chunked", 3, 2, false, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, true},
+        BoundCase{"w4_s3_f32_qwz", 4, 3, false, 1, GradAccumulationMode::kLowMemory, 0, 0, 0, false, 32},
+        BoundCase{"w4_s3_f32_qwz_chunked", 4, 3, false, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, false, 32},
+        BoundCase{"w3_s3_bf16_ga2_qwz_window_chunked", 3, 3, true, 2, GradAccumulationMode::kLowMemory, 500, 1500, 0,
+                  false, 64}),
     [](const ::testing::TestParamInfo<BoundCase>& i) { return std::string(i.param.name); });
 
 // stage3_max_live_parameters holds off the recorded order too: a demand gather that would take the live

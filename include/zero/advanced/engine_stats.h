@@ -20,6 +20,8 @@ struct EngineStats {
   int64_t demand_gathers = 0;    // all-gathers issued when a scope opened on a unit not in flight
   // Largest number of non-persistent parameter elements gathered (AVAILABLE or INFLIGHT) at once.
   int64_t peak_live_elements = 0;
+  // qwZ: all-gathers of one chunk's int8 messages, for units above allgather_bucket_size (gathered in chunks).
+  int64_t qwz_chunk_gathers = 0;
   // The NVMe tier (offload_optimizer.device "nvme"; zeros without it): bytes the steps' passes read and wrote
   // (initial values and checkpoints not included), the milliseconds its disk worker spent moving them, and those
   // the steps spent waiting for it (a read not there yet, a write without pipeline_write).

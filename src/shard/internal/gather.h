@@ -50,6 +50,7 @@ class GatherScheduler {
   int64_t prefetch_gathers() const { return prefetch_gathers_; }
   int64_t demand_gathers() const { return demand_gathers_; }
   int64_t peak_live_elements() const { return peak_live_; }
+  int64_t qwz_chunk_gathers() const { return qwz_chunk_gathers_; }
 
  private:
   // Issues the all-gather of a sharded unit into a pooled full buffer (NOT_AVAILABLE -> INFLIGHT); quantized
@@ -78,7 +79,7 @@ class GatherScheduler {
   bool order_valid_ = false, order_broken_ = false;
   size_t order_pos_ = 0;
   int64_t live_elems_ = 0, peak_live_ = 0;
-  int64_t prefetch_gathers_ = 0, demand_gathers_ = 0;
+  int64_t prefetch_gathers_ = 0, demand_gathers_ = 0, qwz_chunk_gathers_ = 0;
 };
 
 }  // namespace zero::internal

@@ -184,6 +184,22 @@ struct ExactParam {
   size_t dims = 0;
 };
 
+// qwZ on a unit gathered in chunks: the all-gather's chunk per rank (ChunkPerRank of allgather_bucket_size) rounded
+// down to whole blocks (one block where the chunk is smaller), so that each chunk quantizes the blocks a whole
+// gather would and a chunked gather gives its bits. Chunk k covers elements [k·chunk, min(S, (k + 1)·chunk)) of each
+// rank's shard; its message (every rank's the same size) is QwzMessageBytes of those elements, then the most exact
+// elements any shard has among them, in the compute dtype, padded to 4 bytes. The send buffer holds every chunk's
+// message one after another (chunk k's at offset[k]); each chunk's all-gather receives `world` of them.
+struct QwzChunks {
+  int64_t chunk = 0;            // elements per rank (0: the unit is gathered whole)
+  int64_t shard = 0;            // the unit's shard: the last chunk ends there
+  std::vector<int64_t> offset;  // chunks + 1 entries: chunk k's message is bytes [offset[k], offset[k + 1])
+  int64_t largest = 0;          // the largest message
+  int64_t chunks() const { return offset.empty() ? 0 : static_cast<int64_t>(offset.size()) - 1; }
+  int64_t bytes(int64_t k) const { return offset[static_cast<size_t>(k) + 1] - offset[static_cast<size_t>(k)]; }
+  int64_t total() const { return offset.empty() ? 0 : offset.back(); }
+};
+
 struct UnitPlan {
   int64_t numel = 0;            // Ψ_u, unpadded
   int64_t padded = 0;           // numel rounded up to world × 32
@@ -198,6 +214,9 @@ struct UnitPlan {
   // the unit's records and messages (QgzUnitRecordBytes, QwzUnitMessageBytes).
   std::vector<std::vector<ExactSpan>> exact_spans;
   int64_t exact_max = 0;
+  // qwZ on a unit gathered in chunks (above allgather_bucket_size): its chunks' messages (QwzChunkLayout); empty
+  // for a unit gathered whole.
+  QwzChunks qwz_chunks;
   std::vector<PlannedBuffer> buffers;  // in allocation order
 
   const PlannedBuffer* Find(BufferRole role, int state_index = -1) const;
@@ -318,6 +337,11 @@ inline int64_t QgzUnitRecordBytes(const PlanPolicy& p, const UnitPlan& u) {
 inline int64_t QwzUnitMessageBytes(const PlanPolicy& p, const UnitPlan& u) {
   return QwzMessageBytes(u.shard, p.qwz_block) + (u.exact_max * static_cast<int64_t>(DTypeSize(p.compute)) + 3) / 4 * 4;
 }
+// The layout of a unit's chunked qwZ gather, where ChunkPerRank(padded, world, allgather_bucket) is above 0 (else
+// empty): QwzChunks.
+QwzChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u);
+// The exact spans of `spans` (one shard's) that lie in [a, b), clipped to it and counted from a.
+std::vector<ExactSpan> SpansIn(const std::vector<ExactSpan>& spans, int64_t a, int64_t b);
 inline int64_t QwzScratchBytes(const PlanPolicy& p, const UnitPlan& u) {
   return u.exact_max > 0 ? u.shard * static_cast<int64_t>(DTypeSize(p.compute)) : 0;
 }

@@ -72,10 +72,10 @@ struct Unit {
   int param_slot = -1;       // offload_param "nvme": the tier's slot the shard was read into for its gather
   UnitCollective gather_op;  // its all-gather (shard/internal/collective.h)
   // qwZ (zero_quantized_weights): a gather moves this rank's shard as int8 blocks (qwz_send) into every rank's
-  // (qwz_recv), dequantized into `gather` when it is waited for.
+  // (qwz_recv), dequantized into `gather` when it is waited for; a unit gathered in chunks takes no qwz_recv (its
+  // chunks land in the gather's staging and are dequantized as each completes).
   bool gather_backward = false;  // the gather in flight or available was issued for a backward scope
   bool gather_hpz = false;       // ... and runs inside the host group, from the secondary copy (hpZ)
-  bool qwz_logged = false;       // the log said once why this unit's forward gathers are not quantized
   Buffer qwz_send, qwz_recv;
   bool scope_open = false;
   bool scope_backward = false;
