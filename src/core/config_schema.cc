@@ -428,8 +428,8 @@ const KeySpec kSchema[] = {
             "quantization lost into its next reduction; a checkpoint keeps it only with SaveOptions::save_qgz_residuals "
             "(zero-gpt --save-qgz-residuals: a resume at the same layout is then bit for bit), else a Load restarts it "
             "at zero. Engine and ShardedOptimizer, on the host (Gloo) engine; on the CUDA engine (NCCL) built and proven "
-            "on an emulated device tier, not yet run on a GPU. A unit larger than reduce_bucket_size is reduced "
-            "exact, in chunks, and the log says which."},
+            "on an emulated device tier, not yet run on a GPU. A unit larger than reduce_bucket_size is reduced in "
+            "quantized chunks of whole blocks, bit for bit its whole reduction."},
     {.path = "zero_optimization.zero_quantized_gradients_bits", .type = T::kInt, .default_json = "8", .min = 4,
      .max = 8, .flags = kOurs, .ref = FIELD(zero.zero_quantized_gradients_bits),
      .doc = "zero_quantized_gradients: 8 (int8) or 4 (int4, two per byte, as DeepSpeed's qgZ): bits per element "

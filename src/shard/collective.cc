@@ -42,7 +42,7 @@ UnitCollective UnitCollective::ReduceScatter(EngineContext* ctx, BufferPool* sta
 }
 
 UnitCollective UnitCollective::QuantizedAllGather(EngineContext* ctx, BufferPool* staging, const uint8_t* msgs,
-                                                  const QwzChunks* layout,
+                                                  const QuantChunks* layout,
                                                   std::function<void(int64_t k, const uint8_t* got)> unpack) {
   UnitCollective c;
   c.ctx_ = ctx;

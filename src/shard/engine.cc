@@ -770,7 +770,8 @@ advanced::EngineStats advanced::Stats(const Engine& engine) {
   EngineStats s{.prefetch_gathers = gathers.prefetch_gathers(),
                 .demand_gathers = gathers.demand_gathers(),
                 .peak_live_elements = gathers.peak_live_elements(),
-                .qwz_chunk_gathers = gathers.qwz_chunk_gathers()};
+                .qwz_chunk_gathers = gathers.qwz_chunk_gathers(),
+                .qgz_chunk_reductions = engine.impl_->reducer.qgz_chunk_reductions()};
   if (const internal::NvmeStore* nvme = engine.impl_->ctx.nvme.get()) {
     s.nvme_step_bytes_read = nvme->pass_bytes_read();
     s.nvme_step_bytes_written = nvme->pass_bytes_written();

@@ -77,6 +77,14 @@ std::string RankEstimate::CommJson() const {
 
 namespace {
 
+// The bytes of one rank's qgZ record of each part of a unit's reduction: the whole shard, or each chunk.
+std::vector<int64_t> QgzRecords(const internal::PlanPolicy& p, const internal::UnitPlan& u) {
+  if (u.qgz_chunks.chunks() == 0) return {internal::QgzUnitRecordBytes(p, u)};
+  std::vector<int64_t> r;
+  for (int64_t k = 0; k < u.qgz_chunks.chunks(); ++k) r.push_back(u.qgz_chunks.bytes(k));
+  return r;
+}
+
 // The collectives of one step (docs/internals/design.md, "The step" and "Gradient reduction"): stage-3 units are
 // gathered once per scope; gradients are all-reduced (stage 0) or reduce-scattered (stages 1-3) once per step, or every
 // micro-step where the plan reduces every micro-step; full parameters (stages 1-2, persistent stage-3 units) are
@@ -124,10 +132,12 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
-    } else if (internal::QgzWhole(p, u.padded)) {
-      const int64_t L = p.qgz_local, M = N / L, R = internal::QgzUnitRecordBytes(p, u);
-      add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
-      if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
+    } else if (internal::QgzOn(p)) {
+      const int64_t L = p.qgz_local, M = N / L;
+      for (const int64_t R : QgzRecords(p, u)) {
+        add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
+        if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
+      }
     } else {
       add(rs, reductions, S, (N - 1) * S * ws);
     }
@@ -203,14 +213,16 @@ std::array<int64_t, 2> HostTraffic(const internal::StagePlan& plan, const std::v
     const int64_t reductions = p.ReduceEveryMicroStep() ? ga : 1;
     if (p.stage == 0) {
       add(K::kAllReduce, p.wire, u.padded, 1, N, grank, group_of);
-    } else if (internal::QgzWhole(p, u.padded)) {
-      // qgZ: inside the host group of L (the shard group in one hop), then across the M ranks of this local index.
+    } else if (internal::QgzOn(p)) {
+      // qgZ: inside the host group of L (the shard group in one hop), then across the M ranks of this local index;
+      // a unit above reduce_bucket_size, chunk by chunk.
       const int L = p.qgz_local, M = N / L;
-      const int64_t Rb = internal::QgzUnitRecordBytes(p, u);
-      add(K::kAllToAll, DType::kF16, M * Rb / 2, reductions, L, grank % L,
-          [&](int i) { return group_of(grank / L * L + i); });
-      add(K::kAllToAll, DType::kF16, Rb / 2, reductions, M, grank / L,
-          [&](int i) { return group_of(i * L + grank % L); });
+      for (const int64_t Rb : QgzRecords(p, u)) {
+        add(K::kAllToAll, DType::kF16, M * Rb / 2, reductions, L, grank % L,
+            [&](int i) { return group_of(grank / L * L + i); });
+        add(K::kAllToAll, DType::kF16, Rb / 2, reductions, M, grank / L,
+            [&](int i) { return group_of(i * L + grank % L); });
+      }
     } else {
       add(K::kReduceScatter, p.wire, S, reductions, N, grank, group_of);
     }

@@ -71,11 +71,11 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
   }
   const int64_t block = c.policy.qwz_block;
   if (block > 0 && !hpz && chunk > 0) {
-    // qwZ on a unit above allgather_bucket_size: every chunk's message (QwzChunks: whole blocks, the chunk's exact
+    // qwZ on a unit above allgather_bucket_size: every chunk's message (QuantChunks: whole blocks, the chunk's exact
     // elements after them) quantized now into one send buffer, a quarter of the f32 shard's bytes; the chunks
     // all-gathered through two staging buffers of `world` messages, each dequantized into its place as it
     // completes. The blocks are a whole gather's, so are the values, bit for bit.
-    const QwzChunks& qc = u.plan.qwz_chunks;
+    const QuantChunks& qc = u.plan.qwz_chunks;
     ZERO_CHECK(qc.chunks() > 0) << "unit " << u.name() << ": no qwZ chunk layout";
     const int64_t S = u.layout.shard, scratch = QwzScratchBytes(c.policy, u.plan);
     u.qwz_send = qwz_pool_.Take(qc.total() + scratch, /*zero=*/false);
@@ -109,7 +109,7 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     Unit* unit = &u;
     auto unpack = [ctx, unit, block](int64_t k, const uint8_t* got) {
       EngineContext& e = *ctx;
-      const QwzChunks& q = unit->plan.qwz_chunks;
+      const QuantChunks& q = unit->plan.qwz_chunks;
       const int64_t S = unit->layout.shard, a = k * q.chunk, n = std::min(S, a + q.chunk) - a, P = q.bytes(k);
       const int64_t blocks = static_cast<int64_t>(QuantBlocks(n, block));
       const size_t es = DTypeSize(e.cd());

@@ -75,24 +75,20 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
   p.unit = static_cast<UnitId>(&u - c.units.data());
   p.dep = dep;
   p.elems = n;
-  const bool qgz = !allreduce && QgzWhole(c.policy, n);
+  const bool qgz = !allreduce && QgzOn(c.policy);
   const int64_t chunk = allreduce || qgz ? 0 : ReduceChunkPerRank(c.policy, n, u.trainer_params != nullptr);
-  if (!allreduce && c.policy.qgz_bits > 0 && !qgz && !u.qgz_logged) {
-    u.qgz_logged = true;
-    ZERO_LOG(INFO) << "zero_quantized_gradients: unit " << u.name() << " (" << n
-                   << " elements) is above reduce_bucket_size " << c.cfg.zero.reduce_bucket_size
-                   << ": reduced in chunks, exact, not quantized";
-  }
   if (qgz) {
-    // qgZ: the f32 average into a pooled output, landed by RetireOldest as a reduce-scatter's is. The source is
-    // read (quantized) now: a buffer to zero after the op can be zeroed at once.
+    // qgZ: the f32 average into a pooled output, landed by RetireOldest as a reduce-scatter's is. A unit reduced
+    // whole has its source read (quantized) now: a buffer to zero after the op can be zeroed at once. One above
+    // reduce_bucket_size is reduced in chunks, each read as Join issues it: its source is zeroed after the op.
     const int64_t S = u.layout.shard;
     ReclaimHeld(S * 4);
     p.recv = bucket_pool_.Take(S * 4, false);
     ZERO_RETURN_IF_ERROR(c.AllocStatus(p.recv, S * 4, "qgZ reduction output", u));
     p.qgz = std::make_unique<QgzReduce>();
     ZERO_RETURN_IF_ERROR(p.qgz->Start(ctx_, &qgz_pool_, u, src, src_dtype, p.recv.as<float>()));
-    ZeroSourceNow(p, src);
+    if (u.plan.qgz_chunks.chunks() == 0) ZeroSourceNow(p, src);
+    qgz_chunk_reductions_ += u.plan.qgz_chunks.chunks();
     p.result = p.recv.data();
     p.result_dtype = DType::kF32;
     p.result_elems = S;

@@ -200,9 +200,8 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
     add(BufferRole::kParams, u.padded, cd, kDev, MemTag::kParams, false, pad_full);
   }
   if (frozen) return u;
-  // qgZ with LoCo: the residuals of a unit whose gradient is reduced whole (a chunked one is reduced exact), zeroed
-  // (shard/internal/qgz.h).
-  if (p.qgz_loco && QgzWhole(p, u.padded)) {
+  // qgZ with LoCo: the unit's residuals, zeroed (shard/internal/qgz.h).
+  if (p.qgz_loco && QgzOn(p)) {
     add(BufferRole::kQgzResidual, u.padded, cd, kDev, MemTag::kGrads, false, 0);
     if (p.qgz_local < p.world) {
       add(BufferRole::kQgzHostResidual, u.padded / p.qgz_local, cd, kDev, MemTag::kGrads, false, 0);
@@ -322,6 +321,7 @@ StagePlan MakePlan(const PlanPolicy& policy, const std::vector<int64_t>& numels,
       u.exact_spans =
           ExactSpans(i < params.size() ? params[i] : std::vector<ExactParam>{}, u.shard, policy.world, &u.exact_max);
       u.qwz_chunks = QwzChunkLayout(policy, u);
+      u.qgz_chunks = QgzChunkLayout(policy, u);
     }
     max_host = std::max(max_host, plan.units.back().host_n);
   }
@@ -426,13 +426,16 @@ std::vector<ExactSpan> SpansIn(const std::vector<ExactSpan>& spans, int64_t a, i
   return in;
 }
 
-QwzChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
-  QwzChunks q;
-  const int64_t gather = ChunkPerRank(u.padded, p.world, p.allgather_bucket);
-  if (p.qwz_block <= 0 || !u.sharded_params || gather == 0) return q;
-  q.chunk = std::max(p.qwz_block, gather / p.qwz_block * p.qwz_block);
+namespace {
+
+// QuantChunks of `block`-element blocks over chunks of the collective's `chunk` (0: none), each chunk's bytes
+// bytes(n, exact) for its n elements and the most exact elements any shard has among them.
+QuantChunks ChunkLayout(const UnitPlan& u, int64_t chunk, int64_t block,
+                        const std::function<int64_t(int64_t n, int64_t exact)>& bytes) {
+  QuantChunks q;
+  if (chunk == 0) return q;
+  q.chunk = std::max(block, chunk / block * block);
   q.shard = u.shard;
-  const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute));
   q.offset.push_back(0);
   for (int64_t a = 0; a < u.shard; a += q.chunk) {
     const int64_t b = std::min(u.shard, a + q.chunk);
@@ -442,11 +445,27 @@ QwzChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
       for (const ExactSpan& sp : SpansIn(spans, a, b)) n += sp.end - sp.begin;
       exact = std::max(exact, n);
     }
-    const int64_t bytes = QwzMessageBytes(b - a, p.qwz_block) + (exact * cds + 3) / 4 * 4;
-    q.largest = std::max(q.largest, bytes);
-    q.offset.push_back(q.offset.back() + bytes);
+    const int64_t k_bytes = bytes(b - a, exact);
+    q.largest = std::max(q.largest, k_bytes);
+    q.offset.push_back(q.offset.back() + k_bytes);
   }
   return q;
+}
+
+}  // namespace
+
+QuantChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
+  if (p.qwz_block <= 0 || !u.sharded_params) return {};
+  const int64_t cds = static_cast<int64_t>(DTypeSize(p.compute));
+  return ChunkLayout(
+      u, ChunkPerRank(u.padded, p.world, p.allgather_bucket), p.qwz_block,
+      [&](int64_t n, int64_t exact) { return QwzMessageBytes(n, p.qwz_block) + (exact * cds + 3) / 4 * 4; });
+}
+
+QuantChunks QgzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
+  if (!QgzOn(p) || u.frozen) return {};
+  return ChunkLayout(u, ChunkPerRank(u.padded, p.world, p.reduce_bucket), p.qgz_block,
+                     [&](int64_t n, int64_t exact) { return QgzRecordBytes(n, p.qgz_block, p.qgz_bits) + 4 * exact; });
 }
 
 int64_t ReduceChunkPerRank(const PlanPolicy& p, int64_t padded, bool trainer_owned) {
@@ -586,12 +605,15 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     const bool from_accumulator = p.Accumulate16() && !every_micro;
     const DType src = from_accumulator ? DType::kF32 : p.compute;
     const int64_t chunk = p.stage == 0 ? 0 : ReduceChunkPerRank(p, u.padded, u.trainer_owned);
-    if (QgzWhole(p, u.padded)) {
+    if (QgzOn(p)) {
       // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop, the partial
-      // sums and the scratch; no wire copy, and no reduce-scatter staged by the communicator.
-      const int64_t M = N / p.qgz_local, R = QgzUnitRecordBytes(p, u);
+      // sums and the scratch, for the whole shard or (a unit above reduce_bucket_size) its largest chunk; no wire
+      // copy, and no reduce-scatter staged by the communicator.
+      const bool chunked = u.qgz_chunks.chunks() > 0;
+      const int64_t M = N / p.qgz_local, R = chunked ? u.qgz_chunks.largest : QgzUnitRecordBytes(p, u);
+      const int64_t S = chunked ? std::min(u.qgz_chunks.chunk, u.shard) : u.shard;
       recvs.emplace_back(u.padded, u.shard * 4);
-      qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * u.shard * 4 + 3 * u.shard * 4);
+      qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * S * 4 + 3 * S * 4);
       continue;
     }
     if (src != p.wire && chunk == 0) wires.emplace_back(u.padded, u.padded * ws);

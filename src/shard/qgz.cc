@@ -106,14 +106,19 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
   pool_ = pool;
   unit_ = &u;
   out_ = out;
+  src_ = static_cast<const char*>(src);
+  src_dtype_ = src_dtype;
   EngineContext& c = *ctx;
   const PlanPolicy& p = c.policy;
   const int N = c.world;
-  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, u.layout.shard, u.plan.exact_max};
   L_ = p.qgz_local;
   M_ = N / L_;
-  const int64_t S = fmt_.S, R = fmt_.record_bytes();
-  const size_t ses = DTypeSize(src_dtype);
+  // Whole, one part of the shard; in chunks (a unit above reduce_bucket_size), one part per chunk, one after
+  // another through the same buffers, sized for the largest.
+  const QuantChunks& qc = u.plan.qgz_chunks;
+  chunks_ = qc.chunks() > 0 ? qc.chunks() : 1;
+  const int64_t S = qc.chunks() > 0 ? std::min(qc.chunk, u.layout.shard) : u.layout.shard;
+  const int64_t R = qc.chunks() > 0 ? qc.largest : QgzUnitRecordBytes(p, u.plan);
   struct Want {
     Buffer* b;
     int64_t bytes;
@@ -133,30 +138,56 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
       return s;
     }
   }
-  MaybeResetResiduals(p, u, c);
+  MaybeResetResiduals(p, u, c);  // once per reduction, whatever its parts
   ++u.qgz_rounds;
+  IssuePart(0);
+  return absl::OkStatus();
+}
+
+void QgzReduce::IssuePart(int64_t k) {
+  EngineContext& c = *ctx_;
+  const PlanPolicy& p = c.policy;
+  Unit& u = *unit_;
+  const QuantChunks& qc = u.plan.qgz_chunks;
+  const int N = c.world;
+  const int64_t full = u.layout.shard;
+  part_ = k;
+  a_ = qc.chunks() > 0 ? k * qc.chunk : 0;
+  const int64_t S = qc.chunks() > 0 ? std::min(full, a_ + qc.chunk) - a_ : full;
+  // Each shard's exact spans in this part, counted from its start; the record holds the most any shard has.
+  spans_.assign(static_cast<size_t>(N), {});
+  int64_t exact = 0;
+  for (int r = 0; r < N; ++r) {
+    spans_[static_cast<size_t>(r)] = SpansIn(ShardSpans(u.plan, r), a_, a_ + S);
+    int64_t n = 0;
+    for (const ExactSpan& sp : spans_[static_cast<size_t>(r)]) n += sp.end - sp.begin;
+    exact = std::max(exact, n);
+  }
+  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, S, exact};
+  hop1_done_ = hop2_issued_ = part_done_ = false;
+  const int64_t R = fmt_.record_bytes();
+  const size_t ses = DTypeSize(src_dtype_);
   const DType ed = c.cd();
   const size_t eds = DTypeSize(ed);
   auto* scratch = scratch_.as<float>();
-  float* x = partial_.as<float>();  // the shard being encoded, in f32 (the partials come later)
+  float* x = partial_.as<float>();  // the part being encoded, in f32 (the partials come later)
   // Message to local peer j: the records of shards {h·L + j : h < M}, h in order (one hop: shard j alone).
   auto* send = static_cast<uint8_t*>(send1_.data());
   for (int j = 0; j < L_; ++j) {
     for (int h = 0; h < M_; ++h) {
       const int64_t shard = static_cast<int64_t>(h) * L_ + j;
-      c.compute->Convert(static_cast<const char*>(src) + shard * S * static_cast<int64_t>(ses), src_dtype, x,
-                         DType::kF32, S);
-      void* err =
-          p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + shard * S * static_cast<int64_t>(eds) : nullptr;
-      fmt_.Encode(*c.compute, x, ShardSpans(u.plan, shard), err, ed, p.loco_beta,
+      const int64_t at = shard * full + a_;  // this part of the shard, in the unit
+      c.compute->Convert(src_ + at * static_cast<int64_t>(ses), src_dtype_, x, DType::kF32, S);
+      void* err = p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
+      fmt_.Encode(*c.compute, x, spans_[static_cast<size_t>(shard)], err, ed, p.loco_beta,
                   send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
     }
   }
   Communicator* intra = c.qgz_intra();
-  CommLabel label(intra, absl::StrCat("qgZ gradient all-to-all of unit ", u.name(), M_ > 1 ? " inside the host" : ""));
+  CommLabel label(intra, absl::StrCat("qgZ gradient all-to-all of unit ", u.name(), M_ > 1 ? " inside the host" : "",
+                                      chunks_ > 1 ? absl::StrCat(", chunk ", k + 1, " of ", chunks_) : ""));
   advanced::ExtendedCommunicator* x1 = advanced::Extended(*intra);
   hop1_ = x1->AllToAll(send1_.data(), recv1_.data(), static_cast<size_t>(M_ * R / 2), DType::kF16, c.stream());
-  return absl::OkStatus();
 }
 
 Status QgzReduce::FinishHop1() {
@@ -173,7 +204,7 @@ Status QgzReduce::FinishHop1() {
   const int l = c.rank % L_;
   for (int h = 0; h < M_; ++h) {
     for (int j = 0; j < L_; ++j) {
-      fmt_.Decode(*c.compute, recv + (static_cast<int64_t>(j) * M_ + h) * R, ShardSpans(unit_->plan, h * L_ + l),
+      fmt_.Decode(*c.compute, recv + (static_cast<int64_t>(j) * M_ + h) * R, spans_[static_cast<size_t>(h * L_ + l)],
                   partial + h * S, /*acc=*/j > 0, scratch);
     }
   }
@@ -183,13 +214,16 @@ Status QgzReduce::FinishHop1() {
   const size_t eds = DTypeSize(ed);
   auto* send = static_cast<uint8_t*>(send2_.data());
   for (int h = 0; h < M_; ++h) {
+    // The host residual of partial h: this part of it, in the unit's partial of a whole shard.
+    const int64_t at = h * unit_->layout.shard + a_;
     void* err =
-        p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + h * S * static_cast<int64_t>(eds) : nullptr;
-    fmt_.Encode(*c.compute, partial + h * S, ShardSpans(unit_->plan, h * L_ + l), err, ed, p.loco_beta, send + h * R,
-                scratch);
+        p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
+    fmt_.Encode(*c.compute, partial + h * S, spans_[static_cast<size_t>(h * L_ + l)], err, ed, p.loco_beta,
+                send + h * R, scratch);
   }
   Communicator* inter = c.qgz_across.get();
-  CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts"));
+  CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts",
+                                      chunks_ > 1 ? absl::StrCat(", chunk ", part_ + 1, " of ", chunks_) : ""));
   hop2_ = advanced::Extended(*inter)->AllToAll(send2_.data(), recv2_.data(), static_cast<size_t>(R / 2), DType::kF16,
                                                c.stream());
   hop2_issued_ = true;
@@ -206,12 +240,13 @@ Status QgzReduce::FinishHop2() {
     auto* scratch = scratch_.as<float>();
     float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
     const auto* recv = static_cast<const uint8_t*>(recv2_.data());
-    const std::vector<ExactSpan>& mine = ShardSpans(unit_->plan, c.rank);
+    const std::vector<ExactSpan>& mine = spans_[static_cast<size_t>(c.rank)];
     for (int h = 0; h < M_; ++h) fmt_.Decode(*c.compute, recv + h * R, mine, total, /*acc=*/h > 0, scratch);
     sum = total;
   }
-  c.compute->Divide(sum, out_, S, static_cast<float>(c.world));
-  finished_ = true;
+  c.compute->Divide(sum, out_ + a_, S, static_cast<float>(c.world));
+  part_done_ = true;
+  finished_ = part_ + 1 == chunks_;
   return absl::OkStatus();
 }
 
@@ -226,14 +261,18 @@ Status QgzReduce::Advance() {
 
 bool QgzReduce::Done() const {
   if (!status_.ok() || finished_) return true;
-  if (!hop1_done_) return false;  // (Advance finishes it)
+  // A part after this one is issued only by Join: until then the reduction is not done, and the reducer's poll
+  // never retires it (so the parts are issued at the same points of the program on every rank).
+  if (!hop1_done_ || part_ + 1 < chunks_) return false;  // (Advance finishes a first hop)
   return M_ == 1 || (hop2_issued_ && hop2_.IsCompleted());
 }
 
 Status QgzReduce::Join() {
-  if (!status_.ok() || finished_) return status_;
-  if (!hop1_done_) status_ = FinishHop1();
-  if (status_.ok()) status_ = FinishHop2();
+  while (status_.ok() && !finished_) {
+    if (part_done_) IssuePart(part_ + 1);  // the next chunk, through the same buffers
+    if (!hop1_done_) status_ = FinishHop1();
+    if (status_.ok()) status_ = FinishHop2();
+  }
   return status_;
 }
 

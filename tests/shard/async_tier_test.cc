@@ -540,6 +540,13 @@ INSTANTIATE_TEST_SUITE_P(
         Qgz(Case{"w2_s1_f16_qgz", 2, 1, DType::kF16, 1}, 8, 0),
         Qgz(Case{"w4_s3_f32_qgz_two_hops", 4, 3, DType::kF32, 1}, 8, 2),
         Qgz(Case{"w4_s2_bf16_ga2_qgz4_two_hops", 4, 2, DType::kBF16, 2}, 4, 2),
+        // ... in quantized chunks (200-element buckets).
+        Qgz(Case{"w4_s3_f32_qgz_two_hops_chunked", 4, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0,
+                 1.0, 1.0, true},
+            8, 2),
+        Qgz(Case{"w3_s2_bf16_ga2_qgz4_chunked", 3, 2, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 1.0,
+                 1.0, true},
+            4, 0),
         Qgz(Case{"w4_s3_f32_offload_qgz_two_hops", 4, 3, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 1}, 8,
             2),
         Qgz(Case{"w4_s3_bf16_qgz_qwz_hpz", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,

@@ -182,17 +182,22 @@ TEST(HostTrafficStagesTest, EngineEqualsEstimate) {
   }
 }
 
-// qgZ (stages 1-3; two hops over 2 hosts of 2 ranks, one hop under hybrid sharding; int8 and int4): the engine's
+// qgZ (stages 1-3; two hops over 2 hosts of 2 ranks, one hop under hybrid sharding; int8 and int4; whole and in
+// quantized chunks under a reduce_bucket_size of 300): the engine's
 // count equals zero::Estimate's, rank by rank, and fewer bytes cross hosts than with the exact reduce-scatter.
 TEST(HostTrafficQgzTest, EngineEqualsEstimateAndLessCrossesHosts) {
   struct Q {
     int stage, bits;
     bool hybrid;
+    int64_t bucket = 0;  // reduce_bucket_size: 300 reduces every unit but the smallest in quantized chunks
   };
-  for (const Q q : {Q{3, 8, false}, Q{2, 4, false}, Q{1, 8, false}, Q{3, 8, true}}) {
-    SCOPED_TRACE(absl::StrCat("stage ", q.stage, " int", q.bits, q.hybrid ? " hybrid" : ""));
+  for (const Q q :
+       {Q{3, 8, false}, Q{2, 4, false}, Q{1, 8, false}, Q{3, 8, true}, Q{3, 8, false, 300}, Q{2, 4, true, 300}}) {
+    SCOPED_TRACE(
+        absl::StrCat("stage ", q.stage, " int", q.bits, q.hybrid ? " hybrid" : "", q.bucket > 0 ? " chunked" : ""));
     Config exact = TrainConfig(q.stage, 1);
     if (q.hybrid) exact.zero.mics_shard_size = 2;
+    if (q.bucket > 0) exact.zero.reduce_bucket_size = q.bucket;
     Config cfg = exact;
     cfg.zero.zero_quantized_gradients = true;
     cfg.zero.zero_quantized_gradients_bits = q.bits;

@@ -37,6 +37,7 @@
 #include "support/gpt_run.h"
 #include "support/multi_rank.h"
 #include "support/status_matchers.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/checkpoint.h"
 #include "zero/config.h"
 #include "zero/engine.h"
@@ -108,12 +109,14 @@ struct ExactCase {
   int stage, bits, world, per_host;
   bool loco;
   bool bf16 = false, offload = false;
+  int64_t bucket = 0;  // reduce_bucket_size (0: the default): below the unit, it is reduced in quantized chunks
 };
 class QgzExactTest : public ::testing::TestWithParam<ExactCase> {};
 
 TEST_P(QgzExactTest, ExactlyQuantizableGradientsReduceToTheAverage) {
-  const auto [stage, bits, world, per_host, loco, bf16, offload] = GetParam();
+  const auto [stage, bits, world, per_host, loco, bf16, offload, bucket] = GetParam();
   Config cfg = QgzConfig(stage, bits, loco);
+  if (bucket > 0) cfg.zero.reduce_bucket_size = bucket;
   cfg.bf16.enabled = bf16;  // (int4 codes times up to 6, and their averages, are exact in bf16 too)
   if (offload) cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
   const int Q = bits == 8 ? 127 : 7;
@@ -136,17 +139,21 @@ TEST_P(QgzExactTest, ExactlyQuantizableGradientsReduceToTheAverage) {
 
 // One hop: 4 ranks of one host, and 6 ranks on uneven hosts of 4 (logged). Two hops: 2 hosts of 2 ranks, and an odd
 // host count, 3 hosts of 2. bf16 compute, and optimizer offload (the shard's host part lands as the reduce-scatter's).
+// In quantized chunks: reduce_bucket_size 1024 at 4 ranks (chunks of 256 of a shard of 960, the last 192) and 6
+// (chunks of 128 of 640).
 INSTANTIATE_TEST_SUITE_P(
     Layouts, QgzExactTest,
     ::testing::Values(ExactCase{1, 8, 4, 4, true}, ExactCase{2, 8, 4, 4, true}, ExactCase{3, 8, 4, 4, true},
                       ExactCase{3, 8, 4, 2, true}, ExactCase{2, 4, 4, 2, true}, ExactCase{3, 4, 4, 4, false},
                       ExactCase{1, 8, 4, 2, false}, ExactCase{3, 8, 6, 2, true}, ExactCase{2, 8, 6, 4, true},
                       ExactCase{3, 4, 4, 2, true, true}, ExactCase{2, 8, 4, 2, true, false, true},
-                      ExactCase{3, 4, 6, 2, true, true, true}),
+                      ExactCase{3, 4, 6, 2, true, true, true}, ExactCase{2, 8, 4, 4, true, false, false, 1024},
+                      ExactCase{3, 8, 4, 2, true, false, false, 1024}, ExactCase{3, 4, 6, 2, true, true, true, 1024}),
     [](const auto& info) {
       const ExactCase& c = info.param;
       return absl::StrCat("stage", c.stage, "_int", c.bits, "_world", c.world, "_", c.per_host, "_per_host",
-                          c.loco ? "_loco" : "", c.bf16 ? "_bf16" : "", c.offload ? "_offload" : "");
+                          c.loco ? "_loco" : "", c.bf16 ? "_bf16" : "", c.offload ? "_offload" : "",
+                          c.bucket > 0 ? "_chunked" : "");
     });
 
 // A C-style trainer's one flat buffer (ShardedOptimizer, stages 1-2): its gradient, which the exact reduce-scatter
@@ -350,9 +357,9 @@ TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
 }
 
 // Saved residuals are only for the layout they were saved under: at another world, with qgZ off, or where a unit
-// keeps none (reduced exact under a smaller reduce_bucket_size), a Load restarts them; a damaged residual block fails
-// the Load naming it; asking to save them where there are none, or under hybrid sharding, is an error naming the option
-// or the reason.
+// keeps none, a Load restarts them (and one reduced in chunks under a smaller reduce_bucket_size loads them); a damaged
+// residual block fails the Load naming it; asking to save them where there are none, or under hybrid sharding, is an
+// error naming the option or the reason.
 TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
   auto grad = [](int step, int r, int64_t i) { return std::sin(0.1f * static_cast<float>(i + 7 * r + 31 * step)); };
   const Config cfg = QgzConfig(3, 8, true);
@@ -369,8 +376,8 @@ TEST(QgzCheckpoint, SavedResidualsAreCheckedAndRestartedElsewhere) {
       ASSERT_OK(engine->Load(dir).status());
     });
   }
-  // The same world and hosts with a reduce_bucket_size under the unit: it is reduced exact here and keeps no
-  // residual, so the saved ones do not fit it: restarted, not a failed Load.
+  // The same world and hosts with a reduce_bucket_size under the unit: it is reduced in quantized chunks, whose
+  // residuals are the whole reduction's, element by element: the saved ones fit it, and the Load succeeds.
   {
     Config c = cfg;
     c.zero.reduce_bucket_size = 1024;
@@ -653,6 +660,72 @@ TEST(QgzTraining, OneDimensionalParametersAreReducedExact) {
     for (int64_t i = 1800; i < 2040; ++i) inexact += q[i] != static_cast<float>(exact[i]) ? 1 : 0;
     EXPECT_GT(inexact, 0) << "a {1, n} parameter is reduced exact";
     EXPECT_GT(weight_error(q), 10 * exact_bias) << "the outlier did not share a block with a weight";
+  }
+}
+
+// A unit above reduce_bucket_size is reduced in quantized chunks of whole blocks (the reduce-scatter's chunk per rank
+// rounded down to a multiple of the block): each chunk quantizes the blocks a whole reduction would, with the same
+// LoCo residuals, and sums them in the same order, so the chunked reduction trains the whole one's bits: random
+// gradients over 4 steps with a bias reduced exact across chunk and shard boundaries, int8 and int4, LoCo on, one hop
+// and two, stages 2 and 3 (chunks of 256 of a shard of 960, the last of 192; at 6 ranks, 128 of 640).
+TEST(QgzTraining, ChunkedReductionsTrainTheWholeReductionsBits) {
+  const std::vector<ParamSpec> specs = {{"w1", {30, 60}}, {"b", {240}}, {"w2", {30, 60}}};  // b: [1800, 2040)
+  auto grad = [](int r, int64_t i) {
+    return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(r)) * (i % 97 == 0 ? 30.0f : 1.0f);
+  };
+  struct C {
+    int stage, bits, world, per_host;
+  };
+  for (const C c : {C{2, 8, 4, 4}, C{3, 8, 4, 2}, C{3, 4, 4, 2}, C{2, 8, 6, 2}}) {
+    SCOPED_TRACE(absl::StrCat("stage ", c.stage, " int", c.bits, " world ", c.world, ", ", c.per_host, " per host"));
+    Config whole = QgzConfig(c.stage, c.bits, /*loco=*/true);
+    whole.zero.zeropp_loco_reset_t = 3;  // a reset within the run, counted per reduction, not per chunk
+    Config chunked = whole;
+    chunked.zero.reduce_bucket_size = 1024;
+    // Steps whose gradients differ (LoCo carries each one's rounding into the next).
+    auto train = [&](const Config& cfg, int64_t* chunks) {
+      std::vector<std::vector<float>> out(c.world);
+      testing::RunRanks(c.world, [&](Communicator& comm_ref, int rank) {
+        EngineOptions o;
+        o.local_world_size = c.per_host;
+        ASSERT_OK_AND_ASSIGN(auto engine, Engine::Create(cfg, testing::Borrow(comm_ref), o));
+        ASSERT_OK_AND_ASSIGN(UnitId u, engine->AddUnit("u", specs));
+        ASSERT_OK(engine->Finalize(
+            [](const std::string&, const ParamSpec& spec, float* p) { std::fill_n(p, spec.numel(), 0.0f); }));
+        for (int step = 0; step < 4; ++step) {
+          { ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u)); }
+          {
+            ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Backward(u));
+            int64_t base = 0;
+            for (const ParamSpec& spec : specs) {
+              ASSERT_OK_AND_ASSIGN(float* g, s.Grad<float>(spec.name));
+              for (int64_t i = 0; i < spec.numel(); ++i) g[i] += grad(rank + 7 * step, base + i);
+              base += spec.numel();
+            }
+          }
+          ASSERT_OK(engine->Step().status());
+        }
+        ASSERT_OK_AND_ASSIGN(UnitScope s, engine->Forward(u));
+        for (const ParamSpec& spec : specs) {
+          ASSERT_OK_AND_ASSIGN(float* w, s.Param<float>(spec.name));
+          out[rank].insert(out[rank].end(), w, w + spec.numel());
+        }
+        if (rank == 0) *chunks = advanced::Stats(*engine).qgz_chunk_reductions;
+      });
+      return out[0];
+    };
+    int64_t none = -1, chunks = -1;
+    const std::vector<float> a = train(whole, &none), b = train(chunked, &chunks);
+    EXPECT_EQ(none, 0);
+    const int64_t S = kN / c.world, chunk = 1024 / c.world / kBlock * kBlock;
+    EXPECT_EQ(chunks, 4 * ((S + chunk - 1) / chunk)) << "four steps' reductions, in chunks";
+    ASSERT_EQ(a.size(), b.size());
+    int moved = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "element " << i << ": " << a[i] << " whole, " << b[i] << " chunked";
+      moved += a[i] != 0.0f;
+    }
+    EXPECT_GT(moved, 0);
   }
 }
 

@@ -131,6 +131,7 @@ struct BoundCase {
   int64_t cache = 0;   // CommOptions::cache_bytes (0: default)
   bool offload = false;
   int64_t qwz_block = 0;  // ZeRO++ qwZ's blocks (0: off)
+  int qgz_bits = 0;       // ZeRO++ qgZ, blocks of 32, LoCo on (0: off)
 };
 
 class TruePeakBoundTest : public ::testing::TestWithParam<BoundCase> {};
@@ -144,6 +145,11 @@ TEST_P(TruePeakBoundTest, MeasuredTruePeakWithinTheBound) {
   if (c.qwz_block > 0) {
     cfg.zero.zero_quantized_weights = true;
     cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
+  }
+  if (c.qgz_bits > 0) {
+    cfg.zero.zero_quantized_gradients = true;
+    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
+    cfg.zero.zero_quantized_gradients_block_size = 32;
   }
   if (c.offload) {
     cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
@@ -189,7 +195,11 @@ INSTANTIATE_TEST_SUITE_P(
         BoundCase{"w4_s3_f32_qwz", 4, 3, false, 1, GradAccumulationMode::kLowMemory, 0, 0, 0, false, 32},
         BoundCase{"w4_s3_f32_qwz_chunked", 4, 3, false, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, false, 32},
         BoundCase{"w3_s3_bf16_ga2_qwz_window_chunked", 3, 3, true, 2, GradAccumulationMode::kLowMemory, 500, 1500, 0,
-                  false, 64}),
+                  false, 64},
+        BoundCase{"w4_s2_f32_qgz", 4, 2, false, 1, GradAccumulationMode::kLowMemory, 0, 0, 0, false, 0, 8},
+        BoundCase{"w4_s2_f32_qgz_chunked", 4, 2, false, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, false, 0, 8},
+        BoundCase{"w3_s3_bf16_qgz4_qwz_chunked", 3, 3, true, 1, GradAccumulationMode::kLowMemory, 300, 0, 0, false, 32,
+                  4}),
     [](const ::testing::TestParamInfo<BoundCase>& i) { return std::string(i.param.name); });
 
 // stage3_max_live_parameters holds off the recorded order too: a demand gather that would take the live

@@ -22,6 +22,8 @@ struct EngineStats {
   int64_t peak_live_elements = 0;
   // qwZ: all-gathers of one chunk's int8 messages, for units above allgather_bucket_size (gathered in chunks).
   int64_t qwz_chunk_gathers = 0;
+  // qgZ: reductions of one chunk (its quantized all-to-alls), for units above reduce_bucket_size.
+  int64_t qgz_chunk_reductions = 0;
   // The NVMe tier (offload_optimizer.device "nvme"; zeros without it): bytes the steps' passes read and wrote
   // (initial values and checkpoints not included), the milliseconds its disk worker spent moving them, and those
   // the steps spent waiting for it (a read not there yet, a write without pipeline_write).

@@ -41,7 +41,7 @@
 namespace zero::internal {
 
 struct EngineContext;  // shard/internal/context.h (which includes this header through unit.h)
-struct QwzChunks;      // shard/internal/plan.h
+struct QuantChunks;    // shard/internal/plan.h
 
 class UnitCollective {
  public:
@@ -63,12 +63,12 @@ class UnitCollective {
   // chunk that writes a range of it has packed that range before).
   static UnitCollective ReduceScatter(EngineContext* ctx, BufferPool* staging, const void* src, DType src_dtype,
                                       void* recv, DType wire, int64_t S, int64_t chunk);
-  // qwZ's gather of a unit in chunks (shard/internal/plan.h, QwzChunks): `msgs` holds this rank's message of every
+  // qwZ's gather of a unit in chunks (shard/internal/plan.h, QuantChunks): `msgs` holds this rank's message of every
   // chunk at the layout's offsets; chunk k's messages are all-gathered (as 16-bit words) into a staging buffer of
   // `world` of them, ranks in order, which `unpack(k, staging)` reads (on the compute tier) once the chunk is joined.
   // `layout` outlives the collective.
   static UnitCollective QuantizedAllGather(EngineContext* ctx, BufferPool* staging, const uint8_t* msgs,
-                                           const QwzChunks* layout,
+                                           const QuantChunks* layout,
                                            std::function<void(int64_t k, const uint8_t* got)> unpack);
 
   bool chunked() const { return pool_ != nullptr; }
@@ -120,7 +120,7 @@ class UnitCollective {
   DType src_dtype_ = DType::kF32, dtype_ = DType::kF32;  // dtype_: the collective's (all-gather: = src_dtype_)
   int64_t S_ = 0, chunk_ = 0, next_ = 0;
   // QuantizedAllGather: S_ counts the chunks, chunk_ is 1 (the loop's [a, b) is chunk a), msgs are in src_.
-  const QwzChunks* qwz_ = nullptr;
+  const QuantChunks* qwz_ = nullptr;
   std::function<void(int64_t, const uint8_t*)> unpack_;
   std::deque<InFlight> inflight_;
   Buffer slots_[2];

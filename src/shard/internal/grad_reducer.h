@@ -8,9 +8,9 @@
 // goes alone, reduce-scattered in chunks of at most reduce_bucket_size (shard/internal/collective.h). The wire
 // dtype is communication_data_type (fp32 unless set), so 16-bit gradients are widened once into a pooled staging
 // buffer (a chunked unit: chunk by chunk, as it is packed). With optimizer offload the host part of each reduced
-// shard streams to the host tier on the copy stream while backward goes on. With zero_quantized_gradients (qgZ) a
-// unit reduced whole goes as quantized all-to-alls instead (shard/internal/qgz.h), its f32 average landing as the
-// reduce-scatter's would.
+// shard streams to the host tier on the copy stream while backward goes on. With zero_quantized_gradients (qgZ) every
+// unit goes as quantized all-to-alls instead (shard/internal/qgz.h; one above reduce_bucket_size a chunk at a time),
+// its f32 average landing as the reduce-scatter's would.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +58,7 @@ class GradReducer {
   void ZeroGrads();
   // ~Engine: waits for every queued op; true if one did not complete (its buffers must then be leaked).
   bool WaitAllForShutdown();
+  int64_t qgz_chunk_reductions() const { return qgz_chunk_reductions_; }
 
  private:
   // Where a reduced gradient lands: stored (converted to `dtype`) or added to what is there.
@@ -110,6 +111,7 @@ class GradReducer {
   BufferPool qgz_pool_;   // qgZ's records, partial sums and scratch
   std::deque<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
+  int64_t qgz_chunk_reductions_ = 0;  // qgZ's chunks of units above reduce_bucket_size, issued or to be by Join
   std::deque<std::pair<uint64_t, Buffer>> held_;  // reduce buckets a queued copy still reads
 };
 

@@ -184,13 +184,15 @@ struct ExactParam {
   size_t dims = 0;
 };
 
-// qwZ on a unit gathered in chunks: the all-gather's chunk per rank (ChunkPerRank of allgather_bucket_size) rounded
-// down to whole blocks (one block where the chunk is smaller), so that each chunk quantizes the blocks a whole
-// gather would and a chunked gather gives its bits. Chunk k covers elements [k·chunk, min(S, (k + 1)·chunk)) of each
-// rank's shard; its message (every rank's the same size) is QwzMessageBytes of those elements, then the most exact
-// elements any shard has among them, in the compute dtype, padded to 4 bytes. The send buffer holds every chunk's
-// message one after another (chunk k's at offset[k]); each chunk's all-gather receives `world` of them.
-struct QwzChunks {
+// A quantized collective of a unit above its bucket, in chunks: the collective's chunk per rank (ChunkPerRank of
+// allgather_bucket_size for qwZ's gathers, of reduce_bucket_size for qgZ's reductions) rounded down to whole blocks
+// (one block where the chunk is smaller), so that each chunk quantizes the blocks the whole collective would and the
+// chunked one gives its bits. Chunk k covers elements [k·chunk, min(S, (k + 1)·chunk)) of each rank's shard; its
+// message or record (every rank's the same size) is that of those elements, then the most exact elements any shard
+// has among them. qwZ: QwzMessageBytes, the exact elements in the compute dtype, padded to 4 bytes; the send buffer
+// holds every chunk's message one after another (chunk k's at offset[k]), and each chunk's all-gather receives
+// `world` of them. qgZ: QgzRecordBytes, the exact elements in f32; offset[k] only sums the records' sizes.
+struct QuantChunks {
   int64_t chunk = 0;            // elements per rank (0: the unit is gathered whole)
   int64_t shard = 0;            // the unit's shard: the last chunk ends there
   std::vector<int64_t> offset;  // chunks + 1 entries: chunk k's message is bytes [offset[k], offset[k + 1])
@@ -215,8 +217,9 @@ struct UnitPlan {
   std::vector<std::vector<ExactSpan>> exact_spans;
   int64_t exact_max = 0;
   // qwZ on a unit gathered in chunks (above allgather_bucket_size): its chunks' messages (QwzChunkLayout); empty
-  // for a unit gathered whole.
-  QwzChunks qwz_chunks;
+  // for a unit gathered whole. qgZ on a unit reduced in chunks (above reduce_bucket_size): its chunks' records
+  // (QgzChunkLayout); empty for a unit reduced whole.
+  QuantChunks qwz_chunks, qgz_chunks;
   std::vector<PlannedBuffer> buffers;  // in allocation order
 
   const PlannedBuffer* Find(BufferRole role, int state_index = -1) const;
@@ -338,8 +341,10 @@ inline int64_t QwzUnitMessageBytes(const PlanPolicy& p, const UnitPlan& u) {
   return QwzMessageBytes(u.shard, p.qwz_block) + (u.exact_max * static_cast<int64_t>(DTypeSize(p.compute)) + 3) / 4 * 4;
 }
 // The layout of a unit's chunked qwZ gather, where ChunkPerRank(padded, world, allgather_bucket) is above 0 (else
-// empty): QwzChunks.
-QwzChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u);
+// empty): QuantChunks. QgzChunkLayout: its chunked qgZ reduction, where ChunkPerRank(padded, world, reduce_bucket)
+// is (QgzOn).
+QuantChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u);
+QuantChunks QgzChunkLayout(const PlanPolicy& p, const UnitPlan& u);
 // The exact spans of `spans` (one shard's) that lie in [a, b), clipped to it and counted from a.
 std::vector<ExactSpan> SpansIn(const std::vector<ExactSpan>& spans, int64_t a, int64_t b);
 inline int64_t QwzScratchBytes(const PlanPolicy& p, const UnitPlan& u) {
@@ -358,13 +363,11 @@ inline int QgzLocalRanks(int world, int ranks_per_host, bool hybrid) {
 // shard alignment) whose `world` blocks fit the bucket, at least 32. 0: the unit fits, one collective carries it.
 int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
 
-// Whether qgZ quantizes a unit's gradient reduction: stages 1-3 with zero_quantized_gradients, unless the unit is
-// above reduce_bucket_size (then it is reduced exact, in chunks). A trainer-owned buffer, which the exact path cuts
-// into chunks of about an eighth to bound the communicator's staging (ReduceChunkPerRank), is quantized whole:
-// qgZ's records are its own staging, counted in the bound.
-inline bool QgzWhole(const PlanPolicy& p, int64_t padded) {
-  return p.qgz_bits > 0 && p.stage > 0 && ChunkPerRank(padded, p.world, p.reduce_bucket) == 0;
-}
+// Whether qgZ quantizes the units' gradient reductions: stages 1-3 with zero_quantized_gradients. A unit above
+// reduce_bucket_size is reduced in quantized chunks (UnitPlan::qgz_chunks). A trainer-owned buffer, which the exact
+// path cuts into chunks of about an eighth to bound the communicator's staging (ReduceChunkPerRank), is quantized
+// whole below the bucket: qgZ's records are its own staging, counted in the bound.
+inline bool QgzOn(const PlanPolicy& p) { return p.qgz_bits > 0 && p.stage > 0; }
 
 // The chunk (elements per rank; 0: one collective) a unit's reduce-scatter moves in. ChunkPerRank of
 // reduce_bucket_size, except for a trainer-owned unit (ShardedOptimizer) at 2 ranks or more: its reduce-scatter

@@ -14,6 +14,8 @@
 //    every host's partial of its own shard, which it sums (host order). Per rank, what crosses hosts is (M - 1)
 //    records instead of a reduce-scatter's (N - 1) f32 shards: ZeRO++'s hierarchical all-to-all (its "swizzle" is
 //    the order of the first hop's records).
+// A unit above reduce_bucket_size goes the same way a chunk at a time (UnitPlan::qgz_chunks: whole blocks of every
+// shard's [a, b)), through one set of buffers: the same blocks, residuals and sums, so the whole reduction's bits.
 // The average divides the f32 sum by N once. With LoCo error feedback (zeropp_loco_param) each quantization adds the
 // residual carried from the unit's previous reduction before it quantizes, and keeps
 // e ← β·e + (1 − β)·(what it sent − what it meant), as DeepSpeed's loco_swizzled_quant: residuals of the whole
@@ -79,9 +81,11 @@ class QgzReduce {
   QgzReduce(QgzReduce&&) = default;
   QgzReduce& operator=(QgzReduce&&) = default;
 
-  // Quantizes the unit's full gradient `src` (N·S elements of `src_dtype`, read now and not after) and issues the
-  // first hop. The average lands in `out` (S floats) when the reduction is joined. Buffers from `pool`. An error
-  // (an allocation) issues nothing.
+  // Quantizes the unit's full gradient `src` (N·S elements of `src_dtype`) and issues the first hop. The average
+  // lands in `out` (S floats) when the reduction is joined. Buffers from `pool`. An error (an allocation) issues
+  // nothing. A unit reduced whole reads `src` now and not after; one above reduce_bucket_size (UnitPlan::qgz_chunks)
+  // is reduced a chunk at a time through the same buffers: the first chunk now, each later one by Join, which reads
+  // that chunk of `src` then (the caller keeps it until the reduction is joined).
   Status Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out);
   // Without blocking: once the first hop has completed, finishes it and issues the second (two hops only). On a
   // device it does nothing: Join issues the second hop, in the order the reducer retires (see qgz.cc).
@@ -99,8 +103,10 @@ class QgzReduce {
   void Release();
 
  private:
+  // Encodes part k (the whole shard, or chunk k of a unit in chunks: UnitPlan::qgz_chunks) and issues its first hop.
+  void IssuePart(int64_t k);
   Status FinishHop1();  // the first hop's sums; with two hops, quantizes them and issues the second
-  Status FinishHop2();  // the average
+  Status FinishHop2();  // the average of the part
 
   EngineContext* ctx_ = nullptr;
   BufferPool* pool_ = nullptr;
@@ -108,9 +114,13 @@ class QgzReduce {
   QgzFormat fmt_;
   int L_ = 1, M_ = 1;
   float* out_ = nullptr;
+  const char* src_ = nullptr;  // the unit's full gradient: read as each part is encoded
+  DType src_dtype_ = DType::kF32;
+  int64_t chunks_ = 1, part_ = 0, a_ = 0;      // the parts, the one in flight, and where it starts in each shard
+  std::vector<std::vector<ExactSpan>> spans_;  // each shard's exact spans in the part, counted from a_
   Buffer send1_, recv1_, partial_, send2_, recv2_, scratch_;
   Work hop1_, hop2_;
-  bool hop1_done_ = false, hop2_issued_ = false, finished_ = false;
+  bool hop1_done_ = false, hop2_issued_ = false, part_done_ = false, finished_ = false;
   Status status_;
 };
 

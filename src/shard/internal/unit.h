@@ -60,10 +60,9 @@ struct Unit {
   bool hpz_fresh = false;
   // qgZ with LoCo error feedback (shard/internal/qgz.h): the residual of the whole gradient (padded, compute dtype)
   // and, with two hops, of this rank's host partials (padded / ranks per host); qgz_rounds counts the unit's
-  // quantized reductions (reset_T); qgz_logged: the log said once why the unit is reduced exact.
+  // quantized reductions (reset_T).
   Buffer qgz_residual, qgz_host_residual;
   int64_t qgz_rounds = 0;
-  bool qgz_logged = false;
 
   // State machine.
   UnitStatus status = UnitStatus::kNotAvailable;
