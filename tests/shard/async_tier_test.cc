@@ -422,16 +422,8 @@ Config CaseConfig(const Case& c) {
   }
   if (c.offload >= 2) cfg.zero.offload_param.device = OffloadDevice::kCpu;
   if (c.chunked) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = 200;
-  if (c.qwz_block > 0) {
-    cfg.zero.zero_quantized_weights = true;
-    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
-  }
+  testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
   cfg.zero.zero_hpz_partition_size = c.hpz;
-  if (c.qgz_bits > 0) {
-    cfg.zero.zero_quantized_gradients = true;
-    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
-    cfg.zero.zero_quantized_gradients_block_size = 32;
-  }
   return cfg;
 }
 

@@ -66,15 +66,7 @@ Config CaseConfig(const Case& c) {
     cfg.zero.offload_param.device = OffloadDevice::kCpu;
     cfg.zero.offload_param.pin_memory = true;
   }
-  if (c.qwz_block > 0) {
-    cfg.zero.zero_quantized_weights = true;
-    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
-  }
-  if (c.qgz_bits > 0) {
-    cfg.zero.zero_quantized_gradients = true;
-    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
-    cfg.zero.zero_quantized_gradients_block_size = 32;
-  }
+  testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
   return cfg;
 }
 

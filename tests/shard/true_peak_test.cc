@@ -142,15 +142,7 @@ TEST_P(TruePeakBoundTest, MeasuredTruePeakWithinTheBound) {
   cfg.bf16.enabled = c.bf16;
   if (c.bucket > 0) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = c.bucket;
   if (c.window > 0) cfg.zero.stage3_max_live_parameters = cfg.zero.stage3_prefetch_bucket_size = c.window;
-  if (c.qwz_block > 0) {
-    cfg.zero.zero_quantized_weights = true;
-    cfg.zero.zero_quantized_weights_block_size = c.qwz_block;
-  }
-  if (c.qgz_bits > 0) {
-    cfg.zero.zero_quantized_gradients = true;
-    cfg.zero.zero_quantized_gradients_bits = c.qgz_bits;
-    cfg.zero.zero_quantized_gradients_block_size = 32;
-  }
+  testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
   if (c.offload) {
     cfg.zero.offload_optimizer.device = OffloadDevice::kCpu;
     if (c.stage == 3) cfg.zero.offload_param.device = OffloadDevice::kCpu;

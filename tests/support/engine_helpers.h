@@ -38,4 +38,18 @@ inline Config TrainConfig(int stage, int micro, int ga = 1, double lr = 3e-3, do
   return c;
 }
 
+// ZeRO++'s quantized collectives on `c`: qwZ in blocks of `qwz_block` elements (0: off) and qgZ at `qgz_bits` (0:
+// off) in blocks of `qgz_block`, LoCo as the config has it.
+inline void SetQuantized(Config& c, int64_t qwz_block, int qgz_bits, int64_t qgz_block = 32) {
+  if (qwz_block > 0) {
+    c.zero.zero_quantized_weights = true;
+    c.zero.zero_quantized_weights_block_size = qwz_block;
+  }
+  if (qgz_bits > 0) {
+    c.zero.zero_quantized_gradients = true;
+    c.zero.zero_quantized_gradients_bits = qgz_bits;
+    c.zero.zero_quantized_gradients_block_size = qgz_block;
+  }
+}
+
 }  // namespace zero::testing

@@ -12,7 +12,9 @@
 //  advanced::ExtendedCommunicator::ReduceScatterStrided for the
 //    chunk (Gloo: f32, power-of-two worlds, at least 1024 elements per rank), reads the ranges r·S + [a, b) where
 //    they lie; elsewhere it packs them into a staging buffer (converted to the wire dtype on the way) and
-//    reduce-scatters that (destructively: the staging is scratch). Either way the result lands in recv + a.
+//    reduce-scatters that (destructively: the staging is scratch). Either way the result lands in recv + a;
+//  - qwZ's quantized all-gather (QuantizedAllGather) gathers chunk k's int8 messages into a staging buffer and, once
+//    joined, hands it to the owner, which dequantizes rank r's into full + r·S + a (shard/gather.cc).
 // All are the Communicator's own collectives; only the layout is the engine's. Moving data changes no value,
 // and each element is reduced by the same collective algorithm over the same ranks (on Gloo its summation tree
 // does not depend on where in the buffer the element lies: docs/internals/design.md), so a chunked unit trains bit for

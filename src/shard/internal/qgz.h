@@ -46,7 +46,7 @@ struct EngineContext;
 struct Unit;
 
 // A unit's qgZ residual by rank-state stream (ckpt::kRankStateStreams: 0 the first hop's, 1 the host partials');
-// empty where the unit has none (LoCo off, one hop, a unit reduced exact).
+// empty where the unit has none (LoCo off, a frozen unit, or one hop for the host residual).
 Buffer& QgzResidual(Unit& u, int stream);
 
 // qgZ's LoCo residuals are in a checkpoint only when saved with SaveOptions::save_qgz_residuals (each rank's adds a
