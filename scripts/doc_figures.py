@@ -69,6 +69,15 @@ def figures(build):
     lowcomm = estimate(build, ["--recompute"],
                        {"communication_data_type": "bf16", "gradient_accumulation_mode": "low_communication"})
     hybrid = {g: estimate(build, ["--recompute", "--shard-group", str(g)]) for g in (64, 8)}
+    # ZeRO++ on nodes of 8 ranks: the three parts (hpZ over the node), LoCo on (zero's default) and off, beside
+    # stage 3 with the same nodes and a bf16 wire.
+    node = ["--recompute", "--ranks-per-host", "8"]
+    zeropp = {"zero_optimization.zero_quantized_weights": True, "zero_optimization.zero_hpz_partition_size": 8,
+              "zero_optimization.zero_quantized_gradients": True}
+    nodes = {"s3": estimate(build, node, {"communication_data_type": "bf16"}),
+             "zpp": estimate(build, node, zeropp),
+             "zpp_noloco": estimate(build, node,
+                                    dict(zeropp, **{"zero_optimization.zero_quantized_gradients_error_feedback": False}))}
 
     f = {}
     params = fp32["params"]
@@ -125,6 +134,12 @@ def figures(build):
         across = sum(c["bytes_sent"] for c in run["communication"] if "replica" in c["what"])
         f[f"h{g}_inside"] = f"{inside / GIB:,.1f}"
         f[f"h{g}_across"] = f"{across / GIB:,.1f}"
+    for name, run in nodes.items():
+        f[f"{name}_across"] = f"{run['host_bytes_per_step']['inter'] / GIB:,.1f}"
+        f[f"{name}_inside"] = f"{run['host_bytes_per_step']['intra'] / GIB:,.0f}"
+        f[f"{name}_device"] = gib(run["memory"]["peak_total"]["device"], 1)
+        f[f"{name}_state"] = gib(run["model_state"], 1)
+    f["zpp_across_ratio"] = f"{nodes['s3']['host_bytes_per_step']['inter'] / nodes['zpp']['host_bytes_per_step']['inter']:.2f}"
     f["full_device"] = gib(fp32["memory"]["peak_total"]["device"], 1)
     f["full_sent"] = f"{fp32['bytes_sent_per_step'] / GIB:,.0f}"
     return f

@@ -957,8 +957,8 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
                                     r[0].theirs == 0 && r[0].n == ctx.units[ui].layout.numel));
       }
       if (!same_units) return "the checkpoint's units are cut otherwise than this model's";
-      // Each residual this rank keeps, as large as the section that holds it in its file (a unit this run reduces
-      // exact, say under a smaller reduce_bucket_size, keeps none where the saving run kept one).
+      // Each residual this rank keeps, as large as the section that holds it in its file (a unit frozen here, or a
+      // run with one hop where the saving run had two, keeps none where the saving run kept one).
       for (size_t ui = 0; ui < ctx.units.size(); ++ui) {
         for (int k = 0; k < ckpt::kRankStateStreamCount; ++k) {
           const ckpt::Section* sec = RankStateSection(m, ctx.rank, static_cast<int>(ui), k);

@@ -91,7 +91,7 @@ Status UnitCollective::IssueNext() {
   const size_t es = DTypeSize(dtype_);
   const int64_t a = next_, b = std::min(S_, next_ + chunk_), n = b - a;
   char* buf = static_cast<char*>(slots_[slot].data());
-  CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", a));
+  CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", qwz_ != nullptr ? a * qwz_->chunk : a));
   Work w;
   if (qwz_ != nullptr) {
     // Chunk a's message, as 16-bit words (every rank's the same size).

@@ -186,6 +186,23 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
                           << "tensors (at most " << most << " per shard)";
     }
   }
+  if (ctx.policy.qgz_loco) {
+    // LoCo's residuals are each rank's whole gradient again, not a shard: at scale the largest model-state term, so
+    // the log says what they take and how to drop them.
+    int64_t residual = 0;
+    for (const internal::UnitPlan& up : plan.units) {
+      for (const internal::PlannedBuffer& b : up.buffers) {
+        if (b.role == internal::BufferRole::kQgzResidual || b.role == internal::BufferRole::kQgzHostResidual) {
+          residual += b.bytes();
+        }
+      }
+    }
+    if (residual > 0) {
+      ZERO_LOG_ONCE(INFO) << "zero_quantized_gradients: LoCo's error-feedback residuals take " << residual
+                          << " bytes per rank (the whole gradient this rank sends, in the compute dtype, and with two "
+                          << "hops its host partials'); zero_quantized_gradients_error_feedback false drops them";
+    }
+  }
   Status allocated = [&]() -> Status {
     for (size_t i = 0; i < ctx.units.size(); ++i) {
       Unit& u = ctx.units[i];

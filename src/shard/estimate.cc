@@ -158,7 +158,7 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
 }
 
 // The bytes rank `world_rank` sends per step to ranks of its host ([0]) and of other hosts ([1]): every
-// collective the engine issues in a step (the ones StepCollectives lists, qwZ's int8 forward gathers, hpZ's
+// collective the engine issues in a step (the ones StepCollectives lists, qwZ's int8 gathers, hpZ's
 // backward gathers in the host group, the step's norm and desync-check all-reduces of 3 and 32 floats) through
 // the same message-by-message model of Gloo's algorithms the communicator counts with (AddGlooSends), so it is
 // what StepResult::intra_host_bytes / inter_host_bytes report on the host engine (tested equal at stages 0-3,

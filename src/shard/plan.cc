@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <tuple>
@@ -428,13 +429,13 @@ std::vector<ExactSpan> SpansIn(const std::vector<ExactSpan>& spans, int64_t a, i
 
 namespace {
 
-// QuantChunks of `block`-element blocks over chunks of the collective's `chunk` (0: none), each chunk's bytes
-// bytes(n, exact) for its n elements and the most exact elements any shard has among them.
-QuantChunks ChunkLayout(const UnitPlan& u, int64_t chunk, int64_t block,
+// QuantChunks over the collective's `chunk` (0: none) rounded down to a multiple of `granule` (at least one), each
+// chunk's bytes bytes(n, exact) for its n elements and the most exact elements any shard has among them.
+QuantChunks ChunkLayout(const UnitPlan& u, int64_t chunk, int64_t granule,
                         const std::function<int64_t(int64_t n, int64_t exact)>& bytes) {
   QuantChunks q;
   if (chunk == 0) return q;
-  q.chunk = std::max(block, chunk / block * block);
+  q.chunk = std::max(granule, chunk / granule * granule);
   q.shard = u.shard;
   q.offset.push_back(0);
   for (int64_t a = 0; a < u.shard; a += q.chunk) {
@@ -464,7 +465,10 @@ QuantChunks QwzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
 
 QuantChunks QgzChunkLayout(const PlanPolicy& p, const UnitPlan& u) {
   if (!QgzOn(p) || u.frozen) return {};
-  return ChunkLayout(u, ChunkPerRank(u.padded, p.world, p.reduce_bucket), p.qgz_block,
+  // Whole blocks, and a multiple of 8 elements: the records lie back to back in the all-to-alls' buffers, and a
+  // record of 8k elements (int8: 8k code bytes; int4: 4k) keeps the next one's f32 scales 4-byte aligned, as a whole
+  // shard's record (a multiple of 32 elements) does. A block of 50 would otherwise leave records of 2 mod 4 bytes.
+  return ChunkLayout(u, ChunkPerRank(u.padded, p.world, p.reduce_bucket), std::lcm(p.qgz_block, int64_t{8}),
                      [&](int64_t n, int64_t exact) { return QgzRecordBytes(n, p.qgz_block, p.qgz_bits) + 4 * exact; });
 }
 

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -675,13 +676,20 @@ TEST(QgzTraining, ChunkedReductionsTrainTheWholeReductionsBits) {
   };
   struct C {
     int stage, bits, world, per_host;
+    int64_t block = kBlock, bucket = 1024;
   };
-  for (const C c : {C{2, 8, 4, 4}, C{3, 8, 4, 2}, C{3, 4, 4, 2}, C{2, 8, 6, 2}}) {
-    SCOPED_TRACE(absl::StrCat("stage ", c.stage, " int", c.bits, " world ", c.world, ", ", c.per_host, " per host"));
+  // Blocks of 50 (int8) and 100 (int4) under buckets whose chunks per rank (288, 320) whole blocks alone would cut
+  // to 250 and 300 elements, records of 2 mod 4 bytes: chunks are a multiple of 8 elements too (200 here), so the
+  // records, back to back, keep their f32 scales 4-byte aligned (UBSan's alignment check watches it).
+  for (const C c : {C{2, 8, 4, 4}, C{3, 8, 4, 2}, C{3, 4, 4, 2}, C{2, 8, 6, 2}, C{3, 8, 4, 2, 50, 1152},
+                    C{2, 4, 4, 4, 100, 1280}}) {
+    SCOPED_TRACE(absl::StrCat("stage ", c.stage, " int", c.bits, " world ", c.world, ", ", c.per_host,
+                              " per host, blocks of ", c.block));
     Config whole = QgzConfig(c.stage, c.bits, /*loco=*/true);
+    whole.zero.zero_quantized_gradients_block_size = c.block;
     whole.zero.zeropp_loco_reset_t = 3;  // a reset within the run, counted per reduction, not per chunk
     Config chunked = whole;
-    chunked.zero.reduce_bucket_size = 1024;
+    chunked.zero.reduce_bucket_size = c.bucket;
     // Steps whose gradients differ (LoCo carries each one's rounding into the next).
     auto train = [&](const Config& cfg, int64_t* chunks) {
       std::vector<std::vector<float>> out(c.world);
@@ -717,7 +725,8 @@ TEST(QgzTraining, ChunkedReductionsTrainTheWholeReductionsBits) {
     int64_t none = -1, chunks = -1;
     const std::vector<float> a = train(whole, &none), b = train(chunked, &chunks);
     EXPECT_EQ(none, 0);
-    const int64_t S = kN / c.world, chunk = 1024 / c.world / kBlock * kBlock;
+    const int64_t granule = std::lcm(c.block, int64_t{8});
+    const int64_t S = kN / c.world, chunk = std::max(granule, c.bucket / c.world / 32 * 32 / granule * granule);
     EXPECT_EQ(chunks, 4 * ((S + chunk - 1) / chunk)) << "four steps' reductions, in chunks";
     ASSERT_EQ(a.size(), b.size());
     int moved = 0;

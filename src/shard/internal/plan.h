@@ -186,12 +186,13 @@ struct ExactParam {
 
 // A quantized collective of a unit above its bucket, in chunks: the collective's chunk per rank (ChunkPerRank of
 // allgather_bucket_size for qwZ's gathers, of reduce_bucket_size for qgZ's reductions) rounded down to whole blocks
-// (one block where the chunk is smaller), so that each chunk quantizes the blocks the whole collective would and the
-// chunked one gives its bits. Chunk k covers elements [k·chunk, min(S, (k + 1)·chunk)) of each rank's shard; its
-// message or record (every rank's the same size) is that of those elements, then the most exact elements any shard
-// has among them. qwZ: QwzMessageBytes, the exact elements in the compute dtype, padded to 4 bytes; the send buffer
-// holds every chunk's message one after another (chunk k's at offset[k]), and each chunk's all-gather receives
-// `world` of them. qgZ: QgzRecordBytes, the exact elements in f32; offset[k] only sums the records' sizes.
+// (one block where the chunk is smaller; qgZ: a multiple of 8 elements too, so records stay 4-byte aligned), so that
+// each chunk quantizes the blocks the whole collective would and the chunked one gives its bits. Chunk k covers
+// elements [k·chunk, min(S, (k + 1)·chunk)) of each rank's shard; its message or record (every rank's the same size) is
+// that of those elements, then the most exact elements any shard has among them. qwZ: QwzMessageBytes, the exact
+// elements in the compute dtype, padded to 4 bytes; the send buffer holds every chunk's message one after another
+// (chunk k's at offset[k]), and each chunk's all-gather receives `world` of them. qgZ: QgzRecordBytes, the exact
+// elements in f32; offset[k] only sums the records' sizes.
 struct QuantChunks {
   int64_t chunk = 0;            // elements per rank (0: the unit is gathered whole)
   int64_t shard = 0;            // the unit's shard: the last chunk ends there
