@@ -169,13 +169,16 @@ TEST(ShardedOptimizerOverlap, GradientsReadyStartsTheReductionAndChangesNothing)
         for (int step = 1; step <= 4; ++step) {
           grad(1, step);
           if (hand_over) {
+            // This rank's own gradient, read before it is handed over: from then on the reduction may run at any
+            // moment (a copy taken after GradientsReady could already hold the average, and this check then failed
+            // under ASan's timing, once in a CI run).
+            const std::vector<float> before(g[1].begin(), g[1].begin() + n);
             ASSERT_OK(opt->GradientsReady(1));
             EXPECT_THAT(opt->GradientsReady(1), testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                                                   ::testing::HasSubstr("already handed over")));
             if (stage == 0 && step == 1) {
               // Ops run in issue order: once a barrier issued after it completes, the average all-reduce of
               // layer 1's gradient has run, before Step was called.
-              const std::vector<float> before(g[1].begin(), g[1].begin() + n);
               ASSERT_OK(comm.Barrier().Wait());
               size_t changed = 0;
               for (int64_t i = 0; i < n; ++i) changed += g[1][i] != before[i];
