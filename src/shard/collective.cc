@@ -91,7 +91,7 @@ Status UnitCollective::IssueNext() {
   const size_t es = DTypeSize(dtype_);
   const int64_t a = next_, b = std::min(S_, next_ + chunk_), n = b - a;
   char* buf = static_cast<char*>(slots_[slot].data());
-  CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", qwz_ != nullptr ? a * qwz_->chunk : a));
+  CommLabel label(c.comm.get(), absl::StrCat(label_, ", chunk at element ", qwz_ != nullptr ? qwz_->begin(a) : a));
   Work w;
   if (qwz_ != nullptr) {
     // Chunk a's message, as 16-bit words (every rank's the same size).
@@ -128,8 +128,7 @@ Status UnitCollective::FinishFront() {
   Status s = c.compute->Join(f.work);  // the host waits; a device's stream waits
   if (!s.ok()) {
     const int64_t k = f.a / chunk_, chunks = (S_ + chunk_ - 1) / chunk_;
-    const int64_t a = qwz_ != nullptr ? f.a * qwz_->chunk : f.a,
-                  b = qwz_ != nullptr ? std::min(qwz_->shard, a + qwz_->chunk) : f.b;
+    const int64_t a = qwz_ != nullptr ? qwz_->begin(f.a) : f.a, b = qwz_ != nullptr ? a + qwz_->elems(f.a) : f.b;
     return absl::Status(s.code(), absl::StrCat(qwz_ != nullptr ? "quantized " : "", "chunk ", k + 1, " of ", chunks,
                                                " (elements [", a, ", ", b, ") of each rank's shard): ", s.message()));
   }

@@ -92,7 +92,7 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     if (!spans.empty()) c.compute->Convert(send, c.cd(), zeroed, c.cd(), S);
     const uint8_t* quantized = spans.empty() ? shard : zeroed;
     for (int64_t k = 0; k < qc.chunks(); ++k) {
-      const int64_t a = k * qc.chunk, n = std::min(S, a + qc.chunk) - a;
+      const int64_t a = qc.begin(k), n = qc.elems(k);
       const int64_t blocks = static_cast<int64_t>(QuantBlocks(n, block)), codes = QwzMessageBytes(n, block);
       uint8_t* msg = msgs + qc.offset[static_cast<size_t>(k)];
       uint8_t* tail = msg + codes;
@@ -110,7 +110,7 @@ Status GatherScheduler::Issue(Unit& u, bool backward) {
     auto unpack = [ctx, unit, block](int64_t k, const uint8_t* got) {
       EngineContext& e = *ctx;
       const QuantChunks& q = unit->plan.qwz_chunks;
-      const int64_t S = unit->layout.shard, a = k * q.chunk, n = std::min(S, a + q.chunk) - a, P = q.bytes(k);
+      const int64_t S = unit->layout.shard, a = q.begin(k), n = q.elems(k), P = q.bytes(k);
       const int64_t blocks = static_cast<int64_t>(QuantBlocks(n, block));
       const size_t es = DTypeSize(e.cd());
       for (int r = 0; r < e.world; ++r) {

@@ -438,8 +438,8 @@ QuantChunks ChunkLayout(const UnitPlan& u, int64_t chunk, int64_t granule,
   q.chunk = std::max(granule, chunk / granule * granule);
   q.shard = u.shard;
   q.offset.push_back(0);
-  for (int64_t a = 0; a < u.shard; a += q.chunk) {
-    const int64_t b = std::min(u.shard, a + q.chunk);
+  for (int64_t k = 0; q.begin(k) < u.shard; ++k) {
+    const int64_t a = q.begin(k), b = a + q.elems(k);
     int64_t exact = 0;  // the most elements of [a, b) any shard sends exact
     for (const std::vector<ExactSpan>& spans : u.exact_spans) {
       int64_t n = 0;
@@ -449,6 +449,7 @@ QuantChunks ChunkLayout(const UnitPlan& u, int64_t chunk, int64_t granule,
     const int64_t k_bytes = bytes(b - a, exact);
     q.largest = std::max(q.largest, k_bytes);
     q.offset.push_back(q.offset.back() + k_bytes);
+    q.exact.push_back(exact);
   }
   return q;
 }

@@ -152,18 +152,16 @@ void QgzReduce::IssuePart(int64_t k) {
   const int N = c.world;
   const int64_t full = u.layout.shard;
   part_ = k;
-  a_ = qc.chunks() > 0 ? k * qc.chunk : 0;
-  const int64_t S = qc.chunks() > 0 ? std::min(full, a_ + qc.chunk) - a_ : full;
-  // Each shard's exact spans in this part, counted from its start; the record holds the most any shard has.
-  spans_.assign(static_cast<size_t>(N), {});
-  int64_t exact = 0;
-  for (int r = 0; r < N; ++r) {
-    spans_[static_cast<size_t>(r)] = SpansIn(ShardSpans(u.plan, r), a_, a_ + S);
-    int64_t n = 0;
-    for (const ExactSpan& sp : spans_[static_cast<size_t>(r)]) n += sp.end - sp.begin;
-    exact = std::max(exact, n);
+  const bool chunked = qc.chunks() > 0;
+  a_ = chunked ? qc.begin(k) : 0;
+  const int64_t S = chunked ? qc.elems(k) : full;
+  // A chunk's exact spans in each shard, counted from its start (a unit reduced whole reads the plan's); the record
+  // holds the most any shard has, as the plan sized it.
+  spans_.clear();
+  if (chunked) {
+    for (int r = 0; r < N; ++r) spans_.push_back(SpansIn(ShardSpans(u.plan, r), a_, a_ + S));
   }
-  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, S, exact};
+  fmt_ = QgzFormat{p.qgz_bits, p.qgz_block, S, chunked ? qc.exact[static_cast<size_t>(k)] : u.plan.exact_max};
   hop1_done_ = hop2_issued_ = part_done_ = false;
   const int64_t R = fmt_.record_bytes();
   const size_t ses = DTypeSize(src_dtype_);
@@ -179,8 +177,8 @@ void QgzReduce::IssuePart(int64_t k) {
       const int64_t at = shard * full + a_;  // this part of the shard, in the unit
       c.compute->Convert(src_ + at * static_cast<int64_t>(ses), src_dtype_, x, DType::kF32, S);
       void* err = p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
-      fmt_.Encode(*c.compute, x, spans_[static_cast<size_t>(shard)], err, ed, p.loco_beta,
-                  send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
+      fmt_.Encode(*c.compute, x, Spans(shard), err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R,
+                  scratch);
     }
   }
   Communicator* intra = c.qgz_intra();
@@ -188,6 +186,10 @@ void QgzReduce::IssuePart(int64_t k) {
                                       chunks_ > 1 ? absl::StrCat(", chunk ", k + 1, " of ", chunks_) : ""));
   advanced::ExtendedCommunicator* x1 = advanced::Extended(*intra);
   hop1_ = x1->AllToAll(send1_.data(), recv1_.data(), static_cast<size_t>(M_ * R / 2), DType::kF16, c.stream());
+}
+
+const std::vector<ExactSpan>& QgzReduce::Spans(int64_t shard) const {
+  return spans_.empty() ? ShardSpans(unit_->plan, shard) : spans_[static_cast<size_t>(shard)];
 }
 
 Status QgzReduce::FinishHop1() {
@@ -204,8 +206,8 @@ Status QgzReduce::FinishHop1() {
   const int l = c.rank % L_;
   for (int h = 0; h < M_; ++h) {
     for (int j = 0; j < L_; ++j) {
-      fmt_.Decode(*c.compute, recv + (static_cast<int64_t>(j) * M_ + h) * R, spans_[static_cast<size_t>(h * L_ + l)],
-                  partial + h * S, /*acc=*/j > 0, scratch);
+      fmt_.Decode(*c.compute, recv + (static_cast<int64_t>(j) * M_ + h) * R, Spans(h * L_ + l), partial + h * S,
+                  /*acc=*/j > 0, scratch);
     }
   }
   if (M_ == 1) return absl::OkStatus();
@@ -218,8 +220,7 @@ Status QgzReduce::FinishHop1() {
     const int64_t at = h * unit_->layout.shard + a_;
     void* err =
         p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
-    fmt_.Encode(*c.compute, partial + h * S, spans_[static_cast<size_t>(h * L_ + l)], err, ed, p.loco_beta,
-                send + h * R, scratch);
+    fmt_.Encode(*c.compute, partial + h * S, Spans(h * L_ + l), err, ed, p.loco_beta, send + h * R, scratch);
   }
   Communicator* inter = c.qgz_across.get();
   CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts",
@@ -240,7 +241,7 @@ Status QgzReduce::FinishHop2() {
     auto* scratch = scratch_.as<float>();
     float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
     const auto* recv = static_cast<const uint8_t*>(recv2_.data());
-    const std::vector<ExactSpan>& mine = spans_[static_cast<size_t>(c.rank)];
+    const std::vector<ExactSpan>& mine = Spans(c.rank);
     for (int h = 0; h < M_; ++h) fmt_.Decode(*c.compute, recv + h * R, mine, total, /*acc=*/h > 0, scratch);
     sum = total;
   }

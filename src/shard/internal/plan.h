@@ -198,8 +198,12 @@ struct QuantChunks {
   int64_t shard = 0;            // the unit's shard: the last chunk ends there
   std::vector<int64_t> offset;  // chunks + 1 entries: chunk k's message is bytes [offset[k], offset[k + 1])
   int64_t largest = 0;          // the largest message
+  std::vector<int64_t> exact;   // per chunk: the most exact elements any shard has in it
   int64_t chunks() const { return offset.empty() ? 0 : static_cast<int64_t>(offset.size()) - 1; }
   int64_t bytes(int64_t k) const { return offset[static_cast<size_t>(k) + 1] - offset[static_cast<size_t>(k)]; }
+  // Chunk k's first element in each shard, and its elements (the last chunk ends at the shard's end).
+  int64_t begin(int64_t k) const { return k * chunk; }
+  int64_t elems(int64_t k) const { return std::min(shard, begin(k) + chunk) - begin(k); }
   int64_t total() const { return offset.empty() ? 0 : offset.back(); }
 };
 

@@ -117,7 +117,9 @@ class QgzReduce {
   const char* src_ = nullptr;  // the unit's full gradient: read as each part is encoded
   DType src_dtype_ = DType::kF32;
   int64_t chunks_ = 1, part_ = 0, a_ = 0;      // the parts, the one in flight, and where it starts in each shard
-  std::vector<std::vector<ExactSpan>> spans_;  // each shard's exact spans in the part, counted from a_
+  std::vector<std::vector<ExactSpan>> spans_;  // a chunk's: each shard's exact spans in it, counted from a_
+  // Shard `shard`'s exact spans in the part in flight: the plan's for a unit reduced whole, else spans_'.
+  const std::vector<ExactSpan>& Spans(int64_t shard) const;
   Buffer send1_, recv1_, partial_, send2_, recv2_, scratch_;
   Work hop1_, hop2_;
   bool hop1_done_ = false, hop2_issued_ = false, part_done_ = false, finished_ = false;
