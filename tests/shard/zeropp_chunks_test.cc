@@ -9,6 +9,8 @@
 // bit, on every rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "zero/advanced/engine_stats.h"
 #include "zero/config.h"
 #include "zero/engine.h"
+#include "zero/sharded_optimizer.h"
 
 namespace zero {
 namespace {
@@ -123,6 +126,60 @@ TEST(ZeroppChunks, EveryCombinationTrainsTheWholeCollectivesBits) {
       // Training happened: no step skipped throughout, and every unit moved.
       for (const StepResult& s : a.steps) EXPECT_FALSE(s.skipped) << "step " << s.step;
       for (const auto& [name, values] : a.params) EXPECT_GT(testing::MovedElements(name, values), 0u) << name;
+    }
+  }
+}
+
+// A C-style trainer's one flat buffer (ShardedOptimizer, stages 1 and 2, AdamW): reduce_bucket_size below its
+// shard puts qgZ's reduction of it in chunks, which train the whole reduction's parameters bit for bit, LoCo on,
+// in one hop and in two. (The trainer's buffers are read here after every step: the engine writes into them.)
+TEST(ZeroppChunks, AFlatBufferInChunksTrainsTheWholeReductionsBits) {
+  constexpr int kWorld = 4;
+  constexpr int64_t kFlat = 6000;  // two tensors, the second a bias, padded to the capacity
+  for (int stage : {1, 2}) {
+    for (int per_host : {4, 2}) {
+      SCOPED_TRACE(absl::StrCat("stage ", stage, ", ", per_host, " ranks per host"));
+      auto train = [&](int64_t bucket) {
+        Config cfg = testing::TrainConfig(stage, 1);
+        testing::SetQuantized(cfg, 0, 8, /*qgz_block=*/64);
+        cfg.zero.zeropp_loco_reset_t = 3;
+        if (bucket > 0) cfg.zero.reduce_bucket_size = bucket;
+        std::vector<std::vector<float>> out(kWorld);
+        testing::RunRanks(kWorld, [&](Communicator& comm, int rank) {
+          const int64_t cap = ShardedOptimizer::Capacity(kFlat, kWorld);
+          std::vector<float> params(static_cast<size_t>(cap), 0.0f), grads(static_cast<size_t>(cap), 0.0f);
+          for (int64_t i = 0; i < kFlat; ++i) params[i] = 0.01f * std::cos(0.11f * static_cast<float>(i));
+          FlatBuffers flat{.params = params.data(),
+                           .grads = grads.data(),
+                           .capacity = cap,
+                           .tensors = {{"w", {50, 118}}, {"b", {100}}}};
+          EngineOptions o;
+          o.local_world_size = per_host;
+          ASSERT_OK_AND_ASSIGN(auto opt, ShardedOptimizer::Create(cfg, testing::Borrow(comm), {flat}, o));
+          for (int step = 0; step < 5; ++step) {
+            for (int64_t i = 0; i < kFlat; ++i) {
+              grads[i] = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(step + 3 * rank)) +
+                         0.1f * params[i];
+            }
+            ASSERT_OK_AND_ASSIGN(StepResult r, opt->Step());
+            EXPECT_FALSE(r.skipped);
+          }
+          out[static_cast<size_t>(rank)].assign(params.begin(), params.begin() + kFlat);
+        });
+        return out;
+      };
+      const std::vector<std::vector<float>> whole = train(0), chunked = train(512);
+      for (int r = 0; r < kWorld; ++r) {
+        ASSERT_EQ(whole[r].size(), static_cast<size_t>(kFlat));
+        ASSERT_EQ(chunked[r].size(), whole[r].size());
+        size_t differ = 0, moved = 0;
+        for (int64_t i = 0; i < kFlat; ++i) {
+          differ += std::memcmp(&whole[r][i], &chunked[r][i], 4) != 0;
+          moved += whole[r][i] != 0.01f * std::cos(0.11f * static_cast<float>(i));
+        }
+        EXPECT_EQ(differ, 0u) << "rank " << r << ": of " << kFlat;
+        EXPECT_GT(moved, static_cast<size_t>(kFlat / 2)) << "rank " << r;
+      }
     }
   }
 }
