@@ -133,11 +133,12 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
     if (p.stage == 0) {
       add(ar, 1, u.padded, 2 * (N - 1) * u.padded / N * ws);
     } else if (internal::QgzOn(p)) {
+      // One call per reduction, a chunked one's records summed over its chunks (as a chunked gather or reduce-scatter
+      // counts once).
       const int64_t L = p.qgz_local, M = N / L;
-      for (const int64_t R : QgzRecords(p, u)) {
-        add(qgz1, reductions, M * R / 2, (L - 1) * M * R);
-        if (M > 1) add(qgz2, reductions, R / 2, (M - 1) * R);
-      }
+      const int64_t rec = u.qgz_chunks.chunks() > 0 ? u.qgz_chunks.total() : internal::QgzUnitRecordBytes(p, u);
+      add(qgz1, reductions, M * rec / 2, (L - 1) * M * rec);
+      if (M > 1) add(qgz2, reductions, rec / 2, (M - 1) * rec);
     } else {
       add(rs, reductions, S, (N - 1) * S * ws);
     }

@@ -332,6 +332,44 @@ TEST(EstimateTest, Stage3ModelStateIs16PsiOverN) {
   EXPECT_EQ(e.comm[1].elements, e.padded / 1024);
 }
 
+// A unit moved in chunks still counts once (CollectiveEstimate::calls): with buckets below the GPT's blocks every
+// kind of collective has the calls of the whole run, exact and with qwZ and qgZ, one hop and two; exact chunks send
+// the whole collective's bytes.
+TEST(EstimateTest, AUnitInChunksCountsOneCall) {
+  for (const bool zeropp : {false, true}) {
+    for (const int per_host : {4, 2}) {
+      SCOPED_TRACE(absl::StrCat(zeropp ? "qwZ + qgZ" : "exact", ", ", per_host, " ranks per host"));
+      Config whole = testing::TrainConfig(3, 1);
+      if (zeropp) testing::SetQuantized(whole, 256, 8, 256);
+      Config chunked = whole;
+      chunked.zero.allgather_bucket_size = 4096;
+      chunked.zero.reduce_bucket_size = 4096;
+      const gpt::GptConfig m = gpt::GptConfig::Tiny();
+      ASSERT_OK_AND_ASSIGN(EstimateOptions o, gpt::GptEstimateOptions(whole, m, kSeq, 4, /*recompute=*/false));
+      o.ranks_per_host = per_host;
+      const std::vector<EstimateUnit> units = gpt::EstimateUnits(m);
+      ASSERT_OK_AND_ASSIGN(const RankEstimate a, Estimate(whole, units, o));
+      ASSERT_OK_AND_ASSIGN(const RankEstimate b, Estimate(chunked, units, o));
+      int64_t above = 0;  // units the small buckets put in chunks
+      for (const EstimateUnit& u : units) above += u.numel > 4096;
+      ASSERT_GT(above, 0);
+      ASSERT_EQ(a.comm.size(), b.comm.size());
+      for (size_t i = 0; i < a.comm.size(); ++i) {
+        SCOPED_TRACE(a.comm[i].what);
+        EXPECT_EQ(a.comm[i].what, b.comm[i].what);
+        EXPECT_EQ(b.comm[i].calls, a.comm[i].calls);
+        if (zeropp) {
+          // Each chunk's message carries as many exact 1-D elements as the shard with the most in that chunk:
+          // at least the whole message's, and the same blocks.
+          EXPECT_GE(b.comm[i].bytes_sent, a.comm[i].bytes_sent);
+        } else {
+          EXPECT_EQ(b.comm[i].bytes_sent, a.comm[i].bytes_sent);
+        }
+      }
+    }
+  }
+}
+
 TEST(EstimateTest, ErrorsNameWhatIsWrong) {
   const Config cfg = testing::TrainConfig(3, 1);
   const std::vector<EstimateUnit> units = {{.name = "a", .numel = 100}, {.name = "b", .numel = 0}};
