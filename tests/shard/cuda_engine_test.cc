@@ -20,6 +20,7 @@
 #include "support/status_matchers.h"
 #include "support/synthetic_trainer.h"
 #include "zero/advanced/cuda_kernels.h"
+#include "zero/advanced/engine_stats.h"
 #include "zero/communicator.h"
 #include "zero/dtype.h"
 #include "zero/engine.h"
@@ -48,7 +49,8 @@ struct Case {
   int offload = 0;        // 0: none; 1: offload_optimizer; 2: offload_optimizer + offload_param
   double ratio = 1.0;     // offload_optimizer.ratio (Twin-Flow below 1)
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements (the quantized gathers on the device)
-  int qgz_bits = 0;  // ZeRO++ qgZ (blocks of 32, LoCo): the gradient records coded on the device, NCCL's all-to-all
+  int qgz_bits = 0;    // ZeRO++ qgZ (blocks of 32, LoCo): the gradient records coded on the device, NCCL's all-to-all
+  int64_t bucket = 0;  // allgather_bucket_size and reduce_bucket_size (0: the defaults): 256 puts ZeRO++ in chunks
 };
 
 Config CaseConfig(const Case& c) {
@@ -67,6 +69,10 @@ Config CaseConfig(const Case& c) {
     cfg.zero.offload_param.pin_memory = true;
   }
   testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
+  if (c.bucket > 0) {
+    cfg.zero.allgather_bucket_size = c.bucket;
+    cfg.zero.reduce_bucket_size = c.bucket;
+  }
   return cfg;
 }
 
@@ -111,6 +117,13 @@ TEST_P(CudaEngineTest, MatchesTheHostEngine) {
     changed += testing::MovedElements(name, hv);
   }
   EXPECT_GT(changed, 0u);  // training moved the parameters
+  if (c.bucket > 0) {      // the device engine really went in chunks, as the host engine did
+    const advanced::EngineStats sd = advanced::Stats(*dev), sh = advanced::Stats(*host);
+    EXPECT_EQ(sd.qwz_chunk_gathers, sh.qwz_chunk_gathers);
+    EXPECT_EQ(sd.qgz_chunk_reductions, sh.qgz_chunk_reductions);
+    EXPECT_EQ(sd.qwz_chunk_gathers > 0, c.qwz_block > 0);
+    EXPECT_EQ(sd.qgz_chunk_reductions > 0, c.qgz_bits > 0);
+  }
   // Steady-state steps allocate no device memory (no cudaMalloc/cudaFree after the pools warmed up).
   EXPECT_EQ(td.device_allocs_after_last, td.device_allocs_after_second);
   // The model state is where the config puts it; steady-state steps allocate nothing more.
@@ -167,7 +180,12 @@ INSTANTIATE_TEST_SUITE_P(
         // step give the host's bits, so the reductions match exactly.
         Case{"s2_f32_qgz", 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 0, 8},
         Case{"s3_bf16_qgz4_qwz", 3, DType::kBF16, 2, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32, 4},
-        Case{"s3_f16_qgz_offload", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 1.0, 0, 8}),
+        Case{"s3_f16_qgz_offload", 3, DType::kF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1, 1.0, 0, 8},
+        // Units above the buckets: qwZ gathered and qgZ reduced in chunks of whole blocks on the device.
+        Case{"s3_bf16_qwz_qgz_chunked", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32, 8,
+             256},
+        Case{"s3_f32_qwz_qgz4_offload_chunked", 3, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1, 1.0,
+             32, 4, 256}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 class CudaEngineRefusesTest : public ::testing::Test {

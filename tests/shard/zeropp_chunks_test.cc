@@ -97,6 +97,7 @@ TEST(ZeroppChunks, EveryCombinationTrainsTheWholeCollectivesBits) {
       {.name = "int4, LoCo off", .bits = 4, .loco = false},
       {.name = "one host: qgZ in one hop", .per_host = 4, .hpz = 4},
       {.name = "three hosts of 2", .world = 6},
+      {.name = "one rank (what the CUDA engine's test runs)", .world = 1, .per_host = 1, .hpz = 1},
       {.name = "stage 2, qgZ alone, optimizer offloaded",
        .stage = 2,
        .qwz = false,
