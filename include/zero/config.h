@@ -60,6 +60,11 @@ struct OffloadParamConfig {
   bool operator==(const OffloadParamConfig&) const = default;
 };
 
+// ZeRO++ qgZ's LoCo residuals (zero_quantized_gradients_error_feedback_dtype): in the compute dtype, as DeepSpeed
+// keeps them (in the gradient's), or int8 with one f32 scale per block of zero_quantized_gradients_block_size, as
+// the LoCo paper stores its compensation error (8 bits).
+enum class QgzResidualDType : uint8_t { kCompute, kInt8 };
+
 struct ZeroOptimizationConfig {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -90,6 +95,7 @@ struct ZeroOptimizationConfig {
   int64_t zero_quantized_gradients_bits = 8;
   int64_t zero_quantized_gradients_block_size = 1024;
   bool zero_quantized_gradients_error_feedback = true;
+  QgzResidualDType zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kCompute;
   double zeropp_loco_err_beta = 0.8;
   int64_t zeropp_loco_reset_t = 1024;
   bool ignore_unused_parameters = true;

@@ -107,6 +107,7 @@ json MetaJson(const Meta& m) {
                           {"bits", m.qgz->bits},
                           {"block", m.qgz->block},
                           {"dtype", std::string(DTypeName(m.qgz->dtype))},
+                          {"residuals", m.qgz->int8 ? "int8" : "compute"},
                           {"rounds", m.qgz->rounds}};
   }
   json ranks = json::array();
@@ -374,6 +375,14 @@ bool ParseMeta(const json& j, Parser& p, Meta& m) {
         !p.Int(jq, "block", "qgz_residuals", 1, kMaxElems, &q.block) ||
         !p.Dtype(jq, "dtype", "qgz_residuals", &q.dtype) || !p.Array(jq, "rounds", "qgz_residuals", &rounds)) {
       return false;
+    }
+    if (jq.contains("residuals")) {  // absent in checkpoints from before int8 residuals: the compute dtype's
+      std::string kind;
+      if (!p.Str(jq, "residuals", "qgz_residuals", &kind)) return false;
+      if (kind != "int8" && kind != "compute") {
+        return p.Fail(absl::StrCat("qgz_residuals.residuals is \"", kind, "\", not \"compute\" or \"int8\""));
+      }
+      q.int8 = kind == "int8";
     }
     if (rounds->size() != m.units.size()) {
       return p.Fail(

@@ -162,7 +162,7 @@ StatusOr<std::string> DescribeCheckpoint(const std::string& dir, const std::stri
   absl::StrAppend(&out, "  ", m.units.size(), " units, ", params, " parameters\n");
   if (m.qgz) {
     absl::StrAppend(&out, "  qgZ residuals of every rank (int", m.qgz->bits, " blocks of ", m.qgz->block, ", ",
-                    std::string(DTypeName(m.qgz->dtype)), ", ", m.qgz->local,
+                    m.qgz->int8 ? "residuals in int8 blocks" : std::string(DTypeName(m.qgz->dtype)), ", ", m.qgz->local,
                     " ranks per host): restored by a resume at this world and layout\n");
   }
   for (const auto& g : m.param_groups) {

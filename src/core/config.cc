@@ -1030,6 +1030,13 @@ class ConfigParser {
     if (known({"bf16.enabled"}) && c.bf16.stochastic_rounding && !c.bf16.enabled && world_size == 0) {
       Warn("bf16.stochastic_rounding: true has no effect; " + std::string(FindRule("stochastic_rounding").text));
     }
+    if (known({"zero_optimization.zero_quantized_gradients",
+               "zero_optimization.zero_quantized_gradients_error_feedback"}) &&
+        c.zero.zero_quantized_gradients_error_feedback_dtype == QgzResidualDType::kInt8 &&
+        !(c.zero.zero_quantized_gradients && c.zero.zero_quantized_gradients_error_feedback) && world_size == 0) {
+      Warn("zero_optimization.zero_quantized_gradients_error_feedback_dtype: \"int8\" has no effect; " +
+           std::string(FindRule("loco_dtype").text));
+    }
     const char* kBatch[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"};
     if (known({kBatch[0], kBatch[1], kBatch[2]}) && c.train_batch_size && c.train_micro_batch_size_per_gpu &&
         c.gradient_accumulation_steps && (c_->batch_derived_ == 0)) {

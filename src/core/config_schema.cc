@@ -442,7 +442,14 @@ const KeySpec kSchema[] = {
      .doc = "zero_quantized_gradients: LoCo error feedback (zeropp_loco_param), on unless false. DeepSpeed runs "
             "LoCo only when zeropp_loco_param is given; zero runs it by default, as its loss-parity runs do. Costs "
             "per rank one compute-dtype copy of each reduced unit's gradient, and with two hops 1/ranks-per-host "
-            "of it again."},
+            "of it again (about 1 byte per element with zero_quantized_gradients_error_feedback_dtype \"int8\")."},
+    {.path = "zero_optimization.zero_quantized_gradients_error_feedback_dtype", .type = T::kEnum,
+     .default_json = "\"compute\"", .flags = kOurs, .choices = "compute,int8",
+     .ref = FIELD(zero.zero_quantized_gradients_error_feedback_dtype),
+     .doc = "zero_quantized_gradients with LoCo: how the residuals are kept. \"compute\": in the compute dtype (as "
+            "DeepSpeed keeps them, in the gradient's). \"int8\": one byte per element and one fp32 scale per block of "
+            "zero_quantized_gradients_block_size, as the LoCo paper stores its compensation error (8 bits): about a "
+            "quarter of fp32's bytes and half of bf16's, at the cost of rounding the residual itself."},
     {.path = "zero_optimization.zeropp_loco_param", .type = T::kSection, .default_json = "null",
      .doc = "ZeRO++ LoCo error feedback for zero_quantized_gradients (DeepSpeed's {err_beta, reset_T})."},
     {.path = "zero_optimization.zeropp_loco_param.err_beta", .type = T::kNumber, .default_json = "0.8", .min = 0,
@@ -728,6 +735,10 @@ const CrossRule kCrossRules[] = {
      "total_num_steps below warmup_num_steps (a warning, as in DeepSpeed)", false, true},
     {"stochastic_rounding", "bf16.stochastic_rounding, bf16.enabled",
      "bf16.stochastic_rounding true without bf16.enabled has no effect (a warning)", false, true},
+    {"loco_dtype", "zero_optimization.zero_quantized_gradients_error_feedback_dtype, ..._error_feedback",
+     "zero_quantized_gradients_error_feedback_dtype \"int8\" with zero_quantized_gradients or its error feedback off "
+     "has no effect (a warning)",
+     false, true},
 };
 
 std::string FormatBound(double v) {

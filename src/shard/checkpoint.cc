@@ -746,7 +746,7 @@ ckpt::Meta Engine::Impl::DescribeForCheckpoint(const std::string& tag, bool with
   }
   if (with_qgz) {
     const internal::PlanPolicy& p = ctx.policy;
-    m.qgz = ckpt::QgzStateMeta{p.qgz_local, p.qgz_bits, p.qgz_block, ctx.cd(), {}};
+    m.qgz = ckpt::QgzStateMeta{p.qgz_local, p.qgz_bits, p.qgz_block, ctx.cd(), p.qgz_loco_int8, {}};
     for (const Unit& u : ctx.units) m.qgz->rounds.push_back(u.qgz_rounds);
   }
   return m;
@@ -944,10 +944,11 @@ StatusOr<LoadResult> Engine::Impl::Load(const std::string& dir, const LoadOption
                             ctx.world_size, ctx.world_size != ctx.world ? " under hybrid sharding" : "", " with ",
                             p.qgz_local);
       }
-      if (q.bits != p.qgz_bits || q.block != p.qgz_block || q.dtype != ctx.cd()) {
+      if (q.bits != p.qgz_bits || q.block != p.qgz_block || q.dtype != ctx.cd() || q.int8 != p.qgz_loco_int8) {
         return absl::StrCat("saved as int", q.bits, " in blocks of ", q.block, " with ",
-                            std::string(DTypeName(q.dtype)), " residuals, loaded as int", p.qgz_bits, " in blocks of ",
-                            p.qgz_block, " with ", std::string(DTypeName(ctx.cd())));
+                            q.int8 ? "int8" : std::string(DTypeName(q.dtype)), " residuals, loaded as int", p.qgz_bits,
+                            " in blocks of ", p.qgz_block, " with ",
+                            p.qgz_loco_int8 ? "int8" : std::string(DTypeName(ctx.cd())));
       }
       bool same_units = m.units.size() == ctx.units.size();
       for (size_t ui = 0; same_units && ui < ctx.units.size(); ++ui) {

@@ -199,8 +199,13 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
     }
     if (residual > 0) {
       ZERO_LOG_ONCE(INFO) << "zero_quantized_gradients: LoCo's error-feedback residuals take " << residual
-                          << " bytes per rank (the whole gradient this rank sends, in the compute dtype, and with two "
-                          << "hops its host partials'); zero_quantized_gradients_error_feedback false drops them";
+                          << " bytes per rank (the whole gradient this rank sends, "
+                          << (ctx.policy.qgz_loco_int8 ? "as int8 blocks" : "in the compute dtype")
+                          << ", and with two hops its host partials'); zero_quantized_gradients_error_feedback false "
+                          << "drops them"
+                          << (ctx.policy.qgz_loco_int8 ? ""
+                                                       : ", zero_quantized_gradients_error_feedback_dtype \"int8\" "
+                                                         "keeps them in about 1 byte per element");
     }
   }
   Status allocated = [&]() -> Status {

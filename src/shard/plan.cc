@@ -99,6 +99,7 @@ StatusOr<PlanPolicy> PlanPolicy::FromConfig(const Config& cfg, int world, int ra
     p.qgz_bits = static_cast<int>(cfg.zero.zero_quantized_gradients_bits);
     p.qgz_block = cfg.zero.zero_quantized_gradients_block_size;
     p.qgz_loco = cfg.zero.zero_quantized_gradients_error_feedback;
+    p.qgz_loco_int8 = p.qgz_loco && cfg.zero.zero_quantized_gradients_error_feedback_dtype == QgzResidualDType::kInt8;
     p.loco_beta = static_cast<float>(cfg.zero.zeropp_loco_err_beta);
     p.loco_reset = cfg.zero.zeropp_loco_reset_t;
     p.qgz_local = world;
@@ -203,9 +204,12 @@ UnitPlan PlanUnit(const PlanPolicy& p, int64_t numel, bool persistent, bool trai
   if (frozen) return u;
   // qgZ with LoCo: the unit's residuals, zeroed (shard/internal/qgz.h).
   if (p.qgz_loco && QgzOn(p)) {
-    add(BufferRole::kQgzResidual, u.padded, cd, kDev, MemTag::kGrads, false, 0);
+    const int64_t es = static_cast<int64_t>(DTypeSize(cd));  // the layout's bytes, counted in compute-dtype elements
+    add(BufferRole::kQgzResidual, QgzResidualOf(p, p.world, u.shard).bytes(cd) / es, cd, kDev, MemTag::kGrads, false,
+        0);
     if (p.qgz_local < p.world) {
-      add(BufferRole::kQgzHostResidual, u.padded / p.qgz_local, cd, kDev, MemTag::kGrads, false, 0);
+      add(BufferRole::kQgzHostResidual, QgzResidualOf(p, p.world / p.qgz_local, u.shard).bytes(cd) / es, cd, kDev,
+          MemTag::kGrads, false, 0);
     }
   }
   // Gradients: the trainer-visible full buffer where it persists, and where needed the reduced shard.

@@ -16,7 +16,7 @@ namespace zero::internal {
 
 int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits) + 4 * exact; }
 
-void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype,
+void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, const QgzResidualRef& err,
                        float beta, uint8_t* rec, float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
   auto* scales = reinterpret_cast<float*>(rec);
@@ -26,8 +26,12 @@ void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSp
   float* y = scratch + S;                                // what is quantized: x plus the residual
   float* sent = scratch + 2 * S;                         // what the record reads back (first, the int4 scratch)
   const float* q = x;
-  if (err != nullptr) {
-    t.Convert(err, err_dtype, e, DType::kF32, S);
+  if (err.values != nullptr) {
+    if (err.scales != nullptr) {
+      t.DequantizeInt8(static_cast<const int8_t*>(err.values), err.scales, S, block, e, DType::kF32);
+    } else {
+      t.Convert(err.values, err.dtype, e, DType::kF32, S);
+    }
     t.Convert(x, DType::kF32, y, DType::kF32, S);
     t.Land(e, DType::kF32, y, DType::kF32, S, /*add=*/true);  // y = x + e
     q = y;
@@ -45,14 +49,19 @@ void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSp
   }
   const int64_t used = 4 * blocks + (bits == 8 ? S : (S + 1) / 2);
   t.Zero(rec + used, static_cast<size_t>(tail - (rec + used)));  // the padding: every byte sent is defined
-  if (err == nullptr) return;
+  if (err.values == nullptr) return;
   // e ← β·e + (1 − β)·(y − sent): what this record lost, carried (smoothed) into the unit's next reduction; a
   // non-finite one restarts at zero (LocoResidualOnHost). On the spans y was zeroed and sent is exact: their residual
   // stays zero.
   Decode(t, rec, {}, sent, /*acc=*/false, nullptr);
   t.LocoResidual(y, sent, e, beta, S);
   for (const ExactSpan& sp : spans) t.Zero(e + sp.begin, static_cast<size_t>(sp.end - sp.begin) * 4);
-  t.Convert(e, DType::kF32, err, err_dtype, S);
+  if (err.scales != nullptr) {
+    // Zeros quantize to zero codes (an all-zero block to a zero scale), so the spans' residual stays exactly zero.
+    t.QuantizeInt8(e, DType::kF32, S, block, static_cast<int8_t*>(err.values), err.scales);
+  } else {
+    t.Convert(e, DType::kF32, err.values, err.dtype, S);
+  }
 }
 
 void QgzFormat::Decode(ComputeTier& t, const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
@@ -165,8 +174,6 @@ void QgzReduce::IssuePart(int64_t k) {
   hop1_done_ = hop2_issued_ = part_done_ = false;
   const int64_t R = fmt_.record_bytes();
   const size_t ses = DTypeSize(src_dtype_);
-  const DType ed = c.cd();
-  const size_t eds = DTypeSize(ed);
   auto* scratch = scratch_.as<float>();
   float* x = partial_.as<float>();  // the part being encoded, in f32 (the partials come later)
   // Message to local peer j: the records of shards {h·L + j : h < M}, h in order (one hop: shard j alone).
@@ -176,9 +183,8 @@ void QgzReduce::IssuePart(int64_t k) {
       const int64_t shard = static_cast<int64_t>(h) * L_ + j;
       const int64_t at = shard * full + a_;  // this part of the shard, in the unit
       c.compute->Convert(src_ + at * static_cast<int64_t>(ses), src_dtype_, x, DType::kF32, S);
-      void* err = p.qgz_loco ? static_cast<char*>(u.qgz_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
-      fmt_.Encode(*c.compute, x, Spans(shard), err, ed, p.loco_beta, send + (static_cast<int64_t>(j) * M_ + h) * R,
-                  scratch);
+      fmt_.Encode(*c.compute, x, Spans(shard), ResidualAt(u.qgz_residual, N, shard), p.loco_beta,
+                  send + (static_cast<int64_t>(j) * M_ + h) * R, scratch);
     }
   }
   Communicator* intra = c.qgz_intra();
@@ -186,6 +192,19 @@ void QgzReduce::IssuePart(int64_t k) {
                                       chunks_ > 1 ? absl::StrCat(", chunk ", k + 1, " of ", chunks_) : ""));
   advanced::ExtendedCommunicator* x1 = advanced::Extended(*intra);
   hop1_ = x1->AllToAll(send1_.data(), recv1_.data(), static_cast<size_t>(M_ * R / 2), DType::kF16, c.stream());
+}
+
+QgzResidualRef QgzReduce::ResidualAt(Buffer& b, int64_t rows, int64_t row) const {
+  const PlanPolicy& p = ctx_->policy;
+  if (!p.qgz_loco) return {};
+  const QgzResidualLayout lay = QgzResidualOf(p, rows, unit_->layout.shard);
+  char* base = static_cast<char*>(b.data());
+  const int64_t at = row * lay.S + a_;  // this part's first element; a multiple of the block within its row
+  if (!lay.int8) {
+    return {base + at * static_cast<int64_t>(DTypeSize(ctx_->cd())), nullptr, ctx_->cd()};
+  }
+  float* scales = reinterpret_cast<float*>(base + lay.rows * lay.S) + row * lay.blocks_per_row() + a_ / lay.block;
+  return {base + at, scales, DType::kF32};
 }
 
 const std::vector<ExactSpan>& QgzReduce::Spans(int64_t shard) const {
@@ -211,16 +230,12 @@ Status QgzReduce::FinishHop1() {
     }
   }
   if (M_ == 1) return absl::OkStatus();
-  // The second hop: partial h to host h, requantized with the host residual.
-  const DType ed = c.cd();
-  const size_t eds = DTypeSize(ed);
+  // The second hop: partial h to host h, requantized with the host residual (row h: the host partial of shard
+  // h·L + l, of which this part).
   auto* send = static_cast<uint8_t*>(send2_.data());
   for (int h = 0; h < M_; ++h) {
-    // The host residual of partial h: this part of it, in the unit's partial of a whole shard.
-    const int64_t at = h * unit_->layout.shard + a_;
-    void* err =
-        p.qgz_loco ? static_cast<char*>(unit_->qgz_host_residual.data()) + at * static_cast<int64_t>(eds) : nullptr;
-    fmt_.Encode(*c.compute, partial + h * S, Spans(h * L_ + l), err, ed, p.loco_beta, send + h * R, scratch);
+    fmt_.Encode(*c.compute, partial + h * S, Spans(h * L_ + l), ResidualAt(unit_->qgz_host_residual, M_, h),
+                p.loco_beta, send + h * R, scratch);
   }
   Communicator* inter = c.qgz_across.get();
   CommLabel label(inter, absl::StrCat("qgZ gradient all-to-all of unit ", unit_->name(), " across hosts",

@@ -545,6 +545,22 @@ TEST_F(ConfigTest, OursKeysParse) {
   ExpectRejected(R"({"gradient_accumulation_mode": "low_mem"})",
                  {"gradient_accumulation_mode", "\"low_mem\"", "did you mean \"low_memory\""});
   EXPECT_TRUE(HasWarning(MustParse(R"({"bf16": {"stochastic_rounding": true}})"), "bf16.stochastic_rounding"));
+  // LoCo's residuals in int8 blocks: parsed, a misspelling refused by name, and with nothing to keep (qgZ or its
+  // error feedback off) a warning that it has no effect.
+  const Config loco = MustParse(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
+                                    "zero_quantized_gradients_error_feedback_dtype": "int8"}})");
+  EXPECT_EQ(loco.zero.zero_quantized_gradients_error_feedback_dtype, QgzResidualDType::kInt8);
+  EXPECT_FALSE(HasWarning(loco, "zero_quantized_gradients_error_feedback_dtype"));
+  EXPECT_EQ(MustParse("{}").zero.zero_quantized_gradients_error_feedback_dtype, QgzResidualDType::kCompute);
+  ExpectRejected(R"({"zero_optimization": {"zero_quantized_gradients_error_feedback_dtype": "int4"}})",
+                 {"zero_optimization.zero_quantized_gradients_error_feedback_dtype", "\"int4\""});
+  EXPECT_TRUE(HasWarning(MustParse(R"({"zero_optimization": {"stage": 3,
+                                       "zero_quantized_gradients_error_feedback_dtype": "int8"}})"),
+                         "zero_quantized_gradients_error_feedback_dtype"));
+  EXPECT_TRUE(HasWarning(MustParse(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": true,
+                                       "zero_quantized_gradients_error_feedback": false,
+                                       "zero_quantized_gradients_error_feedback_dtype": "int8"}})"),
+                         "has no effect"));
 }
 
 // ---------------------------------------------------------------------------------------------------------

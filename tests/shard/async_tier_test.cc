@@ -400,6 +400,7 @@ struct Case {
   int hpz = 1;            // ZeRO++ hpZ with this H (all ranks on one host): the secondary copy in the compute tier
   int qgz_bits = 0;       // ZeRO++ qgZ with these bits (blocks of 32, LoCo on): its records coded on the stream
   int per_host = 0;       // ranks per host (0: all on one host); 2 of 4: qgZ's two hops, hpZ's groups inside
+  bool int8_residuals = false;  // qgZ: LoCo's residuals as int8 blocks, dequantized and requantized on the stream
 };
 
 // `c` with qgZ at `bits`, its ranks laid out as hosts of `per_host`.
@@ -423,6 +424,7 @@ Config CaseConfig(const Case& c) {
   if (c.offload >= 2) cfg.zero.offload_param.device = OffloadDevice::kCpu;
   if (c.chunked) cfg.zero.reduce_bucket_size = cfg.zero.allgather_bucket_size = 200;
   testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
+  if (c.int8_residuals) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
   cfg.zero.zero_hpz_partition_size = c.hpz;
   return cfg;
 }
@@ -543,7 +545,14 @@ INSTANTIATE_TEST_SUITE_P(
             2),
         Qgz(Case{"w4_s3_bf16_qgz_qwz_hpz", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 1.0, 1.0,
                  false, 32, 2},
-            8, 2)),
+            8, 2),
+        // ... with LoCo's residuals in int8 blocks, whole and in chunks.
+        Qgz(Case{"w4_s3_bf16_qgz_int8_residuals", 4, 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0,
+                 1.0, 1.0, false, 0, 1, 0, 0, true},
+            8, 2),
+        Qgz(Case{"w4_s2_f32_qgz4_int8_residuals_chunked", 4, 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false,
+                 0, 1.0, 1.0, true, 0, 1, 0, 0, true},
+            4, 2)),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // qgZ's LoCo residuals live in the compute tier, so a device engine saves and loads them through the tier's copies

@@ -51,6 +51,7 @@ struct Case {
   int64_t qwz_block = 0;  // ZeRO++ qwZ with blocks of this many elements (the quantized gathers on the device)
   int qgz_bits = 0;    // ZeRO++ qgZ (blocks of 32, LoCo): the gradient records coded on the device, NCCL's all-to-all
   int64_t bucket = 0;  // allgather_bucket_size and reduce_bucket_size (0: the defaults): 256 puts ZeRO++ in chunks
+  bool int8_residuals = false;  // qgZ: LoCo's residuals as int8 blocks (the device's quantize kernels)
 };
 
 Config CaseConfig(const Case& c) {
@@ -69,6 +70,7 @@ Config CaseConfig(const Case& c) {
     cfg.zero.offload_param.pin_memory = true;
   }
   testing::SetQuantized(cfg, c.qwz_block, c.qgz_bits);
+  if (c.int8_residuals) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
   if (c.bucket > 0) {
     cfg.zero.allgather_bucket_size = c.bucket;
     cfg.zero.reduce_bucket_size = c.bucket;
@@ -185,7 +187,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"s3_bf16_qwz_qgz_chunked", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 32, 8,
              256},
         Case{"s3_f32_qwz_qgz4_offload_chunked", 3, DType::kF32, 2, GradAccumulationMode::kLowMemory, false, 0, 1, 1.0,
-             32, 4, 256}),
+             32, 4, 256},
+        // LoCo's residuals kept as int8 blocks, whole and in chunks.
+        Case{"s3_bf16_qgz_int8_residuals", 3, DType::kBF16, 1, GradAccumulationMode::kLowMemory, false, 0, 0, 1.0, 0, 8,
+             0, true},
+        Case{"s2_f32_qgz4_int8_residuals_chunked", 2, DType::kF32, 1, GradAccumulationMode::kLowMemory, false, 0, 0,
+             1.0, 0, 4, 256, true}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 class CudaEngineRefusesTest : public ::testing::Test {

@@ -327,10 +327,12 @@ TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
   std::vector<float> g(6 * 4 * kN);
   for (float& x : g) x = dist(rng);
   auto grad = [&](int step, int r, int64_t i) { return g[(static_cast<int64_t>(step) * 4 + r) * kN + i]; };
-  for (const int stage : {2, 3}) {
-    SCOPED_TRACE(absl::StrCat("stage ", stage));
+  // Stages 2 and 3 with the residuals in the compute dtype, and stage 3 with them in int8 blocks.
+  for (const auto& [stage, int8] : {std::pair{2, false}, std::pair{3, false}, std::pair{3, true}}) {
+    SCOPED_TRACE(absl::StrCat("stage ", stage, int8 ? ", int8 residuals" : ""));
     Config cfg = QgzConfig(stage, 8, true);
     cfg.zero.zeropp_loco_reset_t = 4;
+    if (int8) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
     const std::vector<float> whole = TrainSteps(cfg, 0, 6, grad);
     std::string files[2];
     for (const bool async : {false, true}) {
@@ -346,14 +348,35 @@ TEST(QgzCheckpoint, SavedResidualsResumeBitForBit) {
       ASSERT_OK_AND_ASSIGN(auto reader, ckpt::CheckpointReader::Open(dir, ""));
       ASSERT_TRUE(reader->meta().qgz.has_value());
       EXPECT_EQ(reader->meta().qgz->rounds, std::vector<int64_t>{3});
+      EXPECT_EQ(reader->meta().qgz->int8, int8);
       EXPECT_EQ(reader->meta().ranks[1].rank_state.size(), 2u) << "both hops' residuals";
       ASSERT_OK(reader->VerifyAll());
     }
     EXPECT_TRUE(files[0] == files[1]) << "the asynchronous save's rank files differ from the synchronous save's";
     const std::string plain = testing::MakeTempDir("zero_qgz_unsaved_residuals");
     TrainSteps(cfg, 0, 3, grad, "", plain);
-    EXPECT_GT(CountDiffering(TrainSteps(cfg, 3, 6, grad, plain), whole), 0)
+    const std::vector<float> restarted = TrainSteps(cfg, 3, 6, grad, plain);
+    EXPECT_GT(CountDiffering(restarted, whole), 0)
         << "residuals restarted at zero should round the steps after the resume otherwise";
+    if (int8) {
+      // Residuals saved as int8 blocks are not read as compute-dtype values, nor the other way round: a Load with
+      // the other kind restarts them, as if none were saved (the same parameters as the resume from `plain`).
+      Config other = cfg;
+      other.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kCompute;
+      const std::string saved = testing::MakeTempDir("zero_qgz_int8_residuals");
+      SaveOptions so;
+      so.save_qgz_residuals = true;
+      TrainSteps(cfg, 0, 3, grad, "", saved, so);
+      EXPECT_EQ(CountDiffering(TrainSteps(other, 3, 6, grad, saved), TrainSteps(other, 3, 6, grad, plain)), 0);
+      const std::string saved_compute = testing::MakeTempDir("zero_qgz_compute_residuals");
+      TrainSteps(other, 0, 3, grad, "", saved_compute, so);
+      const std::string plain_compute = testing::MakeTempDir("zero_qgz_compute_plain");
+      TrainSteps(other, 0, 3, grad, "", plain_compute);
+      EXPECT_EQ(CountDiffering(TrainSteps(cfg, 3, 6, grad, saved_compute), TrainSteps(cfg, 3, 6, grad, plain_compute)),
+                0);
+      ASSERT_OK_AND_ASSIGN(const std::string described, DescribeCheckpoint(saved));
+      EXPECT_NE(described.find("residuals in int8 blocks"), std::string::npos) << described;
+    }
   }
 }
 
@@ -493,19 +516,49 @@ TEST(QgzLoco, ErrorFeedbackRemovesTheBiasOfAConstantGradient) {
   for (int bits : {8, 4}) {
     for (int per_host : {4, 2}) {
       SCOPED_TRACE(absl::StrCat("int", bits, ", ", per_host, " ranks per host"));
-      auto mean_error = [&](bool loco) {
-        const std::vector<float> w = TrainOneUnit(QgzConfig(2, bits, loco), kWorld, per_host, kSteps, grad);
+      auto mean_error = [&](bool loco, bool int8_residuals = false) {
+        Config cfg = QgzConfig(2, bits, loco);
+        if (int8_residuals) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
+        const std::vector<float> w = TrainOneUnit(cfg, kWorld, per_host, kSteps, grad);
         double sum = 0;
         for (int64_t i = 0; i < kN; ++i) sum += std::fabs(w[i] - exact[i]) / kSteps;
         return sum / kN;
       };
-      const double without = mean_error(false), with = mean_error(true);
-      std::printf("int%d, %d ranks per host: mean error per step %.3g without LoCo, %.3g with\n", bits, per_host,
-                  without, with);
+      const double without = mean_error(false), with = mean_error(true), with_int8 = mean_error(true, true);
+      std::printf(
+          "int%d, %d ranks per host: mean error per step %.3g without LoCo, %.3g with, %.3g with int8 "
+          "residuals\n",
+          bits, per_host, without, with, with_int8);
       EXPECT_GT(without, 0.0) << "the gradient does not quantize exactly";
       EXPECT_LT(with, 0.2 * without);
+      // Residuals kept in int8 blocks (the LoCo paper's 8-bit compensation error) still remove most of the bias:
+      // each residual is rounded to 1/254 of its block's largest, far below the rounding it corrects.
+      EXPECT_LT(with_int8, 0.2 * without);
     }
   }
+}
+
+// What LoCo's residuals take, as the plan lays them out (QgzResidualLayout) and the memory report counts them under
+// grads: with two hops (4 ranks as 2 hosts of 2) the whole gradient's N·S elements and the host partials' M·S, in
+// the compute dtype (f32 here: 4 bytes each), or as int8 blocks (1 byte each and one f32 scale per block of each
+// shard or partial): about a quarter.
+TEST(QgzLoco, Int8ResidualsTakeAByteAndAScalePerBlock) {
+  constexpr int kWorld = 4, kPerHost = 2;
+  auto grads = [&](bool loco, bool int8) {
+    Config cfg = QgzConfig(3, 8, loco);
+    if (int8) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
+    int64_t bytes = -1;
+    testing::RunRanks(kWorld, [&](Communicator& comm_ref, int rank) {
+      ASSERT_OK_AND_ASSIGN(auto engine, OneUnitEngine(cfg, comm_ref, kPerHost));
+      if (rank == 1) bytes = engine->memory_report().Get(MemTier::kDevice, MemTag::kGrads).current;
+    });
+    return bytes;
+  };
+  const int64_t off = grads(false, false), compute = grads(true, false), int8 = grads(true, true);
+  const int64_t S = (kN + 32 * kWorld - 1) / (32 * kWorld) * 32, M = kWorld / kPerHost;  // 256 per shard, 2 hosts
+  const int64_t blocks = (S + kBlock - 1) / kBlock;
+  EXPECT_EQ(compute - off, 4 * (kWorld * S + M * S));
+  EXPECT_EQ(int8 - off, kWorld * S + 4 * kWorld * blocks + M * S + 4 * M * blocks);
 }
 
 // The host compute tier the records are coded on (the engine's, on the Gloo engine).
@@ -526,7 +579,7 @@ TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
     e0 = e;
     std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
     const float beta = 0.8f;
-    f.Encode(HostTier(), x.data(), {}, e.data(), DType::kF32, beta, rec.data(), scratch.data());
+    f.Encode(HostTier(), x.data(), {}, {e.data(), nullptr, DType::kF32}, beta, rec.data(), scratch.data());
     f.Decode(HostTier(), rec.data(), {}, back.data(), /*acc=*/false, nullptr);
     const float levels = bits == 8 ? 127.0f : 7.0f;
     for (int64_t b = 0; b * kBlock < f.S; ++b) {
@@ -541,6 +594,46 @@ TEST(QgzFormat, RecordsReadBackWithinHalfAStepAndLocoKeepsTheSmoothedResidual) {
     // The padding after the codes is zeroed: every byte on the wire is defined.
     const int64_t used = 4 * ((f.S + kBlock - 1) / kBlock) + (bits == 8 ? f.S : (f.S + 1) / 2);
     for (int64_t i = used; i < f.record_bytes(); ++i) EXPECT_EQ(rec[i], 0) << "padding byte " << i;
+  }
+}
+
+// Residuals kept as int8 blocks (zero_quantized_gradients_error_feedback_dtype "int8"): Encode reads the residual
+// dequantized, codes exactly the record an f32 residual of those values codes, and stores the updated f32 residual
+// requantized in blocks; on the exact spans it stays exactly zero. The int8 step is the f32 step and a rounding,
+// nothing else.
+TEST(QgzFormat, Int8ResidualsAreTheF32StepRequantized) {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::vector<internal::ExactSpan> spans = {{3, 10}, {990, 1000}};
+  for (int bits : {8, 4}) {
+    SCOPED_TRACE(absl::StrCat("int", bits));
+    const internal::QgzFormat f{bits, kBlock, 1000, /*exact=*/17};  // the last block short
+    const int64_t blocks = (f.S + kBlock - 1) / kBlock;
+    std::vector<float> x(f.S), e32(f.S), scratch(3 * f.S), start(f.S);
+    for (float& v : x) v = dist(rng);
+    for (float& v : start) v = 0.01f * dist(rng);
+    for (const internal::ExactSpan& sp : spans) std::fill(start.begin() + sp.begin, start.begin() + sp.end, 0.0f);
+    // The starting residual as int8 blocks, and the same values in f32.
+    std::vector<int8_t> codes(f.S);
+    std::vector<float> scales(blocks);
+    internal::QuantizeInt8(start.data(), DType::kF32, f.S, kBlock, codes.data(), scales.data());
+    internal::DequantizeInt8(codes.data(), scales.data(), f.S, kBlock, e32.data(), DType::kF32);
+    std::vector<uint8_t> rec8(f.record_bytes()), rec32(f.record_bytes());
+    f.Encode(HostTier(), x.data(), spans, {codes.data(), scales.data(), DType::kF32}, 0.8f, rec8.data(),
+             scratch.data());
+    f.Encode(HostTier(), x.data(), spans, {e32.data(), nullptr, DType::kF32}, 0.8f, rec32.data(), scratch.data());
+    EXPECT_EQ(rec8, rec32) << "the same record from the same residual values";
+    std::vector<int8_t> want_codes(f.S);
+    std::vector<float> want_scales(blocks);
+    internal::QuantizeInt8(e32.data(), DType::kF32, f.S, kBlock, want_codes.data(), want_scales.data());
+    EXPECT_EQ(codes, want_codes);
+    EXPECT_EQ(scales, want_scales);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < f.S; ++i) nonzero += codes[i] != 0;
+    EXPECT_GT(nonzero, f.S / 2) << "a residual was carried";
+    for (const internal::ExactSpan& sp : spans) {
+      for (int64_t i = sp.begin; i < sp.end; ++i) EXPECT_EQ(codes[i], 0) << "span element " << i;
+    }
   }
 }
 
@@ -561,7 +654,8 @@ TEST(QgzFormat, ExactSpansReadBackBitForBitAndSetNoBlocksScale) {
       x[5] = 1e4f;  // in the first span, in block 0
       const std::vector<float> x0 = x;
       std::vector<uint8_t> rec(f.record_bytes(), 0xAB);
-      f.Encode(HostTier(), x.data(), spans, loco ? e.data() : nullptr, DType::kF32, 0.8f, rec.data(), scratch.data());
+      f.Encode(HostTier(), x.data(), spans, {loco ? e.data() : nullptr, nullptr, DType::kF32}, 0.8f, rec.data(),
+               scratch.data());
       ASSERT_EQ(x, x0) << "Encode wrote into its input";
       f.Decode(HostTier(), rec.data(), spans, back.data(), /*acc=*/false, nullptr);
       const float levels = bits == 8 ? 127.0f : 7.0f;

@@ -33,7 +33,7 @@ struct Combination {
   int stage = 3;
   bool qwz = true, qgz = true;
   int hpz = 2, bits = 8, ga = 1;
-  bool loco = true;
+  bool loco = true, int8_residuals = false;
   bool bf16 = false, fp16 = false;
   bool offload_optimizer = false, offload_param = false;
   int mics = 0;
@@ -43,6 +43,7 @@ Config ConfigOf(const Combination& c, bool small_buckets) {
   Config cfg = testing::TrainConfig(c.stage, 1, c.ga);
   testing::SetQuantized(cfg, c.qwz ? 32 : 0, c.qgz ? c.bits : 0, /*qgz_block=*/32);
   cfg.zero.zero_quantized_gradients_error_feedback = c.loco;
+  if (c.int8_residuals) cfg.zero.zero_quantized_gradients_error_feedback_dtype = QgzResidualDType::kInt8;
   cfg.zero.zeropp_loco_reset_t = 3;  // a reset inside the run: counted per reduction, not per chunk
   cfg.zero.zero_hpz_partition_size = c.hpz;
   cfg.zero.mics_shard_size = c.mics;
@@ -95,9 +96,19 @@ TEST(ZeroppChunks, EveryCombinationTrainsTheWholeCollectivesBits) {
       {.name = "two micro-steps accumulated", .ga = 2},
       {.name = "hybrid sharding (groups of 2), no hpZ", .hpz = 1, .mics = 2},
       {.name = "int4, LoCo off", .bits = 4, .loco = false},
+      {.name = "LoCo's residuals in int8 blocks", .int8_residuals = true},
+      {.name = "bf16, int4, residuals in int8 blocks", .bits = 4, .int8_residuals = true, .bf16 = true},
       {.name = "one host: qgZ in one hop", .per_host = 4, .hpz = 4},
       {.name = "three hosts of 2", .world = 6},
       {.name = "one rank (what the CUDA engine's test runs)", .world = 1, .per_host = 1, .hpz = 1},
+      {.name = "one rank, stage 2, int4 qgZ alone, residuals in int8 blocks",
+       .world = 1,
+       .per_host = 1,
+       .stage = 2,
+       .qwz = false,
+       .hpz = 1,
+       .bits = 4,
+       .int8_residuals = true},
       {.name = "stage 2, qgZ alone, optimizer offloaded",
        .stage = 2,
        .qwz = false,

@@ -66,7 +66,8 @@ struct Section {
   int64_t offset = 0;          // bytes, in the rank file
   std::vector<uint32_t> crc;   // one per kBlockBytes of the section's bytes
   // A section of the rank's own state (RankFileMeta::rank_state): `stream` indexes kRankStateStreams, [begin, end)
-  // are elements of that rank's buffer, in QgzStateMeta::dtype. Not in the JSON: where the section is listed says it.
+  // are elements of that rank's buffer, in QgzStateMeta::dtype (int8 residuals: their codes and scales, counted in
+  // that dtype's elements). Not in the JSON: where the section is listed says it.
   bool rank_state = false;
 };
 // The rank-state streams: ZeRO++ qgZ's LoCo residuals, each rank's own (not a shard of anything: every rank keeps
@@ -87,6 +88,9 @@ struct QgzStateMeta {
   int bits = 8;
   int64_t block = 0;
   DType dtype = DType::kF32;
+  // zero_quantized_gradients_error_feedback_dtype "int8": int8 codes and f32 scales per block (the engine's
+  // QgzResidualLayout), in "residuals": "int8"; else the compute dtype's values ("compute", or absent).
+  bool int8 = false;
   std::vector<int64_t> rounds;  // per unit: its reductions counted toward zeropp_loco_param's reset_T
 };
 struct LossScalerMeta {

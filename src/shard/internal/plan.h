@@ -89,6 +89,7 @@ struct PlanPolicy {
   int qgz_bits = 0;
   int64_t qgz_block = 0;
   bool qgz_loco = false;
+  bool qgz_loco_int8 = false;  // the residuals as int8 blocks (QgzResidualLayout), not in the compute dtype
   float loco_beta = 0.8f;
   int64_t loco_reset = 0;
   int qgz_local = 1;
@@ -334,6 +335,24 @@ void UnpackExact(const uint8_t* tail, size_t elem, const std::vector<ExactSpan>&
 inline const std::vector<ExactSpan>& ShardSpans(const UnitPlan& u, int64_t shard) {
   static const std::vector<ExactSpan> kNone;
   return static_cast<size_t>(shard) < u.exact_spans.size() ? u.exact_spans[static_cast<size_t>(shard)] : kNone;
+}
+// A qgZ LoCo residual buffer: `rows` rows of S elements (the unit's shards for the first hop's residual, the host
+// partials of this rank's shards for the second's), element a of row r at r·S + a. In the compute dtype, that is
+// all. As int8 (PlanPolicy::qgz_loco_int8), the codes are rows·S bytes, then rows·ceil(S / block) f32 scales, row
+// r's from index r·ceil(S / block): each row's blocks start at the row's start, as the records' blocks of the same
+// elements do, so a part of a row that starts at a multiple of the block (a whole shard, or a chunk) has whole
+// blocks of its own. Either way a whole number of compute-dtype elements (S is a multiple of 32), which is how the
+// plan and a checkpoint's rank-state sections count it.
+struct QgzResidualLayout {
+  int64_t rows = 0, S = 0, block = 0;
+  bool int8 = false;
+  int64_t blocks_per_row() const { return (S + block - 1) / block; }
+  int64_t bytes(DType cd) const {
+    return int8 ? rows * S + 4 * rows * blocks_per_row() : rows * S * static_cast<int64_t>(DTypeSize(cd));
+  }
+};
+inline QgzResidualLayout QgzResidualOf(const PlanPolicy& p, int64_t rows, int64_t S) {
+  return {rows, S, p.qgz_block, p.qgz_loco_int8};
 }
 // A unit's qgZ record: the quantized shard (QgzRecordBytes), then exact_max f32 values.
 inline int64_t QgzUnitRecordBytes(const PlanPolicy& p, const UnitPlan& u) {

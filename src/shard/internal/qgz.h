@@ -19,7 +19,8 @@
 // The average divides the f32 sum by N once. With LoCo error feedback (zeropp_loco_param) each quantization adds the
 // residual carried from the unit's previous reduction before it quantizes, and keeps
 // e ← β·e + (1 − β)·(what it sent − what it meant), as DeepSpeed's loco_swizzled_quant: residuals of the whole
-// gradient (first hop) and of the host partials (second), in the compute dtype, zeroed every reset_T reductions;
+// gradient (first hop) and of the host partials (second), in the compute dtype or as int8 blocks
+// (zero_quantized_gradients_error_feedback_dtype, QgzResidualLayout), zeroed every reset_T reductions;
 // an element whose residual would be non-finite (an fp16 overflow, a step the loss scaler skips) restarts at zero.
 //
 // Collective order: every rank issues the first hop when the unit's reduction is issued (GradReducer::Issue), on
@@ -55,6 +56,14 @@ Buffer& QgzResidual(Unit& u, int stream);
 // hold; rank 0 logs it, naming the call (`what`: "Load", "LoadSafetensors") and `why`, when LoCo is on.
 void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& why);
 
+// Where one part's LoCo residual lies (QgzResidualLayout): S values of `dtype` at `values`; or, with `scales`, S int8
+// codes at `values` and their blocks' f32 scales (of the record's block) at `scales`. values null: no error feedback.
+struct QgzResidualRef {
+  void* values = nullptr;
+  float* scales = nullptr;
+  DType dtype = DType::kF32;
+};
+
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
 // shard's exact elements (its spans', in order; zeros after them), the most any shard of the unit has. The exact
 // elements count as zeros in their blocks, so they neither take a code's precision nor set a block's scale.
@@ -66,9 +75,10 @@ struct QgzFormat {
   int64_t S = 0;
   int64_t exact = 0;
   int64_t record_bytes() const;
-  // Quantizes x[0, S) into `rec`, `spans` exact. With `err` (S elements of `err_dtype`), first adds it to x and then
-  // updates it with what the record loses (β = beta): the LoCo step (zero on the spans). `scratch`: 3·S floats.
-  void Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, void* err, DType err_dtype,
+  // Quantizes x[0, S) into `rec`, `spans` exact. With a residual (err.values), first adds it to x and then updates it
+  // with what the record loses (β = beta): the LoCo step (zero on the spans), in f32, then stored back as `err`
+  // keeps it (int8: requantized in blocks of `block`). `scratch`: 3·S floats.
+  void Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, const QgzResidualRef& err,
               float beta, uint8_t* rec, float* scratch) const;
   // out[0, S) = the record's values (acc: out += them, through `scratch`, S floats).
   void Decode(ComputeTier& t, const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
@@ -120,6 +130,9 @@ class QgzReduce {
   std::vector<std::vector<ExactSpan>> spans_;  // a chunk's: each shard's exact spans in it, counted from a_
   // Shard `shard`'s exact spans in the part in flight: the plan's for a unit reduced whole, else spans_'.
   const std::vector<ExactSpan>& Spans(int64_t shard) const;
+  // The part in flight of row `row` of residual buffer `b` (`rows` rows of a shard: QgzResidualLayout); none when
+  // LoCo is off.
+  QgzResidualRef ResidualAt(Buffer& b, int64_t rows, int64_t row) const;
   Buffer send1_, recv1_, partial_, send2_, recv2_, scratch_;
   Work hop1_, hop2_;
   bool hop1_done_ = false, hop2_issued_ = false, part_done_ = false, finished_ = false;
