@@ -77,7 +77,10 @@ def figures(build):
     nodes = {"s3": estimate(build, node, {"communication_data_type": "bf16"}),
              "zpp": estimate(build, node, zeropp),
              "zpp_noloco": estimate(build, node,
-                                    dict(zeropp, **{"zero_optimization.zero_quantized_gradients_error_feedback": False}))}
+                                    dict(zeropp, **{"zero_optimization.zero_quantized_gradients_error_feedback": False})),
+             "zpp_loco8": estimate(build, node,
+                                   dict(zeropp, **{
+                                       "zero_optimization.zero_quantized_gradients_error_feedback_dtype": "int8"}))}
 
     f = {}
     params = fp32["params"]
