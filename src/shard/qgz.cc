@@ -203,6 +203,7 @@ QgzResidualRef QgzReduce::ResidualAt(Buffer& b, int64_t rows, int64_t row) const
   if (!lay.int8) {
     return {base + at * static_cast<int64_t>(DTypeSize(ctx_->cd())), nullptr, ctx_->cd()};
   }
+  ZERO_CHECK_EQ(a_ % lay.block, 0);  // parts start at whole blocks (QgzChunkLayout's chunks are lcm(block, 8) long)
   float* scales = reinterpret_cast<float*>(base + lay.rows * lay.S) + row * lay.blocks_per_row() + a_ / lay.block;
   return {base + at, scales, DType::kF32};
 }
