@@ -81,9 +81,11 @@ Status Engine::Impl::Init() {
                                                    ? absl::StrCat(" (they are not whole hosts of ", per_host, " ranks)")
                                                    : ""))
                         << ", LoCo error feedback "
-                        << (ctx.policy.qgz_loco ? absl::StrCat("on (err_beta ", ctx.policy.loco_beta, ", reset_T ",
-                                                               ctx.policy.loco_reset, ")")
-                                                : std::string("off"));
+                        << (ctx.policy.qgz_loco
+                                ? absl::StrCat("on (err_beta ", ctx.policy.loco_beta, ", reset_T ",
+                                               ctx.policy.loco_reset,
+                                               ctx.policy.qgz_loco_int8 ? ", residuals in int8 blocks" : "", ")")
+                                : std::string("off"));
   }
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   ZERO_RETURN_IF_ERROR(step.Init());
