@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <utility>
 
@@ -136,7 +137,8 @@ std::vector<CollectiveEstimate> StepCollectives(const internal::StagePlan& plan,
       // One call per reduction, a chunked one's records summed over its chunks (as a chunked gather or reduce-scatter
       // counts once).
       const int64_t L = p.qgz_local, M = N / L;
-      const int64_t rec = u.qgz_chunks.chunks() > 0 ? u.qgz_chunks.total() : internal::QgzUnitRecordBytes(p, u);
+      const std::vector<int64_t> parts = QgzRecords(p, u);
+      const int64_t rec = std::accumulate(parts.begin(), parts.end(), int64_t{0});
       add(qgz1, reductions, M * rec / 2, (L - 1) * M * rec);
       if (M > 1) add(qgz2, reductions, rec / 2, (M - 1) * rec);
     } else {

@@ -16,6 +16,23 @@ namespace zero::internal {
 
 int64_t QgzFormat::record_bytes() const { return QgzRecordBytes(S, block, bits) + 4 * exact; }
 
+void QgzResidualRef::Load(ComputeTier& t, int64_t S, int64_t block, float* e) const {
+  if (scales != nullptr) {
+    t.DequantizeInt8(static_cast<const int8_t*>(values), scales, S, block, e, DType::kF32);
+  } else {
+    t.Convert(values, dtype, e, DType::kF32, S);
+  }
+}
+
+void QgzResidualRef::Store(ComputeTier& t, const float* e, int64_t S, int64_t block) const {
+  if (scales != nullptr) {
+    // Zeros quantize to zero codes (an all-zero block to a zero scale), so the spans' residual stays exactly zero.
+    t.QuantizeInt8(e, DType::kF32, S, block, static_cast<int8_t*>(values), scales);
+  } else {
+    t.Convert(e, DType::kF32, values, dtype, S);
+  }
+}
+
 void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSpan>& spans, const QgzResidualRef& err,
                        float beta, uint8_t* rec, float* scratch) const {
   const int64_t blocks = (S + block - 1) / block;
@@ -27,11 +44,7 @@ void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSp
   float* sent = scratch + 2 * S;                         // what the record reads back (first, the int4 scratch)
   const float* q = x;
   if (err.values != nullptr) {
-    if (err.scales != nullptr) {
-      t.DequantizeInt8(static_cast<const int8_t*>(err.values), err.scales, S, block, e, DType::kF32);
-    } else {
-      t.Convert(err.values, err.dtype, e, DType::kF32, S);
-    }
+    err.Load(t, S, block, e);
     t.Convert(x, DType::kF32, y, DType::kF32, S);
     t.Land(e, DType::kF32, y, DType::kF32, S, /*add=*/true);  // y = x + e
     q = y;
@@ -56,12 +69,7 @@ void QgzFormat::Encode(ComputeTier& t, const float* x, const std::vector<ExactSp
   Decode(t, rec, {}, sent, /*acc=*/false, nullptr);
   t.LocoResidual(y, sent, e, beta, S);
   for (const ExactSpan& sp : spans) t.Zero(e + sp.begin, static_cast<size_t>(sp.end - sp.begin) * 4);
-  if (err.scales != nullptr) {
-    // Zeros quantize to zero codes (an all-zero block to a zero scale), so the spans' residual stays exactly zero.
-    t.QuantizeInt8(e, DType::kF32, S, block, static_cast<int8_t*>(err.values), err.scales);
-  } else {
-    t.Convert(e, DType::kF32, err.values, err.dtype, S);
-  }
+  err.Store(t, e, S, block);
 }
 
 void QgzFormat::Decode(ComputeTier& t, const uint8_t* rec, const std::vector<ExactSpan>& spans, float* out, bool acc,
@@ -205,7 +213,7 @@ QgzResidualRef QgzReduce::ResidualAt(Buffer& b, int64_t rows, int64_t row) const
   }
   ZERO_CHECK_EQ(a_ % lay.block, 0);  // parts start at whole blocks (QgzChunkLayout's chunks are lcm(block, 8) long)
   float* scales = reinterpret_cast<float*>(base + lay.rows * lay.S) + row * lay.blocks_per_row() + a_ / lay.block;
-  return {base + at, scales, DType::kF32};
+  return {base + at, scales};
 }
 
 const std::vector<ExactSpan>& QgzReduce::Spans(int64_t shard) const {

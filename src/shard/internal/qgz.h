@@ -61,7 +61,11 @@ void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& 
 struct QgzResidualRef {
   void* values = nullptr;
   float* scales = nullptr;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // (with scales: unused)
+  // The residual as S f32 values into e, and e stored back: as the values are, or dequantized from and requantized
+  // into blocks of `block`. Compute-tier operations, as the rest of Encode.
+  void Load(ComputeTier& t, int64_t S, int64_t block, float* e) const;
+  void Store(ComputeTier& t, const float* e, int64_t S, int64_t block) const;
 };
 
 // One shard's record: S elements in blocks of `block`, `bits` (8 or 4) per element, then `exact` f32 slots for the
