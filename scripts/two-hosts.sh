@@ -22,8 +22,9 @@
 #    library sent across hosts (rank 0's StepResult::inter_host_bytes of its last step, and zero-estimate's
 #    prediction summed over the 4 ranks), and the step time (median of the steps after the first).
 # --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (the recipes of
-#    docs/guide/launching.md), nothing else from the environment but PATH and HOME, against the same job as 4 local
-#    ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
+#    docs/guide/launching.md), nothing else from the environment but PATH, HOME and the variables that choose the
+#    trainer's compute kernels (OPENBLAS_*, ZERO_SIMD_TARGET; a job exports them to every rank, and the 4 local ranks
+#    inherit them too), against the same job as 4 local ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
 #    zero's rank 0 serves its store on MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
 # --exec instead: sets up the two hosts and runs COMMAND (bash -c) with NS0 NS1 IF0 IF1 A0 A1 BUILD exported, then
 #    removes them; its exit code is the script's (bench/scripts/two_host_trials.py runs this way).
@@ -114,11 +115,17 @@ start_rank() {
 }
 
 # Starts rank r (0-3) of a 2 x 2 job with exactly the variables launcher $LAUNCHER sets (and the two a job script
-# exports where the launcher leaves the rendezvous to it), in a clean environment.
+# exports where the launcher leaves the rendezvous to it), in a clean environment but for the kernel choosers.
 start_launched_rank() {
   local tag="$1" r="$2" steps="$3" ns ifname node=$((r / 2)) local_rank=$((r % 2))
   if [[ $r -lt 2 ]]; then ns=$NS0 ifname=$IF0; else ns=$NS1 ifname=$IF1; fi
   local vars=(PATH="$PATH" HOME="${HOME:-/root}" GLOO_SOCKET_IFNAME="$ifname")
+  # The variables that choose which kernels round the trainer's sums are the job's, not the launcher's: they must
+  # be the 4 local ranks' too, or the runs differ in the last bits for that reason alone. On an AMD EPYC (Zen 5),
+  # OPENBLAS_CORETYPE=Haswell in the environment against OpenBLAS's own pick there (Cooperlake) moved the 7th
+  # digit of the first step's gradient norm.
+  local v
+  while IFS= read -r v; do vars+=("$v=${!v}"); done < <(compgen -e | grep -E '^(OPENBLAS_[A-Z0-9_]+|ZERO_SIMD_TARGET)$' || true)
   case "$LAUNCHER" in
     torchrun)  # torchrun --nnodes 2 --nproc-per-node 2 --node-rank N --master-addr A0 --master-port PORT (torch 2.x)
       vars+=(RANK="$r" WORLD_SIZE=4 LOCAL_RANK="$local_rank" LOCAL_WORLD_SIZE=2 GROUP_RANK="$node" GROUP_WORLD_SIZE=2
@@ -127,7 +134,8 @@ start_launched_rank() {
         TORCHELASTIC_USE_AGENT_STORE=True TORCH_NCCL_ASYNC_ERROR_HANDLING=1 OMP_NUM_THREADS=1) ;;
     slurm)  # sbatch --nodes 2 --ntasks-per-node 2; the script exports MASTER_ADDR (the first node) and MASTER_PORT; srun
       vars+=(SLURM_PROCID="$r" SLURM_NTASKS=4 SLURM_LOCALID="$local_rank" SLURM_NODEID="$node" SLURM_NNODES=2
-        SLURM_NTASKS_PER_NODE=2 SLURM_JOB_ID=4242 SLURM_JOB_NODELIST="h[0-1]" SLURM_STEP_ID=0
+        SLURM_NTASKS_PER_NODE=2 SLURM_TASKS_PER_NODE="2(x2)" SLURM_STEP_TASKS_PER_NODE="2(x2)" SLURM_JOB_ID=4242
+        SLURM_JOB_NODELIST="h[0-1]" SLURM_STEP_ID=0
         MASTER_ADDR="$A0" MASTER_PORT="$PORT") ;;
     mpirun)  # mpirun -np 4 -H h0:2,h1:2 -x MASTER_ADDR=A0 -x MASTER_PORT=PORT -x ZERO_JOB_ID (OpenMPI)
       vars+=(OMPI_COMM_WORLD_RANK="$r" OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK="$local_rank"
@@ -259,7 +267,8 @@ s.bind(('$A0', $PORT)); s.listen(16); time.sleep(600)" &
     report "$LAUNCHER: 2 x 2 ranks with exactly its variables: identical to 4 local ranks over $STEPS steps"
     exit 0
   fi
-  report "$LAUNCHER: DIFFERENT from 4 local ranks"
+  report "$LAUNCHER: DIFFERENT from 4 local ranks (kernel variables given to both:" \
+    "$(compgen -e | grep -E '^(OPENBLAS_[A-Z0-9_]+|ZERO_SIMD_TARGET)$' | while read -r v; do printf '%s ' "$v=${!v}"; done))"
   diff "$TMP/local.steps" "$TMP/$LAUNCHER.steps" || true
   exit 1
 fi

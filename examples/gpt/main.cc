@@ -38,7 +38,7 @@ struct Flags {
   int64_t steps = 20;
   uint64_t seed = 1234;
   int world = 1;
-  int ranks_per_host = 0;  // 0: every thread-rank on one host; under a launcher, LOCAL_WORLD_SIZE
+  int ranks_per_host = 0;  // 0: every thread-rank on one host; under a launcher, its ranks on this host
   int stage = -1;
   int seq = 0;
   bool json = false;
@@ -71,7 +71,8 @@ void Usage() {
                "               process's GPU (under a launcher: the GPU LOCAL_RANK); --world must be 1\n"
                "  --bf16       bf16 mixed precision (the config's bf16.enabled)\n"
                "  --ranks-per-host L  the ranks laid out host by host, L per host (EngineOptions::local_world_size;\n"
-               "               default: --world's thread-ranks are one host, launched ranks LOCAL_WORLD_SIZE): what\n"
+               "               default: --world's thread-ranks are one host, launched ranks the launcher's count,\n"
+               "               LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE or Slurm's tasks per node): what\n"
                "               StepResult counts as crossing hosts, and where ZeRO++'s hpZ and qgZ hops run\n"
                "  --recompute  recompute every block's activations in backward (every k-th with the config's\n"
                "               activation_checkpointing.number_checkpoints; checkpoints on the host with its\n"
@@ -126,8 +127,7 @@ int RunLive(const zero::Config& cfg, zero::gpt::TrainOptions opt, const Flags& f
     return 1;
   }
   opt.live = groups->get();
-  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-  opt.local_world_size = lws ? std::max(1, std::atoi(lws)) : 1;
+  opt.local_world_size = std::max(1, zero::Communicator::LaunchedLocalWorldSize());
   auto res = zero::gpt::TrainRank(cfg, (*groups)->group_comm(), opt, on_step, /*collect_final_params=*/true);
   if (!res.ok()) {
     if (res.status().code() == absl::StatusCode::kCancelled) {
@@ -394,8 +394,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     world_size = (*comm)->world_size();
-    const char* lws = std::getenv("LOCAL_WORLD_SIZE");
-    opt.local_world_size = flags.ranks_per_host > 0 ? flags.ranks_per_host : lws ? std::max(1, std::atoi(lws)) : 1;
+    opt.local_world_size =
+        flags.ranks_per_host > 0 ? flags.ranks_per_host : std::max(1, zero::Communicator::LaunchedLocalWorldSize());
     if (const char* lr = std::getenv("LOCAL_RANK"); cuda && lr != nullptr) opt.device = std::atoi(lr);
     std::shared_ptr<zero::Communicator> shared = std::move(*comm);
     const int rank = shared->rank();

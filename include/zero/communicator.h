@@ -199,6 +199,11 @@ class Communicator {
   // Whether this process was started as one rank by a launcher FromEnv understands (a rank variable of torchrun or
   // zero-run, OpenMPI or Slurm is set): a trainer then takes its rank from FromEnv instead of spawning its own.
   static bool Launched();
+  // The ranks on this host, as the launcher says: LOCAL_WORLD_SIZE (torchrun, zero-run), OMPI_COMM_WORLD_LOCAL_SIZE
+  // (OpenMPI), or this node's count in SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE (Slurm's srun); 0 where
+  // it does not say (or its variables do not read; FromEnv then says why). What EngineOptions::local_world_size
+  // defaults to, and what a trainer divides the host's cores by.
+  static int LaunchedLocalWorldSize();
 
  private:
   std::string label_;

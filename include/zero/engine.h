@@ -168,7 +168,7 @@ struct StepResult {
   int64_t replica_bus_bytes = 0;
   // The same bytes by where they go: to ranks of this rank's host, and to ranks of other hosts, summed over
   // every communicator the engine uses (shard group, replicas, hpZ group, the trainer's). A host is
-  // EngineOptions::local_world_size consecutive ranks (else the launcher's LOCAL_WORLD_SIZE, else 1). Counted
+  // EngineOptions::local_world_size consecutive ranks (else Communicator::LaunchedLocalWorldSize, else 1). Counted
   // message by message from the algorithms the Gloo communicator runs (Communicator::bytes_sent_to_ranks): what
   // the library sends, without protocol headers, not measured on the wire; 0 and 0 on NCCL, which does not count.
   int64_t intra_host_bytes = 0;
@@ -212,9 +212,10 @@ struct ParamGroup {
 struct EngineOptions {
   // Threads for this rank's optimizer step (0 = hardware threads / ranks on this host, at least 1).
   int cpu_threads = 0;
-  // Ranks sharing this host's cores (N thread-ranks in one process, or zero-run's LOCAL_WORLD_SIZE). Also the
-  // host of StepResult::intra_host_bytes and of zero_hpz_partition_size: ranks are laid out host by host, each
-  // host this many consecutive ranks (0: the LOCAL_WORLD_SIZE variable, else 1).
+  // Ranks sharing this host's cores (N thread-ranks in one process, or the launcher's count). Also the host of
+  // StepResult::intra_host_bytes, zero_hpz_partition_size and qgZ's two hops: ranks are laid out host by host,
+  // each host this many consecutive ranks (0: Communicator::LaunchedLocalWorldSize, from LOCAL_WORLD_SIZE,
+  // OMPI_COMM_WORLD_LOCAL_SIZE or Slurm's tasks per node; else 1).
   int local_world_size = 0;
   // A trainer's own element-wise optimizer; when null, the config's "optimizer" section is used. (Host engine
   // only: the CUDA engine runs the built-in Adam/AdamW/SGD.)

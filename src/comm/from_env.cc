@@ -1,4 +1,5 @@
 // Communicator::FromEnv and the environment variables of the comm layer (listed in docs/guide/launching.md).
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 
@@ -6,6 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "comm/internal/env.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
@@ -85,14 +88,51 @@ struct Source {
   const char* rank;
   const char* size;
   const char* local_rank;
+  const char* local_size;  // nullptr: Slurm, whose tasks per node come as a list (SlurmTasksOnNode)
 };
 constexpr Source kSources[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
 };
 
+// This node's tasks under Slurm: srun's SLURM_STEP_TASKS_PER_NODE (the step's layout), else the allocation's
+// SLURM_TASKS_PER_NODE, at SLURM_NODEID. Slurm writes these, not the user, so a value that does not parse leaves
+// the count unknown (0) rather than failing the rendezvous.
+int SlurmLocalTasks(const EnvLookup& env) {
+  int node = 0;
+  auto id = env("SLURM_NODEID");
+  if (!id || !absl::SimpleAtoi(*id, &node)) return 0;
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (auto list = env(name)) return SlurmTasksOnNode(*list, node);
+  }
+  return 0;
+}
+
 }  // namespace
+
+int SlurmTasksOnNode(const std::string& list, int node) {
+  if (node < 0) return 0;
+  int64_t first = 0;  // the first node of the current entry
+  int found = 0;      // the whole list is read, so that a list malformed anywhere counts as unknown
+  for (absl::string_view entry : absl::StrSplit(list, ',')) {
+    int tasks = 0;
+    int64_t repeat = 1;
+    const size_t paren = entry.find("(x");
+    if (paren != absl::string_view::npos) {
+      if (!absl::EndsWith(entry, ")") ||
+          !absl::SimpleAtoi(entry.substr(paren + 2, entry.size() - paren - 3), &repeat) || repeat < 1) {
+        return 0;
+      }
+      entry = entry.substr(0, paren);
+    }
+    if (!absl::SimpleAtoi(entry, &tasks) || tasks < 1) return 0;
+    if (found == 0 && node < first + repeat) found = tasks;
+    first += repeat;
+  }
+  return found;
+}
 
 bool HasLauncherRank(const EnvLookup& env) {
   for (const Source& src : kSources) {
@@ -122,6 +162,15 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
       ZERO_ASSIGN_OR_RETURN(out.local_rank, ParseInt(src.local_rank, *local));
       if (out.local_rank < 0) {
         return absl::InvalidArgumentError(absl::StrCat(src.local_rank, "=", out.local_rank, " is negative"));
+      }
+    }
+    if (src.local_size == nullptr) {
+      out.local_world_size = SlurmLocalTasks(env);
+    } else if (auto local = env(src.local_size)) {
+      ZERO_ASSIGN_OR_RETURN(out.local_world_size, ParseInt(src.local_size, *local));
+      if (out.local_world_size < 1 || out.local_world_size > out.world_size) {
+        return absl::InvalidArgumentError(absl::StrCat(src.local_size, "=", out.local_world_size, " is not in [1, ",
+                                                       src.size, "=", out.world_size, "]"));
       }
     }
     out.source = src.name;
@@ -155,9 +204,16 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   return out;
 }
 
+int LaunchedLocalWorldSize(const EnvLookup& env) {
+  StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
+  return launch.ok() ? launch->local_world_size : 0;
+}
+
 }  // namespace internal
 
 bool Communicator::Launched() { return internal::HasLauncherRank(internal::ProcessEnv()); }
+
+int Communicator::LaunchedLocalWorldSize() { return internal::LaunchedLocalWorldSize(internal::ProcessEnv()); }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const CommOptions& options) {
   const internal::EnvLookup env = internal::ProcessEnv();

@@ -399,7 +399,7 @@ const KeySpec kSchema[] = {
      .doc = "ZeRO++ hpZ: H > 1 keeps, after each stage-3 forward gather, a secondary copy of the unit's parameters "
             "(compute dtype) sharded over the H consecutive ranks of the host group, and backward gathers it inside "
             "that group; Ψ/H more parameter memory per rank. H must divide the world size and the ranks per host "
-            "(EngineOptions::local_world_size, LOCAL_WORLD_SIZE). Stage 3; on the CUDA engine (NCCL) built and proven on an emulated device tier, not yet run on GPUs; not with "
+            "(EngineOptions::local_world_size, else the launcher's: LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's tasks per node). Stage 3; on the CUDA engine (NCCL) built and proven on an emulated device tier, not yet run on GPUs; not with "
             "mics_shard_size or offload_param. 0 and 1: off."},
     {.path = "zero_optimization.zero_quantized_weights", .type = T::kBool, .default_json = "false",
      .ref = FIELD(zero.zero_quantized_weights),
@@ -420,7 +420,7 @@ const KeySpec kSchema[] = {
     {.path = "zero_optimization.zero_quantized_gradients", .type = T::kBool, .default_json = "false",
      .ref = FIELD(zero.zero_quantized_gradients),
      .doc = "ZeRO++ qgZ: stages 1-3 reduce-scatter each unit's gradient as int8 (or int4) blocks with one fp32 scale "
-            "each, by all-to-all: inside the host first (EngineOptions::local_world_size, LOCAL_WORLD_SIZE), each "
+            "each, by all-to-all: inside the host first (EngineOptions::local_world_size, else the launcher's ranks per host), each "
             "rank summing the dequantized parts of the shards it forwards, then across hosts, requantized; one hop "
             "when the ranks are one host, or the hosts are uneven, or under mics_shard_size (over the shard group). "
             "Sums are f32. A unit's 1-D parameters (biases, norm gains) go exact, in f32 beside the blocks, as "

@@ -10,7 +10,6 @@
 //   values.cc       values in and out: initial values, CopyIn, GatherParam
 // This file wires them to the public API (zero/engine.h); docs/internals/design.md describes the whole.
 #include <algorithm>
-#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -31,11 +30,11 @@ using internal::UnitStatus;
 
 namespace {
 
-// Ranks per host (EngineOptions::local_world_size): the option, else the launcher's LOCAL_WORLD_SIZE, else 1.
+// Ranks per host (EngineOptions::local_world_size): the option, else what the launcher says (LOCAL_WORLD_SIZE,
+// OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's tasks on this node: Communicator::LaunchedLocalWorldSize), else 1.
 int RanksPerHost(const EngineOptions& o) {
   if (o.local_world_size > 0) return o.local_world_size;
-  const char* env = std::getenv("LOCAL_WORLD_SIZE");
-  const int n = env != nullptr ? std::atoi(env) : 0;
+  const int n = Communicator::LaunchedLocalWorldSize();
   return n > 0 ? n : 1;
 }
 
@@ -90,10 +89,12 @@ Status Engine::Impl::Init() {
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
-  const int local = ctx.opts.local_world_size > 0 ? ctx.opts.local_world_size : 1;
+  // The host's cores are shared by its ranks: each rank's optimizer takes its share (the update is element-wise
+  // in tiles, so the thread count moves no bit).
   ctx.ranks_per_host = RanksPerHost(ctx.opts);
-  ctx.threads = ctx.opts.cpu_threads > 0 ? ctx.opts.cpu_threads
-                                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+  ctx.threads = ctx.opts.cpu_threads > 0
+                    ? ctx.opts.cpu_threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx.ranks_per_host);
   SetLogRank(ctx.world_rank);
   const ElementwiseOptimizer& opt = step.optimizer();
   if (ctx.compute->device() && BuiltinAdamParams(opt) == nullptr && BuiltinSgdParams(opt) == nullptr) {
@@ -685,7 +686,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Config& config, std::shar
     if (per_host % H != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("zero_optimization.zero_hpz_partition_size: ", H, " does not divide the ", per_host,
-                       " ranks per host (EngineOptions::local_world_size, else LOCAL_WORLD_SIZE, else 1) on rank ",
+                       " ranks per host (EngineOptions::local_world_size, else the launcher's LOCAL_WORLD_SIZE, "
+                       "OMPI_COMM_WORLD_LOCAL_SIZE or Slurm tasks per node, else 1) on rank ",
                        rank, ": the secondary copy's group must lie inside one host"));
     }
     ZERO_ASSIGN_OR_RETURN(hpz, comm->Split(static_cast<int>(rank / H), rank));

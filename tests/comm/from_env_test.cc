@@ -121,6 +121,71 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(e->source, "slurm");
 }
 
+// The ranks on this host, from each launcher's own variable; 0 where the launcher does not say.
+TEST(LaunchEnv, LocalWorldSizeFromEachLauncher) {
+  auto torchrun = internal::ReadLaunchEnv(FakeEnv({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}}));
+  ASSERT_OK(torchrun);
+  EXPECT_EQ(torchrun->local_world_size, 4);
+  auto bare = internal::ReadLaunchEnv(FakeEnv({{"RANK", "5"}, {"WORLD_SIZE", "8"}}));
+  ASSERT_OK(bare);
+  EXPECT_EQ(bare->local_world_size, 0);
+  auto mpi = internal::ReadLaunchEnv(
+      FakeEnv({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  ASSERT_OK(mpi);
+  EXPECT_EQ(mpi->local_world_size, 2);
+  // A Slurm launch: srun's step layout wins over the allocation's, indexed by this node.
+  std::map<std::string, std::string> slurm = {{"SLURM_PROCID", "5"},
+                                              {"SLURM_NTASKS", "9"},
+                                              {"SLURM_NODEID", "2"},
+                                              {"SLURM_TASKS_PER_NODE", "4(x2),1"},
+                                              {"SLURM_STEP_TASKS_PER_NODE", "3,2(x2),1,1"}};
+  auto step = internal::ReadLaunchEnv(FakeEnv(slurm));
+  ASSERT_OK(step);
+  EXPECT_EQ(step->local_world_size, 2);
+  slurm.erase("SLURM_STEP_TASKS_PER_NODE");
+  auto alloc = internal::ReadLaunchEnv(FakeEnv(slurm));
+  ASSERT_OK(alloc);
+  EXPECT_EQ(alloc->local_world_size, 1);
+  slurm.erase("SLURM_NODEID");
+  auto no_node = internal::ReadLaunchEnv(FakeEnv(slurm));
+  ASSERT_OK(no_node);
+  EXPECT_EQ(no_node->local_world_size, 0);
+  // Another launcher's variable is not read: OpenMPI's local size under torchrun variables.
+  auto other =
+      internal::ReadLaunchEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  ASSERT_OK(other);
+  EXPECT_EQ(other->local_world_size, 0);
+}
+
+TEST(LaunchEnv, SlurmTasksPerNodeLists) {
+  EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 0), 2);
+  EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 2), 2);
+  EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 3), 1);
+  EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 4), 0);  // no such node
+  EXPECT_EQ(internal::SlurmTasksOnNode("8", 0), 8);
+  EXPECT_EQ(internal::SlurmTasksOnNode("1,3,2", 1), 3);
+  EXPECT_EQ(internal::SlurmTasksOnNode("2(x2)", -1), 0);
+  for (const char* bad : {"", "x", "2(x", "2(x0)", "2(xa)", "0", "-1", "2(x2)1", "2,,1"}) {
+    EXPECT_EQ(internal::SlurmTasksOnNode(bad, 0), 0) << "'" << bad << "'";
+  }
+}
+
+// A local size torchrun or OpenMPI sets is the user's to get right: one that cannot be is refused by name, and
+// Communicator::LaunchedLocalWorldSize reads it as unknown (FromEnv says why).
+TEST(LaunchEnv, LocalWorldSizeErrorsNameTheVariable) {
+  for (const char* v : {"0", "9", "two"}) {
+    SCOPED_TRACE(v);
+    internal::EnvLookup env = FakeEnv({{"RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", v}});
+    EXPECT_THAT(internal::ReadLaunchEnv(env),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("LOCAL_WORLD_SIZE")));
+    EXPECT_EQ(internal::LaunchedLocalWorldSize(env), 0);
+  }
+  EXPECT_THAT(internal::ReadLaunchEnv(FakeEnv(
+                  {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}})),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("OMPI_COMM_WORLD_LOCAL_SIZE=3 is not in [1, OMPI_COMM_WORLD_SIZE=2]")));
+}
+
 TEST(LaunchEnv, TorchrunWinsOverSlurm) {
   // torchrun inside a Slurm allocation: the torchrun variables describe this process.
   auto e = internal::ReadLaunchEnv(

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -354,6 +355,47 @@ TEST(HpzRefusalTest, WhatCannotWorkIsRefusedByName) {
   EstimateOptions o;
   o.world = 2;
   EXPECT_FALSE(Estimate(Hpz(TrainConfig(2, 1)), testing::SyntheticEstimateUnits(), o).ok());
+}
+
+// EngineOptions::local_world_size left at 0: the ranks per host are the launcher's, whichever launcher it is
+// (torchrun's LOCAL_WORLD_SIZE, OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's tasks on this node). Under Slurm
+// and OpenMPI they were once taken as 1, which refused hpZ and put qgZ's hops across every rank. The variables
+// are set before the thread-ranks start and removed after they end (the ranks rendezvous through the test's own
+// store, not through these).
+TEST(HpzRefusalTest, RanksPerHostFromEachLauncher) {
+  struct Launch {
+    std::string name;
+    std::map<std::string, std::string> vars;
+    int per_host;  // what the engine must take
+  };
+  const std::vector<Launch> launches = {
+      {"torchrun", {{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}}, 2},
+      {"openmpi",
+       {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}},
+       2},
+      {"slurm",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}},
+       2},
+      {"slurm, one task per node",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x4)"}},
+       1},
+      {"no launcher", {}, 1},
+  };
+  for (const Launch& l : launches) {
+    SCOPED_TRACE(l.name);
+    for (const auto& [k, v] : l.vars) ::setenv(k.c_str(), v.c_str(), 1);
+    EXPECT_EQ(Communicator::LaunchedLocalWorldSize(), l.per_host == 1 && l.vars.empty() ? 0 : l.per_host);
+    testing::RunRanks(4, [&](Communicator& comm, int) {
+      auto e = Engine::Create(Hpz(TrainConfig(3, 1)), Borrow(comm), EngineOptions{});
+      if (l.per_host == 2) {
+        EXPECT_OK(e.status());
+      } else {
+        ASSERT_FALSE(e.ok());
+        EXPECT_THAT(std::string(e.status().message()), HasSubstr("does not divide the 1 ranks per host"));
+      }
+    });
+    for (const auto& [k, v] : l.vars) ::unsetenv(k.c_str());
+  }
 }
 
 }  // namespace

@@ -40,6 +40,10 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  // Ranks on this host, as the launcher says: LOCAL_WORLD_SIZE (torchrun, zero-run), OMPI_COMM_WORLD_LOCAL_SIZE
+  // (OpenMPI), this node's entry of SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, at SLURM_NODEID
+  // (Slurm); 0 where the launcher does not say.
+  int local_world_size = 0;
   std::string source = "default";  // "torchrun", "openmpi", "slurm" or "default" (no launcher found)
   std::string store_dir;           // ZERO_STORE_DIR (zero-run), "" if unset
   std::string master_addr;         // ZERO_MASTER_ADDR, else MASTER_ADDR; "" if unset
@@ -49,7 +53,8 @@ struct LaunchEnv {
 
 // Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (torchrun, zero-run),
 // OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (OpenMPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (Slurm); plus
-// ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT. kInvalidArgument naming the variable for unparsable or
+// ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT; and the ranks on this host (LaunchEnv::local_world_size).
+// kInvalidArgument naming the variable for unparsable or
 // inconsistent values (e.g. RANK >= WORLD_SIZE, or RANK without WORLD_SIZE).
 // The store's port: ZERO_MASTER_PORT if set; else MASTER_PORT + 1 when TORCHELASTIC_USE_AGENT_STORE is true
 // (torchrun of torch >= 2.4: its agent already serves torch's own store on MASTER_PORT, so zero's rank 0
@@ -57,6 +62,12 @@ struct LaunchEnv {
 StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 // Whether a launcher's rank variable is set (Communicator::Launched).
 bool HasLauncherRank(const EnvLookup& env);
+// Slurm's tasks on node `node` from a SLURM_TASKS_PER_NODE-style list ("2(x3),1": 2 on nodes 0-2, 1 on node 3);
+// 0 when the list does not parse or has no such node.
+int SlurmTasksOnNode(const std::string& list, int node);
+// LaunchEnv::local_world_size of a launch whose variables read without error; 0 otherwise
+// (Communicator::LaunchedLocalWorldSize).
+int LaunchedLocalWorldSize(const EnvLookup& env);
 
 // "localhost", "::1" or 127.x.y.z.
 bool IsLoopbackHost(const std::string& host);

@@ -134,7 +134,7 @@ struct EngineContext {
   std::shared_ptr<Communicator> qgz_host, qgz_across;
   Communicator* qgz_intra() const { return qgz_host != nullptr ? qgz_host.get() : comm.get(); }
   // Ranks per host (StepResult::intra_host_bytes): EngineOptions::local_world_size, else the launcher's
-  // LOCAL_WORLD_SIZE, else 1 (every rank a host of its own: all traffic counts as across hosts).
+  // (Communicator::LaunchedLocalWorldSize), else 1 (every rank a host of its own: all traffic counts as across hosts).
   int ranks_per_host = 1;
   EngineOptions opts;
   int rank, world;
