@@ -9,7 +9,8 @@
 #   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --exec "COMMAND" [--rate R] [BUILD_DIR]
 #
-# 1. parity: the 2 x 2 run's losses and final-parameter hash against the same job as 4 local ranks (zero-run);
+# 1. parity: the 2 x 2 run's losses, gradient norms, bytes inside and across hosts and final-parameter hash against
+#    the same job as 4 local ranks (zero-run) laid out 2 per host (--ranks-per-host 2);
 # 2. link cut: a longer 2 x 2 run, the veth taken down mid-training; every rank must exit non-zero with its error
 #    (the time after the cut is reported beside 2 x comm_timeout_s, comm_timeout_s 5 here).
 # --hybrid-bench instead: zero-gpt --model small, 2 x 2 ranks, full stage 3 against hybrid sharding in groups of
@@ -24,8 +25,9 @@
 # --launcher instead: the 2 x 2 run with exactly the variables that launcher gives each rank (the recipes of
 #    docs/guide/launching.md), nothing else from the environment but PATH, HOME and the variables that choose the
 #    trainer's compute kernels (OPENBLAS_*, ZERO_SIMD_TARGET; a job exports them to every rank, and the 4 local ranks
-#    inherit them too), against the same job as 4 local ranks. torchrun: as torch >= 2.4 does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so
-#    zero's rank 0 serves its store on MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
+#    inherit them too), against the same job as 4 local ranks laid out 2 per host, as in 1. torchrun: as torch >= 2.4
+#    does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so zero's rank 0 serves its store on
+#    MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
 # --exec instead: sets up the two hosts and runs COMMAND (bash -c) with NS0 NS1 IF0 IF1 A0 A1 BUILD exported, then
 #    removes them; its exit code is the script's (bench/scripts/two_host_trials.py runs this way).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
@@ -43,7 +45,7 @@ while [[ $# -gt 0 ]]; do
     --exec) EXEC="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -148,6 +150,17 @@ start_launched_rank() {
 }
 
 report() { echo "$*"; [[ -n "$OUT" ]] && echo "$*" >>"$OUT"; return 0; }
+# Rank 0's steps as compared between two runs: loss, gradient norm and the bytes it sent inside and across hosts
+# (which show that the ranks per host were read: with 1 per host everything counts as across).
+steps_of() {
+  sed -nE 's/^(\[r0\] )?\{("step": [0-9]+, "loss": [0-9.]+, "grad_norm": [0-9.]+).*("host_bytes": \{[^}]*\}).*/\2, \3/p' "$1"
+}
+# The 4 local ranks, laid out as the 2 x 2 run (--ranks-per-host 2): the same host of every byte count, and the
+# same share of the cores for OpenBLAS's threads (cores / ranks per host), whose count moves the products' bits.
+run_local() {
+  "$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --ranks-per-host 2 --steps "$STEPS" >"$TMP/local" 2>&1
+  steps_of "$TMP/local" >"$TMP/local.steps"
+}
 [[ -n "$OUT" ]] && : >"$OUT"
 report "two hosts: namespaces $NS0 ($A0, ranks 0-1) and $NS1 ($A1, ranks 2-3), veth, rate ${RATE:-unlimited}"
 
@@ -244,8 +257,7 @@ fi
 
 # ---- --launcher: parity of a run started with exactly one launcher's variables ----
 if [[ -n "$LAUNCHER" ]]; then
-  "$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --steps "$STEPS" >"$TMP/local" 2>&1
-  grep -o '^\[r0\] {"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/local" | sed 's/^\[r0\] //' >"$TMP/local.steps"
+  run_local
   if [[ "$LAUNCHER" == torchrun ]]; then
     # torch >= 2.4: the agent on node 0 serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True).
     ip netns exec "$NS0" python3 -c "
@@ -262,9 +274,9 @@ s.bind(('$A0', $PORT)); s.listen(16); time.sleep(600)" &
   rc=0
   for p in "${PIDS[@]:${#PIDS[@]}-4}"; do wait "$p" || rc=1; done
   [[ $rc -eq 0 ]] || { echo "two-hosts: the 2 x 2 run under $LAUNCHER's variables failed:"; tail -n 5 "$TMP/$LAUNCHER".r*; exit 1; }
-  grep -o '^{"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/$LAUNCHER.r0" >"$TMP/$LAUNCHER.steps"
+  steps_of "$TMP/$LAUNCHER.r0" >"$TMP/$LAUNCHER.steps"
   if cmp -s "$TMP/local.steps" "$TMP/$LAUNCHER.steps" && [[ -s "$TMP/local.steps" ]]; then
-    report "$LAUNCHER: 2 x 2 ranks with exactly its variables: identical to 4 local ranks over $STEPS steps"
+    report "$LAUNCHER: 2 x 2 ranks with exactly its variables: identical to 4 local ranks over $STEPS steps (losses, norms, bytes inside and across hosts)"
     exit 0
   fi
   report "$LAUNCHER: DIFFERENT from 4 local ranks (kernel variables given to both:" \
@@ -274,8 +286,7 @@ s.bind(('$A0', $PORT)); s.listen(16); time.sleep(600)" &
 fi
 
 # ---- 1. parity ----
-"$RUN" -n 4 -- "$GPT" "${ARGS[@]}" --steps "$STEPS" >"$TMP/local" 2>&1
-grep -o '^\[r0\] {"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/local" | sed 's/^\[r0\] //' >"$TMP/local.steps"
+run_local
 grep -o '"params_hash": "[0-9a-f]*"' "$TMP/local" | head -1 >"$TMP/local.hash"
 t0=$(date +%s.%N)
 for r in 0 1 2 3; do start_rank parity "$r" "$STEPS"; done
@@ -284,11 +295,11 @@ for p in "${PIDS[@]}"; do wait "$p" || rc=1; done
 PIDS=()
 t1=$(date +%s.%N)
 [[ $rc -eq 0 ]] || { echo "two-hosts: the 2 x 2 run failed:"; tail -5 "$TMP"/parity.r*; exit 1; }
-grep -o '^{"step": [0-9]*, "loss": [0-9.]*, "grad_norm": [0-9.]*' "$TMP/parity.r0" >"$TMP/parity.steps"
+steps_of "$TMP/parity.r0" >"$TMP/parity.steps"
 grep -o '"params_hash": "[0-9a-f]*"' "$TMP/parity.r0" | head -1 >"$TMP/parity.hash"
 if cmp -s "$TMP/local.steps" "$TMP/parity.steps" && cmp -s "$TMP/local.hash" "$TMP/parity.hash" &&
    [[ -s "$TMP/local.hash" ]]; then
-  report "parity: identical to 4 local ranks over $STEPS steps (losses, norms, $(cat "$TMP/parity.hash")); 2 x 2 run $(printf '%.1f' "$(echo "$t1 - $t0" | bc)") s"
+  report "parity: identical to 4 local ranks over $STEPS steps (losses, norms, bytes inside and across hosts, $(cat "$TMP/parity.hash")); 2 x 2 run $(printf '%.1f' "$(echo "$t1 - $t0" | bc)") s"
 else
   report "parity: DIFFERENT from 4 local ranks"
   diff "$TMP/local.steps" "$TMP/parity.steps" || true
