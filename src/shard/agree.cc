@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/internal/env.h"
 #include "core/internal/config_diff.h"
+#include "shard/internal/plan.h"
 #include "zero/logging.h"
 
 namespace zero::internal {
@@ -56,6 +57,74 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {
     if (!diff.empty()) absl::StrAppend(&msg, "\n  rank 0 vs rank ", r, ": ", diff);
   }
   return absl::FailedPreconditionError(msg);
+}
+
+HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host) {
+  HostPlace p;
+  p.ranks_per_host = ranks_per_host;
+  if (option_local_world_size > 0) return p;
+  const EnvLookup env = ProcessEnv();
+  StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
+  if (!launch.ok() || launch->local_world_size <= 0 || launch->rank != comm.rank() ||
+      launch->world_size != comm.world_size()) {
+    return p;
+  }
+  // Only a local rank the launcher set (ReadLaunchEnv defaults a missing one to the rank).
+  if (launch->source == "openmpi" && env("OMPI_COMM_WORLD_LOCAL_RANK")) p.launcher = 1;
+  if (launch->source == "slurm" && env("SLURM_LOCALID")) p.launcher = 2;
+  if (p.launcher != 0) p.local_rank = launch->local_rank;
+  return p;
+}
+
+Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
+  const int world = static_cast<int>(all.size());
+  const char* key = hpz ? "zero_optimization.zero_hpz_partition_size" : "zero_optimization.zero_quantized_gradients";
+  // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop.
+  auto group_of = [&](int r) {
+    return hpz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
+  };
+  for (int r = 1; r < world; ++r) {
+    if (group_of(r) != group_of(0)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          key, ": the ranks disagree on the ranks per host (rank 0 has ", all[0].ranks_per_host, ", rank ", r, " has ",
+          all[r].ranks_per_host, hpz ? "" : ", so they would take different hops",
+          "): the hosts must hold equal numbers of ranks (EngineOptions::local_world_size, else the launcher's "
+          "count, the same on every rank)"));
+    }
+  }
+  const int L = group_of(0);
+  if (L <= 1 || L >= world) return absl::OkStatus();  // one host, or every rank its own: no group to misplace
+  for (int r = 0; r < world; ++r) {
+    const HostPlace& p = all[r];
+    if (p.local_rank < 0 || p.local_rank == r % L) continue;
+    const char* var = p.launcher == 1 ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID";
+    return absl::FailedPreconditionError(
+        absl::StrCat(key, ": the launcher did not number the ranks host by host: rank ", r, " is local rank ",
+                     p.local_rank, " of its host (", var, ") where ", hpz ? "hpZ's host groups" : "qgZ's first hop",
+                     " of ", L, " consecutive ranks put it at ", r % L,
+                     ", so a group would span hosts and its traffic cross them. Launch "
+                     "the ranks in blocks (",
+                     p.launcher == 1 ? "mpirun --map-by slot" : "srun --distribution=block",
+                     "), or give EngineOptions::local_world_size for a numbering of your own"));
+  }
+  return absl::OkStatus();
+}
+
+Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz) {
+  Communicator* comm = host.comm();
+  const int world = comm->world_size();
+  if (world == 1) return absl::OkStatus();
+  CommLabel label(comm, "Create: host layout check");
+  // Small integers, exact in f32.
+  const float send[3] = {static_cast<float>(mine.ranks_per_host), static_cast<float>(mine.local_rank),
+                         static_cast<float>(mine.launcher)};
+  std::vector<float> recv(3 * static_cast<size_t>(world));
+  ZERO_RETURN_IF_ERROR(host.AllGather(send, recv.data(), 3));
+  std::vector<HostPlace> all(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    all[r] = {static_cast<int>(recv[3 * r]), static_cast<int>(recv[3 * r + 1]), static_cast<int>(recv[3 * r + 2])};
+  }
+  return HostLayoutStatus(all, hpz, qgz);
 }
 
 }  // namespace zero::internal

@@ -87,6 +87,14 @@ Status Engine::Impl::Init() {
                                 : std::string("off"));
   }
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
+  // The config (the same on every rank, checked above) decides whether every rank checks the hosts or none does.
+  const bool hpz = ctx.cfg.zero.zero_hpz_partition_size > 1 && ctx.cfg.zero.stage == 3;
+  const bool qgz = ctx.cfg.zero.zero_quantized_gradients && ctx.cfg.zero.stage >= 1 && !ctx.hybrid();
+  if (hpz || qgz) {
+    ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
+        world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, RanksPerHost(ctx.opts)),
+        hpz, qgz));
+  }
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   // The host's cores are shared by its ranks: each rank's optimizer takes its share (the update is element-wise

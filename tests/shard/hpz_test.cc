@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "shard/internal/agree.h"
 #include "support/engine_helpers.h"
 #include "support/files.h"
 #include "support/multi_rank.h"
@@ -395,6 +396,84 @@ TEST(HpzRefusalTest, RanksPerHostFromEachLauncher) {
       }
     });
     for (const auto& [k, v] : l.vars) ::unsetenv(k.c_str());
+  }
+}
+
+// The hosts hpZ and qgZ group ranks by must be the hosts the launcher put them on. HostLayoutStatus decides from
+// every rank's place the same way on every rank.
+TEST(HostLayoutTest, BlocksPassOtherNumberingsAndUnequalHostsAreRefused) {
+  using internal::HostLayoutStatus;
+  using internal::HostPlace;
+  auto places = [](std::vector<int> local, int per_host, int launcher) {
+    std::vector<HostPlace> all;
+    for (int l : local) all.push_back({per_host, l, launcher});
+    return all;
+  };
+  // mpirun -H h0:2,h1:2 (by slot): ranks 0-1 on h0, 2-3 on h1.
+  EXPECT_OK(HostLayoutStatus(places({0, 1, 0, 1}, 2, 1), true, false));
+  EXPECT_OK(HostLayoutStatus(places({0, 1, 0, 1}, 2, 1), false, true));
+  EXPECT_OK(HostLayoutStatus(places({-1, -1, -1, -1}, 2, 0), true, true));  // not checked (torchrun, zero-run)
+  // mpirun --map-by node (srun --distribution=cyclic): ranks 0 and 2 on h0, 1 and 3 on h1.
+  for (int launcher : {1, 2}) {
+    for (bool hpz : {true, false}) {
+      Status s = HostLayoutStatus(places({0, 0, 1, 1}, 2, launcher), hpz, !hpz);
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+      EXPECT_THAT(std::string(s.message()), HasSubstr(hpz ? "zero_optimization.zero_hpz_partition_size"
+                                                          : "zero_optimization.zero_quantized_gradients"));
+      EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 is local rank 0 of its host"));
+      EXPECT_THAT(std::string(s.message()), HasSubstr(launcher == 1 ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID"));
+      EXPECT_THAT(std::string(s.message()), HasSubstr(launcher == 1 ? "--map-by slot" : "--distribution=block"));
+    }
+  }
+  // One host, or a host per rank: no group can span two.
+  EXPECT_OK(HostLayoutStatus(places({1, 0}, 2, 1), true, true));
+  EXPECT_OK(HostLayoutStatus(places({0, 0, 0}, 1, 2), false, true));
+  // Unequal hosts (Slurm's "2,1"): qgZ takes one hop everywhere, fine; hpZ's groups cannot be placed.
+  std::vector<HostPlace> uneven = {{2, 0, 2}, {2, 1, 2}, {1, 0, 2}};
+  EXPECT_OK(HostLayoutStatus(uneven, false, true));
+  Status s = HostLayoutStatus(uneven, true, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 has 2, rank 2 has 1"));
+  // Hosts of 2, 2 and 4 ranks at world 8: qgZ would take two hops on some ranks and one on the others.
+  std::vector<HostPlace> mixed(8, HostPlace{2, -1, 0});
+  for (int r = 4; r < 8; ++r) mixed[r].ranks_per_host = 4;
+  s = HostLayoutStatus(mixed, false, true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("different hops"));
+}
+
+// The same through Engine::Create, every rank refusing alike: OpenMPI's variables (as every process of an mpirun
+// --map-by node job would hold its own) say this process is rank 1 at local rank 0 of 2; the thread-rank 1, whose
+// rank and world are those, checks it; the others have no launcher place of their own.
+TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
+  const std::map<std::string, std::string> vars = {
+      {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  for (const char* local : {"0", "1"}) {
+    for (bool hpz : {true, false}) {
+      SCOPED_TRACE(absl::StrCat("local rank ", local, hpz ? ", hpZ" : ", qgZ"));
+      for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+      ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", local, 1);
+      Config c = TrainConfig(3, 1);
+      if (hpz) {
+        c = Hpz(c);
+      } else {
+        c.zero.zero_quantized_gradients = true;
+      }
+      testing::RunRanks(4, [&](Communicator& comm, int) {
+        auto e = Engine::Create(c, Borrow(comm), EngineOptions{});
+        if (std::string(local) == "1") {
+          EXPECT_OK(e.status());
+        } else {
+          ASSERT_FALSE(e.ok());
+          EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+          EXPECT_THAT(std::string(e.status().message()), HasSubstr("rank 1 is local rank 0 of its host"));
+        }
+        // A numbering of the trainer's own (EngineOptions::local_world_size) is not second-guessed.
+        EXPECT_OK(Engine::Create(c, Borrow(comm), PerHost()).status());
+      });
+      for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
+      ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    }
   }
 }
 
