@@ -78,6 +78,7 @@ HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_siz
 
 Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
   const int world = static_cast<int>(all.size());
+  if (!hpz && !qgz) return absl::OkStatus();  // nothing groups ranks by host
   const char* key = hpz ? "zero_optimization.zero_hpz_partition_size" : "zero_optimization.zero_quantized_gradients";
   // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop.
   auto group_of = [&](int r) {

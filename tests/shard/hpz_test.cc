@@ -425,6 +425,7 @@ TEST(HostLayoutTest, BlocksPassOtherNumberingsAndUnequalHostsAreRefused) {
       EXPECT_THAT(std::string(s.message()), HasSubstr(launcher == 1 ? "--map-by slot" : "--distribution=block"));
     }
   }
+  EXPECT_OK(HostLayoutStatus(places({0, 0, 1, 1}, 2, 1), false, false));  // neither on: no host grouping
   // One host, or a host per rank: no group can span two.
   EXPECT_OK(HostLayoutStatus(places({1, 0}, 2, 1), true, true));
   EXPECT_OK(HostLayoutStatus(places({0, 0, 0}, 1, 2), false, true));
