@@ -6,7 +6,7 @@
 #   scripts/two-hosts.sh [--rate 1gbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --hybrid-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --zeropp-bench [--rate 200mbit] [--steps K] [--out FILE] [BUILD_DIR]
-#   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun [--steps K] [--out FILE] [BUILD_DIR]
+#   scripts/two-hosts.sh --launcher torchrun|slurm|mpirun|mpirun-bynode [--steps K] [--out FILE] [BUILD_DIR]
 #   scripts/two-hosts.sh --exec "COMMAND" [--rate R] [BUILD_DIR]
 #
 # 1. parity: the 2 x 2 run's losses, gradient norms, bytes inside and across hosts and final-parameter hash against
@@ -27,7 +27,9 @@
 #    trainer's compute kernels (OPENBLAS_*, ZERO_SIMD_TARGET; a job exports them to every rank, and the 4 local ranks
 #    inherit them too), against the same job as 4 local ranks laid out 2 per host, as in 1. torchrun: as torch >= 2.4
 #    does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so zero's rank 0 serves its store on
-#    MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True).
+#    MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True). mpirun-bynode: OpenMPI's variables as --map-by node
+#    deals the ranks (0 and 2 on host 0, 1 and 3 on host 1), with hpZ in groups of 2: every rank must refuse it,
+#    naming rank 1's place (its "host group" would span the hosts).
 # --exec instead: sets up the two hosts and runs COMMAND (bash -c) with NS0 NS1 IF0 IF1 A0 A1 BUILD exported, then
 #    removes them; its exit code is the script's (bench/scripts/two_host_trials.py runs this way).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
@@ -45,7 +47,7 @@ while [[ $# -gt 0 ]]; do
     --exec) EXEC="$2"; shift 2 ;;
     --steps) STEPS="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) BUILD="$1"; shift ;;
   esac
 done
@@ -120,7 +122,9 @@ start_rank() {
 # exports where the launcher leaves the rendezvous to it), in a clean environment but for the kernel choosers.
 start_launched_rank() {
   local tag="$1" r="$2" steps="$3" ns ifname node=$((r / 2)) local_rank=$((r % 2))
-  if [[ $r -lt 2 ]]; then ns=$NS0 ifname=$IF0; else ns=$NS1 ifname=$IF1; fi
+  # mpirun --map-by node deals the ranks round the nodes: 0 and 2 on h0, 1 and 3 on h1.
+  [[ "$LAUNCHER" == mpirun-bynode ]] && node=$((r % 2)) local_rank=$((r / 2))
+  if [[ $node -eq 0 ]]; then ns=$NS0 ifname=$IF0; else ns=$NS1 ifname=$IF1; fi
   local vars=(PATH="$PATH" HOME="${HOME:-/root}" GLOO_SOCKET_IFNAME="$ifname")
   # The variables that choose which kernels round the trainer's sums are the job's, not the launcher's: they must
   # be the 4 local ranks' too, or the runs differ in the last bits for that reason alone. On an AMD EPYC (Zen 5),
@@ -139,11 +143,11 @@ start_launched_rank() {
         SLURM_NTASKS_PER_NODE=2 SLURM_TASKS_PER_NODE="2(x2)" SLURM_STEP_TASKS_PER_NODE="2(x2)" SLURM_JOB_ID=4242
         SLURM_JOB_NODELIST="h[0-1]" SLURM_STEP_ID=0
         MASTER_ADDR="$A0" MASTER_PORT="$PORT") ;;
-    mpirun)  # mpirun -np 4 -H h0:2,h1:2 -x MASTER_ADDR=A0 -x MASTER_PORT=PORT -x ZERO_JOB_ID (OpenMPI)
+    mpirun|mpirun-bynode)  # mpirun -np 4 -H h0:2,h1:2 [--map-by node] -x MASTER_ADDR=A0 -x MASTER_PORT=PORT -x ZERO_JOB_ID
       vars+=(OMPI_COMM_WORLD_RANK="$r" OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK="$local_rank"
         OMPI_COMM_WORLD_LOCAL_SIZE=2 OMPI_COMM_WORLD_NODE_RANK="$node" MASTER_ADDR="$A0" MASTER_PORT="$PORT"
         ZERO_JOB_ID=mpirun-job) ;;
-    *) echo "two-hosts: --launcher takes torchrun, slurm or mpirun, not '$LAUNCHER'"; exit 2 ;;
+    *) echo "two-hosts: --launcher takes torchrun, slurm, mpirun or mpirun-bynode, not '$LAUNCHER'"; exit 2 ;;
   esac
   ip netns exec "$ns" env -i "${vars[@]}" "$GPT" "${ARGS[@]}" --steps "$steps" >"$TMP/$tag.r$r" 2>&1 &
   PIDS+=($!)
@@ -256,6 +260,28 @@ EOF
 fi
 
 # ---- --launcher: parity of a run started with exactly one launcher's variables ----
+# ---- --launcher mpirun-bynode: hpZ refused on every rank when the ranks are not numbered host by host ----
+if [[ "$LAUNCHER" == mpirun-bynode ]]; then
+  cat >"$CONFIG" <<'EOF'
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "comm_timeout_s": 30,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "zero_hpz_partition_size": 2}}
+EOF
+  for r in 0 1 2 3; do start_launched_rank bynode "$r" "$STEPS"; done
+  fail=0
+  for r in 0 1 2 3; do
+    if wait "${PIDS[$r]}"; then code=0; else code=$?; fi
+    err=$(grep -m1 'zero-gpt: ' "$TMP/bynode.r$r" | cut -c1-400 || true)
+    report "mpirun --map-by node, hpZ: rank $r exited with code $code: ${err:-<no error line>}"
+    want="did not number the ranks host by host: rank 1 is local rank 0 of its host (OMPI_COMM_WORLD_LOCAL_RANK)"
+    [[ $code -ne 0 && "$err" == *"$want"* ]] || fail=1
+  done
+  PIDS=()
+  [[ $fail -eq 0 ]] || { echo "two-hosts: not every rank refused hpZ over ranks numbered round the nodes"; exit 1; }
+  report "mpirun --map-by node, hpZ: every rank refused, naming rank 1's place"
+  exit 0
+fi
+
 if [[ -n "$LAUNCHER" ]]; then
   run_local
   if [[ "$LAUNCHER" == torchrun ]]; then

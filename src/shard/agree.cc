@@ -62,13 +62,14 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host) {
   HostPlace p;
   p.ranks_per_host = ranks_per_host;
-  if (option_local_world_size > 0) return p;
   const EnvLookup env = ProcessEnv();
   StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
   if (!launch.ok() || launch->local_world_size <= 0 || launch->rank != comm.rank() ||
       launch->world_size != comm.world_size()) {
     return p;
   }
+  // A count of the trainer's own is its own numbering; the launcher's count passed on (as zero-gpt does) is not.
+  if (option_local_world_size > 0 && option_local_world_size != launch->local_world_size) return p;
   // Only a local rank the launcher set (ReadLaunchEnv defaults a missing one to the rank).
   if (launch->source == "openmpi" && env("OMPI_COMM_WORLD_LOCAL_RANK")) p.launcher = 1;
   if (launch->source == "slurm" && env("SLURM_LOCALID")) p.launcher = 2;

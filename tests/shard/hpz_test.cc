@@ -469,8 +469,11 @@ TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
           EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
           EXPECT_THAT(std::string(e.status().message()), HasSubstr("rank 1 is local rank 0 of its host"));
         }
-        // A numbering of the trainer's own (EngineOptions::local_world_size) is not second-guessed.
-        EXPECT_OK(Engine::Create(c, Borrow(comm), PerHost()).status());
+        // The launcher's count passed on as EngineOptions::local_world_size (as zero-gpt does) is checked alike; a
+        // numbering of the trainer's own (another count) is not second-guessed.
+        auto passed_on = Engine::Create(c, Borrow(comm), PerHost(2));
+        EXPECT_EQ(passed_on.ok(), std::string(local) == "1") << passed_on.status();
+        EXPECT_OK(Engine::Create(c, Borrow(comm), PerHost(4)).status());
       });
       for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
       ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");

@@ -36,8 +36,8 @@ struct HostPlace {
   int launcher = 0;     // 1: OpenMPI, 2: Slurm, 0: none checked
 };
 // This rank's place: the launcher's local rank only where the engine's communicator is the launched world (its
-// rank and size are the launcher's) and the ranks per host are the launcher's too (EngineOptions::local_world_size
-// is 0 and the launcher gave a count); else local_rank -1.
+// rank and size are the launcher's) and the ranks per host are the launcher's too (the launcher gave a count, and
+// EngineOptions::local_world_size is 0 or that count); else local_rank -1.
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host);
 // Decides from every rank's place (`all`, in rank order) whether the hosts that hpZ (`hpz`) and qgZ's two hops
 // (`qgz`, not under hybrid sharding) assume are the hosts the ranks run on: kFailedPrecondition naming the key
