@@ -118,6 +118,12 @@ start_rank() {
   PIDS+=($!)
 }
 
+# The variables of this environment that choose the trainer's kernels, as NAME=value lines.
+kernel_vars() {
+  local v
+  for v in $(compgen -e | grep -E '^(OPENBLAS_[A-Z0-9_]+|ZERO_SIMD_TARGET)$' || true); do echo "$v=${!v}"; done
+}
+
 # Starts rank r (0-3) of a 2 x 2 job with exactly the variables launcher $LAUNCHER sets (and the two a job script
 # exports where the launcher leaves the rendezvous to it), in a clean environment but for the kernel choosers.
 start_launched_rank() {
@@ -131,7 +137,7 @@ start_launched_rank() {
   # OPENBLAS_CORETYPE=Haswell in the environment against OpenBLAS's own pick there (Cooperlake) moved the 7th
   # digit of the first step's gradient norm.
   local v
-  while IFS= read -r v; do vars+=("$v=${!v}"); done < <(compgen -e | grep -E '^(OPENBLAS_[A-Z0-9_]+|ZERO_SIMD_TARGET)$' || true)
+  while IFS= read -r v; do vars+=("$v"); done < <(kernel_vars)
   case "$LAUNCHER" in
     torchrun)  # torchrun --nnodes 2 --nproc-per-node 2 --node-rank N --master-addr A0 --master-port PORT (torch 2.x)
       vars+=(RANK="$r" WORLD_SIZE=4 LOCAL_RANK="$local_rank" LOCAL_WORLD_SIZE=2 GROUP_RANK="$node" GROUP_WORLD_SIZE=2
@@ -259,7 +265,6 @@ EOF
   exit 0
 fi
 
-# ---- --launcher: parity of a run started with exactly one launcher's variables ----
 # ---- --launcher mpirun-bynode: hpZ refused on every rank when the ranks are not numbered host by host ----
 if [[ "$LAUNCHER" == mpirun-bynode ]]; then
   cat >"$CONFIG" <<'EOF'
@@ -282,6 +287,7 @@ EOF
   exit 0
 fi
 
+# ---- --launcher: parity of a run started with exactly one launcher's variables ----
 if [[ -n "$LAUNCHER" ]]; then
   run_local
   if [[ "$LAUNCHER" == torchrun ]]; then
@@ -305,8 +311,7 @@ s.bind(('$A0', $PORT)); s.listen(16); time.sleep(600)" &
     report "$LAUNCHER: 2 x 2 ranks with exactly its variables: identical to 4 local ranks over $STEPS steps (losses, norms, bytes inside and across hosts)"
     exit 0
   fi
-  report "$LAUNCHER: DIFFERENT from 4 local ranks (kernel variables given to both:" \
-    "$(compgen -e | grep -E '^(OPENBLAS_[A-Z0-9_]+|ZERO_SIMD_TARGET)$' | while read -r v; do printf '%s ' "$v=${!v}"; done))"
+  report "$LAUNCHER: DIFFERENT from 4 local ranks (kernel variables given to both: $(kernel_vars | tr '\n' ' '))"
   diff "$TMP/local.steps" "$TMP/$LAUNCHER.steps" || true
   exit 1
 fi

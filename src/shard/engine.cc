@@ -54,6 +54,7 @@ Engine::Impl::Impl(const Config& cfg, std::shared_ptr<Communicator> comm, std::s
 Status Engine::Impl::Init() {
   ctx.compute = internal::MakeGlooEngineCompute(&ctx.tracker);
   ZERO_ASSIGN_OR_RETURN(ctx.policy, internal::PlanPolicy::FromConfig(ctx.cfg, ctx.world, ctx.rank));
+  ctx.ranks_per_host = RanksPerHost(ctx.opts);
   if (ctx.policy.offload_optimizer || ctx.policy.offload_param) {
     ZERO_LOG_ONCE(INFO) << "offload to cpu on the host (Gloo) engine: the compute tier is host memory too, so the "
                            "copy stream's copies are memcpys; the tiers are kept and reported apart";
@@ -68,7 +69,7 @@ Status Engine::Impl::Init() {
           "moves its records with"));
     }
     ctx.policy.qgz_local = ctx.qgz_host != nullptr ? ctx.qgz_host->world_size() : ctx.world;
-    const int per_host = RanksPerHost(ctx.opts);
+    const int per_host = ctx.ranks_per_host;
     ZERO_LOG_ONCE(INFO) << "zero_quantized_gradients: int" << ctx.policy.qgz_bits << " blocks of "
                         << ctx.policy.qgz_block << ", "
                         << (ctx.qgz_host != nullptr
@@ -88,18 +89,17 @@ Status Engine::Impl::Init() {
   }
   ZERO_RETURN_IF_ERROR(internal::CheckConfigAgrees(world_host, ctx.cfg));
   // The config (the same on every rank, checked above) decides whether every rank checks the hosts or none does.
-  const bool hpz = ctx.cfg.zero.zero_hpz_partition_size > 1 && ctx.cfg.zero.stage == 3;
-  const bool qgz = ctx.cfg.zero.zero_quantized_gradients && ctx.cfg.zero.stage >= 1 && !ctx.hybrid();
+  const bool hpz = ctx.policy.hpz > 1;
+  const bool qgz = ctx.policy.qgz_bits > 0 && !ctx.hybrid();
   if (hpz || qgz) {
     ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
-        world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, RanksPerHost(ctx.opts)),
-        hpz, qgz));
+        world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host), hpz,
+        qgz));
   }
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());
   // The host's cores are shared by its ranks: each rank's optimizer takes its share (the update is element-wise
   // in tiles, so the thread count moves no bit).
-  ctx.ranks_per_host = RanksPerHost(ctx.opts);
   ctx.threads = ctx.opts.cpu_threads > 0
                     ? ctx.opts.cpu_threads
                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ctx.ranks_per_host);
