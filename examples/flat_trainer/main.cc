@@ -7,10 +7,10 @@
 //   zero-flat-trainer --zero --world 4 --stage 2 --json # ShardedOptimizer, 4 thread-ranks (Gloo), 1/4 batch each
 //   zero-run -n 4 -- zero-flat-trainer --zero           # one rank per process
 //
-// Without --zero the trainer runs alone on the whole global batch: --world must be 1 (and a launcher's
-// WORLD_SIZE too). With --zero each of N ranks takes its 1/N slice of the same global batch, computes the mean
-// loss over its slice into the gradient buffer and calls Step(), which averages the gradients over the ranks:
-// the run equals the single-process one up to rounding (tests/examples/flat_trainer_test.cc checks it).
+// Without --zero the trainer runs alone on the whole global batch: --world must be 1 (and the launcher's world
+// too: torchrun's, OpenMPI's or Slurm's). With --zero each of N ranks takes its 1/N slice of the same global batch,
+// computes the mean loss over its slice into the gradient buffer and calls Step(), which averages the gradients over
+// the ranks: the run equals the single-process one up to rounding (tests/examples/flat_trainer_test.cc checks it).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -616,8 +616,9 @@ int main(int argc, char** argv) {
     case Parsed::kRun: break;
   }
   const bool launched = zero::Communicator::Launched();
-  const char* env_world = std::getenv("WORLD_SIZE");
-  if (!flags.zero && (flags.world != 1 || (launched && env_world != nullptr && std::atoi(env_world) != 1))) {
+  // Any launcher's world (torchrun's WORLD_SIZE, OpenMPI's, Slurm's): N copies of the lone trainer would each train
+  // the whole batch and write the same files.
+  if (!flags.zero && (flags.world != 1 || (launched && zero::Communicator::LaunchedWorldSize() > 1))) {
     std::fprintf(stderr,
                  "zero-flat-trainer: without --zero the trainer runs alone on the whole batch: use --world 1 "
                  "(or --zero to split the batch over ranks)\n");

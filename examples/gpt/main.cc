@@ -396,7 +396,9 @@ int main(int argc, char** argv) {
     world_size = (*comm)->world_size();
     opt.local_world_size =
         flags.ranks_per_host > 0 ? flags.ranks_per_host : std::max(1, zero::Communicator::LaunchedLocalWorldSize());
-    if (const char* lr = std::getenv("LOCAL_RANK"); cuda && lr != nullptr) opt.device = std::atoi(lr);
+    // The device NCCL's communicator took: the launcher's local rank, whichever launcher (LOCAL_RANK,
+    // OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID).
+    if (cuda) opt.device = (*comm)->cuda_device();
     std::shared_ptr<zero::Communicator> shared = std::move(*comm);
     const int rank = shared->rank();
     results.push_back(

@@ -209,11 +209,19 @@ int LaunchedLocalWorldSize(const EnvLookup& env) {
   return launch.ok() ? launch->local_world_size : 0;
 }
 
+int LaunchedWorldSize(const EnvLookup& env) {
+  if (!HasLauncherRank(env)) return 0;
+  StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
+  return launch.ok() ? launch->world_size : 0;
+}
+
 }  // namespace internal
 
 bool Communicator::Launched() { return internal::HasLauncherRank(internal::ProcessEnv()); }
 
 int Communicator::LaunchedLocalWorldSize() { return internal::LaunchedLocalWorldSize(internal::ProcessEnv()); }
+
+int Communicator::LaunchedWorldSize() { return internal::LaunchedWorldSize(internal::ProcessEnv()); }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const CommOptions& options) {
   const internal::EnvLookup env = internal::ProcessEnv();

@@ -157,6 +157,17 @@ TEST(LaunchEnv, LocalWorldSizeFromEachLauncher) {
   EXPECT_EQ(other->local_world_size, 0);
 }
 
+// The launched world, whichever launcher: what a trainer that would otherwise run alone checks
+// (Communicator::LaunchedWorldSize); 0 without a launcher's rank or where its variables do not read.
+TEST(LaunchEnv, WorldSizeFromEachLauncher) {
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({{"RANK", "1"}, {"WORLD_SIZE", "8"}})), 8);
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}})), 4);
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"}})), 3);
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({{"WORLD_SIZE", "8"}})), 0);  // no rank: not launched
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({})), 0);
+  EXPECT_EQ(internal::LaunchedWorldSize(FakeEnv({{"RANK", "8"}, {"WORLD_SIZE", "8"}})), 0);  // does not read
+}
+
 TEST(LaunchEnv, SlurmTasksPerNodeLists) {
   EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 0), 2);
   EXPECT_EQ(internal::SlurmTasksOnNode("2(x3),1", 2), 2);

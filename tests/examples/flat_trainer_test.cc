@@ -91,6 +91,19 @@ TEST(FlatTrainer, RefusesSeveralRanksWithoutZero) {
   EXPECT_NE(world.status, 0);
   EXPECT_NE(world.output.find("--world 1"), std::string::npos) << world.output;
   EXPECT_TRUE(world.losses.empty()) << world.output;
+  // Started as one of several ranks by any launcher FromEnv reads: each copy would train the whole batch alone.
+  // (The variables of rank 0 of 2; the refusal comes before any rendezvous.)
+  for (const char* vars :
+       {"RANK=0 WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2", "SLURM_PROCID=0 SLURM_NTASKS=2"}) {
+    const TrainerRun launched = RunTrainer("", absl::StrCat("env ", vars, " "));
+    EXPECT_NE(launched.status, 0) << vars;
+    EXPECT_NE(launched.output.find("--world 1"), std::string::npos) << vars << ": " << launched.output;
+    EXPECT_TRUE(launched.losses.empty()) << vars << ": " << launched.output;
+  }
+  // A launched world of one is the lone trainer.
+  const TrainerRun one = RunTrainer("", "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 ");
+  EXPECT_EQ(one.status, 0) << one.output;
+  EXPECT_EQ(one.losses.size(), static_cast<size_t>(kSteps)) << one.output;
   const TrainerRun stage3 = RunTrainer("--zero --stage 3");
   EXPECT_NE(stage3.status, 0);
   EXPECT_NE(stage3.output.find("Engine"), std::string::npos) << stage3.output;

@@ -68,6 +68,9 @@ int SlurmTasksOnNode(const std::string& list, int node);
 // LaunchEnv::local_world_size of a launch whose variables read without error; 0 otherwise
 // (Communicator::LaunchedLocalWorldSize).
 int LaunchedLocalWorldSize(const EnvLookup& env);
+// LaunchEnv::world_size of a launch whose rank variable is set and whose variables read without error; 0 otherwise
+// (Communicator::LaunchedWorldSize).
+int LaunchedWorldSize(const EnvLookup& env);
 
 // "localhost", "::1" or 127.x.y.z.
 bool IsLoopbackHost(const std::string& host);
