@@ -77,22 +77,27 @@ HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_siz
   return p;
 }
 
-Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
+Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, bool hybrid) {
   const int world = static_cast<int>(all.size());
-  if (!hpz && !qgz) return absl::OkStatus();  // nothing groups ranks by host
-  const char* key = hpz ? "zero_optimization.zero_hpz_partition_size" : "zero_optimization.zero_quantized_gradients";
-  // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop.
+  if (!hpz && !qgz && !hybrid) return absl::OkStatus();  // nothing groups ranks by host
+  const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
+                    : qgz ? "zero_optimization.zero_quantized_gradients"
+                          : "zero_optimization.mics_shard_size";
+  // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop, or
+  // the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
   auto group_of = [&](int r) {
-    return hpz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
+    return hpz || !qgz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
   };
   for (int r = 1; r < world; ++r) {
-    if (group_of(r) != group_of(0)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          key, ": the ranks disagree on the ranks per host (rank 0 has ", all[0].ranks_per_host, ", rank ", r, " has ",
-          all[r].ranks_per_host, hpz ? "" : ", so they would take different hops",
-          "): the hosts must hold equal numbers of ranks (EngineOptions::local_world_size, else the launcher's "
-          "count, the same on every rank)"));
-    }
+    if (group_of(r) == group_of(0)) continue;
+    // Hybrid sharding's groups are mics_shard_size consecutive ranks whatever the hosts hold: hosts of unequal
+    // counts cannot be told from the counts alone, and nothing is checked.
+    if (!hpz && !qgz) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        key, ": the ranks disagree on the ranks per host (rank 0 has ", all[0].ranks_per_host, ", rank ", r, " has ",
+        all[r].ranks_per_host, hpz ? "" : ", so they would take different hops",
+        "): the hosts must hold equal numbers of ranks (EngineOptions::local_world_size, else the launcher's "
+        "count, the same on every rank)"));
   }
   const int L = group_of(0);
   if (L <= 1 || L >= world) return absl::OkStatus();  // one host, or every rank its own: no group to misplace
@@ -102,17 +107,19 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
     const char* var = p.launcher == 1 ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID";
     return absl::FailedPreconditionError(
         absl::StrCat(key, ": the launcher did not number the ranks host by host: rank ", r, " is local rank ",
-                     p.local_rank, " of its host (", var, ") where ", hpz ? "hpZ's host groups" : "qgZ's first hop",
-                     " of ", L, " consecutive ranks put it at ", r % L,
-                     ", so a group would span hosts and its traffic cross them. Launch "
-                     "the ranks in blocks (",
+                     p.local_rank, " of its host (", var, ") where ",
+                     hpz   ? "hpZ's host groups"
+                     : qgz ? "qgZ's first hop"
+                           : "the hosts that hybrid sharding's groups of consecutive ranks are laid over",
+                     " of ", L, " consecutive ranks put it at ", r % L, ", so a ", hpz || qgz ? "group" : "shard group",
+                     " would span hosts and its traffic cross them. Launch the ranks in blocks (",
                      p.launcher == 1 ? "mpirun --map-by slot" : "srun --distribution=block",
                      "), or give EngineOptions::local_world_size for a numbering of your own"));
   }
   return absl::OkStatus();
 }
 
-Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz) {
+Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid) {
   Communicator* comm = host.comm();
   const int world = comm->world_size();
   if (world == 1) return absl::OkStatus();
@@ -126,7 +133,7 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
   for (int r = 0; r < world; ++r) {
     all[r] = {static_cast<int>(recv[3 * r]), static_cast<int>(recv[3 * r + 1]), static_cast<int>(recv[3 * r + 2])};
   }
-  return HostLayoutStatus(all, hpz, qgz);
+  return HostLayoutStatus(all, hpz, qgz, hybrid);
 }
 
 }  // namespace zero::internal

@@ -399,8 +399,8 @@ TEST(HpzRefusalTest, RanksPerHostFromEachLauncher) {
   }
 }
 
-// The hosts hpZ and qgZ group ranks by must be the hosts the launcher put them on. HostLayoutStatus decides from
-// every rank's place the same way on every rank.
+// The hosts hpZ, qgZ and hybrid sharding group ranks by must be the hosts the launcher put them on.
+// HostLayoutStatus decides from every rank's place the same way on every rank.
 TEST(HostLayoutTest, BlocksPassOtherNumberingsAndUnequalHostsAreRefused) {
   using internal::HostLayoutStatus;
   using internal::HostPlace;
@@ -426,12 +426,25 @@ TEST(HostLayoutTest, BlocksPassOtherNumberingsAndUnequalHostsAreRefused) {
     }
   }
   EXPECT_OK(HostLayoutStatus(places({0, 0, 1, 1}, 2, 1), false, false));  // neither on: no host grouping
+  // Hybrid sharding's shard groups of consecutive ranks: laid over hosts numbered in blocks, refused over others.
+  EXPECT_OK(HostLayoutStatus(places({0, 1, 0, 1}, 2, 1), false, false, true));
+  for (int launcher : {1, 2}) {
+    Status s = HostLayoutStatus(places({0, 0, 1, 1}, 2, launcher), false, false, true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("zero_optimization.mics_shard_size"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 is local rank 0 of its host"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("a shard group would span hosts"));
+  }
+  // hpZ's key first where both group by host (hybrid with hpZ is refused by the config; the decision stays one).
+  EXPECT_THAT(std::string(HostLayoutStatus(places({0, 0, 1, 1}, 2, 1), true, false, true).message()),
+              HasSubstr("zero_hpz_partition_size"));
   // One host, or a host per rank: no group can span two.
   EXPECT_OK(HostLayoutStatus(places({1, 0}, 2, 1), true, true));
   EXPECT_OK(HostLayoutStatus(places({0, 0, 0}, 1, 2), false, true));
   // Unequal hosts (Slurm's "2,1"): qgZ takes one hop everywhere, fine; hpZ's groups cannot be placed.
   std::vector<HostPlace> uneven = {{2, 0, 2}, {2, 1, 2}, {1, 0, 2}};
   EXPECT_OK(HostLayoutStatus(uneven, false, true));
+  EXPECT_OK(HostLayoutStatus(uneven, false, false, true));  // hybrid's groups do not follow the counts
   Status s = HostLayoutStatus(uneven, true, false);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("rank 0 has 2, rank 2 has 1"));
@@ -450,15 +463,17 @@ TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
   const std::map<std::string, std::string> vars = {
       {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
   for (const char* local : {"0", "1"}) {
-    for (bool hpz : {true, false}) {
-      SCOPED_TRACE(absl::StrCat("local rank ", local, hpz ? ", hpZ" : ", qgZ"));
+    for (const char* grouping : {"hpZ", "qgZ", "hybrid"}) {
+      SCOPED_TRACE(absl::StrCat("local rank ", local, ", ", grouping));
       for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
       ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", local, 1);
       Config c = TrainConfig(3, 1);
-      if (hpz) {
+      if (std::string(grouping) == "hpZ") {
         c = Hpz(c);
-      } else {
+      } else if (std::string(grouping) == "qgZ") {
         c.zero.zero_quantized_gradients = true;
+      } else {
+        c.zero.mics_shard_size = 2;  // hybrid sharding: shard groups {0, 1} and {2, 3}
       }
       testing::RunRanks(4, [&](Communicator& comm, int) {
         auto e = Engine::Create(c, Borrow(comm), EngineOptions{});

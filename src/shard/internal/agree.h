@@ -1,5 +1,6 @@
 // shard/internal/agree.h — what Engine::Create makes sure of before training: the communicator's timeout is the
-// config's, every rank runs the same validated config, and the hosts ZeRO++ groups ranks by are the launcher's.
+// config's, every rank runs the same validated config, and the hosts ZeRO++ and hybrid sharding group ranks by are
+// the launcher's.
 // defines: CheckTimeoutAgrees, CheckConfigAgrees, HostPlace, LaunchedHostPlace, HostLayoutStatus,
 // CheckHostLayoutAgrees.
 #pragma once
@@ -26,10 +27,10 @@ Status CheckTimeoutAgrees(const Config& cfg, const Communicator& comm);
 // values ("rank 0 has zero_optimization.stage 2 where rank 1 has 3"). Collective (every rank, at Create).
 Status CheckConfigAgrees(HostCollectives& host, const Config& cfg);
 
-// Where one rank stands on its host, as hpZ and qgZ's two hops group ranks: `ranks_per_host` consecutive ranks
-// per host (EngineOptions::local_world_size, else the launcher's, else 1), and, where the launcher numbered this
-// rank itself, the place it gave it. Only OpenMPI and Slurm can number ranks other than host by host (mpirun
-// --map-by node, srun --distribution=cyclic); torchrun and zero-run always number them in blocks.
+// Where one rank stands on its host, as hpZ, qgZ's two hops and hybrid sharding group ranks: `ranks_per_host`
+// consecutive ranks per host (EngineOptions::local_world_size, else the launcher's, else 1), and, where the
+// launcher numbered this rank itself, the place it gave it. Only OpenMPI and Slurm can number ranks other than host
+// by host (mpirun --map-by node, srun --distribution=cyclic); torchrun and zero-run always number them in blocks.
 struct HostPlace {
   int ranks_per_host = 1;
   int local_rank = -1;  // OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID; -1 where not checked
@@ -39,14 +40,17 @@ struct HostPlace {
 // rank and size are the launcher's) and the ranks per host are the launcher's too (the launcher gave a count, and
 // EngineOptions::local_world_size is 0 or that count); else local_rank -1.
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host);
-// Decides from every rank's place (`all`, in rank order) whether the hosts that hpZ (`hpz`) and qgZ's two hops
-// (`qgz`, not under hybrid sharding) assume are the hosts the ranks run on: kFailedPrecondition naming the key
-// when the ranks take different hop layouts for qgZ (their ranks per host differ) or differ in ranks per host
-// under hpZ, or when a rank that the launcher placed at local rank l sits at another place of its consecutive
-// group (the groups would span hosts and their traffic cross them). The same on every rank for the same `all`.
-Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz);
+// Decides from every rank's place (`all`, in rank order) whether the hosts that hpZ (`hpz`), qgZ's two hops
+// (`qgz`, not under hybrid sharding) and hybrid sharding (`hybrid`: its shard groups of mics_shard_size
+// consecutive ranks lie inside hosts or are made of whole ones, its replicas' all-reduce crosses them) assume are
+// the hosts the ranks run on: kFailedPrecondition naming the key (hpZ's, else qgZ's, else mics_shard_size) when
+// the ranks take different hop layouts for qgZ (their ranks per host differ) or differ in ranks per host under
+// hpZ, or when a rank that the launcher placed at local rank l sits at another place of its consecutive group (the
+// groups would span hosts and their traffic cross them). Hybrid sharding alone checks places only where every rank
+// has the same count. The same on every rank for the same `all`.
+Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, bool hybrid = false);
 // Gathers every rank's place and applies HostLayoutStatus. Collective (every rank, at Create), and only where
-// the config asks for hpZ or qgZ, so every rank calls it or none does.
-Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz);
+// the config asks for hpZ, qgZ or hybrid sharding, so every rank calls it or none does.
+Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid);
 
 }  // namespace zero::internal
