@@ -5,8 +5,11 @@
 #   scripts/test-targets.sh [options] [ctest args]
 #     --targets "A B"  Highway targets to force (ZERO_SIMD_TARGET), default every one this CPU offers; `best` and
 #                      `fallback` name the first and the last offered (EMU128, or SCALAR with some compilers)
-#     --blas "A B"     OpenBLAS kernels to force (OPENBLAS_CORETYPE) beside the CPU's own, default
+#     --blas "A B"     OpenBLAS kernels to force (OPENBLAS_CORETYPE) beside the environment's, default
 #                      "Prescott Haswell SkylakeX"; "" for none. A kernel this CPU cannot run is reported and skipped.
+#                      `auto`: OpenBLAS's own pick for this CPU, with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
+#                      (a machine image may set them: a user's machine of the same CPU then runs another kernel);
+#                      skipped where the environment sets neither (the other runs had OpenBLAS's own pick)
 #     --product        every target with every OpenBLAS kernel (default: each target with the CPU's own OpenBLAS
 #                      kernel, then each OpenBLAS kernel with the CPU's best target)
 #     --full           the whole suite through scripts/test.sh instead of the tolerance tests (Highway targets only)
@@ -53,8 +56,17 @@ echo "Highway targets offered: $offered"
 
 # The OpenBLAS kernel a run gets: OpenBLAS names it when OPENBLAS_VERBOSE=2 ("Core: Haswell"); read from the GPT
 # model test, which calls sgemm.
+# The env(1) arguments that choose kernel $1: none for "" (the environment's), the variables unset for auto.
+blas_env() {
+  case "$1" in
+    "") ;;
+    auto) echo "-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE" ;;
+    *) echo "OPENBLAS_CORETYPE=$1" ;;
+  esac
+}
 blas_core() {
-  env OPENBLAS_VERBOSE=2 ${1:+OPENBLAS_CORETYPE=$1} build/bin/gpt_model_test --gtest_filter='GptOpsTest.Matmul*' 2>&1 |
+  # shellcheck disable=SC2046  # blas_env's words are env's arguments
+  env $(blas_env "$1") OPENBLAS_VERBOSE=2 build/bin/gpt_model_test --gtest_filter='GptOpsTest.Matmul*' 2>&1 |
     sed -n 's/^Core: //p' | head -1
 }
 native=""
@@ -77,8 +89,16 @@ summary=() rc=0 i=0
 for run in "${runs[@]}"; do
   i=$((i + 1))
   t=${run%%|*} b=${run#*|}
-  kernel=${native:-?}
-  if [[ -n "$b" ]]; then
+  kernel=${native:-?} label=""
+  if [[ $b == auto ]]; then
+    if [[ -z "${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-}" ]]; then
+      echo "== run $i/${#runs[@]}: OpenBLAS's own pick: the environment sets no OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE, so the runs above had it; skipped"
+      summary+=("$(printf '%-8s %-12s %s' "$t" auto "skipped: the environment's kernel is OpenBLAS's own")")
+      continue
+    fi
+    label="$(blas_core auto)/own"
+    kernel="$label (OpenBLAS's own pick; the environment's: ${OPENBLAS_CORETYPE:-its pick}, L2 ${OPENBLAS_L2_SIZE:-read})"
+  elif [[ -n "$b" ]]; then
     kernel=$(blas_core "$b")
     if [[ "$kernel" != "$b" ]]; then
       echo "== run $i/${#runs[@]}: OPENBLAS_CORETYPE=$b is not a kernel OpenBLAS runs here (it chose '${kernel:-?}'); skipped"
@@ -86,14 +106,15 @@ for run in "${runs[@]}"; do
       continue
     fi
   fi
-  echo "== run $i/${#runs[@]}: SIMD target $t, OpenBLAS kernel $kernel${b:+ (OPENBLAS_CORETYPE=$b)}, on ${cpu:-unknown}"
+  echo "== run $i/${#runs[@]}: SIMD target $t, OpenBLAS kernel $kernel${b:+ ($(blas_env "$b"))}, on ${cpu:-unknown}"
   log=$logs/run$i-$t-${b:-native}.log
   start=$SECONDS
   status=0
   if [[ $full == 1 ]]; then
     ZERO_SIMD_TARGET=$t ./scripts/test.sh "$@" 2>&1 | tee "$log" || status=$?
   else
-    (cd build && env ZERO_SIMD_TARGET="$t" ${b:+OPENBLAS_CORETYPE=$b} ctest -L tolerance -V -j "$(nproc)" \
+    # shellcheck disable=SC2046  # blas_env's words are env's arguments
+    (cd build && env $(blas_env "$b") ZERO_SIMD_TARGET="$t" ctest -L tolerance -V -j "$(nproc)" \
       --timeout 900 "$@") >"$log" 2>&1 || status=$?
     # The failures and the summary ("Not Run (Disabled)": the child bodies and timing tests gtest lists disabled).
     grep -E '^[0-9]+: \[  FAILED  \]|tests passed|\(Failed\)|\*\*\*' "$log" |
@@ -101,7 +122,7 @@ for run in "${runs[@]}"; do
   fi
   [[ $status == 0 ]] || rc=1
   counts=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1 || true)
-  summary+=("$(printf '%-8s %-12s %-50s %5d s' "$t" "$kernel" "${counts:-no ctest summary (exit $status)}" $((SECONDS - start)))")
+  summary+=("$(printf '%-8s %-12s %-50s %5d s' "$t" "${label:-$kernel}" "${counts:-no ctest summary (exit $status)}" $((SECONDS - start)))")
 done
 
 echo
