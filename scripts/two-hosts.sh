@@ -28,8 +28,8 @@
 #    inherit them too), against the same job as 4 local ranks laid out 2 per host, as in 1. torchrun: as torch >= 2.4
 #    does, its agent's own store (a listener here) holds MASTER_PORT on host 0, so zero's rank 0 serves its store on
 #    MASTER_PORT + 1 (TORCHELASTIC_USE_AGENT_STORE=True). mpirun-bynode: OpenMPI's variables as --map-by node
-#    deals the ranks (0 and 2 on host 0, 1 and 3 on host 1), with hpZ in groups of 2: every rank must refuse it,
-#    naming rank 1's place (its "host group" would span the hosts).
+#    deals the ranks (0 and 2 on host 0, 1 and 3 on host 1), with hpZ in groups of 2, then with hybrid sharding in
+#    shard groups of 2: every rank must refuse each, naming rank 1's place (its group would span the hosts).
 # --exec instead: sets up the two hosts and runs COMMAND (bash -c) with NS0 NS1 IF0 IF1 A0 A1 BUILD exported, then
 #    removes them; its exit code is the script's (bench/scripts/two_host_trials.py runs this way).
 # Needs root (CAP_NET_ADMIN); where namespaces or veth are refused it prints why and exits 77 (ctest: skipped).
@@ -265,25 +265,29 @@ EOF
   exit 0
 fi
 
-# ---- --launcher mpirun-bynode: hpZ refused on every rank when the ranks are not numbered host by host ----
+# ---- --launcher mpirun-bynode: hpZ and hybrid sharding refused on every rank when the ranks are not numbered host by
+# host (hpZ's host groups, hybrid's shard groups of 2 consecutive ranks would each span both hosts) ----
 if [[ "$LAUNCHER" == mpirun-bynode ]]; then
-  cat >"$CONFIG" <<'EOF'
+  for grouping in "hpZ|\"zero_hpz_partition_size\": 2" "hybrid sharding|\"mics_shard_size\": 2"; do
+    name=${grouping%%|*} key=${grouping#*|}
+    cat >"$CONFIG" <<EOF
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "comm_timeout_s": 30,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
- "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "zero_hpz_partition_size": 2}}
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, $key}}
 EOF
-  for r in 0 1 2 3; do start_launched_rank bynode "$r" "$STEPS"; done
-  fail=0
-  for r in 0 1 2 3; do
-    if wait "${PIDS[$r]}"; then code=0; else code=$?; fi
-    err=$(grep -m1 'zero-gpt: ' "$TMP/bynode.r$r" | cut -c1-400 || true)
-    report "mpirun --map-by node, hpZ: rank $r exited with code $code: ${err:-<no error line>}"
-    want="did not number the ranks host by host: rank 1 is local rank 0 of its host (OMPI_COMM_WORLD_LOCAL_RANK)"
-    [[ $code -ne 0 && "$err" == *"$want"* ]] || fail=1
+    for r in 0 1 2 3; do start_launched_rank bynode "$r" "$STEPS"; done
+    fail=0
+    for r in 0 1 2 3; do
+      if wait "${PIDS[$r]}"; then code=0; else code=$?; fi
+      err=$(grep -m1 'zero-gpt: ' "$TMP/bynode.r$r" | cut -c1-400 || true)
+      report "mpirun --map-by node, $name: rank $r exited with code $code: ${err:-<no error line>}"
+      want="did not number the ranks host by host: rank 1 is local rank 0 of its host (OMPI_COMM_WORLD_LOCAL_RANK)"
+      [[ $code -ne 0 && "$err" == *"$want"* ]] || fail=1
+    done
+    PIDS=()
+    [[ $fail -eq 0 ]] || { echo "two-hosts: not every rank refused $name over ranks numbered round the nodes"; exit 1; }
+    report "mpirun --map-by node, $name: every rank refused, naming rank 1's place"
   done
-  PIDS=()
-  [[ $fail -eq 0 ]] || { echo "two-hosts: not every rank refused hpZ over ranks numbered round the nodes"; exit 1; }
-  report "mpirun --map-by node, hpZ: every rank refused, naming rank 1's place"
   exit 0
 fi
 
