@@ -11,6 +11,8 @@
 //   ReadSum/bytes           bytes read (uint64 sum, auto-vectorized) the read bound for GradStats
 //   Fill/bytes              bytes written (memset)                   the write bound
 //   Quantize/<type>/n       n * size(type) read, n int8 + n/4096 scales written (ZeRO++'s wire format, blocks of 4096)
+//   QuantizePlan/f32/n/L1/L2  Quantize/f32 with its input prefetched L1 and L2 bytes ahead (0: not at that level):
+//                           the plans core/quantize.cc picks by CPU vendor, side by side (the label names the default)
 //   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
 //   Crc32c/bytes            bytes read, checksummed in the checkpoint's 1 MiB blocks (ReadSum: its bound)
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
@@ -32,6 +34,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/internal/crc32c.h"
@@ -117,6 +120,18 @@ void BM_Quantize(benchmark::State& state, DType t) {
   const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, kQuantBlock) * 4;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+// Quantize f32 under another prefetch plan (args: n, L1 bytes ahead, L2 bytes ahead), the process's own restored
+// after: the plans side by side in one run, on the same buffers as Quantize/f32.
+void BM_QuantizePlan(benchmark::State& state) {
+  const zero::internal::QuantizePrefetch own = zero::internal::CurrentQuantizePrefetch();
+  zero::internal::SetQuantizePrefetch(
+      {.l1_bytes = static_cast<size_t>(state.range(1)), .l2_bytes = static_cast<size_t>(state.range(2))});
+  BM_Quantize(state, DType::kF32);
+  zero::internal::SetQuantizePrefetch(own);
+  state.SetLabel(std::string(zero::internal::ActiveSimdTarget()) + ", this CPU's plan: L1 " +
+                 std::to_string(own.l1_bytes) + " L2 " + std::to_string(own.l2_bytes));
 }
 
 void BM_Dequantize(benchmark::State& state, DType t) {
@@ -273,6 +288,10 @@ void Register() {
       benchmark::RegisterBenchmark("Fill", BM_Fill)->Arg(bytes);
     }
     benchmark::RegisterBenchmark("Crc32c", BM_Crc32c)->Arg(4 * count);
+  }
+  // The prefetch plans the library picks by CPU vendor (core/quantize.cc), and none, whatever this CPU's default.
+  for (const auto& [l1, l2] : std::vector<std::pair<int64_t, int64_t>>{{4096, 16384}, {8192, 0}, {0, 0}}) {
+    benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)->Args({static_cast<int64_t>(kLarge), l1, l2});
   }
   // The large size on every hardware thread at once, against the same bounds at the same thread count (real time:
   // Google Benchmark divides the summed bytes by one thread's wall time).

@@ -8,6 +8,7 @@
 // memory once, and the memory stream does not pause while the core codes.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,10 @@
 #ifndef ZERO_CORE_QUANTIZE_SHARED_
 #define ZERO_CORE_QUANTIZE_SHARED_
 namespace zero::internal {
+
+// The plan QuantizeLoop reads at each call (QuantizePrefetch: l1_bytes, l2_bytes). A prefetch past the end of the
+// input is harmless: prefetches do not fault.
+std::atomic<size_t>* QuantizePrefetchSlots();
 
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
 constexpr uint32_t kMinNormalBits = 0x00800000u;  // FLT_MIN
@@ -117,15 +122,6 @@ HWY_INLINE uint32_t MaxAbsBits(const void* x, size_t begin, size_t end) {
 // see StreamCodes4.
 constexpr size_t kStreamBytes = size_t{4} << 20;
 
-// Quantize reads its input ahead of the maximum pass twice: into L1 this many bytes ahead, and into L2 the second
-// distance ahead. This VM's hardware prefetchers alone leave the single stream far short of the memory's rate
-// (measured, f32, blocks of 4096, L1 alone, one run: 1 KiB ahead 0.58 of memcpy, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68;
-// none, another run: 0.35); the L2 prefetch further ahead added about 0.04 in a throwaway AVX-512 loop (medians of
-// nine, 0.68 against 0.64; bench/results/zeropp.md). A prefetch past the end of the input is harmless: prefetches
-// do not fault.
-constexpr size_t kQuantizePrefetchBytes = 4096;
-constexpr size_t kQuantizePrefetchL2Bytes = 16384;
-
 // x rounded to the nearest integer, ties to even. On x86 one cvtps2dq: under the default MXCSR it rounds as
 // std::nearbyint does in the scalar reference. Highway 1.0.3's NearestInt adds a round and an overflow fix-up per
 // vector (vrndscaleps, vcvttps2dq and compares) that products within ±127.5 never need. Outside x86, NearestInt.
@@ -202,8 +198,10 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
   const hn::Rebind<TU, decltype(df)> du;  // as many lanes as df: one maximum vector per coded vector
   const size_t L = hn::Lanes(df);
   const auto* p = static_cast<const TU*>(x);
-  const char* ahead = static_cast<const char*>(x) + kQuantizePrefetchBytes;
-  const char* ahead_l2 = static_cast<const char*>(x) + kQuantizePrefetchL2Bytes;
+  const size_t l1 = QuantizePrefetchSlots()[0].load(std::memory_order_relaxed);
+  const size_t l2 = QuantizePrefetchSlots()[1].load(std::memory_order_relaxed);
+  const char* ahead = static_cast<const char*>(x) + l1;
+  const char* ahead_l2 = static_cast<const char*>(x) + l2;
   const auto mask = hn::Set(du, kMask);
   const bool stream = kStreamCodes && n >= kStreamBytes;
   uint32_t next_max = MaxAbsBits<kT>(x, 0, std::min(n, block));
@@ -218,8 +216,8 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
     auto max_step = [&] {
       if (j + L <= next_end) {
         if ((j * kElemBytes) % 64 == 0) {
-          __builtin_prefetch(ahead + j * kElemBytes, 0, 3);
-          __builtin_prefetch(ahead_l2 + j * kElemBytes, 0, 2);
+          if (l1 != 0) __builtin_prefetch(ahead + j * kElemBytes, 0, 3);
+          if (l2 != 0) __builtin_prefetch(ahead_l2 + j * kElemBytes, 0, 2);
         }
         vmax = hn::Max(vmax, hn::And(hn::LoadU(du, p + j), mask));
         j += L;
@@ -396,6 +394,35 @@ HWY_AFTER_NAMESPACE();
 namespace zero::internal {
 
 HWY_EXPORT(QuantizeImpl);
+
+// Measured with the f32 kernel on blocks of 4096, 512 MiB, one thread, ratios to memcpy (bench/results/zeropp.md):
+// on the Intel Xeon VMs the hardware prefetchers alone left the single stream far short of the memory's rate (L1
+// alone, one run: 1 KiB ahead 0.58, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68; none, another run: 0.35), and an L2
+// prefetch 16 KiB ahead added about 0.04 (a throwaway AVX-512 loop, medians of nine: 0.68 against 0.64). On an
+// AMD EPYC (Zen 5) that plan reached 0.74-0.83 of memcpy and L1 alone 8 KiB ahead 0.72-1.03 (mean 0.85 over six
+// measurements against 0.77; none at all 0.62-0.76), in three invocations of the bench's QuantizePlan side by side;
+// the L2 prefetch costs there. Other AMD cores are not measured; they take Zen 5's plan.
+QuantizePrefetch DefaultQuantizePrefetch() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();  // may run before the constructors that would initialize what __builtin_cpu_is reads
+  if (__builtin_cpu_is("amd")) return {.l1_bytes = 8192, .l2_bytes = 0};
+#endif
+  return {.l1_bytes = 4096, .l2_bytes = 16384};
+}
+
+std::atomic<size_t>* QuantizePrefetchSlots() {
+  static std::atomic<size_t> slots[2] = {DefaultQuantizePrefetch().l1_bytes, DefaultQuantizePrefetch().l2_bytes};
+  return slots;
+}
+
+QuantizePrefetch CurrentQuantizePrefetch() {
+  return {.l1_bytes = QuantizePrefetchSlots()[0].load(), .l2_bytes = QuantizePrefetchSlots()[1].load()};
+}
+
+void SetQuantizePrefetch(const QuantizePrefetch& plan) {
+  QuantizePrefetchSlots()[0].store(plan.l1_bytes);
+  QuantizePrefetchSlots()[1].store(plan.l2_bytes);
+}
 HWY_EXPORT(DequantizeImpl);
 
 void QuantizeInt8Scalar(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales) {

@@ -20,11 +20,15 @@
 namespace zero {
 namespace {
 
+using internal::CurrentQuantizePrefetch;
+using internal::DefaultQuantizePrefetch;
 using internal::DequantizeInt8;
 using internal::DequantizeInt8Scalar;
 using internal::QuantBlocks;
 using internal::QuantizeInt8;
 using internal::QuantizeInt8Scalar;
+using internal::QuantizePrefetch;
+using internal::SetQuantizePrefetch;
 
 std::vector<float> Normal(size_t n, float sigma, unsigned seed) {
   std::mt19937 rng(seed);
@@ -225,6 +229,36 @@ TEST(QuantizeInt8, LargeOutputsStreamTheSameBits) {
       }
     }
   }
+}
+
+// The prefetch plan moves no bit: every plan the library picks by CPU (Intel's L1 and L2, AMD's L1 alone) and none
+// at all give the scalar reference's codes and scales on every target, streamed and not; the plan is restored.
+TEST(QuantizeInt8, EveryPrefetchPlanGivesTheSameBits) {
+  const QuantizePrefetch before = CurrentQuantizePrefetch();
+  EXPECT_EQ(before.l1_bytes, DefaultQuantizePrefetch().l1_bytes);
+  EXPECT_EQ(before.l2_bytes, DefaultQuantizePrefetch().l2_bytes);
+  for (size_t n : {size_t{100003}, (size_t{4} << 20) + 4109}) {
+    std::vector<float> x = Normal(n, 0.05f, 7);
+    x[4321] = -3e3f;
+    const std::vector<uint8_t> src = As(x, DType::kF32);
+    const size_t nb = QuantBlocks(n, 4096);
+    const auto [q_ref, s_ref, back_ref] = ScalarReference(src, DType::kF32, n, 4096);
+    for (const QuantizePrefetch plan : {QuantizePrefetch{4096, 16384}, QuantizePrefetch{8192, 0},
+                                        QuantizePrefetch{0, 0}, QuantizePrefetch{64, 1 << 20}}) {
+      SetQuantizePrefetch(plan);
+      for (const auto& target : internal::AvailableSimdTargets()) {
+        testing::SimdTargetGuard guard(target.bits);
+        std::vector<int8_t> q(n);
+        std::vector<float> s(nb);
+        QuantizeInt8(src.data(), DType::kF32, n, 4096, q.data(), s.data());
+        const std::string where = std::string(target.name) + " n " + std::to_string(n) + " L1 " +
+                                  std::to_string(plan.l1_bytes) + " L2 " + std::to_string(plan.l2_bytes);
+        ASSERT_EQ(0, std::memcmp(q.data(), q_ref.data(), n)) << where;
+        ASSERT_EQ(0, std::memcmp(s.data(), s_ref.data(), nb * sizeof(float))) << where;
+      }
+    }
+  }
+  SetQuantizePrefetch(before);
 }
 
 }  // namespace

@@ -38,6 +38,18 @@ void QuantizeInt8(const void* x, DType t, size_t n, size_t block, int8_t* q, flo
 // out[i] = q[i] · scales[i / block], rounded to t.
 void DequantizeInt8(const int8_t* q, const float* scales, size_t n, size_t block, void* out, DType t);
 
+// How far ahead of its maximum pass QuantizeInt8's vector kernels prefetch their input, in bytes, into L1 and into L2
+// (0: no prefetch at that level). A prefetch moves no result bit, only the speed: each CPU's own hardware prefetchers
+// decide what helps (measured per vendor; core/quantize.cc). The process starts with DefaultQuantizePrefetch();
+// SetQuantizePrefetch is for a benchmark comparing plans side by side in one process, between quantizes.
+struct QuantizePrefetch {
+  size_t l1_bytes = 0;
+  size_t l2_bytes = 0;
+};
+QuantizePrefetch DefaultQuantizePrefetch();
+QuantizePrefetch CurrentQuantizePrefetch();
+void SetQuantizePrefetch(const QuantizePrefetch& plan);
+
 // The scalar definitions every target matches bit for bit.
 void QuantizeInt8Scalar(const void* x, DType t, size_t n, size_t block, int8_t* q, float* scales);
 void DequantizeInt8Scalar(const int8_t* q, const float* scales, size_t n, size_t block, void* out, DType t);
