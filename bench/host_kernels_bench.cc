@@ -289,9 +289,17 @@ void Register() {
     }
     benchmark::RegisterBenchmark("Crc32c", BM_Crc32c)->Arg(4 * count);
   }
-  // The prefetch plans the library picks by CPU vendor (core/quantize.cc), and none, whatever this CPU's default.
-  for (const auto& [l1, l2] : std::vector<std::pair<int64_t, int64_t>>{{4096, 16384}, {8192, 0}, {0, 0}}) {
-    benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)->Args({static_cast<int64_t>(kLarge), l1, l2});
+  // The prefetch plans the library picks by CPU vendor (core/quantize.cc), each level alone at both distances, and
+  // none, whatever this CPU's default.
+  using zero::internal::kQuantizePrefetchL1L2, zero::internal::kQuantizePrefetchL1Only;
+  for (const auto& [l1, l2] :
+       std::vector<std::pair<size_t, size_t>>{{kQuantizePrefetchL1L2.l1_bytes, kQuantizePrefetchL1L2.l2_bytes},
+                                              {kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1Only.l2_bytes},
+                                              {kQuantizePrefetchL1L2.l1_bytes, 0},
+                                              {kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1L2.l2_bytes},
+                                              {0, 0}}) {
+    benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)
+        ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(l1), static_cast<int64_t>(l2)});
   }
   // The large size on every hardware thread at once, against the same bounds at the same thread count (real time:
   // Google Benchmark divides the summed bytes by one thread's wall time).

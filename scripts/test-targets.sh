@@ -10,8 +10,8 @@
 #                      `auto`: OpenBLAS's own pick for this CPU, with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset
 #                      (a machine image may set them: a user's machine of the same CPU then runs another kernel);
 #                      skipped where the environment sets neither (the other runs had OpenBLAS's own pick)
-#     --product        every target with every OpenBLAS kernel (default: each target with the CPU's own OpenBLAS
-#                      kernel, then each OpenBLAS kernel with the CPU's best target)
+#     --product        every target with every OpenBLAS kernel (default: each target with the environment's OpenBLAS
+#                      kernel, OpenBLAS's own pick unless OPENBLAS_CORETYPE is set, then each OpenBLAS kernel with the CPU's best target)
 #     --full           the whole suite through scripts/test.sh instead of the tolerance tests (Highway targets only)
 #     --no-build       use build/ as it is
 # Prints the CPU and, per run, the target and kernel; at the end a table of runs (tests, failures, seconds) and,
@@ -67,12 +67,12 @@ blas_env() {
 blas_core() {
   # shellcheck disable=SC2046  # blas_env's words are env's arguments
   env $(blas_env "$1") OPENBLAS_VERBOSE=2 build/bin/gpt_model_test --gtest_filter='GptOpsTest.Matmul*' 2>&1 |
-    sed -n 's/^Core: //p' | head -1
+    sed -n 's/^Core: //p' | head -1 || true  # a failing or missing test binary: no name, not an exit
 }
 native=""
 if [[ -x build/bin/gpt_model_test ]]; then native=$(blas_core ""); fi
 
-runs=()  # "target|blas" (blas empty: the CPU's own kernel)
+runs=()  # "target|blas" (blas empty: the environment's kernel; auto: OpenBLAS's own pick)
 if [[ $full == 1 ]]; then
   for t in $targets; do runs+=("$t|"); done
 elif [[ $product == 1 ]]; then
@@ -93,16 +93,17 @@ for run in "${runs[@]}"; do
   if [[ $b == auto ]]; then
     if [[ -z "${OPENBLAS_CORETYPE:-}${OPENBLAS_L2_SIZE:-}" ]]; then
       echo "== run $i/${#runs[@]}: OpenBLAS's own pick: the environment sets no OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE, so the runs above had it; skipped"
-      summary+=("$(printf '%-8s %-12s %s' "$t" auto "skipped: the environment's kernel is OpenBLAS's own")")
+      summary+=("$(printf '%-8s %-15s %s' "$t" auto "skipped: the environment's kernel is OpenBLAS's own")")
       continue
     fi
-    label="$(blas_core auto)/own"
+    own=$(blas_core auto)
+    label="${own:-?}/own"
     kernel="$label (OpenBLAS's own pick; the environment's: ${OPENBLAS_CORETYPE:-its pick}, L2 ${OPENBLAS_L2_SIZE:-read})"
   elif [[ -n "$b" ]]; then
     kernel=$(blas_core "$b")
     if [[ "$kernel" != "$b" ]]; then
       echo "== run $i/${#runs[@]}: OPENBLAS_CORETYPE=$b is not a kernel OpenBLAS runs here (it chose '${kernel:-?}'); skipped"
-      summary+=("$(printf '%-8s %-12s %s' "$t" "$b" "skipped: OpenBLAS chose '${kernel:-?}'")")
+      summary+=("$(printf '%-8s %-15s %s' "$t" "$b" "skipped: OpenBLAS chose '${kernel:-?}'")")
       continue
     fi
   fi
@@ -122,12 +123,12 @@ for run in "${runs[@]}"; do
   fi
   [[ $status == 0 ]] || rc=1
   counts=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1 || true)
-  summary+=("$(printf '%-8s %-12s %-50s %5d s' "$t" "${label:-$kernel}" "${counts:-no ctest summary (exit $status)}" $((SECONDS - start)))")
+  summary+=("$(printf '%-8s %-15s %-50s %5d s' "$t" "${label:-$kernel}" "${counts:-no ctest summary (exit $status)}" $((SECONDS - start)))")
 done
 
 echo
 echo "== runs on ${cpu:-unknown} (logs: $logs/)"
-printf '%-8s %-12s %-50s %s\n' target OpenBLAS result time
+printf '%-8s %-15s %-50s %s\n' target OpenBLAS result time
 printf '%s\n' "${summary[@]}"
 if [[ $full == 0 ]]; then
   echo

@@ -616,12 +616,21 @@ int main(int argc, char** argv) {
     case Parsed::kRun: break;
   }
   const bool launched = zero::Communicator::Launched();
-  // Any launcher's world (torchrun's WORLD_SIZE, OpenMPI's, Slurm's): N copies of the lone trainer would each train
-  // the whole batch and write the same files.
-  if (!flags.zero && (flags.world != 1 || (launched && zero::Communicator::LaunchedWorldSize() > 1))) {
+  if (!flags.zero && flags.world != 1) {
     std::fprintf(stderr,
                  "zero-flat-trainer: without --zero the trainer runs alone on the whole batch: use --world 1 "
                  "(or --zero to split the batch over ranks)\n");
+    return 2;
+  }
+  // Any launcher's world (torchrun's WORLD_SIZE, OpenMPI's, Slurm's): N copies of the lone trainer would each train
+  // the whole batch and write the same files. A launch whose variables do not read (world 0) is refused too.
+  if (const int launched_world = zero::Communicator::LaunchedWorldSize();
+      !flags.zero && launched && launched_world != 1) {
+    std::fprintf(stderr,
+                 "zero-flat-trainer: without --zero the trainer runs alone on the whole batch, but a launcher started "
+                 "it as one of %s: start one process, or use --zero to split the batch over the ranks\n",
+                 launched_world > 1 ? (std::to_string(launched_world) + " ranks").c_str()
+                                    : "several ranks (its variables do not read: --zero says why)");
     return 2;
   }
   std::vector<zero::Status> results;

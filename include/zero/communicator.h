@@ -205,8 +205,8 @@ class Communicator {
   // defaults to, and what a trainer divides the host's cores by.
   static int LaunchedLocalWorldSize();
   // The ranks in the launched job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS, as FromEnv reads them); 0
-  // where no launcher started this process or its variables do not read. A trainer that runs alone unless told
-  // otherwise checks this, whichever launcher started it.
+  // where no launcher started this process or its variables do not read (FromEnv says why). A trainer that runs
+  // alone unless told otherwise checks this, whichever launcher started it.
   static int LaunchedWorldSize();
 
  private:

@@ -215,7 +215,8 @@ struct EngineOptions {
   // Ranks sharing this host's cores (N thread-ranks in one process, or the launcher's count). Also the host of
   // StepResult::intra_host_bytes, zero_hpz_partition_size and qgZ's two hops: ranks are laid out host by host,
   // each host this many consecutive ranks (0: Communicator::LaunchedLocalWorldSize, from LOCAL_WORLD_SIZE,
-  // OMPI_COMM_WORLD_LOCAL_SIZE or Slurm's tasks per node; else 1).
+  // OMPI_COMM_WORLD_LOCAL_SIZE or Slurm's tasks per node; else 1). Where it is the launcher's count and hpZ, qgZ
+  // or hybrid sharding is on, Create checks that OpenMPI or Slurm numbered the ranks host by host.
   int local_world_size = 0;
   // A trainer's own element-wise optimizer; when null, the config's "optimizer" section is used. (Host engine
   // only: the CUDA engine runs the built-in Adam/AdamW/SGD.)

@@ -400,18 +400,19 @@ HWY_EXPORT(QuantizeImpl);
 // alone, one run: 1 KiB ahead 0.58, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68; none, another run: 0.35), and an L2
 // prefetch 16 KiB ahead added about 0.04 (a throwaway AVX-512 loop, medians of nine: 0.68 against 0.64). On an
 // AMD EPYC (Zen 5) that plan reached 0.74-0.83 of memcpy and L1 alone 8 KiB ahead 0.72-1.03 (mean 0.85 over six
-// measurements against 0.77; none at all 0.62-0.76), in three invocations of the bench's QuantizePlan side by side;
-// the L2 prefetch costs there. Other AMD cores are not measured; they take Zen 5's plan.
+// measurements against 0.77; none at all 0.62-0.76), in three invocations of the bench's QuantizePlan side by side
+// (bench/results/zeropp.md, which has each level's part). Other AMD cores are not measured; they take Zen 5's plan.
 QuantizePrefetch DefaultQuantizePrefetch() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // may run before the constructors that would initialize what __builtin_cpu_is reads
-  if (__builtin_cpu_is("amd")) return {.l1_bytes = 8192, .l2_bytes = 0};
+  if (__builtin_cpu_is("amd")) return kQuantizePrefetchL1Only;
 #endif
-  return {.l1_bytes = 4096, .l2_bytes = 16384};
+  return kQuantizePrefetchL1L2;
 }
 
 std::atomic<size_t>* QuantizePrefetchSlots() {
-  static std::atomic<size_t> slots[2] = {DefaultQuantizePrefetch().l1_bytes, DefaultQuantizePrefetch().l2_bytes};
+  static const QuantizePrefetch initial = DefaultQuantizePrefetch();
+  static std::atomic<size_t> slots[2] = {initial.l1_bytes, initial.l2_bytes};
   return slots;
 }
 

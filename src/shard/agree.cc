@@ -105,16 +105,17 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
     const HostPlace& p = all[r];
     if (p.local_rank < 0 || p.local_rank == r % L) continue;
     const char* var = p.launcher == 1 ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID";
-    return absl::FailedPreconditionError(
-        absl::StrCat(key, ": the launcher did not number the ranks host by host: rank ", r, " is local rank ",
-                     p.local_rank, " of its host (", var, ") where ",
-                     hpz   ? "hpZ's host groups"
-                     : qgz ? "qgZ's first hop"
-                           : "the hosts that hybrid sharding's groups of consecutive ranks are laid over",
-                     " of ", L, " consecutive ranks put it at ", r % L, ", so a ", hpz || qgz ? "group" : "shard group",
-                     " would span hosts and its traffic cross them. Launch the ranks in blocks (",
-                     p.launcher == 1 ? "mpirun --map-by slot" : "srun --distribution=block",
-                     "), or give EngineOptions::local_world_size for a numbering of your own"));
+    const std::string where =
+        hpz || qgz
+            ? absl::StrCat(hpz ? "hpZ's host groups" : "qgZ's first hop", " of ", L, " consecutive ranks")
+            : absl::StrCat("hosts of ", L, " consecutive ranks, which hybrid sharding's shard groups are laid over,");
+    return absl::FailedPreconditionError(absl::StrCat(
+        key, ": the launcher did not number the ranks host by host: rank ", r, " is local rank ", p.local_rank,
+        " of its host (", var, ") where ", where, " put it at ", r % L, ", so a ", hpz || qgz ? "group" : "shard group",
+        " would span hosts and its traffic cross them. Launch the ranks in blocks (",
+        p.launcher == 1 ? "mpirun --map-by slot" : "srun --distribution=block", ")",
+        // hpZ and qgZ take their hosts from the count; hybrid's groups are mics_shard_size ranks whatever it is.
+        hpz || qgz ? ", or give EngineOptions::local_world_size for a numbering of your own" : ""));
   }
   return absl::OkStatus();
 }

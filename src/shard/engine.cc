@@ -91,10 +91,12 @@ Status Engine::Impl::Init() {
   // The config (the same on every rank, checked above) decides whether every rank checks the hosts or none does.
   const bool hpz = ctx.policy.hpz > 1;
   const bool qgz = ctx.policy.qgz_bits > 0 && !ctx.hybrid();
-  if (hpz || qgz || ctx.hybrid()) {
+  // Hybrid shard groups of one rank (mics_shard_size 1: plain data parallelism) cannot span hosts.
+  const bool hybrid = ctx.hybrid() && ctx.cfg.zero.mics_shard_size > 1;
+  if (hpz || qgz || hybrid) {
     ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
         world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host), hpz,
-        qgz, ctx.hybrid()));
+        qgz, hybrid));
   }
   ZERO_RETURN_IF_ERROR(step.Init());
   ctx.policy.optimizer_states = static_cast<int>(step.optimizer().StateNames().size());

@@ -237,13 +237,17 @@ TEST(QuantizeInt8, EveryPrefetchPlanGivesTheSameBits) {
   const QuantizePrefetch before = CurrentQuantizePrefetch();
   EXPECT_EQ(before.l1_bytes, DefaultQuantizePrefetch().l1_bytes);
   EXPECT_EQ(before.l2_bytes, DefaultQuantizePrefetch().l2_bytes);
+  struct Restore {  // the process's plan back, even after a failed assertion
+    QuantizePrefetch plan;
+    ~Restore() { SetQuantizePrefetch(plan); }
+  } restore{before};
   for (size_t n : {size_t{100003}, (size_t{4} << 20) + 4109}) {
     std::vector<float> x = Normal(n, 0.05f, 7);
     x[4321] = -3e3f;
     const std::vector<uint8_t> src = As(x, DType::kF32);
     const size_t nb = QuantBlocks(n, 4096);
     const auto [q_ref, s_ref, back_ref] = ScalarReference(src, DType::kF32, n, 4096);
-    for (const QuantizePrefetch plan : {QuantizePrefetch{4096, 16384}, QuantizePrefetch{8192, 0},
+    for (const QuantizePrefetch plan : {internal::kQuantizePrefetchL1L2, internal::kQuantizePrefetchL1Only,
                                         QuantizePrefetch{0, 0}, QuantizePrefetch{64, 1 << 20}}) {
       SetQuantizePrefetch(plan);
       for (const auto& target : internal::AvailableSimdTargets()) {
@@ -258,7 +262,6 @@ TEST(QuantizeInt8, EveryPrefetchPlanGivesTheSameBits) {
       }
     }
   }
-  SetQuantizePrefetch(before);
 }
 
 }  // namespace

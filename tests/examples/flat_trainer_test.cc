@@ -97,9 +97,13 @@ TEST(FlatTrainer, RefusesSeveralRanksWithoutZero) {
        {"RANK=0 WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2", "SLURM_PROCID=0 SLURM_NTASKS=2"}) {
     const TrainerRun launched = RunTrainer("", absl::StrCat("env ", vars, " "));
     EXPECT_NE(launched.status, 0) << vars;
-    EXPECT_NE(launched.output.find("--world 1"), std::string::npos) << vars << ": " << launched.output;
+    EXPECT_NE(launched.output.find("as one of 2 ranks"), std::string::npos) << vars << ": " << launched.output;
     EXPECT_TRUE(launched.losses.empty()) << vars << ": " << launched.output;
   }
+  // A launch whose variables do not read is no lone run either.
+  const TrainerRun unread = RunTrainer("", "env RANK=0 WORLD_SIZE=2 MASTER_PORT=99999 ");
+  EXPECT_NE(unread.status, 0);
+  EXPECT_NE(unread.output.find("do not read"), std::string::npos) << unread.output;
   // A launched world of one is the lone trainer.
   const TrainerRun one = RunTrainer("", "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 ");
   EXPECT_EQ(one.status, 0) << one.output;

@@ -41,6 +41,7 @@ namespace {
 
 using testing::Borrow;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::TrainConfig;
 
 constexpr int kPerHost = 2;
@@ -434,6 +435,8 @@ TEST(HostLayoutTest, BlocksPassOtherNumberingsAndUnequalHostsAreRefused) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("zero_optimization.mics_shard_size"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank 1 is local rank 0 of its host"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("a shard group would span hosts"));
+    // The advice fits hybrid: its groups do not follow EngineOptions::local_world_size.
+    EXPECT_THAT(std::string(s.message()), Not(HasSubstr("local_world_size")));
   }
   // hpZ's key first where both group by host (hybrid with hpZ is refused by the config; the decision stays one).
   EXPECT_THAT(std::string(HostLayoutStatus(places({0, 0, 1, 1}, 2, 1), true, false, true).message()),
@@ -475,6 +478,9 @@ TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
       } else {
         c.zero.mics_shard_size = 2;  // hybrid sharding: shard groups {0, 1} and {2, 3}
       }
+      // Shard groups of one rank (plain data parallelism) cannot span hosts: never refused.
+      Config one = TrainConfig(3, 1);
+      one.zero.mics_shard_size = 1;
       testing::RunRanks(4, [&](Communicator& comm, int) {
         auto e = Engine::Create(c, Borrow(comm), EngineOptions{});
         if (std::string(local) == "1") {
@@ -489,6 +495,9 @@ TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
         auto passed_on = Engine::Create(c, Borrow(comm), PerHost(2));
         EXPECT_EQ(passed_on.ok(), std::string(local) == "1") << passed_on.status();
         EXPECT_OK(Engine::Create(c, Borrow(comm), PerHost(4)).status());
+        if (std::string(grouping) == "hybrid") {
+          EXPECT_OK(Engine::Create(one, Borrow(comm), EngineOptions{}).status());
+        }
       });
       for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
       ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");

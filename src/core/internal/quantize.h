@@ -46,6 +46,9 @@ struct QuantizePrefetch {
   size_t l1_bytes = 0;
   size_t l2_bytes = 0;
 };
+// The plans DefaultQuantizePrefetch picks: Intel's (and any CPU not AMD's), AMD's.
+inline constexpr QuantizePrefetch kQuantizePrefetchL1L2{.l1_bytes = 4096, .l2_bytes = 16384};
+inline constexpr QuantizePrefetch kQuantizePrefetchL1Only{.l1_bytes = 8192, .l2_bytes = 0};
 QuantizePrefetch DefaultQuantizePrefetch();
 QuantizePrefetch CurrentQuantizePrefetch();
 void SetQuantizePrefetch(const QuantizePrefetch& plan);

@@ -41,10 +41,10 @@ struct HostPlace {
 // EngineOptions::local_world_size is 0 or that count); else local_rank -1.
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host);
 // Decides from every rank's place (`all`, in rank order) whether the hosts that hpZ (`hpz`), qgZ's two hops
-// (`qgz`, not under hybrid sharding) and hybrid sharding (`hybrid`: its shard groups of mics_shard_size
-// consecutive ranks lie inside hosts or are made of whole ones, its replicas' all-reduce crosses them) assume are
-// the hosts the ranks run on: kFailedPrecondition naming the key (hpZ's, else qgZ's, else mics_shard_size) when
-// the ranks take different hop layouts for qgZ (their ranks per host differ) or differ in ranks per host under
+// (`qgz`, not under hybrid sharding) and hybrid sharding (`hybrid`: its shard groups of mics_shard_size > 1
+// consecutive ranks are meant to lie inside hosts or be made of whole ones, its replicas' all-reduce to cross them)
+// assume are the hosts the ranks run on: kFailedPrecondition naming the key (hpZ's, else qgZ's, else mics_shard_size)
+// when the ranks take different hop layouts for qgZ (their ranks per host differ) or differ in ranks per host under
 // hpZ, or when a rank that the launcher placed at local rank l sits at another place of its consecutive group (the
 // groups would span hosts and their traffic cross them). Hybrid sharding alone checks places only where every rank
 // has the same count. The same on every rank for the same `all`.
