@@ -399,9 +399,9 @@ HWY_EXPORT(QuantizeImpl);
 // on the Intel Xeon VMs the hardware prefetchers alone left the single stream far short of the memory's rate (L1
 // alone, one run: 1 KiB ahead 0.58, 2 KiB 0.65, 4 KiB 0.70, 8 KiB 0.68; none, another run: 0.35), and an L2
 // prefetch 16 KiB ahead added about 0.04 (a throwaway AVX-512 loop, medians of nine: 0.68 against 0.64). On an
-// AMD EPYC (Zen 5) that plan reached 0.74-0.83 of memcpy and L1 alone 8 KiB ahead 0.72-1.03 (mean 0.85 over six
-// measurements against 0.77; none at all 0.62-0.76), in three invocations of the bench's QuantizePlan side by side
-// (bench/results/zeropp.md, which has each level's part). Other AMD cores are not measured; they take Zen 5's plan.
+// AMD EPYC (Zen 5) that plan reached means of 0.77 and 0.79 of memcpy in two runs of the bench's QuantizePlan side by
+// side, L1 alone 8 KiB ahead 0.85 and 0.81 (none at all 0.68 and 0.72; each level's part and three more comparisons,
+// all favouring it by 0.01-0.13: bench/results/zeropp.md). Other AMD cores are not measured; they take Zen 5's plan.
 QuantizePrefetch DefaultQuantizePrefetch() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();  // may run before the constructors that would initialize what __builtin_cpu_is reads
