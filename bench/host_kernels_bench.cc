@@ -34,7 +34,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "checkpoint/internal/crc32c.h"
@@ -291,15 +290,13 @@ void Register() {
   }
   // The prefetch plans the library picks by CPU vendor (core/quantize.cc), each level alone at both distances, and
   // none, whatever this CPU's default.
-  using zero::internal::kQuantizePrefetchL1L2, zero::internal::kQuantizePrefetchL1Only;
-  for (const auto& [l1, l2] :
-       std::vector<std::pair<size_t, size_t>>{{kQuantizePrefetchL1L2.l1_bytes, kQuantizePrefetchL1L2.l2_bytes},
-                                              {kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1Only.l2_bytes},
-                                              {kQuantizePrefetchL1L2.l1_bytes, 0},
-                                              {kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1L2.l2_bytes},
-                                              {0, 0}}) {
+  using zero::internal::QuantizePrefetch, zero::internal::kQuantizePrefetchL1L2,
+      zero::internal::kQuantizePrefetchL1Only;
+  for (const QuantizePrefetch& p :
+       {kQuantizePrefetchL1L2, kQuantizePrefetchL1Only, QuantizePrefetch{kQuantizePrefetchL1L2.l1_bytes, 0},
+        QuantizePrefetch{kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1L2.l2_bytes}, QuantizePrefetch{0, 0}}) {
     benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)
-        ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(l1), static_cast<int64_t>(l2)});
+        ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(p.l1_bytes), static_cast<int64_t>(p.l2_bytes)});
   }
   // The large size on every hardware thread at once, against the same bounds at the same thread count (real time:
   // Google Benchmark divides the summed bytes by one thread's wall time).

@@ -34,10 +34,6 @@
 #define ZERO_CORE_QUANTIZE_SHARED_
 namespace zero::internal {
 
-// The plan QuantizeLoop reads at each call (QuantizePrefetch: l1_bytes, l2_bytes). A prefetch past the end of the
-// input is harmless: prefetches do not fault.
-std::atomic<size_t>* QuantizePrefetchSlots();
-
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
 constexpr uint32_t kMinNormalBits = 0x00800000u;  // FLT_MIN
 constexpr uint32_t kMaxFiniteBits = 0x7F7FFFFFu;  // FLT_MAX
@@ -198,8 +194,8 @@ HWY_NOINLINE void QuantizeLoop(const void* x, size_t n, size_t block, int8_t* q,
   const hn::Rebind<TU, decltype(df)> du;  // as many lanes as df: one maximum vector per coded vector
   const size_t L = hn::Lanes(df);
   const auto* p = static_cast<const TU*>(x);
-  const size_t l1 = QuantizePrefetchSlots()[0].load(std::memory_order_relaxed);
-  const size_t l2 = QuantizePrefetchSlots()[1].load(std::memory_order_relaxed);
+  // The plan, read once per call (a prefetch past the end of the input is harmless: prefetches do not fault).
+  const auto [l1, l2] = CurrentQuantizePrefetch();
   const char* ahead = static_cast<const char*>(x) + l1;
   const char* ahead_l2 = static_cast<const char*>(x) + l2;
   const auto mask = hn::Set(du, kMask);
@@ -410,11 +406,13 @@ QuantizePrefetch DefaultQuantizePrefetch() {
   return kQuantizePrefetchL1L2;
 }
 
+namespace {
 std::atomic<size_t>* QuantizePrefetchSlots() {
   static const QuantizePrefetch initial = DefaultQuantizePrefetch();
   static std::atomic<size_t> slots[2] = {initial.l1_bytes, initial.l2_bytes};
   return slots;
 }
+}  // namespace
 
 QuantizePrefetch CurrentQuantizePrefetch() {
   return {.l1_bytes = QuantizePrefetchSlots()[0].load(), .l2_bytes = QuantizePrefetchSlots()[1].load()};

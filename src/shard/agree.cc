@@ -80,6 +80,8 @@ HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_siz
 Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, bool hybrid) {
   const int world = static_cast<int>(all.size());
   if (!hpz && !qgz && !hybrid) return absl::OkStatus();  // nothing groups ranks by host
+  // hpZ's groups and qgZ's hops follow the ranks-per-host count; hybrid's shard groups are mics_shard_size ranks.
+  const bool by_count = hpz || qgz;
   const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
                     : qgz ? "zero_optimization.zero_quantized_gradients"
                           : "zero_optimization.mics_shard_size";
@@ -92,7 +94,7 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
     if (group_of(r) == group_of(0)) continue;
     // Hybrid sharding's groups are mics_shard_size consecutive ranks whatever the hosts hold: hosts of unequal
     // counts cannot be told from the counts alone, and nothing is checked.
-    if (!hpz && !qgz) return absl::OkStatus();
+    if (!by_count) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
         key, ": the ranks disagree on the ranks per host (rank 0 has ", all[0].ranks_per_host, ", rank ", r, " has ",
         all[r].ranks_per_host, hpz ? "" : ", so they would take different hops",
@@ -106,16 +108,15 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
     if (p.local_rank < 0 || p.local_rank == r % L) continue;
     const char* var = p.launcher == 1 ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID";
     const std::string where =
-        hpz || qgz
+        by_count
             ? absl::StrCat(hpz ? "hpZ's host groups" : "qgZ's first hop", " of ", L, " consecutive ranks")
             : absl::StrCat("hosts of ", L, " consecutive ranks, which hybrid sharding's shard groups are laid over,");
     return absl::FailedPreconditionError(absl::StrCat(
         key, ": the launcher did not number the ranks host by host: rank ", r, " is local rank ", p.local_rank,
-        " of its host (", var, ") where ", where, " put it at ", r % L, ", so a ", hpz || qgz ? "group" : "shard group",
+        " of its host (", var, ") where ", where, " put it at ", r % L, ", so a ", by_count ? "group" : "shard group",
         " would span hosts and its traffic cross them. Launch the ranks in blocks (",
         p.launcher == 1 ? "mpirun --map-by slot" : "srun --distribution=block", ")",
-        // hpZ and qgZ take their hosts from the count; hybrid's groups are mics_shard_size ranks whatever it is.
-        hpz || qgz ? ", or give EngineOptions::local_world_size for a numbering of your own" : ""));
+        by_count ? ", or give EngineOptions::local_world_size for a numbering of your own" : ""));
   }
   return absl::OkStatus();
 }
