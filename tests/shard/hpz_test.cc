@@ -34,6 +34,7 @@
 #include "zero/config.h"
 #include "zero/engine.h"
 #include "zero/estimate.h"
+#include "zero/logging.h"
 #include "zero/memory.h"
 
 namespace zero {
@@ -501,6 +502,50 @@ TEST(HostLayoutTest, EngineRefusesRanksNotNumberedHostByHost) {
       });
       for (const auto& [k, v] : vars) ::unsetenv(k.c_str());
       ::unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    }
+  }
+}
+
+// Hybrid shard groups that straddle hosts (neither mics_shard_size nor the ranks per host divides the other) work,
+// and rank 0 says so once per engine, naming the first such group; groups inside a host or of whole hosts are not
+// mentioned.
+TEST(HostLayoutTest, HybridGroupsThatStraddleHostsAreSaid) {
+  struct Case {
+    int shard, per_host;
+    const char* said;  // nullptr: nothing said
+  };
+  const Case cases[] = {
+      {2, 3,
+       "shard groups of 2 consecutive ranks over hosts of 3 ranks: neither size divides the other, so shard "
+       "groups straddle hosts (the first: ranks 2-3)"},
+      {3, 2,
+       "shard groups of 3 consecutive ranks over hosts of 2 ranks: neither size divides the other, so shard "
+       "groups straddle hosts (the first: ranks 0-2)"},
+      {2, 2, nullptr},  // each group inside a host
+      {3, 3, nullptr},
+      {2, 6, nullptr},  // one host
+      {3, 1, nullptr},  // no count: nothing known of the hosts
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(absl::StrCat("mics_shard_size ", k.shard, ", ", k.per_host, " ranks per host"));
+    std::vector<std::string> lines;
+    absl::Mutex mu;
+    SetLogSink([&](LogLevel, std::string_view line) {
+      absl::MutexLock lock(&mu);
+      lines.emplace_back(line);
+    });
+    Config c = TrainConfig(3, 1);
+    c.zero.mics_shard_size = k.shard;
+    testing::RunRanks(
+        6, [&](Communicator& comm, int) { EXPECT_OK(Engine::Create(c, Borrow(comm), PerHost(k.per_host)).status()); });
+    SetLogSink(nullptr);
+    int said = 0;
+    for (const std::string& l : lines) said += l.find("straddle") != std::string::npos;
+    if (k.said == nullptr) {
+      EXPECT_EQ(said, 0);
+    } else {
+      EXPECT_EQ(said, 1);  // rank 0 only
+      EXPECT_THAT(lines, ::testing::Contains(HasSubstr(k.said)));
     }
   }
 }
