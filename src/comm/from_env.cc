@@ -134,6 +134,22 @@ int SlurmTasksOnNode(const std::string& list, int node) {
   return found;
 }
 
+std::string LaunchHint(const LaunchEnv& launch) {
+  for (const Source& src : kSources) {
+    if (launch.source != src.name) continue;
+    std::string hint = absl::StrCat(" [this process is rank ", launch.rank, " of ", launch.world_size, " by ", src.rank,
+                                    " and ", src.size, "]");
+    // A batch script is one process, and Slurm gives it its allocation's task count as rank 0; only srun starts
+    // the tasks.
+    if (launch.source == "slurm" && launch.rank == 0) {
+      absl::StrAppend(&hint, " [if this is an sbatch script run without srun: it is one process, which Slurm's ",
+                      "variables call rank 0 of SLURM_NTASKS; start the ranks with srun]");
+    }
+    return hint;
+  }
+  return "";
+}
+
 bool HasLauncherRank(const EnvLookup& env) {
   for (const Source& src : kSources) {
     if (env(src.rank)) return true;
@@ -256,11 +272,13 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
   if (opts.hostname.empty() && internal::IsLoopbackHost(launch.master_addr)) opts.hostname = "127.0.0.1";
   ZERO_LOG(DEBUG) << "FromEnv: rank " << launch.rank << " of " << launch.world_size << " (" << launch.source
                   << "), local rank " << launch.local_rank;
-  if (backend == Backend::kNccl) {
-    opts.device = launch.local_rank;
-    return CreateNccl(std::move(store), launch.rank, launch.world_size, opts);
-  }
-  return CreateGloo(std::move(store), launch.rank, launch.world_size, opts);
+  if (backend == Backend::kNccl) opts.device = launch.local_rank;
+  StatusOr<std::shared_ptr<Communicator>> comm =
+      backend == Backend::kNccl ? CreateNccl(std::move(store), launch.rank, launch.world_size, opts)
+                                : CreateGloo(std::move(store), launch.rank, launch.world_size, opts);
+  // A rank that never came: say which variables made this process expect it.
+  if (comm.ok() || !absl::IsDeadlineExceeded(comm.status())) return comm;
+  return Status(comm.status().code(), absl::StrCat(comm.status().message(), internal::LaunchHint(launch)));
 }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const Config& config,

@@ -13,8 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/internal/env.h"
+#include "support/files.h"
 #include "support/status_matchers.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
@@ -24,6 +26,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::zero::testing::StatusIs;
 
 internal::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
@@ -346,6 +349,46 @@ TEST(CommEnv, JobIdSources) {
   EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"SLURM_JOB_ID", "77"}, {"TORCHELASTIC_RUN_ID", "t"}})), "t");
   EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"ZERO_JOB_ID", "z"}, {"TORCHELASTIC_RUN_ID", "t"}})), "z");
   EXPECT_EQ(internal::JobIdFromEnv(FakeEnv({{"ZERO_JOB_ID", ""}, {"TORCHELASTIC_RUN_ID", "t"}})), "t");
+}
+
+// A rendezvous whose other ranks never come names the variables that made this process expect them; under Slurm,
+// rank 0 (what a batch script run without srun reads itself as: SLURM_PROCID=0, SLURM_NTASKS of the allocation)
+// is told to start the ranks with srun.
+TEST(FromEnv, ARankThatNeverCameNamesTheLauncherVariables) {
+  const char* const kAll[] = {"RANK",         "WORLD_SIZE",         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                              "SLURM_PROCID", "SLURM_NTASKS",       "ZERO_STORE_DIR",       "MASTER_ADDR",
+                              "MASTER_PORT",  "ZERO_COMM_TIMEOUT_S"};
+  const struct {
+    std::map<std::string, std::string> vars;
+    const char* named;
+    bool srun;
+  } cases[] = {
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}, "rank 0 of 2 by SLURM_PROCID and SLURM_NTASKS", true},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "rank 0 of 2 by RANK and WORLD_SIZE", false},
+      {{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+       "rank 0 of 2 by OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE",
+       false},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.named);
+    for (const char* v : kAll) ::unsetenv(v);
+    for (const auto& [k, v] : c.vars) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("ZERO_STORE_DIR", testing::MakeTempDir("from_env_alone").c_str(), 1);
+    ::setenv("ZERO_COMM_TIMEOUT_S", "0.3", 1);
+    auto comm = Communicator::FromEnv(Backend::kGloo);
+    for (const char* v : kAll) ::unsetenv(v);
+    ASSERT_FALSE(comm.ok());
+    EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
+    EXPECT_THAT(std::string(comm.status().message()), HasSubstr(c.named));
+    EXPECT_EQ(absl::StrContains(comm.status().message(), "start the ranks with srun"), c.srun) << comm.status();
+  }
+  // Slurm's other ranks were started by srun: no batch script to blame.
+  internal::LaunchEnv one;
+  one.source = "slurm";
+  one.rank = 1;
+  one.world_size = 2;
+  EXPECT_THAT(internal::LaunchHint(one), AllOf(HasSubstr("rank 1 of 2"), Not(HasSubstr("srun"))));
+  EXPECT_EQ(internal::LaunchHint(internal::LaunchEnv{}), "");
 }
 
 // FromEnv(backend, config): the config's comm_timeout_s is the communicator's timeout.

@@ -62,6 +62,9 @@ struct LaunchEnv {
 StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 // Whether a launcher's rank variable is set (Communicator::Launched).
 bool HasLauncherRank(const EnvLookup& env);
+// What FromEnv appends to a rendezvous that timed out: the variables that gave this process its rank and world
+// size, and under Slurm on rank 0 the likeliest cause (a batch script run without srun); "" without a launcher.
+std::string LaunchHint(const LaunchEnv& launch);
 // Slurm's tasks on node `node` from a SLURM_TASKS_PER_NODE-style list ("2(x3),1": 2 on nodes 0-2, 1 on node 3);
 // 0 when the list does not parse or has no such node.
 int SlurmTasksOnNode(const std::string& list, int node);
