@@ -13,6 +13,8 @@
 //   Quantize/<type>/n       n * size(type) read, n int8 + n/4096 scales written (ZeRO++'s wire format, blocks of 4096)
 //   QuantizePlan/f32/n/L1/L2  Quantize/f32 with its input prefetched L1 and L2 bytes ahead (0: not at that level):
 //                           the plans core/quantize.cc picks by CPU vendor, side by side (the label names the default)
+//   QuantizeBlock/f32/n/B   Quantize/f32 in blocks of B elements (n/B scales written): a smaller block's cost
+//   DequantizeBlock/f32/n/B Dequantize/f32 from blocks of B elements
 //   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
 //   Crc32c/bytes            bytes read, checksummed in the checkpoint's 1 MiB blocks (ReadSum: its bound)
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
@@ -107,19 +109,25 @@ void BM_Cast(benchmark::State& state, DType from, DType to) {
 
 constexpr size_t kQuantBlock = 4096;
 
-void BM_Quantize(benchmark::State& state, DType t) {
+void RunQuantize(benchmark::State& state, DType t, size_t block) {
   const size_t n = static_cast<size_t>(state.range(0));
   const void* x = Source(t, n, Slot(state, static_cast<int>(t)));
   auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
-  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, kQuantBlock) * 4));
+  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, block) * 4));
   for (auto _ : state) {
-    zero::internal::QuantizeInt8(x, t, n, kQuantBlock, q, scales);
+    zero::internal::QuantizeInt8(x, t, n, block, q, scales);
     benchmark::ClobberMemory();
   }
-  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, kQuantBlock) * 4;
+  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, block) * 4;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(zero::internal::ActiveSimdTarget());
 }
+
+void BM_Quantize(benchmark::State& state, DType t) { RunQuantize(state, t, kQuantBlock); }
+
+// Quantize f32 in blocks of another size (args: n, block): what a smaller zero_quantized_weights_block_size costs
+// the coder, on the same buffers as Quantize/f32 (each block's maximum, scale and tail are per-block work).
+void BM_QuantizeBlock(benchmark::State& state) { RunQuantize(state, DType::kF32, static_cast<size_t>(state.range(1))); }
 
 // Quantize f32 under another prefetch plan (args: n, L1 bytes ahead, L2 bytes ahead), the process's own restored
 // after: the plans side by side in one run, on the same buffers as Quantize/f32.
@@ -133,20 +141,27 @@ void BM_QuantizePlan(benchmark::State& state) {
                  std::to_string(own.l1_bytes) + " L2 " + std::to_string(own.l2_bytes));
 }
 
-void BM_Dequantize(benchmark::State& state, DType t) {
+void RunDequantize(benchmark::State& state, DType t, size_t block) {
   const size_t n = static_cast<size_t>(state.range(0));
   auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
-  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, kQuantBlock) * 4));
-  zero::internal::QuantizeInt8(Source(t, n, Slot(state, static_cast<int>(t))), t, n, kQuantBlock, q,
+  auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, block) * 4));
+  zero::internal::QuantizeInt8(Source(t, n, Slot(state, static_cast<int>(t))), t, n, block, q,
                                scales);  // real codes and scales
   void* out = Buffer(Slot(state, 10 + static_cast<int>(t)), n * zero::DTypeSize(t));
   for (auto _ : state) {
-    zero::internal::DequantizeInt8(q, scales, n, kQuantBlock, out, t);
+    zero::internal::DequantizeInt8(q, scales, n, block, out, t);
     benchmark::ClobberMemory();
   }
-  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, kQuantBlock) * 4;
+  const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, block) * 4;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
   state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+void BM_Dequantize(benchmark::State& state, DType t) { RunDequantize(state, t, kQuantBlock); }
+
+// Dequantize to f32 from blocks of another size (args: n, block), as QuantizeBlock.
+void BM_DequantizeBlock(benchmark::State& state) {
+  RunDequantize(state, DType::kF32, static_cast<size_t>(state.range(1)));
 }
 
 // The code these kernels replaced, for the speed-up in the same run: the engine's former SumSquares loop (a
@@ -297,6 +312,11 @@ void Register() {
         QuantizePrefetch{kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1L2.l2_bytes}, QuantizePrefetch{0, 0}}) {
     benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)
         ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(p.l1_bytes), static_cast<int64_t>(p.l2_bytes)});
+  }
+  for (int64_t block : {256, 512, 1024, 2048, 8192}) {
+    benchmark::RegisterBenchmark("QuantizeBlock/f32", BM_QuantizeBlock)->Args({static_cast<int64_t>(kLarge), block});
+    benchmark::RegisterBenchmark("DequantizeBlock/f32", BM_DequantizeBlock)
+        ->Args({static_cast<int64_t>(kLarge), block});
   }
   // The large size on every hardware thread at once, against the same bounds at the same thread count (real time:
   // Google Benchmark divides the summed bytes by one thread's wall time).
