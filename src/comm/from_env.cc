@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "comm/internal/env.h"
+#include "core/internal/status_util.h"
 #include "zero/communicator.h"
 #include "zero/logging.h"
 
@@ -252,11 +253,11 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
     StatusOr<std::shared_ptr<Store>> tcp =
         Store::Tcp(launch.master_addr, launch.master_port, launch.rank == 0, opts.timeout);
     if (!tcp.ok()) {
-      return Status(tcp.status().code(),
-                    absl::StrCat("FromEnv on rank ", launch.rank, ": the store at ", launch.master_addr, ":",
-                                 launch.master_port, " (port from ", launch.port_from, "; rank 0 serves it",
-                                 launch.rank == 0 ? "" : ", the others connect",
-                                 ", ZERO_MASTER_PORT chooses another): ", tcp.status().message()));
+      return internal::Reworded(tcp.status(),
+                                absl::StrCat("FromEnv on rank ", launch.rank, ": the store at ", launch.master_addr,
+                                             ":", launch.master_port, " (port from ", launch.port_from,
+                                             "; rank 0 serves it", launch.rank == 0 ? "" : ", the others connect",
+                                             ", ZERO_MASTER_PORT chooses another): ", tcp.status().message()));
     }
     store = *std::move(tcp);
   } else if (launch.world_size == 1) {
@@ -278,7 +279,7 @@ StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, c
                                 : CreateGloo(std::move(store), launch.rank, launch.world_size, opts);
   // A rank that never came: say which variables made this process expect it.
   if (comm.ok() || !absl::IsDeadlineExceeded(comm.status())) return comm;
-  return Status(comm.status().code(), absl::StrCat(comm.status().message(), internal::LaunchHint(launch)));
+  return internal::Reworded(comm.status(), absl::StrCat(comm.status().message(), internal::LaunchHint(launch)));
 }
 
 StatusOr<std::shared_ptr<Communicator>> Communicator::FromEnv(Backend backend, const Config& config,

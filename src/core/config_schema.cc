@@ -415,8 +415,8 @@ const KeySpec kSchema[] = {
      .min = 32, .max = 1 << 20, .flags = kOurs, .ref = FIELD(zero.zero_quantized_weights_block_size),
      .doc = "zero_quantized_weights: elements per quantization block (one fp32 scale each: 4 bytes per block on "
             "the wire beside the block's int8 codes). 4096 is near DeepSpeed's groups (at most 8000); the host "
-            "coders run at the same rate from 256 to 8192 (bench QuantizeBlock), and smaller blocks did not follow "
-            "the exact run's loss more closely on the small GPT (bench/results/zeropp.md)."},
+            "coders' rate did not change beyond the noise from 256 to 8192 (bench QuantizeBlock), and smaller blocks "
+            "did not follow the exact run's loss more closely on the small GPT (bench/results/zeropp.md)."},
     {.path = "zero_optimization.zero_quantized_nontrainable_weights", .type = T::kBool, .default_json = "false",
      .support = S::kOffOnly, .doc = "Store frozen weights quantized."},
     {.path = "zero_optimization.zero_quantized_gradients", .type = T::kBool, .default_json = "false",

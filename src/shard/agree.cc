@@ -121,7 +121,8 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
   return absl::OkStatus();
 }
 
-Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid) {
+Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid,
+                             std::vector<HostPlace>* all_out) {
   Communicator* comm = host.comm();
   const int world = comm->world_size();
   if (world == 1) return absl::OkStatus();
@@ -135,7 +136,27 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
   for (int r = 0; r < world; ++r) {
     all[r] = {static_cast<int>(recv[3 * r]), static_cast<int>(recv[3 * r + 1]), static_cast<int>(recv[3 * r + 2])};
   }
-  return HostLayoutStatus(all, hpz, qgz, hybrid);
+  ZERO_RETURN_IF_ERROR(HostLayoutStatus(all, hpz, qgz, hybrid));
+  if (all_out != nullptr) *all_out = std::move(all);
+  return absl::OkStatus();
+}
+
+std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t shard_size) {
+  const int64_t world = static_cast<int64_t>(all.size());
+  if (all.empty() || shard_size <= 1) return "";
+  const int64_t L = all[0].ranks_per_host, G = shard_size;
+  for (const HostPlace& p : all) {
+    if (p.ranks_per_host != L) return "";
+  }
+  if (L <= 1 || L >= world || G % L == 0 || L % G == 0) return "";
+  // The group holding ranks L - 1 and L (the first host's last and the second's first) is the first to straddle.
+  const int64_t first = (L / G) * G;
+  return absl::StrCat("zero_optimization.mics_shard_size: shard groups of ", G, " consecutive ranks over hosts of ", L,
+                      " ranks: neither size divides the other, so shard groups straddle hosts (the first: ranks ",
+                      first, "-", first + G - 1,
+                      ") and their parameter gathers and gradient reductions cross them; a mics_shard_size that "
+                      "divides ",
+                      L, " keeps each group inside a host, a multiple of ", L, " makes it whole hosts");
 }
 
 }  // namespace zero::internal

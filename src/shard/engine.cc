@@ -94,24 +94,14 @@ Status Engine::Impl::Init() {
   // Hybrid shard groups of one rank (mics_shard_size 1: plain data parallelism) cannot span hosts.
   const bool hybrid = ctx.hybrid() && ctx.cfg.zero.mics_shard_size > 1;
   if (hpz || qgz || hybrid) {
+    std::vector<internal::HostPlace> places;
     ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
         world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host), hpz,
-        qgz, hybrid));
-  }
-  // Hybrid shard groups are meant to lie inside a host or to be made of whole hosts; where neither size divides the
-  // other, some group holds part of two hosts and its gathers cross them. It works, so it is said, not refused.
-  if (hybrid && ctx.world_rank == 0) {
-    const int64_t G = ctx.cfg.zero.mics_shard_size;
-    const int64_t L = ctx.ranks_per_host;
-    if (L > 1 && G % L != 0 && L % G != 0) {
-      // The group holding ranks L - 1 and L (the first host's last and the second's first) is the first to straddle.
-      const int64_t first = (L / G) * G;
-      ZERO_LOG(WARNING) << "zero_optimization.mics_shard_size: shard groups of " << G
-                        << " consecutive ranks over hosts of " << L
-                        << " ranks: neither size divides the other, so shard groups straddle hosts (the first: ranks "
-                        << first << "-" << first + G - 1 << ") and their parameter gathers and gradient reductions "
-                        << "cross them; a mics_shard_size that divides " << L
-                        << " keeps each group inside a host, a multiple of " << L << " makes it whole hosts";
+        qgz, hybrid, &places));
+    // Shard groups that straddle hosts work, so they are said, not refused.
+    if (hybrid && ctx.world_rank == 0) {
+      const std::string straddle = internal::HybridStraddleWarning(places, ctx.cfg.zero.mics_shard_size);
+      if (!straddle.empty()) ZERO_LOG(WARNING) << straddle;
     }
   }
   ZERO_RETURN_IF_ERROR(step.Init());

@@ -355,9 +355,27 @@ TEST(CommEnv, JobIdSources) {
 // rank 0 (what a batch script run without srun reads itself as: SLURM_PROCID=0, SLURM_NTASKS of the allocation)
 // is told to start the ranks with srun.
 TEST(FromEnv, ARankThatNeverCameNamesTheLauncherVariables) {
-  const char* const kAll[] = {"RANK",         "WORLD_SIZE",         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                              "SLURM_PROCID", "SLURM_NTASKS",       "ZERO_STORE_DIR",       "MASTER_ADDR",
-                              "MASTER_PORT",  "ZERO_COMM_TIMEOUT_S"};
+  const char* const kAll[] = {"RANK",
+                              "WORLD_SIZE",
+                              "LOCAL_RANK",
+                              "LOCAL_WORLD_SIZE",
+                              "OMPI_COMM_WORLD_RANK",
+                              "OMPI_COMM_WORLD_SIZE",
+                              "OMPI_COMM_WORLD_LOCAL_RANK",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              "SLURM_PROCID",
+                              "SLURM_NTASKS",
+                              "SLURM_LOCALID",
+                              "SLURM_NODEID",
+                              "SLURM_TASKS_PER_NODE",
+                              "SLURM_STEP_TASKS_PER_NODE",
+                              "ZERO_STORE_DIR",
+                              "MASTER_ADDR",
+                              "MASTER_PORT",
+                              "ZERO_MASTER_ADDR",
+                              "ZERO_MASTER_PORT",
+                              "TORCHELASTIC_USE_AGENT_STORE",
+                              "ZERO_COMM_TIMEOUT_S"};
   const struct {
     std::map<std::string, std::string> vars;
     const char* named;

@@ -521,11 +521,16 @@ TEST(HostLayoutTest, HybridGroupsThatStraddleHostsAreSaid) {
       {3, 2,
        "shard groups of 3 consecutive ranks over hosts of 2 ranks: neither size divides the other, so shard "
        "groups straddle hosts (the first: ranks 0-2)"},
+      {2, 5,
+       "shard groups of 2 consecutive ranks over hosts of 5 ranks: neither size divides the other, so shard "
+       "groups straddle hosts (the first: ranks 4-5)"},
       {2, 2, nullptr},  // each group inside a host
       {3, 3, nullptr},
       {2, 6, nullptr},  // one host
       {3, 1, nullptr},  // no count: nothing known of the hosts
   };
+  const LogLevel level = CurrentLogLevel();
+  if (!LogEnabled(LogLevel::kWarning)) SetLogLevel(LogLevel::kWarning);
   for (const Case& k : cases) {
     SCOPED_TRACE(absl::StrCat("mics_shard_size ", k.shard, ", ", k.per_host, " ranks per host"));
     std::vector<std::string> lines;
@@ -548,6 +553,32 @@ TEST(HostLayoutTest, HybridGroupsThatStraddleHostsAreSaid) {
       EXPECT_THAT(lines, ::testing::Contains(HasSubstr(k.said)));
     }
   }
+  SetLogLevel(level);
+}
+
+// The decision behind it, from every rank's count: hosts it cannot tell apart (a count at or above the world, ranks
+// whose counts differ) are not judged, as HostLayoutStatus leaves unequal hosts unchecked for hybrid sharding.
+TEST(HostLayoutTest, HybridStraddleWarningNamesTheFirstGroupThatStraddles) {
+  auto places = [](std::vector<int> counts) {
+    std::vector<internal::HostPlace> all;
+    for (int c : counts) all.push_back({c, -1, 0});
+    return all;
+  };
+  EXPECT_THAT(internal::HybridStraddleWarning(places({3, 3, 3, 3, 3, 3}), 2), HasSubstr("(the first: ranks 2-3)"));
+  EXPECT_THAT(internal::HybridStraddleWarning(places({2, 2, 2, 2, 2, 2}), 3), HasSubstr("(the first: ranks 0-2)"));
+  EXPECT_THAT(internal::HybridStraddleWarning(places({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}), 6),
+              HasSubstr("(the first: ranks 0-5)"));
+  EXPECT_THAT(internal::HybridStraddleWarning(places({4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}), 3),
+              HasSubstr("(the first: ranks 3-5)"));
+  EXPECT_THAT(internal::HybridStraddleWarning(places({3, 3, 3, 3, 3, 3}), 2),
+              HasSubstr("zero_optimization.mics_shard_size: shard groups of 2 consecutive ranks over hosts of 3"));
+  EXPECT_EQ(internal::HybridStraddleWarning(places({2, 2, 2, 2, 2, 2}), 2), "");        // inside hosts
+  EXPECT_EQ(internal::HybridStraddleWarning(places({2, 2, 2, 2, 2, 2, 2, 2}), 4), "");  // whole hosts
+  EXPECT_EQ(internal::HybridStraddleWarning(places({8, 8, 8, 8, 8, 8}), 3), "");        // the count covers the world
+  EXPECT_EQ(internal::HybridStraddleWarning(places({1, 1, 1, 1}), 2), "");              // no count
+  EXPECT_EQ(internal::HybridStraddleWarning(places({2, 2, 3, 3, 3, 2}), 3), "");        // counts differ: not told
+  EXPECT_EQ(internal::HybridStraddleWarning(places({3, 3, 3, 3, 3, 3}), 1), "");        // groups of one rank
+  EXPECT_EQ(internal::HybridStraddleWarning({}, 2), "");
 }
 
 }  // namespace

@@ -49,8 +49,15 @@ HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_siz
 // groups would span hosts and their traffic cross them). Hybrid sharding alone checks places only where every rank
 // has the same count. The same on every rank for the same `all`.
 Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, bool hybrid = false);
-// Gathers every rank's place and applies HostLayoutStatus. Collective (every rank, at Create), and only where
-// the config asks for hpZ, qgZ or hybrid sharding, so every rank calls it or none does.
-Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid);
+// Gathers every rank's place and applies HostLayoutStatus; `all`, where given, receives the places. Collective
+// (every rank, at Create), and only where the config asks for hpZ, qgZ or hybrid sharding, so every rank calls it
+// or none does.
+Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool hpz, bool qgz, bool hybrid,
+                             std::vector<HostPlace>* all = nullptr);
+// What is said (not refused) of hybrid sharding's shard groups of `shard_size` consecutive ranks over hosts of the
+// ranks' common count: where neither size divides the other, some group straddles two hosts, and this names the key,
+// both sizes and the first such group; "" where none straddles, or where it cannot be told (one host, no count, or
+// ranks whose counts differ, as HostLayoutStatus leaves unequal hosts unchecked for hybrid sharding).
+std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t shard_size);
 
 }  // namespace zero::internal
