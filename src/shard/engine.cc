@@ -101,7 +101,9 @@ Status Engine::Impl::Init() {
     // Shard groups that straddle hosts work, so they are said, not refused.
     if (hybrid && ctx.world_rank == 0) {
       const std::string straddle = internal::HybridStraddleWarning(places, ctx.cfg.zero.mics_shard_size);
-      if (!straddle.empty()) ZERO_LOG(WARNING) << straddle;
+      if (!straddle.empty()) {
+        ZERO_LOG(WARNING) << straddle;
+      }
     }
   }
   ZERO_RETURN_IF_ERROR(step.Init());
