@@ -37,6 +37,34 @@ internal::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   };
 }
 
+// Unsets every variable FromEnv reads (the launchers', the store's, the timeout override), so that a test that
+// calls FromEnv sees only what it sets.
+void ClearLaunchEnv() {
+  for (const char* v : {"RANK",
+                        "WORLD_SIZE",
+                        "LOCAL_RANK",
+                        "LOCAL_WORLD_SIZE",
+                        "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE",
+                        "OMPI_COMM_WORLD_LOCAL_RANK",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE",
+                        "SLURM_PROCID",
+                        "SLURM_NTASKS",
+                        "SLURM_LOCALID",
+                        "SLURM_NODEID",
+                        "SLURM_TASKS_PER_NODE",
+                        "SLURM_STEP_TASKS_PER_NODE",
+                        "ZERO_STORE_DIR",
+                        "MASTER_ADDR",
+                        "MASTER_PORT",
+                        "ZERO_MASTER_ADDR",
+                        "ZERO_MASTER_PORT",
+                        "TORCHELASTIC_USE_AGENT_STORE",
+                        "ZERO_COMM_TIMEOUT_S"}) {
+    ::unsetenv(v);
+  }
+}
+
 TEST(LaunchEnv, NoLauncherMeansWorldOfOne) {
   auto e = internal::ReadLaunchEnv(FakeEnv({}));
   ASSERT_OK(e);
@@ -247,10 +275,7 @@ TEST(CommEnv, Overrides) {
 }
 
 TEST(FromEnv, WithoutLauncherBuildsAWorldOfOne) {
-  for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS", "ZERO_STORE_DIR", "MASTER_ADDR", "MASTER_PORT"}) {
-    ::unsetenv(v);
-  }
+  ClearLaunchEnv();
   auto comm = Communicator::FromEnv(Backend::kGloo);
   ASSERT_OK(comm);
   EXPECT_EQ((*comm)->world_size(), 1);
@@ -261,14 +286,11 @@ TEST(FromEnv, WithoutLauncherBuildsAWorldOfOne) {
 }
 
 TEST(FromEnv, MultiRankWithoutRendezvousIsAnError) {
+  ClearLaunchEnv();
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "2", 1);
-  ::unsetenv("ZERO_STORE_DIR");
-  ::unsetenv("MASTER_ADDR");
-  ::unsetenv("MASTER_PORT");
   auto comm = Communicator::FromEnv(Backend::kGloo);
-  ::unsetenv("RANK");
-  ::unsetenv("WORLD_SIZE");
+  ClearLaunchEnv();
   EXPECT_THAT(comm, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ZERO_STORE_DIR")));
 }
 
@@ -301,25 +323,19 @@ std::pair<int, int> ListenWithTheNextPortFree() {
 // The same through FromEnv and a real listener: with torchrun's agent holding MASTER_PORT, rank 0 serves zero's
 // store beside it; without the variable, the failure names where the port came from and the way out.
 TEST(FromEnv, TorchrunAgentStoreHoldingMasterPort) {
-  for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-                        "ZERO_STORE_DIR", "ZERO_MASTER_ADDR", "ZERO_MASTER_PORT", "ZERO_COMM_TIMEOUT_S"}) {
-    ::unsetenv(v);
-  }
+  ClearLaunchEnv();
   auto [agent, port] = ListenWithTheNextPortFree();
   ASSERT_GE(agent, 0) << "no free pair of ports on 127.0.0.1";
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  ::unsetenv("TORCHELASTIC_USE_AGENT_STORE");
   CommOptions options;
   options.timeout = absl::Seconds(5);
   auto refused = Communicator::FromEnv(Backend::kGloo, options);
   ::setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
   auto beside = Communicator::FromEnv(Backend::kGloo, options);
-  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"}) {
-    ::unsetenv(v);
-  }
+  ClearLaunchEnv();
   ::close(agent);
   EXPECT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()),
@@ -355,27 +371,6 @@ TEST(CommEnv, JobIdSources) {
 // rank 0 (what a batch script run without srun reads itself as: SLURM_PROCID=0, SLURM_NTASKS of the allocation)
 // is told to start the ranks with srun.
 TEST(FromEnv, ARankThatNeverCameNamesTheLauncherVariables) {
-  const char* const kAll[] = {"RANK",
-                              "WORLD_SIZE",
-                              "LOCAL_RANK",
-                              "LOCAL_WORLD_SIZE",
-                              "OMPI_COMM_WORLD_RANK",
-                              "OMPI_COMM_WORLD_SIZE",
-                              "OMPI_COMM_WORLD_LOCAL_RANK",
-                              "OMPI_COMM_WORLD_LOCAL_SIZE",
-                              "SLURM_PROCID",
-                              "SLURM_NTASKS",
-                              "SLURM_LOCALID",
-                              "SLURM_NODEID",
-                              "SLURM_TASKS_PER_NODE",
-                              "SLURM_STEP_TASKS_PER_NODE",
-                              "ZERO_STORE_DIR",
-                              "MASTER_ADDR",
-                              "MASTER_PORT",
-                              "ZERO_MASTER_ADDR",
-                              "ZERO_MASTER_PORT",
-                              "TORCHELASTIC_USE_AGENT_STORE",
-                              "ZERO_COMM_TIMEOUT_S"};
   const struct {
     std::map<std::string, std::string> vars;
     const char* named;
@@ -389,12 +384,12 @@ TEST(FromEnv, ARankThatNeverCameNamesTheLauncherVariables) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.named);
-    for (const char* v : kAll) ::unsetenv(v);
+    ClearLaunchEnv();
     for (const auto& [k, v] : c.vars) ::setenv(k.c_str(), v.c_str(), 1);
     ::setenv("ZERO_STORE_DIR", testing::MakeTempDir("from_env_alone").c_str(), 1);
     ::setenv("ZERO_COMM_TIMEOUT_S", "0.3", 1);
     auto comm = Communicator::FromEnv(Backend::kGloo);
-    for (const char* v : kAll) ::unsetenv(v);
+    ClearLaunchEnv();
     ASSERT_FALSE(comm.ok());
     EXPECT_EQ(comm.status().code(), absl::StatusCode::kDeadlineExceeded) << comm.status();
     EXPECT_THAT(std::string(comm.status().message()), HasSubstr(c.named));
@@ -411,10 +406,7 @@ TEST(FromEnv, ARankThatNeverCameNamesTheLauncherVariables) {
 
 // FromEnv(backend, config): the config's comm_timeout_s is the communicator's timeout.
 TEST(FromEnv, TakesTheTimeoutFromTheConfig) {
-  for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
-                        "SLURM_NTASKS", "ZERO_STORE_DIR", "MASTER_ADDR", "MASTER_PORT", "ZERO_COMM_TIMEOUT_S"}) {
-    ::unsetenv(v);
-  }
+  ClearLaunchEnv();
   auto cfg = Config::FromJsonString(R"({"comm_timeout_s": 20})");
   ASSERT_OK(cfg);
   auto comm = Communicator::FromEnv(Backend::kGloo, *cfg);
