@@ -1,9 +1,13 @@
 // Engine::Create's agreement checks (shard/internal/agree.h).
 #include "shard/internal/agree.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,10 +63,32 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {
   return absl::FailedPreconditionError(msg);
 }
 
+MachineId ThisHost(const EnvLookup& env) {
+  if (std::optional<std::string> id = env("ZERO_HOSTID"); id && !id->empty()) {
+    return {*id, absl::StrCat("ZERO_HOSTID=", *id)};
+  }
+  char buf[256] = {};
+  const std::string host = ::gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string();
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  if (f && std::getline(f, boot) && !boot.empty()) {
+    return {boot, host.empty() ? absl::StrCat("boot id ", boot) : host};
+  }
+  return {host, host};
+}
+
+// The size of the consecutive groups that stand for hosts in rank r's view: hpZ's host (its H divides it), qgZ's
+// first hop, or the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
+static int HostGroupOf(const std::vector<HostPlace>& all, int r, bool hpz, bool qgz) {
+  const int world = static_cast<int>(all.size());
+  return hpz || !qgz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
+}
+
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host) {
   HostPlace p;
   p.ranks_per_host = ranks_per_host;
   const EnvLookup env = ProcessEnv();
+  if (const MachineId m = ThisHost(env); !m.id.empty()) p.machine = Fnv1a64(m.id);
   StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
   if (!launch.ok() || launch->local_world_size <= 0 || launch->rank != comm.rank() ||
       launch->world_size != comm.world_size()) {
@@ -85,11 +111,7 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
   const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
                     : qgz ? "zero_optimization.zero_quantized_gradients"
                           : "zero_optimization.mics_shard_size";
-  // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop, or
-  // the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
-  auto group_of = [&](int r) {
-    return hpz || !qgz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
-  };
+  auto group_of = [&](int r) { return HostGroupOf(all, r, hpz, qgz); };
   for (int r = 1; r < world; ++r) {
     if (group_of(r) == group_of(0)) continue;
     // Hybrid sharding's groups are mics_shard_size consecutive ranks whatever the hosts hold: hosts of unequal
@@ -127,14 +149,18 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
   const int world = comm->world_size();
   if (world == 1) return absl::OkStatus();
   CommLabel label(comm, "Create: host layout check");
-  // Small integers, exact in f32.
-  const float send[3] = {static_cast<float>(mine.ranks_per_host), static_cast<float>(mine.local_rank),
+  // Small integers, exact in f32, and the machine's 64-bit hash as the bits of two floats (moved, never computed on).
+  constexpr int kFields = 5;
+  float send[kFields] = {static_cast<float>(mine.ranks_per_host), static_cast<float>(mine.local_rank),
                          static_cast<float>(mine.launcher)};
-  std::vector<float> recv(3 * static_cast<size_t>(world));
-  ZERO_RETURN_IF_ERROR(host.AllGather(send, recv.data(), 3));
+  std::memcpy(&send[3], &mine.machine, sizeof(mine.machine));
+  std::vector<float> recv(kFields * static_cast<size_t>(world));
+  ZERO_RETURN_IF_ERROR(host.AllGather(send, recv.data(), kFields));
   std::vector<HostPlace> all(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
-    all[r] = {static_cast<int>(recv[3 * r]), static_cast<int>(recv[3 * r + 1]), static_cast<int>(recv[3 * r + 2])};
+    const float* f = &recv[kFields * static_cast<size_t>(r)];
+    all[r] = {static_cast<int>(f[0]), static_cast<int>(f[1]), static_cast<int>(f[2])};
+    std::memcpy(&all[r].machine, &f[3], sizeof(all[r].machine));
   }
   ZERO_RETURN_IF_ERROR(HostLayoutStatus(all, hpz, qgz, hybrid));
   if (all_out != nullptr) *all_out = std::move(all);
@@ -157,6 +183,46 @@ std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t sha
                       ") and their parameter gathers and gradient reductions cross them; a mics_shard_size that "
                       "divides ",
                       L, " keeps each group inside a host, a multiple of ", L, " makes it whole hosts");
+}
+
+std::pair<int, int> FirstGroupAcrossMachines(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
+  const int world = static_cast<int>(all.size());
+  if (world == 0) return {-1, -1};
+  const int L = HostGroupOf(all, 0, hpz, qgz);
+  for (int r = 0; r < world; ++r) {
+    if (HostGroupOf(all, r, hpz, qgz) != L || all[r].machine == 0) return {-1, -1};
+  }
+  if (L <= 1 || L >= world) return {-1, -1};
+  for (int r = 1; r < world; ++r) {
+    if (r % L != 0 && all[r].machine != all[r - 1].machine) return {r - 1, r};
+  }
+  return {-1, -1};
+}
+
+StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, bool hpz, bool qgz,
+                                      const std::string& my_name) {
+  const auto [a, b] = FirstGroupAcrossMachines(all, hpz, qgz);
+  if (a < 0) return std::string();
+  CommLabel label(host.comm(), "Create: machine names");
+  ZERO_ASSIGN_OR_RETURN(std::vector<std::string> names, host.AllGatherStrings(my_name));
+  const int L = HostGroupOf(all, 0, hpz, qgz);
+  const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
+                    : qgz ? "zero_optimization.zero_quantized_gradients"
+                          : "zero_optimization.mics_shard_size";
+  const char* groups = hpz   ? "hpZ's host groups"
+                       : qgz ? "qgZ's first hop"
+                             : "the hosts hybrid sharding's shard groups are laid over,";
+  const std::string na = names[static_cast<size_t>(a)], nb = names[static_cast<size_t>(b)];
+  return absl::StrCat(
+      key, ": ", groups, " of ", L, " consecutive ranks put ranks ", a, " and ", b,
+      " on one host, but they run on different machines (rank ", a, " on \"", na, "\", rank ", b, " on \"", nb, "\"",
+      na == nb ? ", machines of one name with different boot ids" : "",
+      "), so traffic meant to stay inside a host crosses between machines. The ranks per host (", L,
+      ": EngineOptions::local_world_size, else the launcher's count) or the launcher's numbering is not the machines': "
+      "launch the ranks machine by machine, ",
+      L,
+      " to a machine, or give the count each machine runs; where these identities mislead, set ZERO_HOSTID to one "
+      "value per machine");
 }
 
 }  // namespace zero::internal

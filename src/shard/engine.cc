@@ -98,12 +98,19 @@ Status Engine::Impl::Init() {
     ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
         world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host), hpz,
         qgz, hybrid, &places));
-    // Shard groups that straddle hosts work, so they are said, not refused.
+    // Shard groups that straddle hosts work, and so do host groups whose ranks run on different machines: both
+    // are said, not refused.
     if (hybrid && ctx.world_rank == 0) {
       const std::string straddle = internal::HybridStraddleWarning(places, ctx.cfg.zero.mics_shard_size);
       if (!straddle.empty()) {
         ZERO_LOG(WARNING) << straddle;
       }
+    }
+    ZERO_ASSIGN_OR_RETURN(
+        const std::string across,
+        internal::MachinesWarning(world_host, places, hpz, qgz, internal::ThisHost(internal::ProcessEnv()).name));
+    if (!across.empty() && ctx.world_rank == 0) {
+      ZERO_LOG(WARNING) << across;
     }
   }
   ZERO_RETURN_IF_ERROR(step.Init());

@@ -2,7 +2,8 @@
 //  - hybrid sharding in groups of 2 (tests/examples/configs/hybrid_zero3.json) trains what full stage-3 sharding
 //    trains, and what the same hybrid job trains with ranks as threads, bit for bit;
 //  - ZeRO++ laid out as 2 hosts of 2 ranks: hpZ alone (hpz_zero3.json) trains full stage 3's bits, and qwZ + hpZ +
-//    qgZ (examples/gpt/configs/zeropp.json) the thread run's bits.
+//    qgZ (examples/gpt/configs/zeropp.json) the thread run's bits;
+//  - hpZ's host groups over processes on different machines (ZERO_HOSTID) are said.
 //
 // The two shardings sum each gradient in another order, so they agree only within a tolerance (label
 // `tolerance`; bench/results/cpu-targets.md has the measurements, under every SIMD target and seven OpenBLAS
@@ -137,6 +138,34 @@ TEST(ZeroppProcessesTest, HpzIsStage3AndAllThreeTrainTheThreadsBits) {
   EXPECT_EQ(zeropp.hash, threads.hash);
   // The example's quantized run is not the exact one (its log names the quantization).
   EXPECT_NE(zeropp.output.find("zero_quantized_gradients: int8"), std::string::npos) << zeropp.output;
+}
+
+// Every process its own machine by ZERO_HOSTID, as on a cluster: hpZ's host groups of 2 consecutive ranks over
+// ranks numbered machine by machine (ranks 0-1 on m0) say nothing; numbered across the machines (rank r on m(r % 2),
+// as mpirun --map-by node would, its local ranks not given), rank 0 says once which two ranks of one group run on
+// different machines. The run trains either way: it is said, not refused.
+TEST(ZeroppProcessesTest, HostGroupsThatSpanMachinesAreSaid) {
+  const std::string gpt = absl::StrCat(ZERO_GPT, " --model tiny --seq 32 --steps 2 --json --ranks-per-host 2 --config ",
+                                       ZERO_CONFIGS, "/hpz_zero3.json");
+  auto launch = [&](const char* machine) {
+    return Exec(absl::StrCat(ZERO_RUN_PATH, " -n 4 -- sh -c 'ZERO_HOSTID=m$((", machine, ")) exec ", gpt, "'"));
+  };
+  const std::string said = "run on different machines";
+  const ProgramRun blocks = launch("RANK / 2");
+  const ProgramRun across = launch("RANK % 2");
+  for (const ProgramRun* r : {&blocks, &across}) {
+    ASSERT_EQ(r->status, 0) << r->output;
+    EXPECT_EQ(r->steps.size(), 2u) << r->output;
+  }
+  EXPECT_EQ(blocks.output.find(said), std::string::npos) << blocks.output;
+  const size_t at = across.output.find(said);
+  ASSERT_NE(at, std::string::npos) << across.output;
+  EXPECT_EQ(across.output.find(said, at + 1), std::string::npos) << "said more than once:\n" << across.output;
+  EXPECT_NE(across.output.find("zero_optimization.zero_hpz_partition_size: hpZ's host groups of 2 consecutive ranks "
+                               "put ranks 0 and 1 on one host, but they run on different machines (rank 0 on "
+                               "\"ZERO_HOSTID=m0\", rank 1 on \"ZERO_HOSTID=m1\")"),
+            std::string::npos)
+      << across.output;
 }
 
 }  // namespace

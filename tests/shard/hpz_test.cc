@@ -10,6 +10,8 @@
 // - each rank holds Ψ/H more parameter bytes (compute dtype), as the plan, the memory report and Estimate say;
 // - a checkpoint saved with hpZ resumes bit for bit with hpZ on or off;
 // - what cannot work is refused, naming the keys.
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,9 +19,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -579,6 +584,63 @@ TEST(HostLayoutTest, HybridStraddleWarningNamesTheFirstGroupThatStraddles) {
   EXPECT_EQ(internal::HybridStraddleWarning(places({2, 2, 3, 3, 3, 2}), 3), "");        // counts differ: not told
   EXPECT_EQ(internal::HybridStraddleWarning(places({3, 3, 3, 3, 3, 3}), 1), "");        // groups of one rank
   EXPECT_EQ(internal::HybridStraddleWarning({}, 2), "");
+}
+
+// Host groups whose ranks run on different machines: the ranks per host, or the launcher's numbering, is not the
+// machines'. Found from every rank's machine, the same on every rank; machines that several groups share (hosts
+// emulated on one machine, as the tests and scripts/two-hosts.sh do) are not a fault.
+TEST(HostLayoutTest, FirstGroupAcrossMachinesFindsTheRanksOfOneHostOnTwoMachines) {
+  auto places = [](std::vector<uint64_t> machines, int per_host) {
+    std::vector<internal::HostPlace> all;
+    for (uint64_t m : machines) all.push_back({per_host, -1, 0, m});
+    return all;
+  };
+  using internal::FirstGroupAcrossMachines;
+  using P = std::pair<int, int>;
+  for (bool hpz : {true, false}) {
+    SCOPED_TRACE(hpz ? "hpZ" : "qgZ");
+    // Numbered by machine (torchrun's blocks): nothing; numbered across them (--map-by node): ranks 0 and 1.
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 9, 9}, 2), hpz, !hpz), P(-1, -1));
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 2), hpz, !hpz), P(0, 1));
+    // A count larger than the machines hold: 4 per host over machines of 3.
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 9, 9, 9, 5, 5}, 4), hpz, !hpz), P(2, 3));
+    // Smaller than they hold (groups inside machines), or hosts emulated on one machine: nothing.
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7, 9, 9, 9, 9}, 2), hpz, !hpz), P(-1, -1));
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7}, 2), hpz, !hpz), P(-1, -1));
+    // Not told: a machine unknown, one group covering the world, a rank per group, or counts that differ.
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 0, 9}, 2), hpz, !hpz), P(-1, -1));
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 4), hpz, !hpz), P(-1, -1));
+    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 1), hpz, !hpz), P(-1, -1));
+    std::vector<internal::HostPlace> uneven = places({7, 9, 7, 9}, 2);
+    uneven[3].ranks_per_host = 1;
+    EXPECT_EQ(FirstGroupAcrossMachines(uneven, hpz, !hpz), P(-1, -1));
+  }
+  // qgZ's first hop is its own size (QgzLocalRanks): at world 8 over 4 per host, hops of 4.
+  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7, 9, 9, 9, 9}, 4), false, true), P(-1, -1));
+  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 9, 9, 7, 7, 9, 9}, 4), false, true), P(1, 2));
+  // Hybrid sharding alone: its hosts are the ranks-per-host groups.
+  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 2), false, false), P(0, 1));
+}
+
+// The machine: ZERO_HOSTID where set, else the kernel's boot id named by the host name.
+TEST(HostLayoutTest, ThisHostIsTheOperatorsWordElseTheBootId) {
+  auto env_of = [](std::map<std::string, std::string> vars) -> internal::EnvLookup {
+    return [vars](const std::string& k) -> std::optional<std::string> {
+      auto it = vars.find(k);
+      return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+  };
+  const internal::MachineId set = internal::ThisHost(env_of({{"ZERO_HOSTID", "rack4-node17"}}));
+  EXPECT_EQ(set.id, "rack4-node17");
+  EXPECT_EQ(set.name, "ZERO_HOSTID=rack4-node17");
+  const internal::MachineId own = internal::ThisHost(env_of({{"ZERO_HOSTID", ""}}));  // empty: not set
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string boot;
+  if (!f || !std::getline(f, boot)) GTEST_SKIP() << "no /proc/sys/kernel/random/boot_id here";
+  EXPECT_EQ(own.id, boot);
+  EXPECT_EQ(own.name, std::string(host));
 }
 
 }  // namespace

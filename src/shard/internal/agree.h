@@ -1,11 +1,16 @@
 // shard/internal/agree.h — what Engine::Create makes sure of before training: the communicator's timeout is the
 // config's, every rank runs the same validated config, and the hosts ZeRO++ and hybrid sharding group ranks by are
 // the launcher's.
-// defines: CheckTimeoutAgrees, CheckConfigAgrees, HostPlace, LaunchedHostPlace, HostLayoutStatus,
-// CheckHostLayoutAgrees.
+// defines: CheckTimeoutAgrees, CheckConfigAgrees, HostPlace, ThisHost, LaunchedHostPlace, HostLayoutStatus,
+// CheckHostLayoutAgrees, HybridStraddleWarning, FirstGroupAcrossMachines, MachinesWarning.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
+
+#include "comm/internal/env.h"
 
 #include "shard/internal/registration.h"
 #include "zero/communicator.h"
@@ -31,11 +36,21 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg);
 // consecutive ranks per host (EngineOptions::local_world_size, else the launcher's, else 1), and, where the
 // launcher numbered this rank itself, the place it gave it. Only OpenMPI and Slurm can number ranks other than host
 // by host (mpirun --map-by node, srun --distribution=cyclic); torchrun and zero-run always number them in blocks.
+// `machine`: a hash of the machine the rank runs on (ThisHost's id; 0 where unknown), whatever the launcher says.
 struct HostPlace {
   int ranks_per_host = 1;
   int local_rank = -1;  // OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID; -1 where not checked
   int launcher = 0;     // 1: OpenMPI, 2: Slurm, 0: none checked
+  uint64_t machine = 0;
 };
+// The machine this process runs on: `id` tells machines apart, `name` is what a message calls it. ZERO_HOSTID where
+// set (an operator's word, as NCCL_HOSTID is NCCL's: one value per machine); else the kernel's boot id
+// (/proc/sys/kernel/random/boot_id: one per booted kernel, so containers on one machine share it and machines that
+// share a host name do not) named by the host name; else the host name alone; id "" where none can be read.
+struct MachineId {
+  std::string id, name;
+};
+MachineId ThisHost(const EnvLookup& env);
 // This rank's place: the launcher's local rank only where the engine's communicator is the launched world (its
 // rank and size are the launcher's) and the ranks per host are the launcher's too (the launcher gave a count, and
 // EngineOptions::local_world_size is 0 or that count); else local_rank -1.
@@ -59,5 +74,17 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
 // both sizes and the first such group; "" where none straddles, or where it cannot be told (one host, no count, or
 // ranks whose counts differ, as HostLayoutStatus leaves unequal hosts unchecked for hybrid sharding).
 std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t shard_size);
+
+// The first pair of ranks that the consecutive groups standing for hosts (HostLayoutStatus's: hpZ's hosts, qgZ's
+// first hop, the hosts hybrid sharding's groups lie over) put on one host while their `machine`s differ, in rank
+// order: {-1, -1} where there is none, where the ranks' counts differ, where a group covers the world or holds one
+// rank, or where a machine is unknown (0). The same on every rank for the same `all`.
+std::pair<int, int> FirstGroupAcrossMachines(const std::vector<HostPlace>& all, bool hpz, bool qgz);
+// What rank 0 says (not refused: the run is correct, its traffic "inside a host" crosses machines) where
+// FirstGroupAcrossMachines finds ranks a and b, named by `names` (every rank's MachineId::name, in rank order): the
+// key, the group size, both ranks and machines, and what to change. Collective where `all` holds such a pair (the
+// names are gathered then: every rank decides alike from `all`); "" and no collective where it holds none.
+StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, bool hpz, bool qgz,
+                                      const std::string& my_name);
 
 }  // namespace zero::internal
