@@ -7,7 +7,7 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
                                    [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor] [--no-zeropp]
-                                   [--eval K] [--cache DIR]
+                                   [--eval K] [--perturb K] [--cache DIR]
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
@@ -25,6 +25,13 @@ on. Each trained model is read with the exact forward (ZeRO++ off), and a ZeRO++
 config, whose forward gathers the weights quantized as in training: the first is the model a user keeps, the
 difference between the two is what reading the same weights through qwZ's int8 adds to the loss.
 
+--perturb K (threads only) is the control for a single run's gap: the exact job again, K times, each from the
+exact run's initial weights with noise of int8's size added once (every tensor of two or more dimensions, in blocks
+of 4096 of its elements: uniform in +-half a code step, max|w| / 127 of the block, from Python's random seeded 1..K;
+1-D parameters as they were). Nothing is quantized and every step is exact: each run's gap is what one perturbation
+of the size qwZ makes at every forward grows into. The initial weights are the exact job's checkpoint after one step
+at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from.
+
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
 --ranks-per-host), where hpZ's groups and qgZ's two hops run.
@@ -41,11 +48,14 @@ ZeRO++ config against the same exact run costs one run, not two. Runs that save 
 run.
 """
 import argparse
+import array
 import functools
 import hashlib
 import json
 import os
+import random
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -89,7 +99,7 @@ def cache_path(args, cmd, cfg):
     return os.path.join(args.cache, h.hexdigest()[:32] + ".json")
 
 
-def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None):
+def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None, init=None):
     seed = seed if seed is not None else args.seed
     world = world or args.world
     gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(steps or args.steps), "--config",
@@ -98,6 +108,8 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         gpt += ["--save", save]
     if resume:
         gpt += ["--resume", resume]
+    if init:
+        gpt += ["--init-from", init]
     if args.ranks_per_host > 0:
         gpt += ["--ranks-per-host", str(args.ranks_per_host)]
     if seed is not None:
@@ -106,9 +118,10 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         cmd = gpt + ["--world", str(world)]
     else:
         cmd = [os.path.join(args.build, "bin/zero-run"), "-n", str(world), "--"] + gpt
-    # A run that saves or resumes a checkpoint always runs: --eval needs the checkpoint, not the losses.
+    # A run that saves or resumes a checkpoint always runs: --eval needs the checkpoint, not the losses. One from
+    # --init-from too (its file is made afresh each time).
     cached = None
-    if args.cache and not save and not resume:
+    if args.cache and not save and not resume and not init:
         cached = cache_path(args, cmd, cfg)
         if os.path.exists(cached):
             with open(cached) as f:
@@ -154,17 +167,19 @@ def main():
     ap.add_argument("--cache", default="", metavar="DIR",
                     help="keep each run's losses in DIR and reuse them when the binaries, command and config match "
                          "(the same config and seed give the same bits): the exact run is not run again")
+    ap.add_argument("--perturb", type=int, default=0, metavar="K",
+                    help="threads: the exact job K more times from its initial weights with int8-sized noise added once")
     ap.add_argument("--eval", type=int, default=0, metavar="K",
                     help="threads: each trained model's loss on the next K steps' batches at lr 0, exact and quantized")
     args = ap.parse_args()
-    if args.eval and args.modes != "threads":
-        sys.exit("--eval runs with --modes threads")
+    if (args.eval or args.perturb) and args.modes != "threads":
+        sys.exit("--eval and --perturb run with --modes threads")
     # Removed when the script ends, a run's failure (sys.exit) included: the checkpoints are a few hundred MB.
-    ckpts = tempfile.TemporaryDirectory(prefix="zeropp_parity_") if args.eval else None
+    ckpts = tempfile.TemporaryDirectory(prefix="zeropp_parity_") if args.eval or args.perturb else None
     trained = []  # (name, checkpoint dir, its ZeRO++ config or None)
 
     def saved(name, zeropp=None):
-        if not ckpts:
+        if not args.eval:
             return None
         d = os.path.join(ckpts.name, str(len(trained)))
         trained.append((name, d, zeropp))
@@ -201,8 +216,61 @@ def main():
         if "threads" not in exact:
             exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
         compare(exact["threads"], q, "re-summed")
+    if args.perturb:
+        if "threads" not in exact:
+            exact["threads"] = run(args, "threads", config(None, args.bf16, extra, recipe))[1]
+        perturbed(args, config(None, args.bf16, extra, recipe), exact["threads"], ckpts.name)
     if args.eval:
         evaluate(args, extra, trained)
+
+
+def perturbed(args, cfg, exact, tmp):
+    """--perturb: the exact job from its initial weights plus int8-sized noise, once per noise seed 1..K."""
+    frozen = json.loads(json.dumps(cfg))
+    frozen.pop("scheduler", None)
+    frozen["optimizer"]["params"]["lr"] = 0.0
+    d = os.path.join(tmp, "init")
+    run(args, "threads", frozen, save=d, steps=1)
+    init = os.path.join(tmp, "init.safetensors")
+    p = subprocess.run([os.path.join(args.build, "bin/zero-ckpt"), "export", d, init], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"zero-ckpt export {d}: exit {p.returncode}\n{p.stderr[-3000:]}")
+    with open(init, "rb") as f:
+        raw = f.read()
+    # The method's check: the unperturbed export, loaded with --init-from, trains the exact run's losses bit for bit.
+    check = min(args.steps, 20)
+    _, q = run(args, "threads", cfg, init=init, steps=check)
+    if q != exact[:check]:
+        sys.exit(f"--perturb: the exact run from its own exported initial weights differs in the first {check} steps")
+    print(f"\n--perturb: the exact run restarted from its exported initial weights gives its losses bit for bit "
+          f"(steps 1-{check})")
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    for k in range(1, args.perturb + 1):
+        rng = random.Random(k)
+        data = bytearray(raw[8 + n:])
+        moved = 0
+        for name, t in sorted(header.items()):
+            if name == "__metadata__" or len(t["shape"]) < 2:
+                continue
+            if t["dtype"] != "F32":
+                sys.exit(f"--perturb: {name} is {t['dtype']}, not F32")
+            lo, hi = t["data_offsets"]
+            w = array.array("f")
+            w.frombytes(bytes(data[lo:hi]))
+            for b in range(0, len(w), 4096):
+                step = max(abs(x) for x in w[b:b + 4096]) / 127
+                for i in range(b, min(len(w), b + 4096)):
+                    w[i] += step * (rng.random() - 0.5)
+            data[lo:hi] = w.tobytes()
+            moved += len(w)
+        path = os.path.join(tmp, f"init{k}.safetensors")
+        with open(path, "wb") as f:
+            f.write(raw[:8 + n] + bytes(data))
+        cmd_p, q = run(args, "threads", cfg, init=path)
+        print(f"\n### threads, exact from initial weights with int8-sized noise (noise seed {k}, {moved} elements): "
+              f"{cmd_p}")
+        compare(exact, q, f"perturbed {k}")
 
 
 def evaluate(args, extra, trained):
