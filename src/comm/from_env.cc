@@ -1,6 +1,9 @@
 // Communicator::FromEnv and the environment variables of the comm layer (listed in docs/guide/launching.md).
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 
 #include "absl/strings/ascii.h"
@@ -230,6 +233,20 @@ int LaunchedWorldSize(const EnvLookup& env) {
   if (!HasLauncherRank(env)) return 0;
   StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
   return launch.ok() ? launch->world_size : 0;
+}
+
+MachineId ThisHost(const EnvLookup& env, const std::string& boot_id_path) {
+  if (std::optional<std::string> id = env("ZERO_HOSTID"); id && !id->empty()) {
+    return {*id, absl::StrCat("ZERO_HOSTID=", *id)};
+  }
+  char buf[256] = {};  // zeroed: a name gethostname truncates stays terminated
+  const std::string host = ::gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string();
+  std::string boot;
+  std::ifstream f(boot_id_path);
+  if (f && std::getline(f, boot) && !boot.empty()) {
+    return {boot, host.empty() ? absl::StrCat("boot id ", boot) : host};
+  }
+  return {host, host};
 }
 
 }  // namespace internal

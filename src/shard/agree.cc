@@ -1,11 +1,8 @@
 // Engine::Create's agreement checks (shard/internal/agree.h).
 #include "shard/internal/agree.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,32 +60,12 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {
   return absl::FailedPreconditionError(msg);
 }
 
-MachineId ThisHost(const EnvLookup& env) {
-  if (std::optional<std::string> id = env("ZERO_HOSTID"); id && !id->empty()) {
-    return {*id, absl::StrCat("ZERO_HOSTID=", *id)};
-  }
-  char buf[256] = {};
-  const std::string host = ::gethostname(buf, sizeof(buf) - 1) == 0 ? std::string(buf) : std::string();
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  if (f && std::getline(f, boot) && !boot.empty()) {
-    return {boot, host.empty() ? absl::StrCat("boot id ", boot) : host};
-  }
-  return {host, host};
-}
-
-// The size of the consecutive groups that stand for hosts in rank r's view: hpZ's host (its H divides it), qgZ's
-// first hop, or the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
-static int HostGroupOf(const std::vector<HostPlace>& all, int r, bool hpz, bool qgz) {
-  const int world = static_cast<int>(all.size());
-  return hpz || !qgz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
-}
-
-HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host) {
+HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host,
+                            const MachineId& machine) {
   HostPlace p;
   p.ranks_per_host = ranks_per_host;
+  if (!machine.id.empty()) p.machine = Fnv1a64(machine.id);
   const EnvLookup env = ProcessEnv();
-  if (const MachineId m = ThisHost(env); !m.id.empty()) p.machine = Fnv1a64(m.id);
   StatusOr<LaunchEnv> launch = ReadLaunchEnv(env);
   if (!launch.ok() || launch->local_world_size <= 0 || launch->rank != comm.rank() ||
       launch->world_size != comm.world_size()) {
@@ -111,7 +88,11 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
   const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
                     : qgz ? "zero_optimization.zero_quantized_gradients"
                           : "zero_optimization.mics_shard_size";
-  auto group_of = [&](int r) { return HostGroupOf(all, r, hpz, qgz); };
+  // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop, or
+  // the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
+  auto group_of = [&](int r) {
+    return hpz || !qgz ? all[r].ranks_per_host : QgzLocalRanks(world, all[r].ranks_per_host, /*hybrid=*/false);
+  };
   for (int r = 1; r < world; ++r) {
     if (group_of(r) == group_of(0)) continue;
     // Hybrid sharding's groups are mics_shard_size consecutive ranks whatever the hosts hold: hosts of unequal
@@ -185,44 +166,71 @@ std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t sha
                       L, " keeps each group inside a host, a multiple of ", L, " makes it whole hosts");
 }
 
-std::pair<int, int> FirstGroupAcrossMachines(const std::vector<HostPlace>& all, bool hpz, bool qgz) {
+std::pair<int, int> FirstRunAcrossMachines(const std::vector<HostPlace>& all, int size) {
   const int world = static_cast<int>(all.size());
-  if (world == 0) return {-1, -1};
-  const int L = HostGroupOf(all, 0, hpz, qgz);
-  for (int r = 0; r < world; ++r) {
-    if (HostGroupOf(all, r, hpz, qgz) != L || all[r].machine == 0) return {-1, -1};
+  if (size <= 1) return {-1, -1};
+  for (const HostPlace& p : all) {
+    if (p.machine == 0) return {-1, -1};
   }
-  if (L <= 1 || L >= world) return {-1, -1};
   for (int r = 1; r < world; ++r) {
-    if (r % L != 0 && all[r].machine != all[r - 1].machine) return {r - 1, r};
+    if (r % size != 0 && all[r].machine != all[r - 1].machine) return {r - 1, r};
   }
   return {-1, -1};
 }
 
-StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, bool hpz, bool qgz,
-                                      const std::string& my_name) {
-  const auto [a, b] = FirstGroupAcrossMachines(all, hpz, qgz);
+std::pair<int, int> FirstHostAcrossMachines(const std::vector<HostPlace>& all) {
+  if (all.empty()) return {-1, -1};
+  for (const HostPlace& p : all) {
+    if (p.ranks_per_host != all[0].ranks_per_host) return {-1, -1};
+  }
+  return FirstRunAcrossMachines(all, all[0].ranks_per_host);
+}
+
+StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, int hpz, bool qgz,
+                                      int64_t shard_size, const MachineId& mine) {
+  const auto [a, b] = FirstHostAcrossMachines(all);
   if (a < 0) return std::string();
   CommLabel label(host.comm(), "Create: machine names");
-  ZERO_ASSIGN_OR_RETURN(std::vector<std::string> names, host.AllGatherStrings(my_name));
-  const int L = HostGroupOf(all, 0, hpz, qgz);
-  const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
-                    : qgz ? "zero_optimization.zero_quantized_gradients"
-                          : "zero_optimization.mics_shard_size";
-  const char* groups = hpz   ? "hpZ's host groups"
-                       : qgz ? "qgZ's first hop"
-                             : "the hosts hybrid sharding's shard groups are laid over,";
-  const std::string na = names[static_cast<size_t>(a)], nb = names[static_cast<size_t>(b)];
-  return absl::StrCat(
-      key, ": ", groups, " of ", L, " consecutive ranks put ranks ", a, " and ", b,
-      " on one host, but they run on different machines (rank ", a, " on \"", na, "\", rank ", b, " on \"", nb, "\"",
-      na == nb ? ", machines of one name with different boot ids" : "",
-      "), so traffic meant to stay inside a host crosses between machines. The ranks per host (", L,
-      ": EngineOptions::local_world_size, else the launcher's count) or the launcher's numbering is not the machines': "
-      "launch the ranks machine by machine, ",
-      L,
-      " to a machine, or give the count each machine runs; where these identities mislead, set ZERO_HOSTID to one "
-      "value per machine");
+  ZERO_ASSIGN_OR_RETURN(std::vector<std::string> names, host.AllGatherStrings(mine.name));
+  const int world = static_cast<int>(all.size());
+  const int L = all[0].ranks_per_host;
+  // Which of the engine's groups holds two machines: its traffic crosses between them. Groups that lie on one
+  // machine each cross nothing, but the count still misplaces StepResult's bytes inside and across hosts.
+  auto spans = [&](int size, const char* what, const char* traffic) -> std::string {
+    const int p = FirstRunAcrossMachines(all, size).first;
+    if (p < 0) {
+      return absl::StrCat(what, " of ", size, " ranks each lie on one machine, so none of their traffic crosses; ",
+                          "StepResult's bytes inside and across hosts are counted by hosts of ", L);
+    }
+    const int first = p / size * size;
+    return absl::StrCat("one of ", what, " (ranks ", first, "-", first + size - 1, ") spans two machines, so its ",
+                        traffic, " cross between them");
+  };
+  std::string key, effect;
+  if (hpz > 1) {
+    key = "zero_optimization.zero_hpz_partition_size";
+    effect = spans(hpz, "hpZ's groups", "backward gathers");
+  } else if (qgz) {
+    key = "zero_optimization.zero_quantized_gradients";
+    const int hop = QgzLocalRanks(world, L, /*hybrid=*/false);
+    effect = hop < world ? spans(hop, "qgZ's first hops", "gradient exchanges meant for inside a host")
+                         : std::string("qgZ takes one hop over every rank, which these machines do not change");
+  } else {
+    key = "zero_optimization.mics_shard_size";
+    effect = shard_size <= L
+                 ? spans(static_cast<int>(shard_size), "the shard groups", "parameter gathers and gradient reductions")
+                 : absl::StrCat("the shard groups of ", shard_size, " ranks were meant to be made of whole hosts of ",
+                                L, ", and those hosts are not the machines");
+  }
+  const std::string& na = names[static_cast<size_t>(a)];
+  const std::string& nb = names[static_cast<size_t>(b)];
+  const std::string same_name = na == nb ? ": machines of one name with different boot ids" : "";
+  return absl::StrCat(key, ": the engine takes each ", L, " consecutive ranks for one host ",
+                      "(EngineOptions::local_world_size, else the launcher's count), but ranks ", a, " and ", b,
+                      " run on different machines (rank ", a, " on \"", na, "\", rank ", b, " on \"", nb, "\"",
+                      same_name, "): ", effect, ". Launch the ranks machine by machine, ", L, " to a machine, ",
+                      "or give the count each machine runs; where these identities mislead, set ZERO_HOSTID to one ",
+                      "value per machine");
 }
 
 }  // namespace zero::internal

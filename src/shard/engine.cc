@@ -95,9 +95,11 @@ Status Engine::Impl::Init() {
   const bool hybrid = ctx.hybrid() && ctx.cfg.zero.mics_shard_size > 1;
   if (hpz || qgz || hybrid) {
     std::vector<internal::HostPlace> places;
+    const internal::MachineId machine = internal::ThisHost(internal::ProcessEnv());
     ZERO_RETURN_IF_ERROR(internal::CheckHostLayoutAgrees(
-        world_host, internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host), hpz,
-        qgz, hybrid, &places));
+        world_host,
+        internal::LaunchedHostPlace(*ctx.world_comm, ctx.opts.local_world_size, ctx.ranks_per_host, machine), hpz, qgz,
+        hybrid, &places));
     // Shard groups that straddle hosts work, and so do host groups whose ranks run on different machines: both
     // are said, not refused.
     if (hybrid && ctx.world_rank == 0) {
@@ -106,9 +108,9 @@ Status Engine::Impl::Init() {
         ZERO_LOG(WARNING) << straddle;
       }
     }
-    ZERO_ASSIGN_OR_RETURN(
-        const std::string across,
-        internal::MachinesWarning(world_host, places, hpz, qgz, internal::ThisHost(internal::ProcessEnv()).name));
+    ZERO_ASSIGN_OR_RETURN(const std::string across,
+                          internal::MachinesWarning(world_host, places, ctx.policy.hpz, qgz,
+                                                    hybrid ? ctx.cfg.zero.mics_shard_size : 0, machine));
     if (!across.empty() && ctx.world_rank == 0) {
       ZERO_LOG(WARNING) << across;
     }

@@ -143,7 +143,8 @@ TEST(ZeroppProcessesTest, HpzIsStage3AndAllThreeTrainTheThreadsBits) {
 // Every process its own machine by ZERO_HOSTID, as on a cluster: hpZ's host groups of 2 consecutive ranks over
 // ranks numbered machine by machine (ranks 0-1 on m0) say nothing; numbered across the machines (rank r on m(r % 2),
 // as mpirun --map-by node would, its local ranks not given), rank 0 says once which two ranks of one group run on
-// different machines. The run trains either way: it is said, not refused.
+// different machines, and that hpZ's group of ranks 0-1 spans two of them. The run trains either way: it is said,
+// not refused.
 TEST(ZeroppProcessesTest, HostGroupsThatSpanMachinesAreSaid) {
   const std::string gpt = absl::StrCat(ZERO_GPT, " --model tiny --seq 32 --steps 2 --json --ranks-per-host 2 --config ",
                                        ZERO_CONFIGS, "/hpz_zero3.json");
@@ -161,9 +162,13 @@ TEST(ZeroppProcessesTest, HostGroupsThatSpanMachinesAreSaid) {
   const size_t at = across.output.find(said);
   ASSERT_NE(at, std::string::npos) << across.output;
   EXPECT_EQ(across.output.find(said, at + 1), std::string::npos) << "said more than once:\n" << across.output;
-  EXPECT_NE(across.output.find("zero_optimization.zero_hpz_partition_size: hpZ's host groups of 2 consecutive ranks "
-                               "put ranks 0 and 1 on one host, but they run on different machines (rank 0 on "
-                               "\"ZERO_HOSTID=m0\", rank 1 on \"ZERO_HOSTID=m1\")"),
+  // Rank 0 says it (zero-run prefixes each rank's lines with [rN]).
+  const size_t line = across.output.rfind('\n', at);
+  EXPECT_EQ(across.output.compare(line == std::string::npos ? 0 : line + 1, 5, "[r0] "), 0) << across.output;
+  EXPECT_NE(across.output.find("zero_optimization.zero_hpz_partition_size: the engine takes each 2 consecutive ranks "
+                               "for one host (EngineOptions::local_world_size, else the launcher's count), but ranks 0 "
+                               "and 1 run on different machines (rank 0 on \"ZERO_HOSTID=m0\", rank 1 on "
+                               "\"ZERO_HOSTID=m1\"): one of hpZ's groups (ranks 0-1) spans two machines"),
             std::string::npos)
       << across.output;
 }

@@ -30,6 +30,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "shard/internal/agree.h"
+#include "shard/internal/compute.h"
+#include "shard/internal/registration.h"
 #include "support/engine_helpers.h"
 #include "support/files.h"
 #include "support/multi_rank.h"
@@ -586,44 +588,134 @@ TEST(HostLayoutTest, HybridStraddleWarningNamesTheFirstGroupThatStraddles) {
   EXPECT_EQ(internal::HybridStraddleWarning({}, 2), "");
 }
 
-// Host groups whose ranks run on different machines: the ranks per host, or the launcher's numbering, is not the
-// machines'. Found from every rank's machine, the same on every rank; machines that several groups share (hosts
-// emulated on one machine, as the tests and scripts/two-hosts.sh do) are not a fault.
-TEST(HostLayoutTest, FirstGroupAcrossMachinesFindsTheRanksOfOneHostOnTwoMachines) {
+// Hosts whose ranks run on different machines: the ranks per host, or the launcher's numbering, is not the
+// machines'. Found from every rank's machine, the same on every rank; a machine that several hosts share (hosts
+// emulated on one machine, as the tests and scripts/two-hosts.sh do) is not a fault.
+TEST(HostLayoutTest, FirstHostAcrossMachinesFindsTheRanksOfOneHostOnTwoMachines) {
   auto places = [](std::vector<uint64_t> machines, int per_host) {
     std::vector<internal::HostPlace> all;
     for (uint64_t m : machines) all.push_back({per_host, -1, 0, m});
     return all;
   };
-  using internal::FirstGroupAcrossMachines;
+  using internal::FirstHostAcrossMachines;
   using P = std::pair<int, int>;
-  for (bool hpz : {true, false}) {
-    SCOPED_TRACE(hpz ? "hpZ" : "qgZ");
-    // Numbered by machine (torchrun's blocks): nothing; numbered across them (--map-by node): ranks 0 and 1.
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 9, 9}, 2), hpz, !hpz), P(-1, -1));
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 2), hpz, !hpz), P(0, 1));
-    // A count larger than the machines hold: 4 per host over machines of 3.
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 9, 9, 9, 5, 5}, 4), hpz, !hpz), P(2, 3));
-    // Smaller than they hold (groups inside machines), or hosts emulated on one machine: nothing.
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7, 9, 9, 9, 9}, 2), hpz, !hpz), P(-1, -1));
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7}, 2), hpz, !hpz), P(-1, -1));
-    // Not told: a machine unknown, one group covering the world, a rank per group, or counts that differ.
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 0, 9}, 2), hpz, !hpz), P(-1, -1));
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 4), hpz, !hpz), P(-1, -1));
-    EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 1), hpz, !hpz), P(-1, -1));
-    std::vector<internal::HostPlace> uneven = places({7, 9, 7, 9}, 2);
-    uneven[3].ranks_per_host = 1;
-    EXPECT_EQ(FirstGroupAcrossMachines(uneven, hpz, !hpz), P(-1, -1));
-  }
-  // qgZ's first hop is its own size (QgzLocalRanks): at world 8 over 4 per host, hops of 4.
-  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 7, 7, 9, 9, 9, 9}, 4), false, true), P(-1, -1));
-  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 7, 9, 9, 7, 7, 9, 9}, 4), false, true), P(1, 2));
-  // Hybrid sharding alone: its hosts are the ranks-per-host groups.
-  EXPECT_EQ(FirstGroupAcrossMachines(places({7, 9, 7, 9}, 2), false, false), P(0, 1));
+  // Numbered by machine (torchrun's blocks): nothing; numbered across them (--map-by node): ranks 0 and 1.
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 7, 9, 9}, 2)), P(-1, -1));
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 9, 7, 9}, 2)), P(0, 1));
+  // A count larger than the machines hold: 4 per host over machines of 3, or one host said for two machines.
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 7, 7, 9, 9, 9, 5, 5}, 4)), P(2, 3));
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 7, 9, 9}, 4)), P(1, 2));
+  // Smaller than they hold (hosts inside machines), or hosts emulated on one machine: nothing.
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 7, 7, 7, 9, 9, 9, 9}, 2)), P(-1, -1));
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 7, 7, 7}, 2)), P(-1, -1));
+  // Not told: a machine unknown, a host per rank, or counts that differ.
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 9, 0, 9}, 2)), P(-1, -1));
+  EXPECT_EQ(FirstHostAcrossMachines(places({7, 9, 7, 9}, 1)), P(-1, -1));
+  std::vector<internal::HostPlace> uneven = places({7, 9, 7, 9}, 2);
+  uneven[3].ranks_per_host = 1;
+  EXPECT_EQ(FirstHostAcrossMachines(uneven), P(-1, -1));
+  EXPECT_EQ(FirstHostAcrossMachines({}), P(-1, -1));
+  // Runs of another size (the engine's own groups).
+  EXPECT_EQ(internal::FirstRunAcrossMachines(places({7, 7, 9, 9, 9, 9, 5, 5}, 4), 2), P(-1, -1));
+  EXPECT_EQ(internal::FirstRunAcrossMachines(places({7, 7, 7, 9, 9, 9, 5, 5}, 4), 2), P(2, 3));
+  EXPECT_EQ(internal::FirstRunAcrossMachines(places({7, 7, 7, 9, 9, 9, 5, 5}, 4), 3), P(-1, -1));
+  EXPECT_EQ(internal::FirstRunAcrossMachines(places({7, 7, 9, 7, 9, 9}, 4), 3), P(1, 2));
 }
 
-// The machine: ZERO_HOSTID where set, else the kernel's boot id named by the host name.
-TEST(HostLayoutTest, ThisHostIsTheOperatorsWordElseTheBootId) {
+// What rank 0 says, through a real gather of the machines' names (thread-ranks, each given its machine): which of
+// the engine's groups spans machines, for hpZ, qgZ and hybrid sharding, and nothing (no collective) where each host
+// is one machine. Machine hashes whose float halves are NaN patterns or all ones travel intact.
+TEST(HostLayoutTest, MachinesWarningSaysWhichGroupSpansMachines) {
+  constexpr uint64_t kNaNs = 0x7FC000017FC00002ull, kOnes = ~0ull;
+  struct Case {
+    std::vector<uint64_t> machines;
+    int per_host, hpz;
+    bool qgz;
+    int64_t shard;
+    const char* said;       // nullptr: nothing
+    bool one_name = false;  // every machine named "node" (host names alike, boot ids not)
+  };
+  const Case cases[] = {
+      {{kNaNs, kOnes, kNaNs, kOnes},
+       2,
+       2,
+       false,
+       0,
+       "zero_optimization.zero_hpz_partition_size: the engine takes each 2 consecutive ranks for one host "
+       "(EngineOptions::local_world_size, else the launcher's count), but ranks 0 and 1 run on different machines "
+       "(rank 0 on \"m0\", rank 1 on \"m1\"): one of hpZ's groups (ranks 0-1) spans two machines, so its backward "
+       "gathers cross between them. Launch the ranks machine by machine, 2 to a machine"},
+      // Hosts of 4 said, machines of 2: hpZ's groups of 2 lie on one machine each.
+      {{7, 7, 9, 9},
+       4,
+       2,
+       false,
+       0,
+       "ranks 1 and 2 run on different machines (rank 1 on \"m1\", rank 2 on \"m2\"): hpZ's groups of 2 ranks each "
+       "lie on one machine, so none of their traffic crosses; StepResult's bytes inside and across hosts are counted "
+       "by hosts of 4"},
+      {{7, 9, 7, 9},
+       2,
+       1,
+       true,
+       0,
+       "zero_optimization.zero_quantized_gradients: the engine takes each 2 consecutive ranks for one host"
+       " (EngineOptions::local_world_size, else the launcher's count), but ranks 0 and 1 run on different machines"
+       " (rank 0 on \"m0\", rank 1 on \"m1\"): one of qgZ's first hops (ranks 0-1) spans two machines"},
+      {{7, 7, 9, 9}, 4, 1, true, 0, "qgZ takes one hop over every rank"},
+      {{7, 9, 7, 9},
+       2,
+       1,
+       false,
+       2,
+       "zero_optimization.mics_shard_size: the engine takes each 2 consecutive ranks for one host"
+       " (EngineOptions::local_world_size, else the launcher's count), but ranks 0 and 1 run on different machines"
+       " (rank 0 on \"m0\", rank 1 on \"m1\"): one of the shard groups (ranks 0-1) spans two machines, so its "
+       "parameter gathers and gradient reductions cross between them"},
+      {{7, 9, 7, 9},
+       2,
+       1,
+       false,
+       4,
+       "the shard groups of 4 ranks were meant to be made of whole hosts of 2, and those hosts are not the machines"},
+      {{7, 9, 7, 9},
+       2,
+       2,
+       false,
+       0,
+       "(rank 0 on \"node\", rank 1 on \"node\": machines of one name with different boot ids)",
+       true},
+      {{7, 7, 9, 9}, 2, 2, false, 0, nullptr},
+      {{7, 7, 7, 7}, 2, 2, false, 0, nullptr},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.said == nullptr ? "nothing said" : k.said);
+    std::vector<internal::HostPlace> all;
+    for (uint64_t m : k.machines) all.push_back({k.per_host, -1, 0, m});
+    testing::RunRanks(4, [&](Communicator& comm, int rank) {
+      MemoryTracker tracker;
+      const std::unique_ptr<internal::ComputeTier> compute = internal::MakeHostCompute(&tracker);
+      internal::HostCollectives host(&comm, compute);
+      // The places gathered as Create gathers them, this rank's machine its own entry.
+      std::vector<internal::HostPlace> got;
+      ASSERT_OK(internal::CheckHostLayoutAgrees(host, all[static_cast<size_t>(rank)], false, false, false, &got));
+      ASSERT_EQ(got.size(), all.size());
+      for (size_t r = 0; r < all.size(); ++r) EXPECT_EQ(got[r].machine, all[r].machine) << r;
+      StatusOr<std::string> said = internal::MachinesWarning(
+          host, got, k.hpz, k.qgz, k.shard,
+          {absl::StrCat("id", rank), k.one_name ? std::string("node") : absl::StrCat("m", rank)});
+      ASSERT_OK(said.status());
+      if (k.said == nullptr) {
+        EXPECT_EQ(*said, "");
+      } else {
+        EXPECT_THAT(*said, HasSubstr(k.said));
+      }
+    });
+  }
+}
+
+// The machine: ZERO_HOSTID where set, else the kernel's boot id named by the host name, else the host name.
+TEST(HostLayoutTest, ThisHostIsTheOperatorsWordElseTheBootIdElseTheHostName) {
   auto env_of = [](std::map<std::string, std::string> vars) -> internal::EnvLookup {
     return [vars](const std::string& k) -> std::optional<std::string> {
       auto it = vars.find(k);
@@ -633,14 +725,20 @@ TEST(HostLayoutTest, ThisHostIsTheOperatorsWordElseTheBootId) {
   const internal::MachineId set = internal::ThisHost(env_of({{"ZERO_HOSTID", "rack4-node17"}}));
   EXPECT_EQ(set.id, "rack4-node17");
   EXPECT_EQ(set.name, "ZERO_HOSTID=rack4-node17");
-  const internal::MachineId own = internal::ThisHost(env_of({{"ZERO_HOSTID", ""}}));  // empty: not set
   char host[256] = {};
   ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  if (!f || !std::getline(f, boot)) GTEST_SKIP() << "no /proc/sys/kernel/random/boot_id here";
-  EXPECT_EQ(own.id, boot);
+  // A boot id file of our own (its newline not part of the id), and none at all.
+  const std::string boot = ::testing::TempDir() + "/boot_id";
+  {
+    std::ofstream f(boot);
+    f << "6f1c2a9e-0d4b-4c1e-9a77-3b2f5d8e1c40\n";
+  }
+  const internal::MachineId own = internal::ThisHost(env_of({{"ZERO_HOSTID", ""}}), boot);  // empty: not set
+  EXPECT_EQ(own.id, "6f1c2a9e-0d4b-4c1e-9a77-3b2f5d8e1c40");
   EXPECT_EQ(own.name, std::string(host));
+  const internal::MachineId none = internal::ThisHost(env_of({}), boot + ".missing");
+  EXPECT_EQ(none.id, std::string(host));
+  EXPECT_EQ(none.name, std::string(host));
 }
 
 }  // namespace

@@ -78,4 +78,14 @@ int LaunchedWorldSize(const EnvLookup& env);
 // "localhost", "::1" or 127.x.y.z.
 bool IsLoopbackHost(const std::string& host);
 
+// The machine this process runs on: `id` tells machines apart, `name` is what a message calls it. ZERO_HOSTID
+// where set (an operator's word: one value per machine); else the kernel's boot id (`boot_id_path`, one per booted
+// kernel, so containers on one machine share it and machines that share a host name do not) named by the host name;
+// else the host name alone; id "" where none can be read. NCCL's own host identity (NCCL_HOSTID, else host name and
+// boot id together) tells containers with host names of their own apart; this does not: they share the machine.
+struct MachineId {
+  std::string id, name;
+};
+MachineId ThisHost(const EnvLookup& env, const std::string& boot_id_path = "/proc/sys/kernel/random/boot_id");
+
 }  // namespace zero::internal

@@ -1,8 +1,8 @@
 // shard/internal/agree.h — what Engine::Create makes sure of before training: the communicator's timeout is the
 // config's, every rank runs the same validated config, and the hosts ZeRO++ and hybrid sharding group ranks by are
-// the launcher's.
-// defines: CheckTimeoutAgrees, CheckConfigAgrees, HostPlace, ThisHost, LaunchedHostPlace, HostLayoutStatus,
-// CheckHostLayoutAgrees, HybridStraddleWarning, FirstGroupAcrossMachines, MachinesWarning.
+// the launcher's (and, said rather than refused, the machines').
+// defines: CheckTimeoutAgrees, CheckConfigAgrees, HostPlace, LaunchedHostPlace, HostLayoutStatus,
+// CheckHostLayoutAgrees, HybridStraddleWarning, FirstRunAcrossMachines, FirstHostAcrossMachines, MachinesWarning.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "comm/internal/env.h"
-
 #include "shard/internal/registration.h"
 #include "zero/communicator.h"
 #include "zero/config.h"
@@ -43,18 +42,12 @@ struct HostPlace {
   int launcher = 0;     // 1: OpenMPI, 2: Slurm, 0: none checked
   uint64_t machine = 0;
 };
-// The machine this process runs on: `id` tells machines apart, `name` is what a message calls it. ZERO_HOSTID where
-// set (an operator's word, as NCCL_HOSTID is NCCL's: one value per machine); else the kernel's boot id
-// (/proc/sys/kernel/random/boot_id: one per booted kernel, so containers on one machine share it and machines that
-// share a host name do not) named by the host name; else the host name alone; id "" where none can be read.
-struct MachineId {
-  std::string id, name;
-};
-MachineId ThisHost(const EnvLookup& env);
+
 // This rank's place: the launcher's local rank only where the engine's communicator is the launched world (its
 // rank and size are the launcher's) and the ranks per host are the launcher's too (the launcher gave a count, and
 // EngineOptions::local_world_size is 0 or that count); else local_rank -1.
-HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host);
+HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host,
+                            const MachineId& machine);
 // Decides from every rank's place (`all`, in rank order) whether the hosts that hpZ (`hpz`), qgZ's two hops
 // (`qgz`, not under hybrid sharding) and hybrid sharding (`hybrid`: its shard groups of mics_shard_size > 1
 // consecutive ranks are meant to lie inside hosts or be made of whole ones, its replicas' all-reduce to cross them)
@@ -75,16 +68,20 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
 // ranks whose counts differ, as HostLayoutStatus leaves unequal hosts unchecked for hybrid sharding).
 std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t shard_size);
 
-// The first pair of ranks that the consecutive groups standing for hosts (HostLayoutStatus's: hpZ's hosts, qgZ's
-// first hop, the hosts hybrid sharding's groups lie over) put on one host while their `machine`s differ, in rank
-// order: {-1, -1} where there is none, where the ranks' counts differ, where a group covers the world or holds one
-// rank, or where a machine is unknown (0). The same on every rank for the same `all`.
-std::pair<int, int> FirstGroupAcrossMachines(const std::vector<HostPlace>& all, bool hpz, bool qgz);
-// What rank 0 says (not refused: the run is correct, its traffic "inside a host" crosses machines) where
-// FirstGroupAcrossMachines finds ranks a and b, named by `names` (every rank's MachineId::name, in rank order): the
-// key, the group size, both ranks and machines, and what to change. Collective where `all` holds such a pair (the
-// names are gathered then: every rank decides alike from `all`); "" and no collective where it holds none.
-StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, bool hpz, bool qgz,
-                                      const std::string& my_name);
+// The first two ranks, in rank order, that one run of `size` consecutive ranks (ranks k·size to k·size + size - 1)
+// holds on different machines; {-1, -1} where there are none, where size <= 1, or where a machine is unknown (0).
+std::pair<int, int> FirstRunAcrossMachines(const std::vector<HostPlace>& all, int size);
+// The same for the hosts the engine assumes: runs of the ranks' common ranks-per-host count (the launcher's word or
+// EngineOptions::local_world_size); {-1, -1} where the counts differ or are 1. The same on every rank for the same
+// `all`.
+std::pair<int, int> FirstHostAcrossMachines(const std::vector<HostPlace>& all);
+// What rank 0 says (not refused: the run is correct) where FirstHostAcrossMachines finds two ranks of one assumed
+// host on different machines: the key of what groups ranks by host (hpZ's, else qgZ's, else mics_shard_size), the
+// count, both ranks and their machines' names (gathered here, `mine` this rank's), and which of the engine's
+// groups, if any, does span machines: hpZ's groups of `hpz` ranks (> 1: on), qgZ's first hop (`qgz`: on, not under
+// hybrid sharding), hybrid sharding's shard groups of `shard_size` ranks (> 1: on). Collective where `all` holds
+// such a pair (every rank decides alike from `all`); "" and no collective where it holds none.
+StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, int hpz, bool qgz,
+                                      int64_t shard_size, const MachineId& mine);
 
 }  // namespace zero::internal
