@@ -16,6 +16,9 @@
 //   QuantizeBlock/f32/n/B   Quantize/f32 in blocks of B elements (n/B scales written): a smaller block's cost
 //   DequantizeBlock/f32/n/B Dequantize/f32 from blocks of B elements
 //   Dequantize/<type>/n     n int8 + n/4096 scales read, n * size(type) written
+//   QuantizeVsMemcpy/<type>/n, DequantizeVsMemcpy/<type>/n  the same, each call followed by a memcpy of
+//                           n * size(type) bytes: counter vs_memcpy, the median of the pairs' ratios of bytes per
+//                           second
 //   Crc32c/bytes            bytes read, checksummed in the checkpoint's 1 MiB blocks (ReadSum: its bound)
 //   GradStatsScalar, CastScalar: the scalar loops these kernels replaced (engine SumSquares, old ConvertBuffer)
 // Two sizes: 256 Ki elements (1 MiB of f32, cache-resident on most x86 L2s) and 128 Mi elements (512 MiB of f32,
@@ -27,6 +30,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -109,18 +113,50 @@ void BM_Cast(benchmark::State& state, DType from, DType to) {
 
 constexpr size_t kQuantBlock = 4096;
 
-void RunQuantize(benchmark::State& state, DType t, size_t block) {
+// Runs `kernel` (moving `bytes` per call) in the benchmark's loop. `paired`: each iteration times the kernel, then a
+// memcpy of `copy_bytes` on Memcpy's buffers (the Memcpy bound the results compare the kernel with), the iteration's
+// time the kernel's alone (manual time), and the counter vs_memcpy is the median over iterations of the kernel's
+// bytes per second over that memcpy's: a drift of the machine's bandwidth between two benchmarks (minutes apart on
+// a shared VM) falls on both halves of a pair alike.
+template <class Kernel>
+void RunKernel(benchmark::State& state, size_t bytes, bool paired, size_t copy_bytes, Kernel&& kernel) {
+  if (!paired) {
+    for (auto _ : state) {
+      kernel();
+      benchmark::ClobberMemory();
+    }
+  } else {
+    const uint8_t* src = Buffer(Slot(state, 20), copy_bytes);
+    uint8_t* dst = Buffer(Slot(state, 21), copy_bytes);
+    std::vector<double> ratios;
+    for (auto _ : state) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernel();
+      benchmark::ClobberMemory();
+      const auto t1 = std::chrono::steady_clock::now();
+      std::memcpy(dst, src, copy_bytes);
+      benchmark::ClobberMemory();
+      const auto t2 = std::chrono::steady_clock::now();
+      const double tk = std::chrono::duration<double>(t1 - t0).count();
+      const double tm = std::chrono::duration<double>(t2 - t1).count();
+      state.SetIterationTime(tk);
+      ratios.push_back((static_cast<double>(bytes) / tk) / (2.0 * static_cast<double>(copy_bytes) / tm));
+    }
+    std::sort(ratios.begin(), ratios.end());
+    if (!ratios.empty()) state.counters["vs_memcpy"] = ratios[ratios.size() / 2];
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.SetLabel(zero::internal::ActiveSimdTarget());
+}
+
+void RunQuantize(benchmark::State& state, DType t, size_t block, bool paired = false) {
   const size_t n = static_cast<size_t>(state.range(0));
   const void* x = Source(t, n, Slot(state, static_cast<int>(t)));
   auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
   auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, block) * 4));
-  for (auto _ : state) {
-    zero::internal::QuantizeInt8(x, t, n, block, q, scales);
-    benchmark::ClobberMemory();
-  }
   const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, block) * 4;
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-  state.SetLabel(zero::internal::ActiveSimdTarget());
+  RunKernel(state, bytes, paired, n * zero::DTypeSize(t),
+            [&] { zero::internal::QuantizeInt8(x, t, n, block, q, scales); });
 }
 
 void BM_Quantize(benchmark::State& state, DType t) { RunQuantize(state, t, kQuantBlock); }
@@ -141,23 +177,23 @@ void BM_QuantizePlan(benchmark::State& state) {
                  std::to_string(own.l1_bytes) + " L2 " + std::to_string(own.l2_bytes));
 }
 
-void RunDequantize(benchmark::State& state, DType t, size_t block) {
+void RunDequantize(benchmark::State& state, DType t, size_t block, bool paired = false) {
   const size_t n = static_cast<size_t>(state.range(0));
   auto* q = reinterpret_cast<int8_t*>(Buffer(Slot(state, 30), n));
   auto* scales = reinterpret_cast<float*>(Buffer(Slot(state, 31), zero::internal::QuantBlocks(n, block) * 4));
   zero::internal::QuantizeInt8(Source(t, n, Slot(state, static_cast<int>(t))), t, n, block, q,
                                scales);  // real codes and scales
   void* out = Buffer(Slot(state, 10 + static_cast<int>(t)), n * zero::DTypeSize(t));
-  for (auto _ : state) {
-    zero::internal::DequantizeInt8(q, scales, n, block, out, t);
-    benchmark::ClobberMemory();
-  }
   const size_t bytes = n * zero::DTypeSize(t) + n + zero::internal::QuantBlocks(n, block) * 4;
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-  state.SetLabel(zero::internal::ActiveSimdTarget());
+  RunKernel(state, bytes, paired, n * zero::DTypeSize(t),
+            [&] { zero::internal::DequantizeInt8(q, scales, n, block, out, t); });
 }
 
 void BM_Dequantize(benchmark::State& state, DType t) { RunDequantize(state, t, kQuantBlock); }
+
+// Quantize and Dequantize, each call paired with a memcpy of its wider side (RunKernel's vs_memcpy).
+void BM_QuantizeVsMemcpy(benchmark::State& state, DType t) { RunQuantize(state, t, kQuantBlock, /*paired=*/true); }
+void BM_DequantizeVsMemcpy(benchmark::State& state, DType t) { RunDequantize(state, t, kQuantBlock, /*paired=*/true); }
 
 // Dequantize to f32 from blocks of another size (args: n, block), as QuantizeBlock.
 void BM_DequantizeBlock(benchmark::State& state) {
@@ -312,6 +348,17 @@ void Register() {
         QuantizePrefetch{kQuantizePrefetchL1Only.l1_bytes, kQuantizePrefetchL1L2.l2_bytes}, QuantizePrefetch{0, 0}}) {
     benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)
         ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(p.l1_bytes), static_cast<int64_t>(p.l2_bytes)});
+  }
+  // Each call paired with a memcpy (at least 2 s: about ten pairs a repetition at 128 Mi elements).
+  for (const auto& t : kTypes) {
+    benchmark::RegisterBenchmark((std::string("QuantizeVsMemcpy/") + t.name).c_str(), BM_QuantizeVsMemcpy, t.t)
+        ->Arg(static_cast<int64_t>(kLarge))
+        ->UseManualTime()
+        ->MinTime(2.0);
+    benchmark::RegisterBenchmark((std::string("DequantizeVsMemcpy/") + t.name).c_str(), BM_DequantizeVsMemcpy, t.t)
+        ->Arg(static_cast<int64_t>(kLarge))
+        ->UseManualTime()
+        ->MinTime(2.0);
   }
   for (int64_t block : {256, 512, 1024, 2048, 8192}) {
     benchmark::RegisterBenchmark("QuantizeBlock/f32", BM_QuantizeBlock)->Args({static_cast<int64_t>(kLarge), block});
