@@ -349,7 +349,7 @@ void Register() {
     benchmark::RegisterBenchmark("QuantizePlan/f32", BM_QuantizePlan)
         ->Args({static_cast<int64_t>(kLarge), static_cast<int64_t>(p.l1_bytes), static_cast<int64_t>(p.l2_bytes)});
   }
-  // Each call paired with a memcpy (at least 2 s: about ten pairs a repetition at 128 Mi elements).
+  // Each call paired with a memcpy (at least 2 s: about a hundred pairs a repetition at 128 Mi elements).
   for (const auto& t : kTypes) {
     benchmark::RegisterBenchmark((std::string("QuantizeVsMemcpy/") + t.name).c_str(), BM_QuantizeVsMemcpy, t.t)
         ->Arg(static_cast<int64_t>(kLarge))

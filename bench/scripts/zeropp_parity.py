@@ -28,9 +28,11 @@ difference between the two is what reading the same weights through qwZ's int8 a
 --perturb K (threads only) is the control for a single run's gap: the exact job again, K times, each from the
 exact run's initial weights with noise of int8's size added once (every tensor of two or more dimensions, in blocks
 of 4096 of its elements: uniform in +-half a code step, max|w| / 127 of the block, from Python's random seeded 1..K;
-1-D parameters as they were). Nothing is quantized and every step is exact: each run's gap is what one perturbation
+1-D parameters as they were; qwZ's blocks run over each rank's flattened shard instead, so the noise is of the same
+size, not in the same blocks). Nothing is quantized and every step is exact: each run's gap is what one perturbation
 of the size qwZ makes at every forward grows into. The initial weights are the exact job's checkpoint after one step
-at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from.
+at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from,
+after a check that the unperturbed export trains the exact job's weights bit for bit (zero-gpt --params-hash).
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
@@ -99,7 +101,8 @@ def cache_path(args, cmd, cfg):
     return os.path.join(args.cache, h.hexdigest()[:32] + ".json")
 
 
-def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None, init=None):
+def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=None, init=None, params_hash=False):
+    """The job's per-step losses (and, with params_hash, also zero-gpt --params-hash's hash of the final weights)."""
     seed = seed if seed is not None else args.seed
     world = world or args.world
     gpt = [os.path.join(args.build, "bin/zero-gpt"), "--model", "small", "--steps", str(steps or args.steps), "--config",
@@ -110,6 +113,8 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         gpt += ["--resume", resume]
     if init:
         gpt += ["--init-from", init]
+    if params_hash:
+        gpt += ["--params-hash"]
     if args.ranks_per_host > 0:
         gpt += ["--ranks-per-host", str(args.ranks_per_host)]
     if seed is not None:
@@ -119,9 +124,9 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
     else:
         cmd = [os.path.join(args.build, "bin/zero-run"), "-n", str(world), "--"] + gpt
     # A run that saves or resumes a checkpoint always runs: --eval needs the checkpoint, not the losses. One from
-    # --init-from too (its file is made afresh each time).
+    # --init-from too (its file is made afresh each time), and one whose hash is wanted (the cache keeps losses).
     cached = None
-    if args.cache and not save and not resume and not init:
+    if args.cache and not save and not resume and not init and not params_hash:
         cached = cache_path(args, cmd, cfg)
         if os.path.exists(cached):
             with open(cached) as f:
@@ -135,7 +140,11 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr[-3000:]}")
     losses = {}
+    digest = None
     for line in p.stdout.splitlines():
+        h = line.find('"params_hash": "')
+        if h >= 0:
+            digest = line[h + 16:h + 32]
         j = line.find('{"step"')
         if j < 0:
             continue
@@ -146,6 +155,8 @@ def run(args, mode, cfg, seed=None, world=None, save=None, resume=None, steps=No
         os.makedirs(args.cache, exist_ok=True)
         with open(cached, "w") as f:
             json.dump(out, f)
+    if params_hash:
+        return " ".join(cmd), out, digest
     return " ".join(cmd), out
 
 
@@ -237,13 +248,16 @@ def perturbed(args, cfg, exact, tmp):
         sys.exit(f"zero-ckpt export {d}: exit {p.returncode}\n{p.stderr[-3000:]}")
     with open(init, "rb") as f:
         raw = f.read()
-    # The method's check: the unperturbed export, loaded with --init-from, trains the exact run's losses bit for bit.
+    # The method's check: the unperturbed export, loaded with --init-from, trains the exact job bit for bit: the same
+    # hash of every final fp32 weight after `check` steps (and the same printed losses).
     check = min(args.steps, 20)
-    _, q = run(args, "threads", cfg, init=init, steps=check)
-    if q != exact[:check]:
-        sys.exit(f"--perturb: the exact run from its own exported initial weights differs in the first {check} steps")
-    print(f"\n--perturb: the exact run restarted from its exported initial weights gives its losses bit for bit "
-          f"(steps 1-{check})")
+    _, e, e_hash = run(args, "threads", cfg, steps=check, params_hash=True)
+    _, q, q_hash = run(args, "threads", cfg, init=init, steps=check, params_hash=True)
+    if e_hash is None or q_hash != e_hash or q != e or e != exact[:check]:
+        sys.exit(f"--perturb: the exact job from its own exported initial weights is not the exact job after {check} "
+                 f"steps (weights' hash {q_hash} against {e_hash})")
+    print(f"\n--perturb: the exact job restarted from its exported initial weights trains the same weights bit for bit "
+          f"(hash {e_hash} after {check} steps)")
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])
     for k in range(1, args.perturb + 1):
@@ -268,7 +282,8 @@ def perturbed(args, cfg, exact, tmp):
         with open(path, "wb") as f:
             f.write(raw[:8 + n] + bytes(data))
         cmd_p, q = run(args, "threads", cfg, init=path)
-        print(f"\n### threads, exact from initial weights with int8-sized noise (noise seed {k}, {moved} elements): "
+        print(f"\n### threads, exact from initial weights with int8-sized noise (noise seed {k}, {moved} elements "
+              f"of 2-D tensors): "
               f"{cmd_p}")
         compare(exact, q, f"perturbed {k}")
 
