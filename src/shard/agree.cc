@@ -60,6 +60,22 @@ Status CheckConfigAgrees(HostCollectives& host, const Config& cfg) {
   return absl::FailedPreconditionError(msg);
 }
 
+// The key of what groups ranks by host, as the messages name it: hpZ's, else qgZ's two hops, else hybrid sharding.
+static const char* HostGroupingKey(bool hpz, bool qgz) {
+  return hpz   ? "zero_optimization.zero_hpz_partition_size"
+         : qgz ? "zero_optimization.zero_quantized_gradients"
+               : "zero_optimization.mics_shard_size";
+}
+
+// The ranks-per-host count every rank gave, or 0 where they differ (or there are no ranks).
+static int CommonRanksPerHost(const std::vector<HostPlace>& all) {
+  if (all.empty()) return 0;
+  for (const HostPlace& p : all) {
+    if (p.ranks_per_host != all[0].ranks_per_host) return 0;
+  }
+  return all[0].ranks_per_host;
+}
+
 HostPlace LaunchedHostPlace(const Communicator& comm, int option_local_world_size, int ranks_per_host,
                             const MachineId& machine) {
   HostPlace p;
@@ -85,9 +101,7 @@ Status HostLayoutStatus(const std::vector<HostPlace>& all, bool hpz, bool qgz, b
   if (!hpz && !qgz && !hybrid) return absl::OkStatus();  // nothing groups ranks by host
   // hpZ's groups and qgZ's hops follow the ranks-per-host count; hybrid's shard groups are mics_shard_size ranks.
   const bool by_count = hpz || qgz;
-  const char* key = hpz   ? "zero_optimization.zero_hpz_partition_size"
-                    : qgz ? "zero_optimization.zero_quantized_gradients"
-                          : "zero_optimization.mics_shard_size";
+  const char* key = HostGroupingKey(hpz, qgz);
   // The size of the consecutive groups that stand for hosts: hpZ's host (its H divides it), qgZ's first hop, or
   // the hosts hybrid sharding's shard groups are meant to lie in (or be made of).
   auto group_of = [&](int r) {
@@ -150,11 +164,8 @@ Status CheckHostLayoutAgrees(HostCollectives& host, const HostPlace& mine, bool 
 
 std::string HybridStraddleWarning(const std::vector<HostPlace>& all, int64_t shard_size) {
   const int64_t world = static_cast<int64_t>(all.size());
-  if (all.empty() || shard_size <= 1) return "";
-  const int64_t L = all[0].ranks_per_host, G = shard_size;
-  for (const HostPlace& p : all) {
-    if (p.ranks_per_host != L) return "";
-  }
+  if (shard_size <= 1) return "";
+  const int64_t L = CommonRanksPerHost(all), G = shard_size;  // 0 where the counts differ: not told
   if (L <= 1 || L >= world || G % L == 0 || L % G == 0) return "";
   // The group holding ranks L - 1 and L (the first host's last and the second's first) is the first to straddle.
   const int64_t first = (L / G) * G;
@@ -179,11 +190,7 @@ std::pair<int, int> FirstRunAcrossMachines(const std::vector<HostPlace>& all, in
 }
 
 std::pair<int, int> FirstHostAcrossMachines(const std::vector<HostPlace>& all) {
-  if (all.empty()) return {-1, -1};
-  for (const HostPlace& p : all) {
-    if (p.ranks_per_host != all[0].ranks_per_host) return {-1, -1};
-  }
-  return FirstRunAcrossMachines(all, all[0].ranks_per_host);
+  return FirstRunAcrossMachines(all, CommonRanksPerHost(all));  // a count of 0 (they differ) finds none
 }
 
 StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<HostPlace>& all, int hpz, bool qgz,
@@ -206,17 +213,15 @@ StatusOr<std::string> MachinesWarning(HostCollectives& host, const std::vector<H
     return absl::StrCat("one of ", what, " (ranks ", first, "-", first + size - 1, ") spans two machines, so its ",
                         traffic, " cross between them");
   };
-  std::string key, effect;
+  const char* key = HostGroupingKey(hpz > 1, qgz);
+  std::string effect;
   if (hpz > 1) {
-    key = "zero_optimization.zero_hpz_partition_size";
     effect = spans(hpz, "hpZ's groups", "backward gathers");
   } else if (qgz) {
-    key = "zero_optimization.zero_quantized_gradients";
     const int hop = QgzLocalRanks(world, L, /*hybrid=*/false);
     effect = hop < world ? spans(hop, "qgZ's first hops", "gradient exchanges meant for inside a host")
                          : std::string("qgZ takes one hop over every rank, which these machines do not change");
   } else {
-    key = "zero_optimization.mics_shard_size";
     effect = shard_size <= L
                  ? spans(static_cast<int>(shard_size), "the shard groups", "parameter gathers and gradient reductions")
                  : absl::StrCat("the shard groups of ", shard_size, " ranks were meant to be made of whole hosts of ",
