@@ -183,12 +183,13 @@ class Communicator {
                                                             const CommOptions& options = {});
 
   // Builds a communicator from launcher variables: torchrun (RANK, WORLD_SIZE, LOCAL_RANK), OpenMPI
-  // (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), in that order
-  // of precedence. Rendezvous: ZERO_STORE_DIR selects a file store (zero-run sets it), else MASTER_ADDR and
-  // MASTER_PORT a TCP store served by rank 0; without launcher variables, world size 1. kNccl uses LOCAL_RANK
-  // as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`. See docs/guide/launching.md.
-  // Rendezvous checks (docs/internals/comm.md): the ranks must agree on the world size and the job id
-  // (options.job_id, else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a
+  // (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK), Slurm's srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID), in
+  // that order of precedence; Slurm's variables without SLURM_STEP_NUM_TASKS are an sbatch script's, one process,
+  // refused with kInvalidArgument where they say more than one task. Rendezvous: ZERO_STORE_DIR selects a file store
+  // (zero-run sets it), else MASTER_ADDR and MASTER_PORT a TCP store served by rank 0; without launcher variables,
+  // world size 1. kNccl uses LOCAL_RANK as the CUDA device. ZERO_COMM_CHECK / ZERO_COMM_TIMEOUT_S override `options`.
+  // See docs/guide/launching.md. Rendezvous checks (docs/internals/comm.md): the ranks must agree on the world size and
+  // the job id (options.job_id, else ZERO_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID) before any transport is built; a
   // disagreement fails every rank that arrived with kFailedPrecondition naming both sides.
   static StatusOr<std::shared_ptr<Communicator>> FromEnv(Backend backend, const CommOptions& options = {});
   // The communicator for an engine: as above, with the timeout (rendezvous and ops) taken from the config's
@@ -204,7 +205,7 @@ class Communicator {
   // it does not say (or its variables do not read; FromEnv then says why). What EngineOptions::local_world_size
   // defaults to, and what a trainer divides the host's cores by.
   static int LaunchedLocalWorldSize();
-  // The ranks in the launched job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS, as FromEnv reads them); 0
+  // The ranks in the launched job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_STEP_NUM_TASKS, as FromEnv reads them); 0
   // where no launcher started this process or its variables do not read (FromEnv says why). A trainer that runs
   // alone unless told otherwise checks this, whichever launcher started it.
   static int LaunchedWorldSize();

@@ -93,12 +93,16 @@ struct Source {
   const char* size;
   const char* local_rank;
   const char* local_size;  // nullptr: Slurm, whose tasks per node come as a list (SlurmTasksOnNode)
+  // Read before `size` where set: srun's SLURM_STEP_NUM_TASKS, the tasks of this step. SLURM_NTASKS is the
+  // allocation's count, which srun overwrites with the step's unless told to keep it (srun --preserve-env), and
+  // which an sbatch batch script sees too.
+  const char* step_size = nullptr;
 };
 constexpr Source kSources[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_STEP_NUM_TASKS"},
 };
 
 // This node's tasks under Slurm: srun's SLURM_STEP_TASKS_PER_NODE (the step's layout), else the allocation's
@@ -141,15 +145,8 @@ int SlurmTasksOnNode(const std::string& list, int node) {
 std::string LaunchHint(const LaunchEnv& launch) {
   for (const Source& src : kSources) {
     if (launch.source != src.name) continue;
-    std::string hint = absl::StrCat(" [this process is rank ", launch.rank, " of ", launch.world_size, " by ", src.rank,
-                                    " and ", src.size, "]");
-    // A batch script is one process, and Slurm gives it its allocation's task count as rank 0; only srun starts
-    // the tasks.
-    if (launch.source == "slurm" && launch.rank == 0) {
-      absl::StrAppend(&hint, " [if this is an sbatch script run without srun: it is one process, which Slurm's ",
-                      "variables call rank 0 of SLURM_NTASKS; start the ranks with srun]");
-    }
-    return hint;
+    return absl::StrCat(" [this process is rank ", launch.rank, " of ", launch.world_size, " by ", src.rank, " and ",
+                        launch.size_from.empty() ? src.size : launch.size_from, "]");
   }
   return "";
 }
@@ -165,18 +162,31 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   LaunchEnv out;
   for (const Source& src : kSources) {
     auto rank = env(src.rank);
-    auto size = env(src.size);
+    const char* size_name = src.step_size != nullptr && env(src.step_size) ? src.step_size : src.size;
+    auto size = env(size_name);
     if (!rank && !size) continue;
     if (!rank || !size) {
-      return absl::InvalidArgumentError(absl::StrCat("launcher variables incomplete: ", rank ? src.rank : src.size,
-                                                     " is set but ", rank ? src.size : src.rank, " is not"));
+      return absl::InvalidArgumentError(absl::StrCat("launcher variables incomplete: ", rank ? src.rank : size_name,
+                                                     " is set but ", rank ? size_name : src.rank, " is not"));
     }
     ZERO_ASSIGN_OR_RETURN(out.rank, ParseInt(src.rank, *rank));
-    ZERO_ASSIGN_OR_RETURN(out.world_size, ParseInt(src.size, *size));
+    ZERO_ASSIGN_OR_RETURN(out.world_size, ParseInt(size_name, *size));
     if (out.world_size < 1 || out.rank < 0 || out.rank >= out.world_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat(src.rank, "=", out.rank, " is not in [0, ", src.size, "=", out.world_size, ")"));
+          absl::StrCat(src.rank, "=", out.rank, " is not in [0, ", size_name, "=", out.world_size, ")"));
     }
+    // Slurm runs an sbatch script as one process whose variables say task 0 of the allocation's SLURM_NTASKS
+    // (slurmstepd sets SLURM_PROCID for it as for any task), but only srun's tasks get SLURM_STEP_NUM_TASKS. A
+    // trainer started in the script itself would wait comm_timeout_s (30 minutes by default) for ranks that never
+    // come; it is told at once instead.
+    if (src.step_size != nullptr && size_name != src.step_size && out.world_size > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          src.rank, "=", out.rank, " and ", src.size, "=", out.world_size, " are set but ", src.step_size,
+          " is not: these are an sbatch batch script's variables, and Slurm runs the script as one process; start the ",
+          out.world_size, " ranks with srun (it sets ", src.step_size,
+          " for every task it starts), or launch them otherwise (torchrun, zero-run, mpirun)"));
+    }
+    out.size_from = size_name;
     out.local_rank = out.rank;
     if (auto local = env(src.local_rank)) {
       ZERO_ASSIGN_OR_RETURN(out.local_rank, ParseInt(src.local_rank, *local));

@@ -18,8 +18,9 @@ namespace {
 
 // FromEnv without launcher variables: a world of one, whatever the environment ctest runs in.
 void ClearLauncherVariables() {
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                        "SLURM_PROCID", "SLURM_NTASKS", "ZERO_STORE_DIR", "MASTER_ADDR", "MASTER_PORT"}) {
+  for (const char* v :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+        "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "ZERO_STORE_DIR", "MASTER_ADDR", "MASTER_PORT"}) {
     ::unsetenv(v);
   }
 }

@@ -93,8 +93,8 @@ TEST(FlatTrainer, RefusesSeveralRanksWithoutZero) {
   EXPECT_TRUE(world.losses.empty()) << world.output;
   // Started as one of several ranks by any launcher FromEnv reads: each copy would train the whole batch alone.
   // (The variables of rank 0 of 2; the refusal comes before any rendezvous.)
-  for (const char* vars :
-       {"RANK=0 WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2", "SLURM_PROCID=0 SLURM_NTASKS=2"}) {
+  for (const char* vars : {"RANK=0 WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2",
+                           "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2"}) {
     const TrainerRun launched = RunTrainer("", absl::StrCat("env ", vars, " "));
     EXPECT_NE(launched.status, 0) << vars;
     EXPECT_NE(launched.output.find("as one of 2 ranks"), std::string::npos) << vars << ": " << launched.output;

@@ -45,6 +45,7 @@ struct LaunchEnv {
   // (Slurm); 0 where the launcher does not say.
   int local_world_size = 0;
   std::string source = "default";  // "torchrun", "openmpi", "slurm" or "default" (no launcher found)
+  std::string size_from;           // the variable world_size came from ("WORLD_SIZE", ...); "" without a launcher
   std::string store_dir;           // ZERO_STORE_DIR (zero-run), "" if unset
   std::string master_addr;         // ZERO_MASTER_ADDR, else MASTER_ADDR; "" if unset
   int master_port = 0;             // the port rank 0's store listens on (below); 0 if unset
@@ -52,10 +53,11 @@ struct LaunchEnv {
 };
 
 // Reads, in this order of precedence: RANK/WORLD_SIZE/LOCAL_RANK (torchrun, zero-run),
-// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (OpenMPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (Slurm); plus
-// ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT; and the ranks on this host (LaunchEnv::local_world_size).
-// kInvalidArgument naming the variable for unparsable or
-// inconsistent values (e.g. RANK >= WORLD_SIZE, or RANK without WORLD_SIZE).
+// OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK (OpenMPI), SLURM_PROCID/SLURM_STEP_NUM_TASKS (else
+// SLURM_NTASKS)/SLURM_LOCALID (Slurm); plus ZERO_STORE_DIR, MASTER_ADDR, MASTER_PORT; and the ranks on this host
+// (LaunchEnv::local_world_size). kInvalidArgument naming the variable for unparsable or inconsistent values (e.g.
+// RANK >= WORLD_SIZE, or RANK without WORLD_SIZE), and for Slurm's variables of a world above 1 without
+// SLURM_STEP_NUM_TASKS: an sbatch script run without srun, one process.
 // The store's port: ZERO_MASTER_PORT if set; else MASTER_PORT + 1 when TORCHELASTIC_USE_AGENT_STORE is true
 // (torchrun of torch >= 2.4: its agent already serves torch's own store on MASTER_PORT, so zero's rank 0
 // cannot listen there); else MASTER_PORT. ZERO_MASTER_ADDR likewise overrides MASTER_ADDR.
@@ -63,7 +65,7 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 // Whether a launcher's rank variable is set (Communicator::Launched).
 bool HasLauncherRank(const EnvLookup& env);
 // What FromEnv appends to a rendezvous that timed out: the variables that gave this process its rank and world
-// size, and under Slurm on rank 0 the likeliest cause (a batch script run without srun); "" without a launcher.
+// size; "" without a launcher.
 std::string LaunchHint(const LaunchEnv& launch);
 // Slurm's tasks on node `node` from a SLURM_TASKS_PER_NODE-style list ("2(x3),1": 2 on nodes 0-2, 1 on node 3);
 // 0 when the list does not parse or has no such node.
