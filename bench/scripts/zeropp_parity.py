@@ -7,7 +7,7 @@ of one zero-gpt and as processes under zero-run, each --steps steps.
                                    [--zeropp '{"zero_quantized_weights": true}']  (the default)
                                    [--extra-config '{"zero_hpz_partition_size": 2}']
                                    [--recipe '{"gradient_clipping": 1.0, "scheduler": {...}}'] [--seeds 2,3] [--floor] [--no-zeropp]
-                                   [--eval K] [--perturb K] [--cache DIR]
+                                   [--eval K] [--perturb K] [--perturb-scale F] [--cache DIR]
 
 --zeropp may be given more than once: each ZeRO++ config is run and compared with the one exact run of its mode.
 --recipe is merged into the top level of every run's config (exact and ZeRO++ alike: a warmup schedule, clipping).
@@ -33,6 +33,10 @@ size, not in the same blocks). Nothing is quantized and every step is exact: eac
 of the size qwZ makes at every forward grows into. The initial weights are the exact job's checkpoint after one step
 at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from,
 after a check that the unperturbed export trains the exact job's weights bit for bit (zero-gpt --params-hash).
+--perturb-scale F multiplies that noise by F (default 1): F = -1 adds each seed's noise mirrored (the antithetic run:
+if the noise and its mirror both end above the exact run, a perturbation costs loss, not the sign it took), and
+smaller |F| (1/16, 1/256, ...) shows at what size a perturbation starts to move the run (the floor, rounding's
+1e-7, moved nothing on the literal recipe; int8's 1e-2 moved it by per cents).
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
 commands recorded before --zeropp existed); --ranks-per-host lays the ranks out L per host (zero-gpt
@@ -180,6 +184,8 @@ def main():
                          "(the same config and seed give the same bits): the exact run is not run again")
     ap.add_argument("--perturb", type=int, default=0, metavar="K",
                     help="threads: the exact job K more times from its initial weights with int8-sized noise added once")
+    ap.add_argument("--perturb-scale", type=float, default=1.0, metavar="F",
+                    help="--perturb's noise times F (-1: each seed's noise mirrored; 1/16: a sixteenth of int8's size)")
     ap.add_argument("--eval", type=int, default=0, metavar="K",
                     help="threads: each trained model's loss on the next K steps' batches at lr 0, exact and quantized")
     args = ap.parse_args()
@@ -273,7 +279,7 @@ def perturbed(args, cfg, exact, tmp):
             w = array.array("f")
             w.frombytes(bytes(data[lo:hi]))
             for b in range(0, len(w), 4096):
-                step = max(abs(x) for x in w[b:b + 4096]) / 127
+                step = args.perturb_scale * max(abs(x) for x in w[b:b + 4096]) / 127
                 for i in range(b, min(len(w), b + 4096)):
                     w[i] += step * (rng.random() - 0.5)
             data[lo:hi] = w.tobytes()
@@ -282,9 +288,8 @@ def perturbed(args, cfg, exact, tmp):
         with open(path, "wb") as f:
             f.write(raw[:8 + n] + bytes(data))
         cmd_p, q = run(args, "threads", cfg, init=path)
-        print(f"\n### threads, exact from initial weights with int8-sized noise (noise seed {k}, {moved} elements "
-              f"of 2-D tensors): "
-              f"{cmd_p}")
+        print(f"\n### threads, exact from initial weights with int8-sized noise times {args.perturb_scale:g} (noise "
+              f"seed {k}, {moved} elements of 2-D tensors): {cmd_p}")
         compare(exact, q, f"perturbed {k}")
 
 
