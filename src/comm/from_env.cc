@@ -165,6 +165,10 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     const char* size_name = src.step_size != nullptr && env(src.step_size) ? src.step_size : src.size;
     auto size = env(size_name);
     if (!rank && !size) continue;
+    // An sbatch script submitted without a task count (no --ntasks, no --ntasks-per-node) gets no SLURM_NTASKS
+    // (Slurm's env_array_for_batch_job writes it only for a count it was given), only SLURM_PROCID=0 for its one
+    // process: a world of one.
+    if (src.step_size != nullptr && rank && !size && *rank == "0") size = "1";
     if (!rank || !size) {
       return absl::InvalidArgumentError(absl::StrCat("launcher variables incomplete: ", rank ? src.rank : size_name,
                                                      " is set but ", rank ? size_name : src.rank, " is not"));
@@ -179,11 +183,14 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
     // (slurmstepd sets SLURM_PROCID for it as for any task), but only srun's tasks get SLURM_STEP_NUM_TASKS. A
     // trainer started in the script itself would wait comm_timeout_s (30 minutes by default) for ranks that never
     // come; it is told at once instead.
+    // (slurmstepd gives the script SLURM_PROCID=0 always: another rank without the step's count was not set by
+    // Slurm for this process, and is said so.)
     if (src.step_size != nullptr && size_name != src.step_size && out.world_size > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
-          src.rank, "=", out.rank, " and ", src.size, "=", out.world_size, " are set but ", src.step_size,
-          " is not: these are an sbatch batch script's variables, and Slurm runs the script as one process; start the ",
-          out.world_size, " ranks with srun (it sets ", src.step_size,
+          src.rank, "=", out.rank, " and ", src.size, "=", out.world_size, " are set but ", src.step_size, " is not: ",
+          out.rank == 0 ? "these are an sbatch batch script's variables, and Slurm runs the script as one process"
+                        : "srun did not start this process",
+          "; start the ", out.world_size, " ranks with srun (it sets ", src.step_size,
           " for every task it starts), or launch them otherwise (torchrun, zero-run, mpirun)"));
     }
     out.size_from = size_name;

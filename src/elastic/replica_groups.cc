@@ -99,7 +99,7 @@ StatusOr<std::unique_ptr<ReplicaGroups>> ReplicaGroups::Create(LiveOptions optio
 StatusOr<std::unique_ptr<ReplicaGroups>> ReplicaGroups::FromEnv(const Config& config) {
   const internal::EnvLookup env = internal::ProcessEnv();
   ZERO_ASSIGN_OR_RETURN(internal::LaunchEnv launch, internal::ReadLaunchEnv(env));
-  if (launch.source.empty()) {
+  if (launch.source == "default") {  // ReadLaunchEnv's "no launcher found"
     return absl::InvalidArgumentError(
         "ReplicaGroups::FromEnv: no launcher variables (RANK and WORLD_SIZE); run under zero-run --live-groups G");
   }

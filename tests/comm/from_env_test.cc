@@ -25,6 +25,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::zero::testing::StatusIs;
 
 internal::EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
@@ -183,6 +184,17 @@ TEST(LaunchEnv, SlurmBatchScriptIsOneProcess) {
   auto one = internal::ReadLaunchEnv(FakeEnv({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
   ASSERT_OK(one);
   EXPECT_EQ(one->world_size, 1);
+  // Submitted without a task count, Slurm writes no SLURM_NTASKS: the script's SLURM_PROCID=0 alone, one process.
+  auto uncounted = internal::ReadLaunchEnv(FakeEnv({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "77"}}));
+  ASSERT_OK(uncounted);
+  EXPECT_EQ(uncounted->world_size, 1);
+  EXPECT_EQ(uncounted->source, "slurm");
+  // Slurm gives a batch script rank 0 only: another rank without the step's count is not the script's.
+  auto forwarded = internal::ReadLaunchEnv(FakeEnv({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}}));
+  ASSERT_FALSE(forwarded.ok());
+  EXPECT_THAT(std::string(forwarded.status().message()),
+              AllOf(HasSubstr("SLURM_PROCID=2 and SLURM_NTASKS=4 are set but SLURM_STEP_NUM_TASKS is not"),
+                    HasSubstr("srun did not start this process"), Not(HasSubstr("sbatch"))));
   // Another launcher in the script (torchrun, zero-run, mpirun) is read first: Slurm's variables are not looked at.
   auto torchrun = internal::ReadLaunchEnv(
       FakeEnv({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}}));
@@ -193,6 +205,7 @@ TEST(LaunchEnv, SlurmBatchScriptIsOneProcess) {
   ::setenv("SLURM_PROCID", "0", 1);
   ::setenv("SLURM_NTASKS", "4", 1);
   ::setenv("ZERO_STORE_DIR", testing::MakeTempDir("from_env_batch").c_str(), 1);
+  ::setenv("ZERO_COMM_TIMEOUT_S", "0.3", 1);  // were it not refused: a rendezvous that fails fast, not in 30 minutes
   auto comm = Communicator::FromEnv(Backend::kGloo);
   ClearLaunchEnv();
   ASSERT_FALSE(comm.ok());

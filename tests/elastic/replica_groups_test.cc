@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -209,6 +210,19 @@ TEST(LiveRecoveryConfig, AccumulationThatFollowsTheWorldIsRefusedAtJoin) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, LiveRecoveryTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat("Stage", info.param); });
+
+// Started without any launcher's variables there are no ranks to group: FromEnv says so by name (before, it went on
+// to complain about the store, the one thing zero-run would have set).
+TEST(LiveRecoveryConfig, FromEnvWithoutALauncherSaysSo) {
+  for (const char* v : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID",
+                        "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "ZERO_STORE_DIR"}) {
+    ::unsetenv(v);
+  }
+  const StatusOr<std::unique_ptr<ReplicaGroups>> g = ReplicaGroups::FromEnv(testing::TrainConfig(2, 1));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << g.status();
+  EXPECT_THAT(std::string(g.status().message()), ::testing::HasSubstr("no launcher variables")) << g.status();
+}
 
 }  // namespace
 }  // namespace zero
