@@ -180,11 +180,10 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
           absl::StrCat(src.rank, "=", out.rank, " is not in [0, ", size_name, "=", out.world_size, ")"));
     }
     // Slurm runs an sbatch script as one process whose variables say task 0 of the allocation's SLURM_NTASKS
-    // (slurmstepd sets SLURM_PROCID for it as for any task), but only srun's tasks get SLURM_STEP_NUM_TASKS. A
-    // trainer started in the script itself would wait comm_timeout_s (30 minutes by default) for ranks that never
-    // come; it is told at once instead.
-    // (slurmstepd gives the script SLURM_PROCID=0 always: another rank without the step's count was not set by
-    // Slurm for this process, and is said so.)
+    // (slurmstepd sets SLURM_PROCID for it as for any task, always 0), but only srun's tasks get
+    // SLURM_STEP_NUM_TASKS. A trainer started in the script itself would wait comm_timeout_s (30 minutes by
+    // default) for ranks that never come; it is told at once instead. Another rank without the step's count was not
+    // set by Slurm for this process, and is said so.
     if (src.step_size != nullptr && size_name != src.step_size && out.world_size > 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           src.rank, "=", out.rank, " and ", src.size, "=", out.world_size, " are set but ", src.step_size, " is not: ",
