@@ -146,7 +146,7 @@ std::string LaunchHint(const LaunchEnv& launch) {
   for (const Source& src : kSources) {
     if (launch.source != src.name) continue;
     return absl::StrCat(" [this process is rank ", launch.rank, " of ", launch.world_size, " by ", src.rank, " and ",
-                        launch.size_from.empty() ? src.size : launch.size_from, "]");
+                        launch.size_from, "]");
   }
   return "";
 }
@@ -162,8 +162,9 @@ StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   LaunchEnv out;
   for (const Source& src : kSources) {
     auto rank = env(src.rank);
-    const char* size_name = src.step_size != nullptr && env(src.step_size) ? src.step_size : src.size;
-    auto size = env(size_name);
+    std::optional<std::string> size = src.step_size != nullptr ? env(src.step_size) : std::nullopt;
+    const char* size_name = size ? src.step_size : src.size;
+    if (!size) size = env(src.size);
     if (!rank && !size) continue;
     // An sbatch script submitted without a task count (no --ntasks, no --ntasks-per-node) gets no SLURM_NTASKS
     // (Slurm's env_array_for_batch_job writes it only for a count it was given), only SLURM_PROCID=0 for its one
