@@ -27,15 +27,15 @@ difference between the two is what reading the same weights through qwZ's int8 a
 
 --perturb K (threads only) is the control for a single run's gap: the exact job again, K times, each from the
 exact run's initial weights with noise of int8's size added once (every tensor of two or more dimensions, in blocks
-of 4096 of its elements: uniform in +-half a code step, max|w| / 127 of the block, from Python's random seeded 1..K;
-1-D parameters as they were; qwZ's blocks run over each rank's flattened shard instead, so the noise is of the same
+of 4096 of its elements: uniform in +-half a code step, max|w| / 127 of the block, from Python's random seeded 1..K,
+so noise seed k draws the same numbers under every --seed and only the blocks' scales differ; 1-D parameters as they were; qwZ's blocks run over each rank's flattened shard instead, so the noise is of the same
 size, not in the same blocks). Nothing is quantized and every step is exact: each run's gap is what one perturbation
 of the size qwZ makes at every forward grows into. The initial weights are the exact job's checkpoint after one step
 at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from,
 after a check that the unperturbed export trains the exact job's weights bit for bit (zero-gpt --params-hash).
 --perturb-scale F multiplies that noise by F (default 1): F = -1 adds each seed's noise mirrored (the antithetic run:
 if the noise and its mirror both end above the exact run, a perturbation costs loss, not the sign it took), and
-smaller |F| (1/16, 1/256, ...) shows at what size a perturbation starts to move the run (the floor, rounding's
+smaller |F| (0.0625, 0.00390625, ...) shows at what size a perturbation starts to move the run (the floor, rounding's
 1e-7, moved nothing on the literal recipe; int8's 1e-2 moved it by per cents).
 
 --zeropp and --extra-config are merged into the ZeRO++ run's zero_optimization (--extra-config is kept for the
@@ -185,7 +185,8 @@ def main():
     ap.add_argument("--perturb", type=int, default=0, metavar="K",
                     help="threads: the exact job K more times from its initial weights with int8-sized noise added once")
     ap.add_argument("--perturb-scale", type=float, default=1.0, metavar="F",
-                    help="--perturb's noise times F (-1: each seed's noise mirrored; 1/16: a sixteenth of int8's size)")
+                    help="--perturb's noise times F (-1: each seed's noise mirrored, up to each weight's float32 rounding; "
+                         "0.0625: a sixteenth of int8's size)")
     ap.add_argument("--eval", type=int, default=0, metavar="K",
                     help="threads: each trained model's loss on the next K steps' batches at lr 0, exact and quantized")
     args = ap.parse_args()
@@ -215,8 +216,6 @@ def main():
             cfg = config(zeropp, args.bf16, extra, recipe)
             cmd_q, q = run(args, mode, cfg, save=saved(f"ZeRO++ {json.dumps(zeropp)}", zeropp))
             print(f"\n### {mode}, ZeRO++ {json.dumps(cfg['zero_optimization'])}: {cmd_q}")
-            if any(x != x for x in q):  # NaN
-                print("ZeRO++ run has a NaN loss")
             compare(e, q, "ZeRO++")
     for seed in [int(x) for x in args.seeds.split(",") if x]:
         cmd_s, q = run(args, "threads", config(None, args.bf16, extra, recipe), seed)
@@ -278,10 +277,14 @@ def perturbed(args, cfg, exact, tmp):
             lo, hi = t["data_offsets"]
             w = array.array("f")
             w.frombytes(bytes(data[lo:hi]))
+            if sys.byteorder != "little":  # safetensors is little-endian; array uses the machine's order
+                w.byteswap()
             for b in range(0, len(w), 4096):
                 step = args.perturb_scale * max(abs(x) for x in w[b:b + 4096]) / 127
                 for i in range(b, min(len(w), b + 4096)):
                     w[i] += step * (rng.random() - 0.5)
+            if sys.byteorder != "little":
+                w.byteswap()
             data[lo:hi] = w.tobytes()
             moved += len(w)
         path = os.path.join(tmp, f"init{k}.safetensors")
@@ -328,6 +331,9 @@ def compare(e, q, name):
         gap = (mq - me) / me
         worst = max(worst, abs(gap))
         print(f"| {w + 1}-{min(w + 10, len(e))} | {me:.4f} | {mq:.4f} | {100 * gap:+.2f} % |")
+    if any(x != x for x in q):  # NaN: max() above drops a NaN window, so the band says so instead
+        print(f"{name} has a NaN loss")
+        worst = float("nan")
     final = (q[-1] - e[-1]) / e[-1]
     last10 = (statistics.mean(q[-10:]) - statistics.mean(e[-10:])) / statistics.mean(e[-10:])
     print(f"\nfinal loss (step {len(e)}): exact {e[-1]:.4f}, {name} {q[-1]:.4f}, gap {100 * final:+.2f} %; "
