@@ -48,8 +48,9 @@ steps the mean loss of each run and the signed gap (ZeRO++ - exact) / exact (+: 
 issue's bar: the final loss within 1 % and the curve within a stated band every 10 steps (the largest window gap's
 magnitude is printed as the band measured).
 
---cache DIR keeps each run's per-step losses in DIR, keyed by the zero-gpt and zero-run binaries' bytes, the command
-and the config, and reads them back when all three match: the same config and seed give the same bits, so another
+--cache DIR keeps each run's per-step losses in DIR, keyed by the zero-gpt and zero-run binaries' bytes, the shared
+libraries zero-gpt loads and the CPU they choose kernels for (OpenBLAS and Highway dispatch at run time), the command
+and the config, and reads them back when all match: the same config and seed give the same bits, so another
 ZeRO++ config against the same exact run costs one run, not two. Runs that save or resume a checkpoint (--eval) always
 run.
 """
@@ -96,10 +97,39 @@ def binaries_digest(build):
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
+def machine_digest(build):
+    """What else decides a run's bits: the shared libraries zero-gpt loads (OpenBLAS and Highway choose their kernels
+    at run time), the CPU they choose for (model and flags), and the variables that force a choice. A cache folder
+    carried to another machine, or kept across a library upgrade, then runs the exact job again."""
+    h = hashlib.sha256()
+    try:
+        ldd = subprocess.run(["ldd", os.path.join(build, "bin/zero-gpt")], capture_output=True, text=True).stdout
+    except OSError:
+        ldd = ""
+    for line in sorted(ldd.splitlines()):
+        path = line.split("=>")[1].split("(")[0].strip() if "=>" in line else ""
+        if path and os.path.isfile(path):
+            h.update(path.encode())
+            with open(os.path.realpath(path), "rb") as f:
+                h.update(f.read())
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = [l for l in f if l.startswith(("vendor_id", "cpu family", "model", "flags"))]
+        h.update("".join(dict.fromkeys(cpu)).encode())  # the first core's lines; the others repeat them
+    except OSError:
+        pass
+    for v in ("ZERO_SIMD_TARGET", "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        h.update(f"{v}={os.environ.get(v, '')};".encode())
+    return h.hexdigest()
+
+
 def cache_path(args, cmd, cfg):
-    """Where --cache keeps a run's losses: keyed by the binaries' bytes, the command (its config's path a placeholder)
-    and the config, so a rebuilt zero-gpt or any other flag or key runs again."""
+    """Where --cache keeps a run's losses: keyed by the binaries' bytes, the libraries and CPU that choose their
+    kernels (machine_digest), the command (its config's path a placeholder) and the config, so a rebuilt zero-gpt,
+    another machine or any other flag or key runs again."""
     h = hashlib.sha256(binaries_digest(args.build).encode())
+    h.update(machine_digest(args.build).encode())
     h.update(json.dumps([c.replace(args.build, "BUILD") for c in cmd]).encode())  # not where the build lies
     h.update(json.dumps(cfg, sort_keys=True).encode())
     return os.path.join(args.cache, h.hexdigest()[:32] + ".json")
