@@ -28,8 +28,9 @@ difference between the two is what reading the same weights through qwZ's int8 a
 --perturb K (threads only) is the control for a single run's gap: the exact job again, K times, each from the
 exact run's initial weights with noise of int8's size added once (every tensor of two or more dimensions, in blocks
 of 4096 of its elements: uniform in +-half a code step, max|w| / 127 of the block, from Python's random seeded 1..K,
-so noise seed k draws the same numbers under every --seed and only the blocks' scales differ; 1-D parameters as they were; qwZ's blocks run over each rank's flattened shard instead, so the noise is of the same
-size, not in the same blocks). Nothing is quantized and every step is exact: each run's gap is what one perturbation
+so noise seed k draws the same numbers under every --seed and only the blocks' scales differ; 1-D parameters as they
+were; qwZ's blocks run over each rank's flattened shard instead, so the noise is of the same size, not in the same
+blocks). Nothing is quantized and every step is exact: each run's gap is what one perturbation
 of the size qwZ makes at every forward grows into. The initial weights are the exact job's checkpoint after one step
 at lr 0 (AdamW with lr 0 moves no weight), exported with zero-ckpt; every run then starts with zero-gpt --init-from,
 after a check that the unperturbed export trains the exact job's weights bit for bit (zero-gpt --params-hash).
@@ -50,9 +51,8 @@ magnitude is printed as the band measured).
 
 --cache DIR keeps each run's per-step losses in DIR, keyed by the zero-gpt and zero-run binaries' bytes, the shared
 libraries zero-gpt loads and the CPU they choose kernels for (OpenBLAS and Highway dispatch at run time), the command
-and the config, and reads them back when all match: the same config and seed give the same bits, so another
-ZeRO++ config against the same exact run costs one run, not two. Runs that save or resume a checkpoint (--eval) always
-run.
+and the config, and reads them back when all match: the same config and seed give the same bits, so another ZeRO++
+config against the same exact run costs one run, not two. Runs that save or resume a checkpoint (--eval) always run.
 """
 import argparse
 import array
@@ -88,29 +88,20 @@ def config(zeropp, bf16, extra, recipe=None, accumulation=1):
 
 
 @functools.lru_cache(maxsize=None)
-def binaries_digest(build):
-    """The zero-gpt and zero-run binaries' sha256, read once per build directory."""
-    h = hashlib.sha256()
-    for b in ("bin/zero-gpt", "bin/zero-run"):
-        with open(os.path.join(build, b), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
-def machine_digest(build):
-    """What else decides a run's bits: the shared libraries zero-gpt loads (OpenBLAS and Highway choose their kernels
-    at run time), the CPU they choose for (model and flags), and the variables that force a choice. A cache folder
-    carried to another machine, or kept across a library upgrade, then runs the exact job again."""
-    h = hashlib.sha256()
+def runtime_digest(build):
+    """What decides a run's bits besides its command and config, read once per build directory: the zero-gpt and
+    zero-run binaries, the shared libraries zero-gpt loads (OpenBLAS and Highway choose their kernels at run time), the
+    CPU they choose for (model and flags), and the variables that force a choice. A rebuilt zero-gpt, a cache folder
+    carried to another machine or kept across a library upgrade then runs the exact job again."""
     try:
         ldd = subprocess.run(["ldd", os.path.join(build, "bin/zero-gpt")], capture_output=True, text=True).stdout
     except OSError:
         ldd = ""
-    for line in sorted(ldd.splitlines()):
-        path = line.split("=>")[1].split("(")[0].strip() if "=>" in line else ""
+    libs = [l.split("=>")[1].split("(")[0].strip() for l in sorted(ldd.splitlines()) if "=>" in l]
+    h = hashlib.sha256()
+    for path in [os.path.join(build, "bin/zero-gpt"), os.path.join(build, "bin/zero-run")] + libs:
         if path and os.path.isfile(path):
-            h.update(path.encode())
+            h.update(os.path.basename(path).encode())
             with open(os.path.realpath(path), "rb") as f:
                 h.update(f.read())
     try:
@@ -125,11 +116,9 @@ def machine_digest(build):
 
 
 def cache_path(args, cmd, cfg):
-    """Where --cache keeps a run's losses: keyed by the binaries' bytes, the libraries and CPU that choose their
-    kernels (machine_digest), the command (its config's path a placeholder) and the config, so a rebuilt zero-gpt,
-    another machine or any other flag or key runs again."""
-    h = hashlib.sha256(binaries_digest(args.build).encode())
-    h.update(machine_digest(args.build).encode())
+    """Where --cache keeps a run's losses: keyed by runtime_digest, the command (its config's path a placeholder) and
+    the config, so a rebuilt zero-gpt, another machine or any other flag or key runs again."""
+    h = hashlib.sha256(runtime_digest(args.build).encode())
     h.update(json.dumps([c.replace(args.build, "BUILD") for c in cmd]).encode())  # not where the build lies
     h.update(json.dumps(cfg, sort_keys=True).encode())
     return os.path.join(args.cache, h.hexdigest()[:32] + ".json")
@@ -215,8 +204,8 @@ def main():
     ap.add_argument("--perturb", type=int, default=0, metavar="K",
                     help="threads: the exact job K more times from its initial weights with int8-sized noise added once")
     ap.add_argument("--perturb-scale", type=float, default=1.0, metavar="F",
-                    help="--perturb's noise times F (-1: each seed's noise mirrored, up to each weight's float32 rounding; "
-                         "0.0625: a sixteenth of int8's size)")
+                    help="--perturb's noise times F (-1: each seed's noise mirrored, up to each weight's float32 "
+                         "rounding; 0.0625: a sixteenth of int8's size)")
     ap.add_argument("--eval", type=int, default=0, metavar="K",
                     help="threads: each trained model's loss on the next K steps' batches at lr 0, exact and quantized")
     args = ap.parse_args()
@@ -295,6 +284,7 @@ def perturbed(args, cfg, exact, tmp):
           f"(hash {e_hash} after {check} steps)")
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])
+    swap = sys.byteorder != "little"  # safetensors is little-endian; array.array uses the machine's order
     for k in range(1, args.perturb + 1):
         rng = random.Random(k)
         data = bytearray(raw[8 + n:])
@@ -307,13 +297,13 @@ def perturbed(args, cfg, exact, tmp):
             lo, hi = t["data_offsets"]
             w = array.array("f")
             w.frombytes(bytes(data[lo:hi]))
-            if sys.byteorder != "little":  # safetensors is little-endian; array uses the machine's order
+            if swap:
                 w.byteswap()
             for b in range(0, len(w), 4096):
                 step = args.perturb_scale * max(abs(x) for x in w[b:b + 4096]) / 127
                 for i in range(b, min(len(w), b + 4096)):
                     w[i] += step * (rng.random() - 0.5)
-            if sys.byteorder != "little":
+            if swap:
                 w.byteswap()
             data[lo:hi] = w.tobytes()
             moved += len(w)
