@@ -9,6 +9,8 @@
 //   zero::Estimate's prediction, and fewer cross hosts than plain stage 3;
 // - each rank holds Ψ/H more parameter bytes (compute dtype), as the plan, the memory report and Estimate say;
 // - a checkpoint saved with hpZ resumes bit for bit with hpZ on or off;
+// - a checkpoint saved with qwZ, hpZ and qgZ all on holds the exact masters, which load at other worlds and stages
+//   with ZeRO++ on or off;
 // - what cannot work is refused, naming the keys.
 #include <unistd.h>
 
@@ -338,6 +340,66 @@ TEST(HpzCheckpointTest, ResumedWithOrWithoutHpzBitForBit) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     ExpectBitwiseEqual(with[r], straight[r]);
     ExpectBitwiseEqual(without[r], straight[r]);
+  }
+}
+
+// ZeRO++ changes what moves on the wire, never what a checkpoint holds: with qwZ, hpZ and qgZ all on (4 ranks as
+// 2 hosts of 2, fp32 and bf16), Save writes the exact fp32 masters, not the int8 values the scopes saw, and they
+// load bit for bit at world 2 with ZeRO++ off, at world 3 (one host of 3, stage 2) with qgZ only, and at world 4
+// with all three again, each at step 3. What each load gathers is compared with the masters the saving run
+// gathered, and those differ from what its forward scopes saw (else the test could not tell them apart).
+TEST(ZeroppCheckpointTest, SavesTheExactMastersAndLoadsAtOtherWorldsOnOrOff) {
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    const std::string dir = testing::MakeTempDir("zeropp_ckpt");
+    Config plain = TrainConfig(3, 1);
+    plain.bf16.enabled = bf16;
+    Config all = Hpz(Qwz(plain));
+    all.zero.zero_quantized_gradients = true;
+    std::vector<testing::SyntheticTrace> saved(4);
+    std::vector<int64_t> seen_quantized(4);
+    testing::RunRanks(4, [&](Communicator& comm, int rank) {
+      ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(all, Borrow(comm), PerHost()));
+      ASSERT_NO_FATAL_FAILURE(testing::TrainSynthetic(*e, 3, 1, testing::HostViewIo(), &saved[rank]));
+      ASSERT_OK(e->Save(dir, {.tag = "s3"}).status());
+      // What a forward scope sees now: the masters quantized (and rounded to bf16).
+      for (const auto& [unit, specs] : testing::SyntheticUnits()) {
+        ASSERT_OK_AND_ASSIGN(UnitScope s, e->Forward(e->FindUnit(unit)));
+        for (const ParamSpec& spec : specs) {
+          ASSERT_OK_AND_ASSIGN(const TensorView v, s.Param(spec.name));
+          const std::vector<float>& master = saved[rank].params.at(unit + "." + spec.name);
+          for (int64_t i = 0; i < v.numel; ++i) seen_quantized[rank] += LoadAsF32(v.data, v.dtype, i) != master[i];
+        }
+      }
+    });
+    for (int r = 0; r < 4; ++r) EXPECT_GT(seen_quantized[r], 0) << "rank " << r;
+    Config qgz_only = plain;
+    qgz_only.zero.stage = 2;
+    qgz_only.zero.zero_quantized_gradients = true;
+    const struct {
+      const char* name;
+      int world, per_host;
+      Config cfg;
+    } loads[] = {{"world 2, ZeRO++ off", 2, 1, plain},
+                 {"world 3, stage 2, qgZ only", 3, 3, qgz_only},
+                 {"world 4, all three", 4, 2, all}};
+    for (const auto& l : loads) {
+      SCOPED_TRACE(l.name);
+      testing::RunRanks(l.world, [&](Communicator& comm, int rank) {
+        ASSERT_OK_AND_ASSIGN(auto e, testing::MakeSyntheticEngine(l.cfg, Borrow(comm), PerHost(l.per_host)));
+        ASSERT_OK_AND_ASSIGN(LoadResult r, e->Load(dir, {.tag = "s3"}));
+        EXPECT_EQ(r.step, 3);
+        for (const auto& [unit, specs] : testing::SyntheticUnits()) {
+          for (const ParamSpec& spec : specs) {
+            ASSERT_OK_AND_ASSIGN(std::vector<float> got, e->GatherParam(e->FindUnit(unit), spec.name));
+            const std::vector<float>& want = saved[0].params.at(unit + "." + spec.name);
+            ASSERT_EQ(got.size(), want.size());
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                << unit << "." << spec.name << " on rank " << rank;
+          }
+        }
+      });
+    }
   }
 }
 
