@@ -615,14 +615,14 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
     const DType src = from_accumulator ? DType::kF32 : p.compute;
     const int64_t chunk = p.stage == 0 ? 0 : ReduceChunkPerRank(p, u.padded, u.trainer_owned);
     if (QgzOn(p)) {
-      // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop, the partial
-      // sums and the scratch, for the whole shard or (a unit above reduce_bucket_size) its largest chunk; no wire
-      // copy, and no reduce-scatter staged by the communicator.
+      // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop and the
+      // partial sums, for the whole shard or (a unit above reduce_bucket_size) its largest chunk; no wire copy,
+      // and no reduce-scatter staged by the communicator. The coding's scratch is one for all (below).
       const bool chunked = u.qgz_chunks.chunks() > 0;
       const int64_t M = N / p.qgz_local, R = chunked ? u.qgz_chunks.largest : QgzUnitRecordBytes(p, u);
-      const int64_t S = chunked ? std::min(u.qgz_chunks.chunk, u.shard) : u.shard;
+      const int64_t S = QgzPartElems(u);
       recvs.emplace_back(u.padded, u.shard * 4);
-      qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * S * 4 + 3 * S * 4);
+      qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * S * 4);
       continue;
     }
     if (src != p.wire && chunk == 0) wires.emplace_back(u.padded, u.padded * ws);
@@ -656,8 +656,8 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
   // The buckets alive at once: those of the open scopes and of the reductions in flight, and no more than the
   // cap allows beside the open scopes (a new bucket is taken once reductions in flight were retired to fit it).
   const int64_t bucket_window = p.bucket_cap > 0 ? std::min(q + open, std::max(p.bucket_cap, open)) : q + open;
-  dev.reductions =
-      PoolBound(buckets, bucket_window) + PoolBound(recvs, q) + PoolBound(wires, q) + PoolBound(qgzs, q) + full_grads;
+  dev.reductions = PoolBound(buckets, bucket_window) + PoolBound(recvs, q) + PoolBound(wires, q) + PoolBound(qgzs, q) +
+                   QgzScratchBytes(p, plan.units) + full_grads;
   std::sort(packed_chunks.begin(), packed_chunks.end());
   packed_chunks.erase(std::unique(packed_chunks.begin(), packed_chunks.end()), packed_chunks.end());
   for (int64_t chunk : packed_chunks) dev.reductions += 2 * N * chunk * ws;

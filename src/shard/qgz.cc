@@ -118,9 +118,11 @@ void RestartQgzResiduals(EngineContext& c, const char* what, const std::string& 
   }
 }
 
-Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out) {
+Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, float* scratch, Unit& u, const void* src, DType src_dtype,
+                        float* out) {
   ctx_ = ctx;
   pool_ = pool;
+  scratch_ = scratch;
   unit_ = &u;
   out_ = out;
   src_ = static_cast<const char*>(src);
@@ -134,7 +136,7 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
   // another through the same buffers, sized for the largest.
   const QuantChunks& qc = u.plan.qgz_chunks;
   chunks_ = qc.chunks() > 0 ? qc.chunks() : 1;
-  const int64_t S = qc.chunks() > 0 ? std::min(qc.chunk, u.layout.shard) : u.layout.shard;
+  const int64_t S = QgzPartElems(u.plan);
   const int64_t R = qc.chunks() > 0 ? qc.largest : QgzUnitRecordBytes(p, u.plan);
   struct Want {
     Buffer* b;
@@ -144,7 +146,6 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, Unit& u, const voi
   const Want wants[] = {{&send1_, N * R, "qgZ send records"},
                         {&recv1_, N * R, "qgZ receive records"},
                         {&partial_, M_ * S * 4, "qgZ partial sums"},
-                        {&scratch_, 3 * S * 4, "qgZ scratch"},
                         {&send2_, M_ > 1 ? M_ * R : 0, "qgZ second-hop send records"},
                         {&recv2_, M_ > 1 ? M_ * R : 0, "qgZ second-hop receive records"}};
   for (const Want& w : wants) {
@@ -182,7 +183,7 @@ void QgzReduce::IssuePart(int64_t k) {
   hop1_done_ = hop2_issued_ = part_done_ = false;
   const int64_t R = fmt_.record_bytes();
   const size_t ses = DTypeSize(src_dtype_);
-  auto* scratch = scratch_.as<float>();
+  float* scratch = scratch_;
   float* x = partial_.as<float>();  // the part being encoded, in f32 (the partials come later)
   // Message to local peer j: the records of shards {h·L + j : h < M}, h in order (one hop: shard j alone).
   auto* send = static_cast<uint8_t*>(send1_.data());
@@ -227,7 +228,7 @@ Status QgzReduce::FinishHop1() {
   if (!s.ok()) return s;
   hop1_done_ = true;
   const int64_t S = fmt_.S, R = fmt_.record_bytes();
-  auto* scratch = scratch_.as<float>();
+  float* scratch = scratch_;
   float* partial = partial_.as<float>();
   const auto* recv = static_cast<const uint8_t*>(recv1_.data());
   // Partial h: the sum over this host's ranks j (in order) of their records of shard h·L + local rank.
@@ -262,7 +263,7 @@ Status QgzReduce::FinishHop2() {
   if (M_ > 1) {
     Status s = c.compute->Join(hop2_);
     if (!s.ok()) return s;
-    auto* scratch = scratch_.as<float>();
+    float* scratch = scratch_;
     float* total = partial_.as<float>();  // partial 0 is no longer needed: the sum over hosts, host order
     const auto* recv = static_cast<const uint8_t*>(recv2_.data());
     const std::vector<ExactSpan>& mine = Spans(c.rank);
@@ -314,7 +315,7 @@ void QgzReduce::Release() {
   // ordering covers the ops a device's communicator streams may still run: its buffers go back. Only one that failed
   // with an op still in flight keeps them out (on a device, quarantining every finished one leaked them all).
   const bool unfinished = ctx_ != nullptr && !finished_ && Unfinished();
-  for (Buffer* b : {&send1_, &recv1_, &partial_, &scratch_, &send2_, &recv2_}) {
+  for (Buffer* b : {&send1_, &recv1_, &partial_, &send2_, &recv2_}) {
     if (b->empty()) continue;
     if (unfinished) {
       ctx_->Quarantine(std::move(*b));  // an op may still read or write it

@@ -108,7 +108,8 @@ class GradReducer {
   BufferPool bucket_pool_;
   BufferPool wire_pool_;  // a bucket converted to the wire dtype (communication_data_type) before its reduction
   BufferPool full_pool_;  // CUDA engine only: see TakeFull
-  BufferPool qgz_pool_;   // qgZ's records, partial sums and scratch
+  BufferPool qgz_pool_;   // qgZ's records and partial sums
+  Buffer qgz_scratch_;    // qgZ's coding scratch, one for every reduction (QgzScratchBytes), from the first on
   std::deque<PendingReduce> pending_;
   int64_t pending_elems_ = 0;
   int64_t qgz_chunk_reductions_ = 0;  // qgZ's chunks of units above reduce_bucket_size, issued or to be by Join

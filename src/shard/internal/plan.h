@@ -392,6 +392,20 @@ int64_t ChunkPerRank(int64_t padded, int world, int64_t bucket);
 // path cuts into chunks of about an eighth to bound the communicator's staging (ReduceChunkPerRank), is quantized
 // whole below the bucket: qgZ's records are its own staging, counted in the bound.
 inline bool QgzOn(const PlanPolicy& p) { return p.qgz_bits > 0 && p.stage > 0; }
+// The elements of one shard a qgZ part holds: the whole shard, or (a unit in chunks) its largest chunk.
+inline int64_t QgzPartElems(const UnitPlan& u) {
+  return u.qgz_chunks.chunks() > 0 ? std::min(u.qgz_chunks.chunk, u.shard) : u.shard;
+}
+// The f32 scratch qgZ's coding uses (QgzFormat::Encode: 3 parts' worth), largest over the units that reduce. Every
+// encode and decode runs on the compute tier's one stream and leaves nothing in it for the next, so the reductions
+// in flight share one (GradReducer's) rather than hold one each. 0 where qgZ is off.
+inline int64_t QgzUnitScratchBytes(const UnitPlan& u) { return u.frozen ? 0 : 3 * QgzPartElems(u) * 4; }
+inline int64_t QgzScratchBytes(const PlanPolicy& p, const std::vector<UnitPlan>& units) {
+  int64_t largest = 0;
+  if (!QgzOn(p)) return 0;
+  for (const UnitPlan& u : units) largest = std::max(largest, QgzUnitScratchBytes(u));
+  return largest;
+}
 
 // The chunk (elements per rank; 0: one collective) a unit's reduce-scatter moves in. ChunkPerRank of
 // reduce_bucket_size, except for a trainer-owned unit (ShardedOptimizer) at 2 ranks or more: its reduce-scatter

@@ -96,11 +96,14 @@ class QgzReduce {
   QgzReduce& operator=(QgzReduce&&) = default;
 
   // Quantizes the unit's full gradient `src` (N·S elements of `src_dtype`) and issues the first hop. The average
-  // lands in `out` (S floats) when the reduction is joined. Buffers from `pool`. An error (an allocation) issues
-  // nothing. A unit reduced whole reads `src` now and not after; one above reduce_bucket_size (UnitPlan::qgz_chunks)
-  // is reduced a chunk at a time through the same buffers: the first chunk now, each later one by Join, which reads
-  // that chunk of `src` then (the caller keeps it until the reduction is joined).
-  Status Start(EngineContext* ctx, BufferPool* pool, Unit& u, const void* src, DType src_dtype, float* out);
+  // lands in `out` (S floats) when the reduction is joined. Buffers from `pool`; `scratch` (QgzUnitScratchBytes of
+  // the unit at least) is the coding's, shared with every other reduction: each encode and decode is done with it
+  // before the next starts (on the host at once, on a device in its one stream's order). An error (an allocation)
+  // issues nothing. A unit reduced whole reads `src` now and not after; one above reduce_bucket_size
+  // (UnitPlan::qgz_chunks) is reduced a chunk at a time through the same buffers: the first chunk now, each later one
+  // by Join, which reads that chunk of `src` then (the caller keeps it until the reduction is joined).
+  Status Start(EngineContext* ctx, BufferPool* pool, float* scratch, Unit& u, const void* src, DType src_dtype,
+               float* out);
   // Without blocking: once the first hop has completed, finishes it and issues the second (two hops only). On a
   // device it does nothing: Join issues the second hop, in the order the reducer retires (see qgz.cc).
   Status Advance();
@@ -137,7 +140,8 @@ class QgzReduce {
   // The part in flight of row `row` of residual buffer `b` (`rows` rows of a shard: QgzResidualLayout); none when
   // LoCo is off.
   QgzResidualRef ResidualAt(Buffer& b, int64_t rows, int64_t row) const;
-  Buffer send1_, recv1_, partial_, send2_, recv2_, scratch_;
+  Buffer send1_, recv1_, partial_, send2_, recv2_;
+  float* scratch_ = nullptr;  // the coding's (Start), not this reduction's own
   Work hop1_, hop2_;
   bool hop1_done_ = false, hop2_issued_ = false, part_done_ = false, finished_ = false;
   Status status_;
