@@ -195,6 +195,7 @@ Status Engine::Impl::Finalize(const ParamInit& init) {
   // do not go on into the initial values' collectives and wait there for this one until the timeout.
   const internal::StagePlan plan = Plan();
   ctx.policy = plan.policy;  // with the caps that keep the saving at any bucket size (ApplySavingCaps)
+  ctx.qgz_scratch_bytes = internal::QgzScratchBytes(plan.policy, plan.units);
   if (ctx.policy.qgz_bits > 0 || ctx.policy.qwz_block > 0) {  // what they send exact (internal::ExactSpans), once
     int64_t exact = 0, most = 0;
     int with = 0;

@@ -85,12 +85,12 @@ Status GradReducer::Issue(Unit& u, void* src, DType src_dtype, bool allreduce, D
     ReclaimHeld(S * 4);
     p.recv = bucket_pool_.Take(S * 4, false);
     ZERO_RETURN_IF_ERROR(c.AllocStatus(p.recv, S * 4, "qgZ reduction output", u));
-    if (qgz_scratch_.empty()) {
-      int64_t bytes = 0;
-      for (const Unit& x : c.units) bytes = std::max(bytes, QgzUnitScratchBytes(x.plan));
-      qgz_scratch_ = c.compute->Alloc(MemTag::kBuckets, static_cast<size_t>(bytes));
-      ZERO_RETURN_IF_ERROR(c.AllocStatus(qgz_scratch_, static_cast<size_t>(bytes), "qgZ coding scratch", u));
+    if (qgz_scratch_.empty()) {  // kept from the first reduction on, under `buckets`, as the plan bounds it
+      const auto bytes = static_cast<size_t>(c.qgz_scratch_bytes);
+      qgz_scratch_ = c.compute->Alloc(MemTag::kBuckets, bytes);
+      ZERO_RETURN_IF_ERROR(c.AllocStatus(qgz_scratch_, bytes, "qgZ coding scratch", u));
     }
+    ZERO_CHECK_LE(QgzUnitScratchBytes(u.plan), static_cast<int64_t>(qgz_scratch_.size()));
     p.qgz = std::make_unique<QgzReduce>();
     ZERO_RETURN_IF_ERROR(
         p.qgz->Start(ctx_, &qgz_pool_, qgz_scratch_.as<float>(), u, src, src_dtype, p.recv.as<float>()));

@@ -138,9 +138,10 @@ struct EngineContext {
   int ranks_per_host = 1;
   EngineOptions opts;
   int rank, world;
-  int world_rank, world_size;  // the trainer's rank and world size (logs, fault hooks, Engine::rank)
-  PlanPolicy policy;           // the config's placement decisions (shard/internal/plan.h)
-  int threads = 1;             // this rank's optimizer threads
+  int world_rank, world_size;     // the trainer's rank and world size (logs, fault hooks, Engine::rank)
+  PlanPolicy policy;              // the config's placement decisions (shard/internal/plan.h)
+  int64_t qgz_scratch_bytes = 0;  // the plan's QgzScratchBytes: qgZ's one coding scratch (GradReducer), as bounded
+  int threads = 1;                // this rank's optimizer threads
   MemoryTracker tracker;
   std::unique_ptr<ComputeTier> compute;  // before anything that allocates through it
   std::vector<Unit> units;
