@@ -618,9 +618,7 @@ std::array<PeakTerms, 2> TruePeakBound(const StagePlan& plan, const PeakInputs& 
       // qgZ (shard/qgz.cc, QgzReduce::Start): an f32 output, and the records both ways of each hop and the
       // partial sums, for the whole shard or (a unit above reduce_bucket_size) its largest chunk; no wire copy,
       // and no reduce-scatter staged by the communicator. The coding's scratch is one for all (below).
-      const bool chunked = u.qgz_chunks.chunks() > 0;
-      const int64_t M = N / p.qgz_local, R = chunked ? u.qgz_chunks.largest : QgzUnitRecordBytes(p, u);
-      const int64_t S = QgzPartElems(u);
+      const int64_t M = N / p.qgz_local, R = QgzPartRecordBytes(p, u), S = QgzPartElems(u);
       recvs.emplace_back(u.padded, u.shard * 4);
       qgzs.emplace_back(u.padded, 2 * N * R + (M > 1 ? 2 * M * R : 0) + M * S * 4);
       continue;

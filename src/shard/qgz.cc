@@ -136,8 +136,7 @@ Status QgzReduce::Start(EngineContext* ctx, BufferPool* pool, float* scratch, Un
   // another through the same buffers, sized for the largest.
   const QuantChunks& qc = u.plan.qgz_chunks;
   chunks_ = qc.chunks() > 0 ? qc.chunks() : 1;
-  const int64_t S = QgzPartElems(u.plan);
-  const int64_t R = qc.chunks() > 0 ? qc.largest : QgzUnitRecordBytes(p, u.plan);
+  const int64_t S = QgzPartElems(u.plan), R = QgzPartRecordBytes(p, u.plan);
   struct Want {
     Buffer* b;
     int64_t bytes;

@@ -396,6 +396,10 @@ inline bool QgzOn(const PlanPolicy& p) { return p.qgz_bits > 0 && p.stage > 0; }
 inline int64_t QgzPartElems(const UnitPlan& u) {
   return u.qgz_chunks.chunks() > 0 ? std::min(u.qgz_chunks.chunk, u.shard) : u.shard;
 }
+// The bytes of one shard's record of that part: the whole shard's (QgzUnitRecordBytes), or the largest chunk's.
+inline int64_t QgzPartRecordBytes(const PlanPolicy& p, const UnitPlan& u) {
+  return u.qgz_chunks.chunks() > 0 ? u.qgz_chunks.largest : QgzUnitRecordBytes(p, u);
+}
 // The f32 scratch qgZ's coding uses (QgzFormat::Encode: 3 parts' worth), largest over the units that reduce. Every
 // encode and decode runs on the compute tier's one stream and leaves nothing in it for the next, so the reductions
 // in flight share one (GradReducer's) rather than hold one each. 0 where qgZ is off.
